@@ -1,0 +1,92 @@
+// Bundle and content hashes of a pack directory, byte-compatible with
+// activegraph's pack manifest spec §4 (see docs/pack-format.md).
+//
+// The walk visits every regular file under the root, skipping entries whose
+// name starts with '.', directories named `__pycache__` and files ending in
+// `.pyc` (and fifos, sockets, devices). It rejects symlinks, paths that are not
+// valid UTF-8 and paths that are not NFC-normalized, and files it cannot read.
+// Every violation is collected; if there is any, nothing is hashed. Files are
+// sorted by the UTF-8 bytes of their relative POSIX path and fed to SHA-256 as
+// path bytes, NUL, 8-byte big-endian length, content. The content hash leaves
+// out `manifest.toml` at the root; the bundle hash includes it.
+//
+// Files are streamed through a fixed buffer, never loaded whole. All functions
+// are thread-compatible (no shared state); they read the directory as it is at
+// call time: a tree changed during the walk yields an `unreadable` or changed-
+// size violation rather than a silently wrong hash.
+#pragma once
+
+#include <cstdint>
+#include <expected>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/digest.h"
+
+namespace forktrial::pack {
+
+enum class WalkRule {
+  root_missing,          // the root does not exist
+  root_not_directory,    // the root exists but is not a directory
+  symlink_to_file,       // a symlink whose target is a file (rule 2)
+  symlink_to_directory,  // a symlink whose target is a directory (rule 2)
+  symlink_dangling,      // a symlink whose target does not exist (rule 2)
+  non_utf8_path,         // the relative path is not valid UTF-8 (rule 3)
+  non_nfc_path,          // the relative path is not NFC-normalized (rule 3)
+  unreadable,            // a file or directory could not be opened or read
+};
+
+// The rule's short name, e.g. "symlink-to-file".
+std::string_view rule_name(WalkRule rule);
+
+struct WalkViolation {
+  std::string path;  // relative POSIX path, raw bytes as found on disk; "." for the root
+  WalkRule rule;
+  std::string detail;  // the human explanation, with errno text where one applies
+  // "<path>: <detail> [rule]" with non-printable bytes escaped as \xNN.
+  std::string message() const;
+};
+
+struct WalkViolations {
+  std::filesystem::path root;
+  std::vector<WalkViolation> violations;  // sorted by path, never empty
+  // All violations, one per line, headed by the root and a hint on what to do.
+  std::string message() const;
+};
+
+struct TreeHashes {
+  std::optional<Digest> bundle;   // set when requested
+  std::optional<Digest> content;  // set when requested
+  std::uint64_t files = 0;        // files in the bundle walk (manifest included)
+  std::uint64_t bytes = 0;        // their total size
+};
+
+struct HashRequest {
+  bool bundle = true;
+  bool content = true;
+};
+
+// One walk, computing the requested hashes together.
+std::expected<TreeHashes, WalkViolations> hash_tree(const std::filesystem::path& root,
+                                                    HashRequest request = {});
+
+std::expected<Digest, WalkViolations> bundle_hash(const std::filesystem::path& root);
+std::expected<Digest, WalkViolations> content_hash(const std::filesystem::path& root);
+
+// Why a pin check failed.
+struct PinError {
+  enum class Kind { malformed_pin, walk_failed, mismatch };
+  Kind kind;
+  std::string message;  // names the pin (and the actual hash on mismatch)
+  std::optional<Digest> actual;
+};
+
+// Checks `expected` ("sha256:" + 64 lowercase hex) against the bundle hash of
+// `root`. Returns the verified digest, or why not.
+std::expected<Digest, PinError> verify_bundle_hash(std::string_view expected,
+                                                   const std::filesystem::path& root);
+
+}  // namespace forktrial::pack

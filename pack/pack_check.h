@@ -1,0 +1,28 @@
+// Checking a pack directory as a whole: its manifest against every rule, and
+// the manifest's own content hash against the directory's actual content hash.
+// This is what `forktrial pack check` runs and what the trial child runs before
+// loading a pack.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "pack/bundle_hash.h"
+#include "pack/manifest.h"
+
+namespace forktrial::pack {
+
+struct PackCheck {
+  std::optional<Manifest> manifest;    // set when the manifest validated
+  std::optional<Digest> content_hash;  // the directory's actual content hash, when walkable
+  std::vector<std::string> problems;   // every problem found, each a complete sentence
+  std::vector<std::string> warnings;   // things that do not fail the check
+  bool ok() const { return problems.empty(); }
+};
+
+// Runs every check and collects every problem; never stops at the first.
+PackCheck check_pack(const std::filesystem::path& pack_dir, RuntimeRequirement runtime);
+
+}  // namespace forktrial::pack

@@ -1,0 +1,122 @@
+// `forktrial pack ...` run as a user would: the real binary, as a process.
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "pack/bundle_hash.h"
+#include "tests/support/temp_dir.h"
+
+using forktrial::testing::run_command;
+using forktrial::testing::TempDir;
+
+namespace {
+
+const std::string kGreeter = FORKTRIAL_SOURCE_DIR "/examples/packs/greeter";
+
+forktrial::testing::CommandResult forktrial_cli(std::vector<std::string> args) {
+  args.insert(args.begin(), FORKTRIAL_BINARY);
+  return run_command(args);
+}
+
+}  // namespace
+
+TEST_CASE("pack hash prints the bundle pin, --content the content hash, --json both",
+          "[pack][cli]") {
+  auto bundle = forktrial::pack::bundle_hash(kGreeter);
+  auto content = forktrial::pack::content_hash(kGreeter);
+  REQUIRE(bundle);
+  REQUIRE(content);
+
+  auto plain = forktrial_cli({"pack", "hash", kGreeter});
+  CHECK(plain.exit_code == 0);
+  CHECK(plain.out == bundle->str() + "\n");
+
+  auto content_only = forktrial_cli({"pack", "hash", "--content", kGreeter});
+  CHECK(content_only.out == content->str() + "\n");
+
+  auto json = forktrial_cli({"pack", "hash", "--json", kGreeter});
+  REQUIRE(json.exit_code == 0);
+  auto parsed = nlohmann::json::parse(json.out);
+  CHECK(parsed["bundle_hash"] == bundle->str());
+  CHECK(parsed["content_hash"] == content->str());
+  CHECK(parsed["files"] == 3);
+}
+
+TEST_CASE("pack verify exits 0 on a match and names both hashes on a mismatch", "[pack][cli]") {
+  auto bundle = forktrial::pack::bundle_hash(kGreeter);
+  REQUIRE(bundle);
+  auto ok = forktrial_cli({"pack", "verify", kGreeter, "--expect", bundle->str()});
+  CHECK(ok.exit_code == 0);
+  CHECK(ok.out == "ok: " + kGreeter + " matches " + bundle->str() + "\n");
+
+  const std::string wrong = "sha256:" + std::string(64, 'f');
+  auto bad = forktrial_cli({"pack", "verify", kGreeter, "--expect", wrong});
+  CHECK(bad.exit_code != 0);
+  CHECK(bad.out.empty());
+  CHECK(bad.err.find("pinned " + wrong) != std::string::npos);
+  CHECK(bad.err.find("hashes to " + bundle->str()) != std::string::npos);
+  CHECK(bad.err.find("manifest.toml included") != std::string::npos);
+
+  auto malformed = forktrial_cli({"pack", "verify", kGreeter, "--expect", "sha256:1234"});
+  CHECK(malformed.exit_code != 0);
+  CHECK(malformed.err.find("malformed bundle pin \"sha256:1234\"") != std::string::npos);
+}
+
+TEST_CASE("pack check passes the examples and lists every problem of a broken pack",
+          "[pack][cli]") {
+  for (const char* name : {"greeter", "chat_echo"}) {
+    auto ok = forktrial_cli({"pack", "check", "--executable",
+                             FORKTRIAL_SOURCE_DIR "/examples/packs/" + std::string(name)});
+    CHECK(ok.exit_code == 0);
+    CHECK(ok.err.empty());
+  }
+
+  TempDir dir;
+  std::filesystem::copy(kGreeter, dir.path() / "p", std::filesystem::copy_options::recursive);
+  const auto pack = dir.path() / "p";
+  dir.write("p/pack.lua", "-- edited after the manifest was written\nreturn nil\n");
+  std::filesystem::create_symlink("pack.lua", pack / "alias.lua");
+
+  auto bad = forktrial_cli({"pack", "check", "--json", pack.string()});
+  CHECK(bad.exit_code != 0);
+  auto parsed = nlohmann::json::parse(bad.out);
+  CHECK(parsed["ok"] == false);
+  REQUIRE(parsed["problems"].size() == 1);
+  CHECK(parsed["problems"][0].get<std::string>().starts_with("alias.lua: symlink to file"));
+
+  std::filesystem::remove(pack / "alias.lua");
+  auto edited = forktrial_cli({"pack", "check", pack.string()});
+  CHECK(edited.exit_code != 0);
+  CHECK(edited.out.empty());
+  CHECK(edited.err.find("pack.integrity.content_hash: the manifest says ") != std::string::npos);
+}
+
+TEST_CASE("pack hash on a bad tree prints nothing on stdout and every violation on stderr",
+          "[pack][cli]") {
+  TempDir dir;
+  dir.write("a.lua", "x");
+  std::filesystem::create_symlink("a.lua", dir.path() / "b.lua");
+  std::filesystem::create_symlink("a.lua", dir.path() / "c.lua");
+  auto result = forktrial_cli({"pack", "hash", dir.path().string()});
+  CHECK(result.exit_code == 1);
+  CHECK(result.out.empty());
+  CHECK(result.err.find("2 violations") != std::string::npos);
+  CHECK(result.err.find("b.lua: symlink to file") != std::string::npos);
+  CHECK(result.err.find("c.lua: symlink to file") != std::string::npos);
+
+  auto missing = forktrial_cli({"pack", "hash", (dir.path() / "nope").string()});
+  CHECK(missing.exit_code == 1);
+  CHECK(missing.err.find("does not exist") != std::string::npos);
+}
+
+TEST_CASE("forktrial --help and every pack subcommand's --help carry an example", "[cli]") {
+  for (std::vector<std::string> args : {std::vector<std::string>{"--help"},
+                                        {"pack", "--help"},
+                                        {"pack", "hash", "--help"},
+                                        {"pack", "verify", "--help"},
+                                        {"pack", "check", "--help"}}) {
+    args.insert(args.begin(), FORKTRIAL_BINARY);
+    auto result = run_command(args);
+    CHECK(result.exit_code == 0);
+    CHECK(result.out.find("Examples:") != std::string::npos);
+  }
+}

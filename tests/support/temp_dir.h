@@ -1,0 +1,37 @@
+// Test support: a scratch directory removed (recursively) when it goes out of
+// scope, and small helpers to build file trees and run commands.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace forktrial::testing {
+
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  const std::filesystem::path& path() const { return path_; }
+  // Writes `content` to `relative` (parents created), returns the full path.
+  std::filesystem::path write(std::string_view relative, std::string_view content) const;
+
+ private:
+  std::filesystem::path path_;
+};
+
+struct CommandResult {
+  int exit_code = -1;  // the exit status, or 128 + signal
+  std::string out;     // stdout
+  std::string err;     // stderr
+};
+
+// Runs `argv[0]` with arguments through posix_spawn (no shell), capturing
+// stdout and stderr.
+CommandResult run_command(const std::vector<std::string>& argv);
+
+}  // namespace forktrial::testing

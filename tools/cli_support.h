@@ -1,0 +1,27 @@
+// Helpers shared by the subcommands: how failures reach the user.
+//
+// A subcommand callback throws `CommandFailed` to end the program with a
+// message on stderr and a non-zero exit status; main() catches it. Nothing is
+// printed on stdout for a failed command, so scripts never read partial output
+// as success.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace forktrial::tools {
+
+class CommandFailed : public std::runtime_error {
+ public:
+  explicit CommandFailed(const std::string& message, int exit_code = 1)
+      : std::runtime_error(message), exit_code_(exit_code) {}
+  int exit_code() const { return exit_code_; }
+
+ private:
+  int exit_code_;
+};
+
+// Formats the footer shared by every subcommand's --help: examples.
+std::string examples_footer(std::initializer_list<const char*> lines);
+
+}  // namespace forktrial::tools

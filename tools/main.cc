@@ -1,0 +1,34 @@
+// forktrial: trial proposed packs against forks of recorded event logs.
+#include <cstdio>
+#include <exception>
+
+#include "tools/cli_support.h"
+#include "tools/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "forktrial: evaluate proposed plug-in code (packs) against forks of recorded event logs,\n"
+      "each trial in a fresh, resource-capped child process; the store is the record."};
+  app.require_subcommand(1);
+  app.footer(forktrial::tools::examples_footer({
+      "forktrial pack hash examples/packs/greeter            # the bundle pin of a pack",
+      "forktrial pack check examples/packs/greeter           # validate manifest.toml",
+      "forktrial <command> --help                            # help on one command",
+  }));
+  forktrial::tools::add_pack_command(app);
+#ifdef FORKTRIAL_HAVE_STORE
+  forktrial::tools::add_run_command(app);
+#endif
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const forktrial::tools::CommandFailed& e) {
+    std::fprintf(stderr, "forktrial: %s\n", e.what());
+    return e.exit_code();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "forktrial: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
