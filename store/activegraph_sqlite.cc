@@ -1,0 +1,270 @@
+#include "store/activegraph_sqlite.h"
+
+#include <sqlite3.h>
+
+#include <algorithm>
+#include <memory>
+#include <set>
+#include <unordered_map>
+
+#include "store/jsonl.h"
+
+namespace forktrial::store {
+namespace {
+
+struct CloseDb {
+  void operator()(sqlite3* db) const { sqlite3_close(db); }
+};
+struct FinalizeStmt {
+  void operator()(sqlite3_stmt* stmt) const { sqlite3_finalize(stmt); }
+};
+using Db = std::unique_ptr<sqlite3, CloseDb>;
+using Stmt = std::unique_ptr<sqlite3_stmt, FinalizeStmt>;
+
+std::unexpected<Refusal> invalid(std::string message) {
+  return std::unexpected(Refusal{Refused::invalid_input, std::move(message)});
+}
+
+struct ImportedRun {
+  RunId id;
+  std::string label;
+  std::optional<std::string> created_at;
+  std::optional<RunId> parent;
+  std::optional<EventId> forked_at;
+  std::vector<NewEvent> events;
+};
+
+class SqliteFile {
+ public:
+  explicit SqliteFile(const std::filesystem::path& file) : file_(file) {}
+
+  std::optional<std::string> open() {
+    sqlite3* raw = nullptr;
+    int rc = sqlite3_open_v2(file_.c_str(), &raw, SQLITE_OPEN_READONLY, nullptr);
+    db_.reset(raw);
+    if (rc != SQLITE_OK) {
+      return "cannot open " + file_.string() + " as an SQLite database: " +
+             (raw != nullptr ? sqlite3_errmsg(raw) : sqlite3_errstr(rc));
+    }
+    return std::nullopt;
+  }
+
+  // The column names of `table`; empty if the table does not exist.
+  std::expected<std::set<std::string>, std::string> columns(const std::string& table) {
+    auto stmt = prepare("PRAGMA table_info(\"" + table + "\")");
+    if (!stmt) return std::unexpected(stmt.error());
+    std::set<std::string> names;
+    while (sqlite3_step(stmt->get()) == SQLITE_ROW) {
+      names.insert(reinterpret_cast<const char*>(sqlite3_column_text(stmt->get(), 1)));
+    }
+    return names;
+  }
+
+  std::expected<Stmt, std::string> prepare(const std::string& sql) {
+    sqlite3_stmt* raw = nullptr;
+    if (sqlite3_prepare_v2(db_.get(), sql.c_str(), -1, &raw, nullptr) != SQLITE_OK) {
+      return std::unexpected("cannot read " + file_.string() + " (" + sql +
+                             "): " + sqlite3_errmsg(db_.get()));
+    }
+    return Stmt(raw);
+  }
+
+  std::string error() const { return sqlite3_errmsg(db_.get()); }
+  const std::filesystem::path& path() const { return file_; }
+
+ private:
+  std::filesystem::path file_;
+  Db db_;
+};
+
+std::optional<std::string> column_text(sqlite3_stmt* stmt, int index) {
+  if (sqlite3_column_type(stmt, index) == SQLITE_NULL) return std::nullopt;
+  const unsigned char* text = sqlite3_column_text(stmt, index);
+  return std::string(reinterpret_cast<const char*>(text),
+                     static_cast<std::size_t>(sqlite3_column_bytes(stmt, index)));
+}
+
+// "col" when the table has it, else "NULL", so optional columns read as null.
+std::string optional_column(const std::set<std::string>& columns, const std::string& name) {
+  return columns.contains(name) ? "\"" + name + "\"" : "NULL";
+}
+
+std::optional<std::string> missing_column(const SqliteFile& file, const std::string& table,
+                                          const std::set<std::string>& have,
+                                          std::initializer_list<const char*> required) {
+  for (const char* name : required) {
+    if (!have.contains(name)) {
+      return file.path().string() + ": table \"" + table + "\" has no column \"" + name +
+             "\", which an activegraph store has (docs/store-format.md lists the columns read)";
+    }
+  }
+  return std::nullopt;
+}
+
+Result<std::vector<ImportedRun>> read_runs(SqliteFile& file) {
+  if (auto problem = file.open()) return invalid(*problem);
+  auto run_columns = file.columns("runs");
+  if (!run_columns) return invalid(run_columns.error());
+  auto event_columns = file.columns("events");
+  if (!event_columns) return invalid(event_columns.error());
+  for (const char* table : {"runs", "events"}) {
+    if ((table == std::string("runs") ? *run_columns : *event_columns).empty()) {
+      return invalid(file.path().string() + " has no table \"" + table +
+                     "\"; an activegraph store has the tables \"runs\" and \"events\"");
+    }
+  }
+  if (auto problem = missing_column(file, "runs", *run_columns, {"id"})) return invalid(*problem);
+  if (auto problem = missing_column(file, "events", *event_columns,
+                                    {"run_id", "seq", "id", "type", "payload", "timestamp"})) {
+    return invalid(*problem);
+  }
+
+  auto runs = file.prepare("SELECT id, " + optional_column(*run_columns, "label") + ", " +
+                           optional_column(*run_columns, "created_at") + ", " +
+                           optional_column(*run_columns, "parent_run_id") + ", " +
+                           optional_column(*run_columns, "forked_at_event_id") +
+                           " FROM runs ORDER BY rowid");
+  if (!runs) return invalid(runs.error());
+  std::vector<ImportedRun> result;
+  int rc;
+  while ((rc = sqlite3_step(runs->get())) == SQLITE_ROW) {
+    sqlite3_stmt* s = runs->get();
+    auto id = column_text(s, 0);
+    if (!id || id->empty()) return invalid(file.path().string() + ": a run has an empty id");
+    ImportedRun run;
+    run.id = RunId(*id);
+    run.label = column_text(s, 1).value_or("");
+    run.created_at = column_text(s, 2);
+    if (auto parent = column_text(s, 3)) run.parent = RunId(*parent);
+    if (auto at = column_text(s, 4)) run.forked_at = EventId(*at);
+    if (run.parent && !run.forked_at) {
+      return invalid(file.path().string() + ": run " + *id + " has parent_run_id " +
+                     run.parent->str() + " but no forked_at_event_id");
+    }
+    result.push_back(std::move(run));
+  }
+  if (rc != SQLITE_DONE)
+    return invalid("reading the runs of " + file.path().string() + ": " + file.error());
+
+  auto events = file.prepare("SELECT id, type, payload, timestamp, " +
+                             optional_column(*event_columns, "actor") + ", " +
+                             optional_column(*event_columns, "frame_id") + ", " +
+                             optional_column(*event_columns, "caused_by") +
+                             ", seq FROM events WHERE run_id = ?1 ORDER BY seq");
+  if (!events) return invalid(events.error());
+  for (ImportedRun& run : result) {
+    sqlite3_stmt* s = events->get();
+    sqlite3_reset(s);
+    sqlite3_bind_text(s, 1, run.id.str().c_str(), -1, SQLITE_TRANSIENT);
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+      std::string where = file.path().string() + ": run " + run.id.str() + ", event at seq " +
+                          std::to_string(sqlite3_column_int64(s, 7));
+      NewEvent event;
+      auto id = column_text(s, 0);
+      auto type = column_text(s, 1);
+      auto payload = column_text(s, 2);
+      auto timestamp = column_text(s, 3);
+      if (!id || id->empty()) return invalid(where + ": empty id");
+      where += " (" + *id + ")";
+      if (!type || type->empty()) return invalid(where + ": empty type");
+      if (!payload) return invalid(where + ": payload is NULL");
+      auto normalized = jsonl::normalize_payload(*payload);
+      if (!normalized) return invalid(where + ": payload is " + normalized.error());
+      if (!timestamp || !jsonl::is_utc_timestamp(*timestamp)) {
+        return invalid(where + ": timestamp \"" + timestamp.value_or("NULL") +
+                       "\" is not an ISO-8601 UTC time");
+      }
+      event.id = EventId(*id);
+      event.type = *type;
+      event.payload = *normalized;
+      event.timestamp = *timestamp;
+      event.actor = column_text(s, 4);
+      event.frame_id = column_text(s, 5);
+      if (auto cause = column_text(s, 6)) event.caused_by = EventId(*cause);
+      run.events.push_back(std::move(event));
+    }
+    if (rc != SQLITE_DONE) {
+      return invalid("reading the events of run " + run.id.str() + ": " + file.error());
+    }
+  }
+  return result;
+}
+
+}  // namespace
+
+Result<std::vector<RunInfo>> import_activegraph_sqlite(EventStore& store,
+                                                       const std::filesystem::path& path) {
+  SqliteFile file(path);
+  auto runs = read_runs(file);
+  if (!runs) return std::unexpected(runs.error());
+
+  // Parents before forks; each run's full history of ids, to find fork
+  // points and to recognise a fork whose rows repeat its inherited prefix.
+  std::unordered_map<RunId, std::size_t> index;
+  for (std::size_t i = 0; i < runs->size(); ++i) {
+    if (!index.emplace((*runs)[i].id, i).second) {
+      return invalid(path.string() + ": run id " + (*runs)[i].id.str() + " appears twice");
+    }
+  }
+  std::vector<std::size_t> order;
+  std::unordered_map<RunId, std::vector<std::string>> history_ids;
+  std::vector<bool> placed(runs->size(), false);
+  while (order.size() < runs->size()) {
+    bool progress = false;
+    for (std::size_t i = 0; i < runs->size(); ++i) {
+      ImportedRun& run = (*runs)[i];
+      if (placed[i]) continue;
+      std::vector<std::string> ids;
+      if (run.parent) {
+        if (!index.contains(*run.parent)) {
+          return invalid(path.string() + ": run " + run.id.str() + " names parent run " +
+                         run.parent->str() + ", which is not in the file");
+        }
+        auto parent_ids = history_ids.find(*run.parent);
+        if (parent_ids == history_ids.end()) continue;  // parent not placed yet
+        const auto& inherited = parent_ids->second;
+        auto at = std::find(inherited.begin(), inherited.end(), run.forked_at->str());
+        if (at == inherited.end()) {
+          return invalid(path.string() + ": run " + run.id.str() + " is forked at event " +
+                         run.forked_at->str() + ", which is not in the history of run " +
+                         run.parent->str());
+        }
+        ids.assign(inherited.begin(), at + 1);
+        // A store that copies the prefix into the fork's rows: drop the copy.
+        bool copied =
+            run.events.size() >= ids.size() &&
+            std::equal(ids.begin(), ids.end(), run.events.begin(),
+                       [](const std::string& id, const NewEvent& e) { return id == e.id.str(); });
+        if (copied) run.events.erase(run.events.begin(), run.events.begin() + ids.size());
+      }
+      for (const NewEvent& e : run.events) ids.push_back(e.id.str());
+      history_ids.emplace(run.id, std::move(ids));
+      placed[i] = true;
+      order.push_back(i);
+      progress = true;
+    }
+    if (!progress) {
+      return invalid(path.string() + ": the runs' parent_run_id values form a cycle");
+    }
+  }
+
+  return store.write([&](Writer& w) -> Result<std::vector<RunInfo>> {
+    std::vector<RunInfo> imported;
+    for (std::size_t i : order) {
+      const ImportedRun& run = (*runs)[i];
+      NewRun spec{run.id, run.label, run.created_at};
+      auto created = run.parent ? w.fork(*run.parent, *run.forked_at, spec) : w.create_run(spec);
+      if (!created) return std::unexpected(created.error());
+      auto head = w.append(run.id, created->head, run.events);
+      if (!head) {
+        return std::unexpected(Refusal{head.error().kind, path.string() + ": run " + run.id.str() +
+                                                              ": " + head.error().message});
+      }
+      created->head = *head;
+      imported.push_back(std::move(*created));
+    }
+    return imported;
+  });
+}
+
+}  // namespace forktrial::store

@@ -1,0 +1,24 @@
+// Import of an activegraph SQLite store (docs/store-format.md, "Importing an
+// activegraph SQLite store" lists the tables and columns accepted).
+//
+// Every run of the file is imported with its id, label, creation time,
+// events (in `seq` order) and lineage, all in one store transaction: a
+// problem anywhere in the file imports nothing.
+#pragma once
+
+#include <filesystem>
+#include <vector>
+
+#include "store/event_store.h"
+
+namespace forktrial::store {
+
+// Refused with invalid_input (unreadable file, missing table or column, bad
+// payload or timestamp, unknown parent or fork event, cyclic lineage; each
+// message names the run, event and column involved), or with run_exists if a
+// run id of the file is already in the store. Returns the imported runs,
+// parents before their forks.
+Result<std::vector<RunInfo>> import_activegraph_sqlite(EventStore& store,
+                                                       const std::filesystem::path& file);
+
+}  // namespace forktrial::store

@@ -1,0 +1,61 @@
+// Key and value encodings of the store's named databases, private to the
+// store. docs/store-format.md is the reference for every layout here.
+#pragma once
+
+#include <capnp/common.h>
+#include <kj/array.h>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "store/event.h"
+
+namespace forktrial::store::codec {
+
+// Big-endian so LMDB's byte order sorts numerically.
+void put_u64(std::byte* out, std::uint64_t value);
+std::uint64_t get_u64(const std::byte* in);
+std::array<std::byte, 8> u64_key(std::uint64_t value);
+
+// events: run number ‖ seq, 16 bytes.
+std::array<std::byte, 16> event_key(std::uint64_t run_number, std::uint64_t seq);
+// event_ids: run number ‖ event id bytes.
+std::vector<std::byte> event_id_key(std::uint64_t run_number, std::string_view event_id);
+
+// The stored value of an event: its canonical Cap'n Proto encoding (a single
+// segment without segment table).
+kj::Array<capnp::word> encode_event(const NewEvent& event, std::uint64_t seq);
+
+// A run record as stored, plus the store-internal run number.
+struct RunRecord {
+  RunId id;
+  std::string label;
+  std::string created_at;
+  std::uint64_t number = 0;
+  std::optional<ForkPoint> fork_of;
+};
+kj::Array<capnp::word> encode_run(const RunRecord& record);
+RunRecord decode_run(std::span<const std::byte> value);
+
+// Decodes stored event values. Values in LMDB are only 2-byte aligned, and
+// Cap'n Proto reads words, so unaligned values are copied into a buffer the
+// decoder owns; the returned views stay valid until the next decode().
+class EventDecoder {
+ public:
+  // Throws StoreError for a value that is not a valid encoded event.
+  EventView decode(std::span<const std::byte> value);
+  // Like decode(), and also reports whether the value is in canonical form.
+  EventView decode_checked(std::span<const std::byte> value, bool& canonical);
+
+ private:
+  EventView decode_impl(std::span<const std::byte> value, bool* canonical);
+  EventView decode_words(std::span<const std::byte> value, bool* canonical);
+  std::vector<capnp::word> aligned_;
+};
+
+}  // namespace forktrial::store::codec

@@ -1,0 +1,931 @@
+#include "store/event_store.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <ctime>
+#include <limits>
+#include <mutex>
+#include <random>
+#include <set>
+#include <shared_mutex>
+#include <utility>
+
+#include "base/unique_fd.h"
+#include "store/codec.h"
+#include "store/lmdb.h"
+
+namespace forktrial::store {
+namespace {
+
+constexpr std::uint64_t kNoLimit = std::numeric_limits<std::uint64_t>::max();
+constexpr std::string_view kSchemaVersionKey = "schema_version";
+
+// LMDB forbids opening one environment twice in a process; this registry of
+// open store directories (by device and inode) turns that rule into an error
+// instead of silently broken locking. It mirrors a process-wide constraint,
+// hence process-wide state.
+class OpenStores {
+ public:
+  static bool add(std::pair<dev_t, ino_t> key) {
+    std::lock_guard lock(mutex());
+    return set().insert(key).second;
+  }
+  static void remove(std::pair<dev_t, ino_t> key) {
+    std::lock_guard lock(mutex());
+    set().erase(key);
+  }
+
+ private:
+  static std::mutex& mutex() {
+    static std::mutex m;
+    return m;
+  }
+  static std::set<std::pair<dev_t, ino_t>>& set() {
+    static std::set<std::pair<dev_t, ino_t>> s;
+    return s;
+  }
+};
+
+class OpenRegistration {
+ public:
+  explicit OpenRegistration(const std::filesystem::path& dir) {
+    struct stat st {};
+    if (::stat(dir.c_str(), &st) != 0) throw SystemError("stat(\"" + dir.string() + "\")", errno);
+    key_ = {st.st_dev, st.st_ino};
+    if (!OpenStores::add(key_)) {
+      throw StoreError("the store at " + dir.string() +
+                       " is already open in this process; share the one EventStore instead of "
+                       "opening it twice (LMDB forbids a second handle in one process)");
+    }
+  }
+  ~OpenRegistration() { OpenStores::remove(key_); }
+  OpenRegistration(const OpenRegistration&) = delete;
+  OpenRegistration& operator=(const OpenRegistration&) = delete;
+
+ private:
+  std::pair<dev_t, ino_t> key_;
+};
+
+std::string system_clock_now() {
+  auto now = std::chrono::system_clock::now();
+  auto micros =
+      std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count();
+  std::time_t seconds = static_cast<std::time_t>(micros / 1'000'000);
+  std::tm utc{};
+  gmtime_r(&seconds, &utc);
+  char text[64];
+  std::size_t n = std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%S", &utc);
+  std::snprintf(text + n, sizeof text - n, ".%06lldZ", static_cast<long long>(micros % 1'000'000));
+  return text;
+}
+
+RunId random_run_id() {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  char text[32];
+  std::snprintf(text, sizeof text, "run_%016llx", static_cast<unsigned long long>(rng()));
+  return RunId(text);
+}
+
+struct Dbis {
+  MDB_dbi meta = 0;
+  MDB_dbi runs = 0;
+  MDB_dbi run_numbers = 0;
+  MDB_dbi events = 0;
+  MDB_dbi event_ids = 0;
+  MDB_dbi blobs = 0;
+};
+
+// A contiguous stretch of a run's history stored under one run number:
+// seqs [lower, upper] of run `number`.
+struct Range {
+  std::uint64_t number;
+  std::uint64_t lower;
+  std::uint64_t upper;
+};
+
+std::optional<std::string> invalid_id(std::string_view what, std::string_view id) {
+  if (id.empty()) return std::string(what) + " is empty";
+  if (id.size() > kMaxIdBytes) {
+    return std::string(what) + " \"" + std::string(id.substr(0, 40)) + "...\" is " +
+           std::to_string(id.size()) + " bytes long; the limit is " + std::to_string(kMaxIdBytes);
+  }
+  return std::nullopt;
+}
+
+Refusal refuse(Refused kind, std::string message) {
+  return Refusal{kind, std::move(message)};
+}
+
+// Read operations over one transaction, read-only or read-write; shared by
+// Snapshot and Writer.
+class TxnReader {
+ public:
+  TxnReader(const Dbis& dbis, MDB_txn* txn) : dbis_(dbis), txn_(txn) {}
+
+  std::optional<codec::RunRecord> record(const RunId& id) const {
+    if (id.empty() || id.str().size() > kMaxIdBytes) return std::nullopt;
+    MDB_val key = lmdb::val(id.str());
+    MDB_val value{};
+    int rc = mdb_get(txn_, dbis_.runs, &key, &value);
+    if (rc == MDB_NOTFOUND) return std::nullopt;
+    lmdb::check(rc, "mdb_get(runs)");
+    return codec::decode_run(lmdb::bytes(value));
+  }
+
+  codec::RunRecord record_or_corrupt(const RunId& id) const {
+    auto r = record(id);
+    if (!r) {
+      throw StoreError("run " + id.str() +
+                       " is named as a parent in the store but has no record; the store is "
+                       "corrupt");
+    }
+    return *r;
+  }
+
+  // The seq of the last event stored under run `number`, 0 if none.
+  std::uint64_t own_last(std::uint64_t number) const {
+    lmdb::Cursor cursor(txn_, dbis_.events);
+    auto start = codec::event_key(number + 1, 0);
+    MDB_val key = lmdb::val(std::span<const std::byte>(start));
+    MDB_val value{};
+    bool found = cursor.get(key, value, MDB_SET_RANGE) ? cursor.get(key, value, MDB_PREV)
+                                                       : cursor.get(key, value, MDB_LAST);
+    if (!found || key.mv_size != 16) return 0;
+    auto* k = static_cast<const std::byte*>(key.mv_data);
+    return codec::get_u64(k) == number ? codec::get_u64(k + 8) : 0;
+  }
+
+  std::uint64_t head(const codec::RunRecord& r) const {
+    std::uint64_t fork_seq = r.fork_of ? r.fork_of->seq : 0;
+    return std::max(own_last(r.number), fork_seq);
+  }
+
+  RunInfo info(const codec::RunRecord& r) const {
+    return RunInfo{r.id, r.label, r.created_at, r.fork_of, head(r), r.number};
+  }
+
+  // The stretches of stored events that make up the run's history, oldest
+  // first: the run's own events last, each ancestor's contribution before.
+  std::vector<Range> lineage(const codec::RunRecord& run) const {
+    std::vector<Range> ranges;
+    codec::RunRecord current = run;
+    std::uint64_t limit = kNoLimit;
+    for (;;) {
+      std::uint64_t lower = current.fork_of ? current.fork_of->seq + 1 : 1;
+      if (lower <= limit) ranges.push_back({current.number, lower, limit});
+      if (!current.fork_of) break;
+      limit = std::min(limit, current.fork_of->seq);
+      current = record_or_corrupt(current.fork_of->parent);
+    }
+    std::reverse(ranges.begin(), ranges.end());
+    return ranges;
+  }
+
+  std::optional<std::uint64_t> find_seq(const std::vector<Range>& ranges,
+                                        std::string_view event_id) const {
+    if (event_id.empty() || event_id.size() > kMaxIdBytes) return std::nullopt;
+    for (const Range& range : ranges) {
+      auto key_bytes = codec::event_id_key(range.number, event_id);
+      MDB_val key = lmdb::val(std::span<const std::byte>(key_bytes));
+      MDB_val value{};
+      int rc = mdb_get(txn_, dbis_.event_ids, &key, &value);
+      if (rc == MDB_NOTFOUND) continue;
+      lmdb::check(rc, "mdb_get(event_ids)");
+      std::uint64_t seq = codec::get_u64(static_cast<const std::byte*>(value.mv_data));
+      if (seq >= range.lower && seq <= range.upper) return seq;
+    }
+    return std::nullopt;
+  }
+
+  // Calls `visit(seq, stored value)` for each event of the history with
+  // from_seq <= seq <= to_seq, in order; stops when visit returns false.
+  template <typename Visit>
+  void scan(const std::vector<Range>& ranges, std::uint64_t from_seq, std::uint64_t to_seq,
+            Visit&& visit) const {
+    lmdb::Cursor cursor(txn_, dbis_.events);
+    for (const Range& range : ranges) {
+      std::uint64_t start = std::max(range.lower, from_seq);
+      std::uint64_t end = std::min(range.upper, to_seq);
+      if (start > end) continue;
+      auto start_key = codec::event_key(range.number, start);
+      MDB_val key = lmdb::val(std::span<const std::byte>(start_key));
+      MDB_val value{};
+      for (bool ok = cursor.get(key, value, MDB_SET_RANGE); ok;
+           ok = cursor.get(key, value, MDB_NEXT)) {
+        auto* k = static_cast<const std::byte*>(key.mv_data);
+        if (key.mv_size != 16 || codec::get_u64(k) != range.number) break;
+        std::uint64_t seq = codec::get_u64(k + 8);
+        if (seq > end) break;
+        if (!visit(seq, lmdb::bytes(value))) return;
+      }
+    }
+  }
+
+  std::optional<std::span<const std::byte>> blob(const Digest& digest) const {
+    MDB_val key = lmdb::val(std::as_bytes(std::span(digest.bytes())));
+    MDB_val value{};
+    int rc = mdb_get(txn_, dbis_.blobs, &key, &value);
+    if (rc == MDB_NOTFOUND) return std::nullopt;
+    lmdb::check(rc, "mdb_get(blobs)");
+    return lmdb::bytes(value);
+  }
+
+  // Streams the segment of the history up to `up_to_seq` (docs/store-format.md).
+  void stream_segment(const codec::RunRecord& run, std::uint64_t up_to_seq,
+                      const std::function<void(std::span<const std::byte>)>& sink) const {
+    std::byte header[16];
+    std::memcpy(header, kSegmentMagic.data(), 8);
+    codec::put_u64(header + 8, up_to_seq);
+    sink(header);
+    std::uint64_t expected = 1;
+    scan(lineage(run), 1, up_to_seq, [&](std::uint64_t seq, std::span<const std::byte> value) {
+      if (seq != expected) {
+        throw StoreError("run " + run.id.str() + " has no event at seq " +
+                         std::to_string(expected) + " (next stored is " + std::to_string(seq) +
+                         "); the store is corrupt");
+      }
+      ++expected;
+      std::byte length[8];
+      codec::put_u64(length, value.size());
+      sink(length);
+      sink(value);
+      return true;
+    });
+    if (expected != up_to_seq + 1) {
+      throw StoreError("run " + run.id.str() + " has " + std::to_string(expected - 1) +
+                       " events, fewer than the " + std::to_string(up_to_seq) +
+                       " the segment needs");
+    }
+  }
+
+  const Dbis& dbis() const { return dbis_; }
+  MDB_txn* txn() const { return txn_; }
+
+ private:
+  const Dbis& dbis_;
+  MDB_txn* txn_;
+};
+
+}  // namespace
+
+Event EventView::to_event() const {
+  Event e;
+  e.id = EventId(std::string(id));
+  e.type = std::string(type);
+  e.payload = std::string(payload);
+  e.timestamp = std::string(timestamp);
+  if (actor) e.actor = std::string(*actor);
+  if (frame_id) e.frame_id = std::string(*frame_id);
+  if (caused_by) e.caused_by = EventId(std::string(*caused_by));
+  e.seq = seq;
+  return e;
+}
+
+SchemaVersionMismatch::SchemaVersionMismatch(const std::filesystem::path& path, std::uint32_t found)
+    : StoreError("the store at " + path.string() + " has schema version " + std::to_string(found) +
+                 ", but this forktrial reads schema version " + std::to_string(kSchemaVersion) +
+                 " only; open it with a forktrial built for version " + std::to_string(found) +
+                 ", or export its runs there and import them here (docs/store-format.md, "
+                 "\"Versioning\")"),
+      found_(found) {}
+
+struct EventStore::Impl {
+  std::filesystem::path path;
+  StoreOptions options;
+  std::optional<OpenRegistration> registration;
+  lmdb::Env env;
+  Dbis dbis;
+  // Any transaction of this process holds `resize` shared; changing the map
+  // size holds it exclusively, because LMDB resizes only an idle environment.
+  mutable std::shared_timed_mutex resize;
+  std::size_t map_size = 0;  // guarded by `resize`
+
+  // Begins a transaction; throws LmdbError(MDB_MAP_RESIZED) when another
+  // process grew the map, which the caller answers with adopt_resized().
+  lmdb::Txn begin(unsigned flags) {
+    lmdb::Txn txn;
+    lmdb::check(txn.try_begin(env.get(), flags), "mdb_txn_begin(\"" + path.string() + "\")");
+    return txn;
+  }
+
+  // Adopts the map size another process set (LMDB: size 0 means "the size
+  // now in the file"), with no transaction of this process active.
+  void adopt_resized() {
+    std::unique_lock lock(resize, std::defer_lock);
+    if (!lock.try_lock_for(options.grow_wait)) {
+      throw StoreError("another process grew the store at " + path.string() +
+                       ", but read snapshots of this process stayed open for " +
+                       std::to_string(options.grow_wait.count()) + " ms; close them and retry");
+    }
+    lmdb::check(mdb_env_set_mapsize(env.get(), 0), "mdb_env_set_mapsize(0)");
+    MDB_envinfo info{};
+    lmdb::check(mdb_env_info(env.get(), &info), "mdb_env_info");
+    map_size = info.me_mapsize;
+  }
+
+  void grow(std::size_t failed_size) {
+    std::unique_lock lock(resize, std::defer_lock);
+    if (!lock.try_lock_for(options.grow_wait)) {
+      throw StoreError("the store at " + path.string() + " must grow its map beyond " +
+                       std::to_string(failed_size) + " bytes, but read snapshots stayed open for " +
+                       std::to_string(options.grow_wait.count()) +
+                       " ms; close long-lived snapshots before large writes");
+    }
+    if (map_size > failed_size) return;  // another writer grew it meanwhile
+    if (map_size >= options.max_map_size) {
+      throw StoreFull("the store at " + path.string() + " is full: the write needs more than " +
+                      std::to_string(options.max_map_size) +
+                      " bytes, the maximum map size; nothing of this write was kept and the "
+                      "store stays readable; open it with a larger maximum map size "
+                      "(StoreOptions::max_map_size)");
+    }
+    std::size_t next = std::min(options.max_map_size, map_size * 2);
+    lmdb::check(mdb_env_set_mapsize(env.get(), next),
+                "mdb_env_set_mapsize(" + std::to_string(next) + ")");
+    map_size = next;
+  }
+};
+
+struct Writer::State {
+  EventStore::Impl& impl;
+  lmdb::Txn& txn;
+  TxnReader reader() const { return TxnReader(impl.dbis, txn.get()); }
+};
+
+struct Snapshot::State {
+  const EventStore::Impl* impl;
+  std::shared_lock<std::shared_timed_mutex> lock;
+  lmdb::Txn txn;
+  mutable codec::EventDecoder decoder;
+  TxnReader reader() const { return TxnReader(impl->dbis, txn.get()); }
+};
+
+EventStore::EventStore(const std::filesystem::path& path, StoreOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& impl = *impl_;
+  impl.path = path;
+  impl.options = std::move(options);
+  if (!impl.options.clock) impl.options.clock = system_clock_now;
+  if (!impl.options.new_run_id) impl.options.new_run_id = random_run_id;
+  impl.options.initial_map_size =
+      std::min(impl.options.initial_map_size, impl.options.max_map_size);
+
+  std::error_code ec;
+  std::filesystem::create_directories(path, ec);
+  if (ec) {
+    throw StoreError("cannot create the store directory " + path.string() + ": " + ec.message());
+  }
+  impl.registration.emplace(path);
+
+  lmdb::check(mdb_env_set_maxdbs(impl.env.get(), 16), "mdb_env_set_maxdbs(16)");
+  lmdb::check(mdb_env_set_maxreaders(impl.env.get(), 1024), "mdb_env_set_maxreaders(1024)");
+  lmdb::check(mdb_env_set_mapsize(impl.env.get(), impl.options.initial_map_size),
+              "mdb_env_set_mapsize(" + std::to_string(impl.options.initial_map_size) + ")");
+  unsigned flags = MDB_NOTLS | (impl.options.sync ? 0 : MDB_NOSYNC);
+  lmdb::check(mdb_env_open(impl.env.get(), path.c_str(), flags, 0644),
+              "mdb_env_open(\"" + path.string() + "\")");
+  MDB_envinfo info{};
+  lmdb::check(mdb_env_info(impl.env.get(), &info), "mdb_env_info");
+  impl.map_size = info.me_mapsize;
+
+  lmdb::Txn txn(impl.env.get(), 0);
+  lmdb::check(mdb_dbi_open(txn.get(), "meta", MDB_CREATE, &impl.dbis.meta), "mdb_dbi_open(meta)");
+  auto version = txn.get(impl.dbis.meta, lmdb::val(kSchemaVersionKey));
+  if (version) {
+    if (version->mv_size != 4) {
+      throw StoreError("the store at " + path.string() + " has a schema version record of " +
+                       std::to_string(version->mv_size) + " bytes instead of 4; it is corrupt");
+    }
+    auto* b = static_cast<const unsigned char*>(version->mv_data);
+    std::uint32_t found = (std::uint32_t{b[0]} << 24) | (std::uint32_t{b[1]} << 16) |
+                          (std::uint32_t{b[2]} << 8) | std::uint32_t{b[3]};
+    if (found != kSchemaVersion) throw SchemaVersionMismatch(path, found);
+  } else {
+    unsigned char b[4] = {static_cast<unsigned char>(kSchemaVersion >> 24),
+                          static_cast<unsigned char>(kSchemaVersion >> 16),
+                          static_cast<unsigned char>(kSchemaVersion >> 8),
+                          static_cast<unsigned char>(kSchemaVersion)};
+    txn.put(impl.dbis.meta, lmdb::val(kSchemaVersionKey), MDB_val{4, b});
+  }
+  auto open_db = [&](const char* name, MDB_dbi& dbi) {
+    lmdb::check(mdb_dbi_open(txn.get(), name, MDB_CREATE, &dbi),
+                std::string("mdb_dbi_open(") + name + ")");
+  };
+  open_db("runs", impl.dbis.runs);
+  open_db("run_numbers", impl.dbis.run_numbers);
+  open_db("events", impl.dbis.events);
+  open_db("event_ids", impl.dbis.event_ids);
+  open_db("blobs", impl.dbis.blobs);
+  txn.commit();
+}
+
+EventStore::~EventStore() = default;
+EventStore::EventStore(EventStore&&) noexcept = default;
+EventStore& EventStore::operator=(EventStore&&) noexcept = default;
+
+const std::filesystem::path& EventStore::path() const {
+  return impl_->path;
+}
+
+std::size_t EventStore::map_size() const {
+  std::shared_lock lock(impl_->resize);
+  return impl_->map_size;
+}
+
+void EventStore::write_transaction(const std::function<bool(Writer&)>& body) {
+  for (;;) {
+    std::size_t size_at_start = 0;
+    try {
+      std::shared_lock lock(impl_->resize);
+      size_at_start = impl_->map_size;
+      lmdb::Txn txn = impl_->begin(0);
+      Writer::State state{*impl_, txn};
+      Writer writer(state);
+      if (body(writer)) txn.commit();
+      return;
+    } catch (const lmdb::LmdbError& e) {
+      if (e.code() == MDB_MAP_RESIZED) {
+        impl_->adopt_resized();
+        continue;
+      }
+      if (e.code() != MDB_MAP_FULL) throw;
+    }
+    impl_->grow(size_at_start);
+  }
+}
+
+Snapshot EventStore::snapshot() const {
+  auto state = std::make_unique<Snapshot::State>();
+  state->impl = impl_.get();
+  for (;;) {
+    try {
+      state->lock = std::shared_lock(impl_->resize);
+      state->txn = impl_->begin(MDB_RDONLY);
+      return Snapshot(std::move(state));
+    } catch (const lmdb::LmdbError& e) {
+      if (e.code() != MDB_MAP_RESIZED) throw;
+    }
+    state->lock = {};
+    impl_->adopt_resized();
+  }
+}
+
+Result<RunInfo> EventStore::create_run(const NewRun& run) {
+  return write([&](Writer& w) { return w.create_run(run); });
+}
+
+Result<RunInfo> EventStore::fork(const RunId& parent, const EventId& at_event, const NewRun& fork) {
+  return write([&](Writer& w) { return w.fork(parent, at_event, fork); });
+}
+
+Result<std::uint64_t> EventStore::append(const RunId& run, std::uint64_t expected_head,
+                                         std::span<const NewEvent> events) {
+  return write([&](Writer& w) { return w.append(run, expected_head, events); });
+}
+
+Result<std::uint64_t> EventStore::append(const RunId& run, std::uint64_t expected_head,
+                                         const NewEvent& event) {
+  return append(run, expected_head, std::span<const NewEvent>(&event, 1));
+}
+
+Result<RunInfo> EventStore::import_run(const NewRun& run, std::span<const NewEvent> events) {
+  return write([&](Writer& w) -> Result<RunInfo> {
+    auto created = w.create_run(run);
+    if (!created) return created;
+    auto head = w.append(created->id, 0, events);
+    if (!head) return std::unexpected(head.error());
+    created->head = *head;
+    return created;
+  });
+}
+
+Digest EventStore::put_blob(std::span<const std::byte> bytes) {
+  return *write([&](Writer& w) -> Result<Digest> { return w.put_blob(bytes); });
+}
+
+Digest EventStore::put_blob_file(const std::filesystem::path& file) {
+  return *write([&](Writer& w) -> Result<Digest> { return w.put_blob_file(file); });
+}
+
+Result<Digest> EventStore::store_fork_segment(const RunId& run) {
+  return write([&](Writer& w) -> Result<Digest> {
+    auto info = w.run(run);
+    if (!info) return std::unexpected(refuse(Refused::unknown_run, "no run " + run.str()));
+    if (!info->fork_of) {
+      return std::unexpected(
+          refuse(Refused::unknown_run, "run " + run.str() + " is not a fork; it inherits nothing"));
+    }
+    return w.store_segment(run, info->fork_of->seq);
+  });
+}
+
+Result<RunInfo> EventStore::load_segment(std::span<const std::byte> segment, const NewRun& run) {
+  return write([&](Writer& w) { return w.load_segment(segment, run); });
+}
+
+// ---- Writer ----
+
+std::optional<RunInfo> Writer::run(const RunId& id) const {
+  auto reader = state_.reader();
+  auto record = reader.record(id);
+  if (!record) return std::nullopt;
+  return reader.info(*record);
+}
+
+namespace {
+
+Result<codec::RunRecord> insert_run(EventStore::Impl& impl, lmdb::Txn& txn, const NewRun& run,
+                                    std::optional<ForkPoint> fork_of) {
+  TxnReader reader(impl.dbis, txn.get());
+  codec::RunRecord record;
+  record.id = run.id ? *run.id : impl.options.new_run_id();
+  if (auto problem = invalid_id("run id", record.id.str())) {
+    return std::unexpected(refuse(Refused::invalid_input, *problem));
+  }
+  if (reader.record(record.id)) {
+    return std::unexpected(
+        refuse(Refused::run_exists, "a run with id " + record.id.str() + " is already stored"));
+  }
+  record.label = run.label;
+  record.created_at = run.created_at ? *run.created_at : impl.options.clock();
+  record.fork_of = std::move(fork_of);
+
+  lmdb::Cursor numbers(txn.get(), impl.dbis.run_numbers);
+  MDB_val key{};
+  MDB_val value{};
+  record.number = numbers.get(key, value, MDB_LAST)
+                      ? codec::get_u64(static_cast<const std::byte*>(key.mv_data)) + 1
+                      : 1;
+  auto number_key = codec::u64_key(record.number);
+  txn.put(impl.dbis.run_numbers, lmdb::val(std::span<const std::byte>(number_key)),
+          lmdb::val(record.id.str()));
+  auto encoded = codec::encode_run(record);
+  txn.put(impl.dbis.runs, lmdb::val(record.id.str()),
+          lmdb::val(std::as_bytes(std::span(encoded.begin(), encoded.size()))));
+  return record;
+}
+
+std::optional<std::string> invalid_event(const NewEvent& e) {
+  if (auto problem = invalid_id("event id", e.id.str())) return problem;
+  if (e.type.empty()) return "event " + e.id.str() + " has an empty type";
+  if (e.timestamp.empty()) return "event " + e.id.str() + " has an empty timestamp";
+  return std::nullopt;
+}
+
+// Stores one encoded event of run `number` at `seq` and indexes its id;
+// refuses an id already in the history (`ranges` are the ancestors' parts).
+std::optional<Refusal> put_event(EventStore::Impl& impl, lmdb::Txn& txn, const RunId& run,
+                                 std::uint64_t number, const std::vector<Range>& inherited,
+                                 std::string_view id, std::uint64_t seq,
+                                 std::span<const std::byte> value) {
+  TxnReader reader(impl.dbis, txn.get());
+  auto duplicate = [&](std::uint64_t at) {
+    return refuse(Refused::duplicate_event_id,
+                  "event id " + std::string(id) + " is already in the history of run " + run.str() +
+                      " (at seq " + std::to_string(at) + "); nothing was written");
+  };
+  if (auto at = reader.find_seq(inherited, id)) return duplicate(*at);
+  auto id_key = codec::event_id_key(number, id);
+  auto seq_value = codec::u64_key(seq);
+  if (!txn.put_new(impl.dbis.event_ids, lmdb::val(std::span<const std::byte>(id_key)),
+                   lmdb::val(std::span<const std::byte>(seq_value)))) {
+    auto existing = txn.get(impl.dbis.event_ids, lmdb::val(std::span<const std::byte>(id_key)));
+    return duplicate(codec::get_u64(static_cast<const std::byte*>(existing->mv_data)));
+  }
+  auto key = codec::event_key(number, seq);
+  txn.put(impl.dbis.events, lmdb::val(std::span<const std::byte>(key)), lmdb::val(value));
+  return std::nullopt;
+}
+
+std::vector<Range> inherited_ranges(const TxnReader& reader, const codec::RunRecord& record) {
+  auto ranges = reader.lineage(record);
+  if (!ranges.empty() && ranges.back().number == record.number) ranges.pop_back();
+  return ranges;
+}
+
+}  // namespace
+
+Result<RunInfo> Writer::create_run(const NewRun& run) {
+  auto record = insert_run(state_.impl, state_.txn, run, std::nullopt);
+  if (!record) return std::unexpected(record.error());
+  return state_.reader().info(*record);
+}
+
+Result<RunInfo> Writer::fork(const RunId& parent, const EventId& at_event, const NewRun& fork) {
+  auto reader = state_.reader();
+  auto parent_record = reader.record(parent);
+  if (!parent_record) {
+    return std::unexpected(refuse(
+        Refused::unknown_run, "cannot fork run " + parent.str() + ": no such run in the store"));
+  }
+  auto seq = reader.find_seq(reader.lineage(*parent_record), at_event.str());
+  if (!seq) {
+    return std::unexpected(
+        refuse(Refused::unknown_event, "cannot fork run " + parent.str() + " at event " +
+                                           at_event.str() + ": the run's history (" +
+                                           std::to_string(reader.head(*parent_record)) +
+                                           " events) has no event with that id"));
+  }
+  auto record = insert_run(state_.impl, state_.txn, fork, ForkPoint{parent, at_event, *seq});
+  if (!record) return std::unexpected(record.error());
+  return reader.info(*record);
+}
+
+Result<std::uint64_t> Writer::append(const RunId& run, std::uint64_t expected_head,
+                                     std::span<const NewEvent> events) {
+  auto reader = state_.reader();
+  auto record = reader.record(run);
+  if (!record) {
+    return std::unexpected(
+        refuse(Refused::unknown_run, "cannot append to run " + run.str() + ": no such run"));
+  }
+  std::uint64_t head = reader.head(*record);
+  if (head != expected_head) {
+    return std::unexpected(refuse(Refused::head_moved,
+                                  "append to run " + run.str() + " expected head " +
+                                      std::to_string(expected_head) + " but the head is " +
+                                      std::to_string(head) +
+                                      "; another writer moved it; nothing was written; re-read the "
+                                      "run and retry from its head"));
+  }
+  auto inherited = inherited_ranges(reader, *record);
+  std::uint64_t seq = head;
+  for (const NewEvent& event : events) {
+    if (auto problem = invalid_event(event)) {
+      return std::unexpected(
+          refuse(Refused::invalid_event,
+                 "cannot append to run " + run.str() + ": " + *problem + "; nothing was written"));
+    }
+    ++seq;
+    auto encoded = codec::encode_event(event, seq);
+    if (auto refusal =
+            put_event(state_.impl, state_.txn, run, record->number, inherited, event.id.str(), seq,
+                      std::as_bytes(std::span(encoded.begin(), encoded.size())))) {
+      return std::unexpected(*refusal);
+    }
+  }
+  return seq;
+}
+
+Digest Writer::put_blob(std::span<const std::byte> bytes) {
+  Sha256 hasher;
+  hasher.update(bytes.data(), bytes.size());
+  Digest digest = hasher.finish();
+  if (state_.reader().blob(digest)) return digest;
+  MDB_val key = lmdb::val(std::as_bytes(std::span(digest.bytes())));
+  auto space = state_.txn.reserve(state_.impl.dbis.blobs, key, bytes.size());
+  if (!bytes.empty()) std::memcpy(space.data(), bytes.data(), bytes.size());
+  return digest;
+}
+
+namespace {
+
+// Reads all of `fd` from offset 0 in chunks, passing each chunk to `chunk`.
+template <typename Chunk>
+void read_file(int fd, const std::filesystem::path& file, std::span<std::byte> buffer,
+               Chunk&& chunk) {
+  off_t offset = 0;
+  for (;;) {
+    ssize_t n = retry_eintr([&] { return ::pread(fd, buffer.data(), buffer.size(), offset); });
+    if (n < 0) throw SystemError("pread(\"" + file.string() + "\")", errno);
+    if (n == 0) return;
+    chunk(buffer.first(static_cast<std::size_t>(n)));
+    offset += n;
+  }
+}
+
+}  // namespace
+
+Digest Writer::put_blob_file(const std::filesystem::path& file) {
+  UniqueFd fd(retry_eintr([&] { return ::open(file.c_str(), O_RDONLY | O_CLOEXEC); }));
+  if (!fd) throw SystemError("open(\"" + file.string() + "\", O_RDONLY)", errno);
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) throw SystemError("fstat(\"" + file.string() + "\")", errno);
+  std::size_t size = static_cast<std::size_t>(st.st_size);
+
+  std::vector<std::byte> buffer(std::size_t{1} << 20);
+  Sha256 hasher;
+  std::size_t seen = 0;
+  read_file(fd.get(), file, buffer, [&](std::span<std::byte> chunk) {
+    hasher.update(chunk.data(), chunk.size());
+    seen += chunk.size();
+  });
+  Digest digest = hasher.finish();
+  if (seen != size) {
+    throw StoreError("the file " + file.string() + " changed size while it was being stored");
+  }
+  if (state_.reader().blob(digest)) return digest;
+
+  // Second pass straight into the reserved value, hashing again so a file
+  // that changed between the passes is caught instead of stored under a
+  // digest that does not match its bytes.
+  MDB_val key = lmdb::val(std::as_bytes(std::span(digest.bytes())));
+  auto space = state_.txn.reserve(state_.impl.dbis.blobs, key, size);
+  Sha256 verify;
+  std::size_t filled = 0;
+  read_file(fd.get(), file, buffer, [&](std::span<std::byte> chunk) {
+    if (filled + chunk.size() > size) {
+      throw StoreError("the file " + file.string() + " grew while it was being stored");
+    }
+    std::memcpy(space.data() + filled, chunk.data(), chunk.size());
+    verify.update(chunk.data(), chunk.size());
+    filled += chunk.size();
+  });
+  if (filled != size || verify.finish() != digest) {
+    throw StoreError("the file " + file.string() + " changed while it was being stored");
+  }
+  return digest;
+}
+
+Result<Digest> Writer::store_segment(const RunId& run, std::uint64_t up_to_seq) {
+  auto reader = state_.reader();
+  auto record = reader.record(run);
+  if (!record) {
+    return std::unexpected(refuse(Refused::unknown_run, "no run " + run.str() + " in the store"));
+  }
+  std::uint64_t head = reader.head(*record);
+  if (up_to_seq > head) {
+    return std::unexpected(refuse(
+        Refused::unknown_event, "run " + run.str() + " has " + std::to_string(head) +
+                                    " events; no segment up to seq " + std::to_string(up_to_seq)));
+  }
+  // Hash first, then copy into the reserved blob: the segment is never built
+  // in memory, whatever the length of the prefix.
+  Sha256 hasher;
+  std::size_t size = 0;
+  reader.stream_segment(*record, up_to_seq, [&](std::span<const std::byte> chunk) {
+    hasher.update(chunk.data(), chunk.size());
+    size += chunk.size();
+  });
+  Digest digest = hasher.finish();
+  if (reader.blob(digest)) return digest;
+  MDB_val key = lmdb::val(std::as_bytes(std::span(digest.bytes())));
+  auto space = state_.txn.reserve(state_.impl.dbis.blobs, key, size);
+  std::size_t filled = 0;
+  reader.stream_segment(*record, up_to_seq, [&](std::span<const std::byte> chunk) {
+    std::memcpy(space.data() + filled, chunk.data(), chunk.size());
+    filled += chunk.size();
+  });
+  return digest;
+}
+
+Result<RunInfo> Writer::load_segment(std::span<const std::byte> segment, const NewRun& run) {
+  auto bad = [](std::string why) {
+    return std::unexpected(refuse(Refused::invalid_segment, "invalid segment: " + why));
+  };
+  if (segment.size() < 16 ||
+      std::memcmp(segment.data(), kSegmentMagic.data(), kSegmentMagic.size()) != 0) {
+    return bad("it does not start with the magic \"" + std::string(kSegmentMagic) + "\"");
+  }
+  std::uint64_t count = codec::get_u64(segment.data() + 8);
+  auto record = insert_run(state_.impl, state_.txn, run, std::nullopt);
+  if (!record) return std::unexpected(record.error());
+  std::size_t offset = 16;
+  codec::EventDecoder decoder;
+  for (std::uint64_t seq = 1; seq <= count; ++seq) {
+    if (segment.size() - offset < 8) {
+      return bad("it ends before event " + std::to_string(seq) + " of " + std::to_string(count));
+    }
+    std::uint64_t length = codec::get_u64(segment.data() + offset);
+    offset += 8;
+    if (length > segment.size() - offset || length % 8 != 0 || length == 0) {
+      return bad("event " + std::to_string(seq) + " has an impossible length " +
+                 std::to_string(length));
+    }
+    auto value = segment.subspan(offset, length);
+    offset += length;
+    bool canonical = false;
+    EventView view;
+    try {
+      view = decoder.decode_checked(value, canonical);
+    } catch (const StoreError& e) {
+      return bad("event " + std::to_string(seq) + ": " + e.what());
+    }
+    if (!canonical) return bad("event " + std::to_string(seq) + " is not in canonical form");
+    if (view.seq != seq) {
+      return bad("event " + std::to_string(seq) + " says it is at seq " + std::to_string(view.seq));
+    }
+    if (auto problem = invalid_event(view.to_event())) return bad(*problem);
+    if (auto refusal = put_event(state_.impl, state_.txn, record->id, record->number, {}, view.id,
+                                 seq, value)) {
+      return bad(refusal->message);
+    }
+  }
+  if (offset != segment.size()) {
+    return bad(std::to_string(segment.size() - offset) + " bytes follow the last event");
+  }
+  return state_.reader().info(*record);
+}
+
+// ---- Snapshot ----
+
+Snapshot::Snapshot(std::unique_ptr<State> state) : state_(std::move(state)) {}
+Snapshot::~Snapshot() = default;
+Snapshot::Snapshot(Snapshot&&) noexcept = default;
+Snapshot& Snapshot::operator=(Snapshot&&) noexcept = default;
+
+std::optional<RunInfo> Snapshot::run(const RunId& id) const {
+  auto reader = state_->reader();
+  auto record = reader.record(id);
+  if (!record) return std::nullopt;
+  return reader.info(*record);
+}
+
+std::vector<RunInfo> Snapshot::runs() const {
+  auto reader = state_->reader();
+  std::vector<RunInfo> result;
+  lmdb::Cursor cursor(state_->txn.get(), state_->impl->dbis.run_numbers);
+  MDB_val key{};
+  MDB_val value{};
+  for (bool ok = cursor.get(key, value, MDB_FIRST); ok; ok = cursor.get(key, value, MDB_NEXT)) {
+    result.push_back(reader.info(reader.record_or_corrupt(RunId(std::string(lmdb::chars(value))))));
+  }
+  return result;
+}
+
+namespace {
+
+codec::RunRecord as_record(const RunInfo& run) {
+  return codec::RunRecord{run.id, run.label, run.created_at, run.number, run.fork_of};
+}
+
+}  // namespace
+
+void Snapshot::for_each_event(const RunInfo& run, std::uint64_t from_seq,
+                              const std::function<bool(const EventView&)>& visit) const {
+  auto reader = state_->reader();
+  reader.scan(reader.lineage(as_record(run)), from_seq, kNoLimit,
+              [&](std::uint64_t, std::span<const std::byte> value) {
+                return visit(state_->decoder.decode(value));
+              });
+}
+
+std::vector<Event> Snapshot::history(const RunInfo& run, std::uint64_t from_seq) const {
+  std::vector<Event> events;
+  for_each_event(run, from_seq, [&](const EventView& v) {
+    events.push_back(v.to_event());
+    return true;
+  });
+  return events;
+}
+
+std::uint64_t Snapshot::count(const RunInfo& run) const {
+  return state_->reader().head(as_record(run));
+}
+
+std::optional<Event> Snapshot::find_event(const RunInfo& run, const EventId& id) const {
+  auto reader = state_->reader();
+  auto seq = reader.find_seq(reader.lineage(as_record(run)), id.str());
+  if (!seq) return std::nullopt;
+  std::optional<Event> found;
+  for_each_event(run, *seq, [&](const EventView& v) {
+    found = v.to_event();
+    return false;
+  });
+  return found;
+}
+
+std::vector<Event> Snapshot::failures_after(const RunInfo& run, std::uint64_t after_seq) const {
+  std::vector<Event> failures;
+  for_each_event(run, after_seq + 1, [&](const EventView& v) {
+    if (v.type == "behavior.failed") failures.push_back(v.to_event());
+    return true;
+  });
+  return failures;
+}
+
+void Snapshot::write_segment(const RunInfo& run, std::uint64_t up_to_seq,
+                             const std::function<void(std::span<const std::byte>)>& sink) const {
+  state_->reader().stream_segment(as_record(run), up_to_seq, sink);
+}
+
+std::vector<std::byte> Snapshot::segment(const RunInfo& run, std::uint64_t up_to_seq) const {
+  std::vector<std::byte> bytes;
+  write_segment(run, up_to_seq, [&](std::span<const std::byte> chunk) {
+    bytes.insert(bytes.end(), chunk.begin(), chunk.end());
+  });
+  return bytes;
+}
+
+std::optional<std::span<const std::byte>> Snapshot::blob(const Digest& digest) const {
+  return state_->reader().blob(digest);
+}
+
+bool Snapshot::has_blob(const Digest& digest) const {
+  return blob(digest).has_value();
+}
+
+std::vector<Digest> Snapshot::missing_blobs(std::span<const Digest> digests) const {
+  std::vector<Digest> missing;
+  for (const Digest& d : digests) {
+    if (!has_blob(d)) missing.push_back(d);
+  }
+  return missing;
+}
+
+}  // namespace forktrial::store

@@ -1,0 +1,248 @@
+// The event-sourced store: runs, their append-only event logs, forks by
+// reference, segments, and content-addressed blobs, in one LMDB environment.
+// The on-disk layout is docs/store-format.md.
+//
+// Thread-safety: an EventStore may be used from any number of threads at once.
+// Write transactions are serialized (LMDB allows one at a time per
+// environment; a second writer waits for the first, in this process or in
+// another). Readers never block writers and writers never block readers
+// (LMDB's MVCC): a Snapshot sees the store as of its creation, whatever is
+// written afterwards. A Snapshot may be handed between threads but used by one
+// thread at a time, and must not outlive its EventStore.
+//
+// Open a store directory at most once per process (LMDB's rule: a second
+// handle in the same process would break its locking); the constructor
+// refuses a second open of the same directory with StoreError.
+//
+// Errors: outcomes a caller is expected to handle (an unknown run, a moved
+// head, a duplicate event id, a bad segment) are returned as `Refusal` values
+// in a `Result`; lookups that may find nothing return std::optional.
+// Failures of the environment (I/O errors, a full store, an unknown schema
+// version, corruption) throw StoreError or one of its subclasses.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <expected>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "base/digest.h"
+#include "store/event.h"
+#include "store/ids.h"
+
+namespace forktrial::store {
+
+// The schema version this build reads and writes (docs/store-format.md).
+inline constexpr std::uint32_t kSchemaVersion = 1;
+
+enum class Refused {
+  unknown_run,         // no run with that id
+  unknown_event,       // no event with that id in the run's history
+  run_exists,          // a run with that id is already stored
+  head_moved,          // the run's head is not the one the append expected
+  duplicate_event_id,  // the event id is already in the run's history (or the batch)
+  invalid_event,       // empty id/type/timestamp, or an id longer than kMaxIdBytes
+  invalid_segment,     // segment bytes that are not a canonical segment
+  invalid_input,       // an import file that does not have the expected shape
+};
+
+struct Refusal {
+  Refused kind;
+  std::string message;  // names the run, event, heads or line involved
+
+  friend bool operator==(const Refusal&, const Refusal&) = default;
+};
+
+template <typename T>
+using Result = std::expected<T, Refusal>;
+
+class StoreError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The write needs more room than StoreOptions::max_map_size allows. Nothing
+// of the failed write was kept; the store stays readable and writable for
+// smaller writes.
+class StoreFull : public StoreError {
+ public:
+  using StoreError::StoreError;
+};
+
+// The store was written with a schema version this build does not read.
+class SchemaVersionMismatch : public StoreError {
+ public:
+  SchemaVersionMismatch(const std::filesystem::path& path, std::uint32_t found);
+  std::uint32_t found() const { return found_; }
+
+ private:
+  std::uint32_t found_;
+};
+
+struct StoreOptions {
+  // LMDB maps the whole store into the address space. The map starts at
+  // `initial_map_size` and doubles whenever a write runs out of room, up to
+  // `max_map_size`; growing waits (up to `grow_wait`) for open Snapshots of
+  // this process to close, since LMDB can only resize an idle environment.
+  std::size_t initial_map_size = std::size_t{4} << 30;  // 4 GiB
+  std::size_t max_map_size = std::size_t{1} << 40;      // 1 TiB
+  std::chrono::milliseconds grow_wait{30'000};
+  // false trades durability on power loss for speed (MDB_NOSYNC); a process
+  // crash still never loses a committed transaction.
+  bool sync = true;
+  // The clock stamping created_at (ISO-8601 UTC) and the generator of new
+  // run ids; tests inject fixed ones. Defaults: the system clock, and "run_"
+  // plus 16 random hex digits.
+  std::function<std::string()> clock;
+  std::function<RunId()> new_run_id;
+};
+
+// The canonical serialization of a run's history prefix (docs/store-format.md,
+// "Segments"): the same events always give the same bytes.
+inline constexpr std::string_view kSegmentMagic = "FTSEGMT1";
+
+class Snapshot;
+
+// The write side of one transaction, handed to the body of EventStore::write.
+// Every call sees the writes made before it in the same transaction. A Writer
+// is only valid inside that body.
+class Writer {
+ public:
+  Result<RunInfo> create_run(const NewRun& run);
+  // Records a fork of `parent` at `at_event` (which must be in the parent's
+  // history) without copying anything.
+  Result<RunInfo> fork(const RunId& parent, const EventId& at_event, const NewRun& fork);
+  // Appends `events` after `expected_head`; returns the new head. Refused,
+  // with nothing written, if the head moved or an event id is already in the
+  // run's history or repeated in the batch.
+  Result<std::uint64_t> append(const RunId& run, std::uint64_t expected_head,
+                               std::span<const NewEvent> events);
+  // Stores `bytes` under their SHA-256 digest (an existing blob is kept).
+  Digest put_blob(std::span<const std::byte> bytes);
+  // See EventStore::put_blob_file.
+  Digest put_blob_file(const std::filesystem::path& file);
+  // Stores the segment of `run`'s history up to `up_to_seq` as a blob without
+  // building it in memory; returns its digest.
+  Result<Digest> store_segment(const RunId& run, std::uint64_t up_to_seq);
+  // Creates a root run holding exactly the events of a segment.
+  Result<RunInfo> load_segment(std::span<const std::byte> segment, const NewRun& run);
+  std::optional<RunInfo> run(const RunId& id) const;
+
+  struct State;
+  explicit Writer(State& state) : state_(state) {}
+
+ private:
+  State& state_;
+};
+
+class EventStore {
+ public:
+  // Opens (creating if needed) the store in directory `path`.
+  explicit EventStore(const std::filesystem::path& path, StoreOptions options = {});
+  ~EventStore();
+  EventStore(EventStore&&) noexcept;
+  EventStore& operator=(EventStore&&) noexcept;
+  EventStore(const EventStore&) = delete;
+  EventStore& operator=(const EventStore&) = delete;
+
+  const std::filesystem::path& path() const;
+  std::size_t map_size() const;
+
+  // Runs `body` in one write transaction, committed when it returns a value
+  // and aborted when it returns a Refusal or throws. When the map must grow,
+  // the transaction is aborted and `body` runs again on the grown map, so
+  // `body` must have no effects outside the Writer it gets.
+  template <typename Body>
+  auto write(Body&& body) -> decltype(body(std::declval<Writer&>())) {
+    std::optional<decltype(body(std::declval<Writer&>()))> result;
+    write_transaction([&](Writer& writer) {
+      result.emplace(body(writer));
+      return result->has_value();
+    });
+    return std::move(*result);
+  }
+
+  // One-transaction shorthands for the Writer operations.
+  Result<RunInfo> create_run(const NewRun& run);
+  Result<RunInfo> fork(const RunId& parent, const EventId& at_event, const NewRun& fork);
+  Result<std::uint64_t> append(const RunId& run, std::uint64_t expected_head,
+                               std::span<const NewEvent> events);
+  Result<std::uint64_t> append(const RunId& run, std::uint64_t expected_head,
+                               const NewEvent& event);
+  // Creates a run and appends `events` to it in one transaction: either the
+  // whole run is stored or nothing is.
+  Result<RunInfo> import_run(const NewRun& run, std::span<const NewEvent> events);
+  Digest put_blob(std::span<const std::byte> bytes);
+  // Streams a file into the blob table: it is read once to hash and once
+  // straight into the reserved LMDB space, never held in memory. Throws
+  // SystemError if the file cannot be read and StoreError if it changed while
+  // being stored.
+  Digest put_blob_file(const std::filesystem::path& file);
+  // The inherited prefix of fork `run` (events up to its fork point), stored
+  // as a blob. Refused for an unknown run or a run that is not a fork.
+  Result<Digest> store_fork_segment(const RunId& run);
+  Result<RunInfo> load_segment(std::span<const std::byte> segment, const NewRun& run);
+
+  // A consistent read-only view of the store as of now.
+  Snapshot snapshot() const;
+
+  struct Impl;
+
+ private:
+  void write_transaction(const std::function<bool(Writer&)>& body);
+  std::unique_ptr<Impl> impl_;
+};
+
+// A read transaction. Everything it returns by view or span points into the
+// store's memory map and stays valid until the Snapshot is destroyed.
+class Snapshot {
+ public:
+  ~Snapshot();
+  Snapshot(Snapshot&&) noexcept;
+  Snapshot& operator=(Snapshot&&) noexcept;
+  Snapshot(const Snapshot&) = delete;
+  Snapshot& operator=(const Snapshot&) = delete;
+
+  std::optional<RunInfo> run(const RunId& id) const;
+  // Every run, oldest first.
+  std::vector<RunInfo> runs() const;
+
+  // The run's history from `from_seq` on, oldest first, walking its lineage:
+  // inherited events up to the fork point, then its own. `visit` returns
+  // false to stop early.
+  void for_each_event(const RunInfo& run, std::uint64_t from_seq,
+                      const std::function<bool(const EventView&)>& visit) const;
+  std::vector<Event> history(const RunInfo& run, std::uint64_t from_seq = 1) const;
+  // The number of events in the run's history (its head).
+  std::uint64_t count(const RunInfo& run) const;
+  std::optional<Event> find_event(const RunInfo& run, const EventId& id) const;
+  // The `behavior.failed` events with seq > after_seq, oldest first.
+  std::vector<Event> failures_after(const RunInfo& run, std::uint64_t after_seq) const;
+
+  // Streams the segment of the run's history up to `up_to_seq` into `sink`,
+  // chunk by chunk.
+  void write_segment(const RunInfo& run, std::uint64_t up_to_seq,
+                     const std::function<void(std::span<const std::byte>)>& sink) const;
+  std::vector<std::byte> segment(const RunInfo& run, std::uint64_t up_to_seq) const;
+
+  std::optional<std::span<const std::byte>> blob(const Digest& digest) const;
+  bool has_blob(const Digest& digest) const;
+  // The digests among `digests` that are not stored, in the order given.
+  std::vector<Digest> missing_blobs(std::span<const Digest> digests) const;
+
+  struct State;
+  explicit Snapshot(std::unique_ptr<State> state);
+
+ private:
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace forktrial::store

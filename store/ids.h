@@ -1,0 +1,48 @@
+// Typed identifiers of the store: a RunId and an EventId are distinct types,
+// so one cannot be passed where the other is meant.
+//
+// Both are opaque text chosen by whoever created the run or event (activegraph
+// uses "run_<hex>" and "evt_001"); the store only requires them to be
+// non-empty and at most kMaxIdBytes bytes, since they are LMDB keys.
+#pragma once
+
+#include <compare>
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace forktrial::store {
+
+// LMDB's default maximum key size is 511 bytes; ids are stored behind an
+// 8-byte run number in the event-id index, so they get a little less.
+inline constexpr std::size_t kMaxIdBytes = 400;
+
+template <typename Tag>
+class StringId {
+ public:
+  StringId() = default;
+  explicit StringId(std::string value) : value_(std::move(value)) {}
+
+  const std::string& str() const { return value_; }
+  bool empty() const { return value_.empty(); }
+
+  friend bool operator==(const StringId&, const StringId&) = default;
+  friend auto operator<=>(const StringId&, const StringId&) = default;
+
+ private:
+  std::string value_;
+};
+
+using RunId = StringId<struct RunIdTag>;
+using EventId = StringId<struct EventIdTag>;
+
+}  // namespace forktrial::store
+
+template <typename Tag>
+struct std::hash<forktrial::store::StringId<Tag>> {
+  std::size_t operator()(const forktrial::store::StringId<Tag>& id) const noexcept {
+    return std::hash<std::string>{}(id.str());
+  }
+};

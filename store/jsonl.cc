@@ -1,0 +1,168 @@
+#include "store/jsonl.h"
+
+#include <cctype>
+#include <nlohmann/json.hpp>
+#include <unordered_map>
+
+#include "store/event_store.h"
+
+namespace forktrial::store::jsonl {
+namespace {
+
+using nlohmann::json;
+
+std::string line_prefix(std::size_t line) {
+  return "line " + std::to_string(line) + ": ";
+}
+
+// Reads a required non-empty string field, or says what is wrong with it.
+std::expected<std::string, std::string> required_string(const json& object, const char* field) {
+  auto it = object.find(field);
+  if (it == object.end()) return std::unexpected(std::string("missing field \"") + field + "\"");
+  if (!it->is_string()) {
+    return std::unexpected(std::string("field \"") + field + "\" must be a string, found " +
+                           it->type_name());
+  }
+  std::string value = it->get<std::string>();
+  if (value.empty()) return std::unexpected(std::string("field \"") + field + "\" is empty");
+  return value;
+}
+
+std::expected<std::optional<std::string>, std::string> nullable_string(const json& object,
+                                                                       const char* field) {
+  auto it = object.find(field);
+  if (it == object.end() || it->is_null()) return std::optional<std::string>();
+  if (!it->is_string()) {
+    return std::unexpected(std::string("field \"") + field + "\" must be a string or null, found " +
+                           it->type_name());
+  }
+  return std::optional<std::string>(it->get<std::string>());
+}
+
+std::expected<NewEvent, std::string> event_from(const json& object) {
+  if (!object.is_object()) {
+    return std::unexpected(std::string("expected a JSON object, found ") + object.type_name());
+  }
+  NewEvent event;
+  auto id = required_string(object, "id");
+  if (!id) return std::unexpected(id.error());
+  if (id->size() > kMaxIdBytes) {
+    return std::unexpected("event id is " + std::to_string(id->size()) + " bytes; the limit is " +
+                           std::to_string(kMaxIdBytes));
+  }
+  event.id = EventId(*id);
+  auto type = required_string(object, "type");
+  if (!type) return std::unexpected(type.error());
+  event.type = *type;
+  auto payload = object.find("payload");
+  if (payload == object.end()) return std::unexpected("missing field \"payload\"");
+  if (!payload->is_object()) {
+    return std::unexpected(std::string("field \"payload\" must be an object, found ") +
+                           payload->type_name());
+  }
+  event.payload = payload->dump();
+  auto timestamp = required_string(object, "timestamp");
+  if (!timestamp) return std::unexpected(timestamp.error());
+  if (!is_utc_timestamp(*timestamp)) {
+    return std::unexpected("field \"timestamp\" is \"" + *timestamp +
+                           "\", not an ISO-8601 UTC time such as 2026-01-02T03:04:05.123456Z");
+  }
+  event.timestamp = *timestamp;
+  auto actor = nullable_string(object, "actor");
+  if (!actor) return std::unexpected(actor.error());
+  event.actor = *actor;
+  auto frame = nullable_string(object, "frame_id");
+  if (!frame) return std::unexpected(frame.error());
+  event.frame_id = *frame;
+  auto cause = nullable_string(object, "caused_by");
+  if (!cause) return std::unexpected(cause.error());
+  if (*cause) event.caused_by = EventId(**cause);
+  return event;
+}
+
+bool digits(std::string_view s, std::size_t from, std::size_t count) {
+  if (s.size() < from + count) return false;
+  for (std::size_t i = from; i < from + count; ++i) {
+    if (std::isdigit(static_cast<unsigned char>(s[i])) == 0) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool is_utc_timestamp(std::string_view t) {
+  // YYYY-MM-DDTHH:MM:SS
+  if (!(digits(t, 0, 4) && t.size() > 19 && t[4] == '-' && digits(t, 5, 2) && t[7] == '-' &&
+        digits(t, 8, 2) && (t[10] == 'T' || t[10] == 't') && digits(t, 11, 2) && t[13] == ':' &&
+        digits(t, 14, 2) && t[16] == ':' && digits(t, 17, 2))) {
+    return false;
+  }
+  std::size_t pos = 19;
+  if (t[pos] == '.') {
+    std::size_t start = ++pos;
+    while (pos < t.size() && std::isdigit(static_cast<unsigned char>(t[pos])) != 0) ++pos;
+    if (pos == start) return false;
+  }
+  std::string_view zone = t.substr(pos);
+  return zone == "Z" || zone == "z" || zone == "+00:00";
+}
+
+std::expected<std::string, std::string> normalize_payload(std::string_view text) {
+  json parsed = json::parse(text, nullptr, false);
+  if (parsed.is_discarded()) return std::unexpected(std::string("not valid JSON"));
+  if (!parsed.is_object()) {
+    return std::unexpected(std::string("a JSON ") + parsed.type_name() + ", not an object");
+  }
+  return parsed.dump();
+}
+
+std::expected<std::vector<NewEvent>, LineError> parse_events(std::istream& in) {
+  std::vector<NewEvent> events;
+  std::unordered_map<std::string, std::size_t> first_line;
+  std::string text;
+  for (std::size_t line = 1; std::getline(in, text); ++line) {
+    if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
+    auto fail = [&](const std::string& why) {
+      return std::unexpected(LineError{line, line_prefix(line) + why});
+    };
+    json parsed;
+    try {
+      parsed = json::parse(text);
+    } catch (const json::parse_error& e) {
+      return fail(std::string("not valid JSON: ") + e.what());
+    }
+    auto event = event_from(parsed);
+    if (!event) return fail(event.error());
+    auto [it, inserted] = first_line.emplace(event->id.str(), line);
+    if (!inserted) {
+      return fail("event id \"" + event->id.str() + "\" already appears on line " +
+                  std::to_string(it->second));
+    }
+    events.push_back(std::move(*event));
+  }
+  if (in.bad()) return std::unexpected(LineError{0, "reading the input failed"});
+  return events;
+}
+
+std::string to_line(const EventView& event) {
+  nlohmann::ordered_json line;
+  line["id"] = event.id;
+  line["type"] = event.type;
+  json payload = json::parse(event.payload, nullptr, false);
+  if (payload.is_discarded()) {
+    throw StoreError("event " + std::string(event.id) + " (seq " + std::to_string(event.seq) +
+                     ") has a payload that is not valid JSON");
+  }
+  line["payload"] = std::move(payload);
+  auto nullable = [](const std::optional<std::string_view>& v) -> nlohmann::ordered_json {
+    if (!v) return nullptr;
+    return std::string(*v);
+  };
+  line["actor"] = nullable(event.actor);
+  line["frame_id"] = nullable(event.frame_id);
+  line["caused_by"] = nullable(event.caused_by);
+  line["timestamp"] = event.timestamp;
+  return line.dump();
+}
+
+}  // namespace forktrial::store::jsonl

@@ -1,0 +1,45 @@
+// activegraph's JSON Lines event format: one JSON object per line with the
+// fields id, type, payload (an object), actor, frame_id, caused_by (string or
+// null; an absent field reads as null) and timestamp (ISO-8601 UTC). Other
+// fields (such as a "seq" written by another tool) are ignored on input.
+//
+// Stateless functions; safe to call from any thread.
+#pragma once
+
+#include <expected>
+#include <istream>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "store/event.h"
+
+namespace forktrial::store::jsonl {
+
+// A problem with one line of input; `message` starts with "line N: ".
+struct LineError {
+  std::size_t line = 0;
+  std::string message;
+};
+
+// Parses a whole JSON Lines stream. Lines holding only whitespace are
+// skipped. The first malformed line (bad JSON, a missing or mistyped field,
+// an empty id or type, a timestamp that is not ISO-8601 UTC, an id repeated
+// from an earlier line) fails the whole parse.
+std::expected<std::vector<NewEvent>, LineError> parse_events(std::istream& in);
+
+// The compact JSON text of a payload object, keys sorted, or why `text` is
+// not a JSON object.
+std::expected<std::string, std::string> normalize_payload(std::string_view text);
+
+// Whether `text` looks like an ISO-8601 UTC timestamp:
+// YYYY-MM-DDTHH:MM:SS[.fraction] followed by "Z" or "+00:00".
+bool is_utc_timestamp(std::string_view text);
+
+// One event as a JSON Lines line (no trailing newline), fields in the order
+// id, type, payload, actor, frame_id, caused_by, timestamp. Throws
+// StoreError when the stored payload is not valid JSON.
+std::string to_line(const EventView& event);
+
+}  // namespace forktrial::store::jsonl

@@ -1,0 +1,74 @@
+#include <catch2/catch.hpp>
+#include <fstream>
+
+#include "store/event_store.h"
+#include "tests/support/temp_dir.h"
+
+namespace forktrial::store {
+namespace {
+
+std::span<const std::byte> bytes_of(std::string_view s) {
+  return std::as_bytes(std::span(s));
+}
+
+TEST_CASE("blobs are stored under the SHA-256 of their bytes", "[store][blob]") {
+  forktrial::testing::TempDir dir;
+  EventStore store(dir.path() / "s");
+  Digest d = store.put_blob(bytes_of("abc"));
+  CHECK(d.str() == "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  CHECK(store.put_blob(bytes_of("abc")) == d);  // idempotent
+  Digest empty = store.put_blob({});
+  CHECK(empty.str() == "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+
+  auto snap = store.snapshot();
+  auto got = snap.blob(d);
+  REQUIRE(got);
+  CHECK(std::string_view(reinterpret_cast<const char*>(got->data()), got->size()) == "abc");
+  CHECK(snap.blob(empty)->empty());
+  CHECK(snap.has_blob(d));
+  Digest absent = Sha256::of("not stored");
+  CHECK_FALSE(snap.has_blob(absent));
+  CHECK_FALSE(snap.blob(absent).has_value());
+}
+
+TEST_CASE("missing_blobs names exactly the absent digests in order", "[store][blob]") {
+  forktrial::testing::TempDir dir;
+  EventStore store(dir.path() / "s");
+  Digest a = store.put_blob(bytes_of("a"));
+  Digest c = store.put_blob(bytes_of("c"));
+  Digest b = Sha256::of("b");
+  Digest d = Sha256::of("d");
+  std::vector<Digest> asked{d, a, b, c};
+  CHECK(store.snapshot().missing_blobs(asked) == std::vector<Digest>{d, b});
+  CHECK(store.snapshot().missing_blobs(std::vector<Digest>{a, c}).empty());
+}
+
+TEST_CASE("a large file is streamed into a blob and read back in place", "[store][blob]") {
+  forktrial::testing::TempDir dir;
+  auto file = dir.path() / "big.bin";
+  Sha256 expected_hasher;
+  {
+    std::ofstream out(file, std::ios::binary);
+    std::string block(1 << 20, '\0');
+    for (int i = 0; i < 64; ++i) {
+      for (std::size_t j = 0; j < block.size(); j += 4096) block[j] = static_cast<char>(i + j);
+      out.write(block.data(), static_cast<std::streamsize>(block.size()));
+      expected_hasher.update(block);
+    }
+  }
+  Digest expected = expected_hasher.finish();
+  EventStore store(dir.path() / "s");
+  Digest d = store.put_blob_file(file);
+  CHECK(d == expected);
+  auto snap = store.snapshot();
+  auto view = snap.blob(d);
+  REQUIRE(view);
+  CHECK(view->size() == std::size_t{64} << 20);
+  Sha256 rehash;
+  rehash.update(view->data(), view->size());
+  CHECK(rehash.finish() == expected);
+  CHECK_THROWS_WITH(store.put_blob_file(dir.path() / "absent"), Catch::Contains("absent"));
+}
+
+}  // namespace
+}  // namespace forktrial::store

@@ -1,0 +1,315 @@
+#include "store/event_store.h"
+
+#include <lmdb.h>
+
+#include <catch2/catch.hpp>
+#include <thread>
+
+#include "tests/store/store_test_support.h"
+#include "tests/support/temp_dir.h"
+
+namespace forktrial::store {
+namespace {
+
+using testing::event;
+using testing::events;
+using testing::fixed_options;
+using testing::ids_of;
+using Strings = std::vector<std::string>;
+
+RunInfo must(Result<RunInfo> r) {
+  if (!r) FAIL(r.error().message);
+  return *r;
+}
+
+TEST_CASE("a new run starts empty and reads back what was appended", "[store]") {
+  forktrial::testing::TempDir dir;
+  EventStore store(dir.path() / "s", fixed_options());
+  RunInfo run = must(store.create_run({.label = "first"}));
+  CHECK(run.id.str() == "run_001");
+  CHECK(run.head == 0);
+  CHECK(run.created_at == "2026-01-01T00:00:00.000000Z");
+
+  NewEvent e = event("evt_001", "goal.created", R"({"goal":"hi"})");
+  e.actor = "user";
+  e.caused_by = EventId("evt_000");
+  REQUIRE(store.append(run.id, 0, e) == 1u);
+  REQUIRE(store.append(run.id, 1, events("b", 3)) == 4u);
+
+  auto snap = store.snapshot();
+  RunInfo now = *snap.run(run.id);
+  CHECK(now.head == 4);
+  CHECK(snap.count(now) == 4);
+  auto history = snap.history(now);
+  REQUIRE(history.size() == 4);
+  CHECK(history[0].id.str() == "evt_001");
+  CHECK(history[0].type == "goal.created");
+  CHECK(history[0].payload == R"({"goal":"hi"})");
+  CHECK(history[0].actor == std::optional<std::string>("user"));
+  CHECK_FALSE(history[0].frame_id.has_value());
+  CHECK(history[0].caused_by == std::optional<EventId>(EventId("evt_000")));
+  CHECK(history[0].seq == 1);
+  CHECK(ids_of(snap.history(now, 3)) == Strings{"b2", "b3"});
+  CHECK(snap.find_event(now, EventId("b1"))->seq == 2);
+  CHECK_FALSE(snap.find_event(now, EventId("nope")).has_value());
+}
+
+TEST_CASE("an empty actor is kept apart from an absent one", "[store]") {
+  forktrial::testing::TempDir dir;
+  EventStore store(dir.path() / "s", fixed_options());
+  RunInfo run = must(store.create_run({}));
+  NewEvent e = event("e1");
+  e.actor = "";
+  e.frame_id = "";
+  REQUIRE(store.append(run.id, 0, e));
+  auto history = store.snapshot().history(*store.snapshot().run(run.id));
+  CHECK(history.at(0).actor == std::optional<std::string>(""));
+  CHECK(history.at(0).frame_id == std::optional<std::string>(""));
+  CHECK_FALSE(history.at(0).caused_by.has_value());
+}
+
+TEST_CASE("an append that expects a stale head is refused and writes nothing", "[store]") {
+  forktrial::testing::TempDir dir;
+  EventStore store(dir.path() / "s", fixed_options());
+  RunInfo run = must(store.create_run({}));
+  REQUIRE(store.append(run.id, 0, events("a", 2)) == 2u);
+
+  auto refused = store.append(run.id, 1, events("x", 3));
+  REQUIRE_FALSE(refused);
+  CHECK(refused.error().kind == Refused::head_moved);
+  CHECK_THAT(refused.error().message, Catch::Contains("run_001") &&
+                                          Catch::Contains("expected head 1") &&
+                                          Catch::Contains("the head is 2"));
+  auto snap = store.snapshot();
+  CHECK(ids_of(snap.history(*snap.run(run.id))) == Strings{"a1", "a2"});
+}
+
+TEST_CASE("two writers racing on one head: exactly one wins", "[store]") {
+  forktrial::testing::TempDir dir;
+  EventStore store(dir.path() / "s", fixed_options());
+  RunInfo run = must(store.create_run({}));
+  Result<std::uint64_t> first, second;
+  std::thread a([&] { first = store.append(run.id, 0, events("a", 5)); });
+  std::thread b([&] { second = store.append(run.id, 0, events("b", 5)); });
+  a.join();
+  b.join();
+  CHECK(first.has_value() != second.has_value());
+  auto snap = store.snapshot();
+  CHECK(snap.run(run.id)->head == 5);
+}
+
+TEST_CASE("a duplicate event id is refused with the id named", "[store]") {
+  forktrial::testing::TempDir dir;
+  EventStore store(dir.path() / "s", fixed_options());
+  RunInfo run = must(store.create_run({}));
+  REQUIRE(store.append(run.id, 0, events("e", 3)));
+
+  SECTION("against a stored event") {
+    auto refused = store.append(run.id, 3, std::vector{event("e4"), event("e2")});
+    REQUIRE_FALSE(refused);
+    CHECK(refused.error().kind == Refused::duplicate_event_id);
+    CHECK_THAT(refused.error().message, Catch::Contains("event id e2") && Catch::Contains("seq 2"));
+  }
+  SECTION("inside one batch") {
+    auto refused = store.append(run.id, 3, std::vector{event("x"), event("x")});
+    REQUIRE_FALSE(refused);
+    CHECK(refused.error().kind == Refused::duplicate_event_id);
+    CHECK_THAT(refused.error().message, Catch::Contains("event id x"));
+  }
+  SECTION("against an inherited event of a fork") {
+    RunInfo fork = must(store.fork(run.id, EventId("e2"), {}));
+    auto refused = store.append(fork.id, 2, event("e1"));
+    REQUIRE_FALSE(refused);
+    CHECK(refused.error().kind == Refused::duplicate_event_id);
+    // e3 is the parent's, after the fork point: not in the fork's history.
+    CHECK(store.append(fork.id, 2, event("e3")) == 3u);
+  }
+  auto snap = store.snapshot();
+  CHECK(snap.run(run.id)->head == 3);
+}
+
+TEST_CASE("invalid events and unknown runs are refused", "[store]") {
+  forktrial::testing::TempDir dir;
+  EventStore store(dir.path() / "s", fixed_options());
+  RunInfo run = must(store.create_run({}));
+  auto no_type = event("e1", "");
+  CHECK(store.append(run.id, 0, no_type).error().kind == Refused::invalid_event);
+  CHECK(store.append(run.id, 0, event("")).error().kind == Refused::invalid_event);
+  CHECK(store.append(RunId("run_missing"), 0, event("e1")).error().kind == Refused::unknown_run);
+  CHECK(store.create_run({.id = run.id}).error().kind == Refused::run_exists);
+}
+
+TEST_CASE("a fork of a fork of a fork reads exactly its lineage", "[store][lineage]") {
+  forktrial::testing::TempDir dir;
+  EventStore store(dir.path() / "s", fixed_options());
+  RunInfo root = must(store.create_run({.label = "root"}));
+  REQUIRE(store.append(root.id, 0, events("r", 5)));
+  RunInfo f1 = must(store.fork(root.id, EventId("r3"), {.label = "f1"}));
+  CHECK(f1.head == 3);
+  CHECK(f1.fork_of == ForkPoint{root.id, EventId("r3"), 3});
+  REQUIRE(store.append(f1.id, 3, events("a", 3)) == 6u);
+  RunInfo f2 = must(store.fork(f1.id, EventId("a2"), {.label = "f2"}));
+  REQUIRE(store.append(f2.id, 5, events("b", 2)) == 7u);
+  // f3 forks f2 at an event f2 inherited from the root, two levels up.
+  RunInfo f3 = must(store.fork(f2.id, EventId("r2"), {.label = "f3"}));
+  REQUIRE(store.append(f3.id, 2, events("c", 1)) == 3u);
+
+  auto snap = store.snapshot();
+  CHECK(ids_of(snap.history(*snap.run(root.id))) == Strings{"r1", "r2", "r3", "r4", "r5"});
+  CHECK(ids_of(snap.history(*snap.run(f1.id))) == Strings{"r1", "r2", "r3", "a1", "a2", "a3"});
+  CHECK(ids_of(snap.history(*snap.run(f2.id))) ==
+        Strings{"r1", "r2", "r3", "a1", "a2", "b1", "b2"});
+  CHECK(ids_of(snap.history(*snap.run(f3.id))) == Strings{"r1", "r2", "c1"});
+  auto f2_history = snap.history(*snap.run(f2.id));
+  for (std::size_t i = 0; i < f2_history.size(); ++i) CHECK(f2_history[i].seq == i + 1);
+  CHECK(ids_of(snap.history(*snap.run(f2.id), 4)) == Strings{"a1", "a2", "b1", "b2"});
+  CHECK(snap.find_event(*snap.run(f2.id), EventId("r1"))->seq == 1);
+  CHECK_FALSE(snap.find_event(*snap.run(f2.id), EventId("a3")).has_value());
+  CHECK_FALSE(snap.find_event(*snap.run(f3.id), EventId("r3")).has_value());
+  CHECK(snap.runs().size() == 4);
+}
+
+TEST_CASE("parent and fork do not see each other's later appends", "[store][lineage]") {
+  forktrial::testing::TempDir dir;
+  EventStore store(dir.path() / "s", fixed_options());
+  RunInfo root = must(store.create_run({}));
+  REQUIRE(store.append(root.id, 0, events("p", 3)));
+  RunInfo fork = must(store.fork(root.id, EventId("p2"), {}));
+  REQUIRE(store.append(fork.id, 2, events("f", 2)) == 4u);
+  REQUIRE(store.append(root.id, 3, events("q", 2)) == 5u);
+
+  auto snap = store.snapshot();
+  CHECK(ids_of(snap.history(*snap.run(root.id))) == Strings{"p1", "p2", "p3", "q1", "q2"});
+  CHECK(ids_of(snap.history(*snap.run(fork.id))) == Strings{"p1", "p2", "f1", "f2"});
+}
+
+TEST_CASE("forking at an unknown event or run is refused", "[store][lineage]") {
+  forktrial::testing::TempDir dir;
+  EventStore store(dir.path() / "s", fixed_options());
+  RunInfo root = must(store.create_run({}));
+  REQUIRE(store.append(root.id, 0, events("p", 2)));
+  auto refused = store.fork(root.id, EventId("p9"), {});
+  REQUIRE_FALSE(refused);
+  CHECK(refused.error().kind == Refused::unknown_event);
+  CHECK_THAT(refused.error().message, Catch::Contains("p9") && Catch::Contains(root.id.str()));
+  CHECK(store.fork(RunId("run_nope"), EventId("p1"), {}).error().kind == Refused::unknown_run);
+  CHECK(store.snapshot().runs().size() == 1);
+}
+
+TEST_CASE("behavior.failed events after a point are listed through the lineage", "[store]") {
+  forktrial::testing::TempDir dir;
+  EventStore store(dir.path() / "s", fixed_options());
+  RunInfo root = must(store.create_run({}));
+  REQUIRE(store.append(root.id, 0,
+                       std::vector{event("e1", "behavior.failed"), event("e2", "note"),
+                                   event("e3", "behavior.failed")}));
+  RunInfo fork = must(store.fork(root.id, EventId("e3"), {}));
+  REQUIRE(
+      store.append(fork.id, 3, std::vector{event("f1", "behavior.failed"), event("f2", "note")}));
+  auto snap = store.snapshot();
+  CHECK(ids_of(snap.failures_after(*snap.run(fork.id), 0)) == Strings{"e1", "e3", "f1"});
+  CHECK(ids_of(snap.failures_after(*snap.run(fork.id), 3)) == Strings{"f1"});
+}
+
+TEST_CASE("a long read transaction does not block appends", "[store][concurrency]") {
+  forktrial::testing::TempDir dir;
+  EventStore store(dir.path() / "s", fixed_options());
+  RunInfo run = must(store.create_run({}));
+  REQUIRE(store.append(run.id, 0, events("a", 10)));
+
+  Snapshot reader = store.snapshot();
+  RunInfo seen = *reader.run(run.id);
+  std::uint64_t head = 10;
+  std::thread writer([&] {
+    for (int batch = 0; batch < 20; ++batch) {
+      auto r = store.append(run.id, head, events("w" + std::to_string(batch) + "_", 50));
+      if (r) head = *r;
+    }
+  });
+  writer.join();  // returns while `reader` still holds its transaction
+  CHECK(head == 10 + 20 * 50);
+  CHECK(reader.count(seen) == 10);
+  CHECK(reader.history(seen).size() == 10);
+  auto fresh = store.snapshot();
+  CHECK(fresh.run(run.id)->head == 1010);
+}
+
+TEST_CASE("opening a store twice in one process is refused", "[store]") {
+  forktrial::testing::TempDir dir;
+  EventStore store(dir.path() / "s");
+  CHECK_THROWS_WITH(EventStore(dir.path() / "s"), Catch::Contains("already open in this process"));
+}
+
+TEST_CASE("a store with an unknown schema version is refused naming both versions", "[store]") {
+  forktrial::testing::TempDir dir;
+  { EventStore store(dir.path() / "s"); }
+  {
+    // Rewrite the version the way a future forktrial would.
+    MDB_env* env = nullptr;
+    REQUIRE(mdb_env_create(&env) == 0);
+    mdb_env_set_maxdbs(env, 16);
+    REQUIRE(mdb_env_open(env, (dir.path() / "s").c_str(), 0, 0644) == 0);
+    MDB_txn* txn = nullptr;
+    REQUIRE(mdb_txn_begin(env, nullptr, 0, &txn) == 0);
+    MDB_dbi meta;
+    REQUIRE(mdb_dbi_open(txn, "meta", 0, &meta) == 0);
+    unsigned char v[4] = {0, 0, 0, 7};
+    MDB_val key{14, const_cast<char*>("schema_version")};
+    MDB_val value{4, v};
+    REQUIRE(mdb_put(txn, meta, &key, &value, 0) == 0);
+    REQUIRE(mdb_txn_commit(txn) == 0);
+    mdb_env_close(env);
+  }
+  try {
+    EventStore store(dir.path() / "s");
+    FAIL("opened a store of schema version 7");
+  } catch (const SchemaVersionMismatch& e) {
+    CHECK(e.found() == 7);
+    CHECK_THAT(e.what(),
+               Catch::Contains("schema version 7") && Catch::Contains("reads schema version 1"));
+  }
+}
+
+TEST_CASE("the map grows as writes need room", "[store][map]") {
+  forktrial::testing::TempDir dir;
+  StoreOptions options = fixed_options();
+  options.initial_map_size = 1 << 20;
+  options.max_map_size = 64 << 20;
+  EventStore store(dir.path() / "s", options);
+  std::vector<std::byte> blob(3 << 20, std::byte{7});
+  Digest d = store.put_blob(blob);
+  CHECK(store.map_size() >= (4u << 20));
+  CHECK(store.snapshot().blob(d)->size() == blob.size());
+}
+
+TEST_CASE("a full store says so and stays readable", "[store][map]") {
+  forktrial::testing::TempDir dir;
+  StoreOptions options = fixed_options();
+  options.initial_map_size = 1 << 20;
+  options.max_map_size = 2 << 20;
+  Digest kept;
+  {
+    EventStore store(dir.path() / "s", options);
+    RunInfo run = must(store.create_run({}));
+    REQUIRE(store.append(run.id, 0, events("e", 5)));
+    kept = store.put_blob(std::vector<std::byte>(100'000, std::byte{1}));
+    std::vector<std::byte> too_big(3 << 20, std::byte{2});
+    CHECK_THROWS_AS(store.put_blob(too_big), StoreFull);
+    CHECK_THROWS_WITH(store.put_blob(too_big),
+                      Catch::Contains("is full") && Catch::Contains("maximum map size"));
+    auto snap = store.snapshot();
+    CHECK(snap.run(run.id)->head == 5);
+    CHECK(snap.has_blob(kept));
+    // Smaller writes still succeed.
+    CHECK(store.append(run.id, 5, event("e6")) == 6u);
+  }
+  options.max_map_size = 64 << 20;
+  EventStore reopened(dir.path() / "s", options);
+  CHECK(reopened.snapshot().has_blob(kept));
+  std::vector<std::byte> big(3 << 20, std::byte{2});
+  Digest d = reopened.put_blob(big);
+  CHECK(reopened.snapshot().blob(d)->size() == big.size());
+}
+
+}  // namespace
+}  // namespace forktrial::store

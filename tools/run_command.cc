@@ -1,0 +1,418 @@
+// `forktrial run ...`: create, list, inspect, fork, export and import runs of
+// the event store.
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "store/activegraph_sqlite.h"
+#include "store/event_store.h"
+#include "store/jsonl.h"
+#include "tools/cli_support.h"
+#include "tools/commands.h"
+
+namespace forktrial::tools {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::ordered_json;
+using store::EventStore;
+using store::RunId;
+using store::RunInfo;
+
+constexpr const char* kDefaultStore = "./forktrial-store";
+
+// Options every run subcommand shares; filled by CLI11 before the callback.
+struct Common {
+  std::string store = kDefaultStore;
+  bool json = false;
+};
+
+void add_store_option(CLI::App* cmd, Common& common) {
+  cmd->add_option("--store", common.store, "The store directory")
+      ->capture_default_str()
+      ->envname("FORKTRIAL_STORE");
+}
+
+void add_json_flag(CLI::App* cmd, Common& common) {
+  cmd->add_flag("--json", common.json, "Print JSON for scripts instead of text");
+}
+
+// Opens the store. Commands that only read refuse a directory that holds no
+// store rather than creating an empty one behind a typo.
+EventStore open_store(const std::string& path, bool create) {
+  if (!create && !fs::exists(fs::path(path) / "data.mdb")) {
+    throw CommandFailed("no store at " + path +
+                        " (no data.mdb there); pass --store PATH, or create one with "
+                        "`forktrial run new` or `forktrial run import FILE`");
+  }
+  try {
+    return EventStore(path);
+  } catch (const store::StoreError& e) {
+    throw CommandFailed("cannot open the store at " + path + ": " + e.what());
+  }
+}
+
+RunInfo require_run(const store::Snapshot& snap, const std::string& id, const std::string& store) {
+  auto run = snap.run(RunId(id));
+  if (!run) {
+    throw CommandFailed("no run " + id + " in the store at " + store +
+                        "; list the runs with `forktrial run ls --store " + store + "`");
+  }
+  return *run;
+}
+
+template <typename T>
+T accepted(store::Result<T> result, const std::string& what) {
+  if (!result) throw CommandFailed(what + ": " + result.error().message);
+  return std::move(*result);
+}
+
+ordered_json run_json(const RunInfo& run) {
+  ordered_json j;
+  j["id"] = run.id.str();
+  j["label"] = run.label;
+  j["created_at"] = run.created_at;
+  j["events"] = run.head;
+  if (run.fork_of) {
+    j["parent"] = {{"run", run.fork_of->parent.str()},
+                   {"event_id", run.fork_of->event_id.str()},
+                   {"seq", run.fork_of->seq}};
+  } else {
+    j["parent"] = nullptr;
+  }
+  return j;
+}
+
+std::string fork_text(const RunInfo& run) {
+  if (!run.fork_of) return "-";
+  return run.fork_of->parent.str() + "@" + run.fork_of->event_id.str() + " (seq " +
+         std::to_string(run.fork_of->seq) + ")";
+}
+
+void print_created(const RunInfo& run, bool json) {
+  if (json) {
+    std::cout << run_json(run).dump() << '\n';
+  } else {
+    std::cout << run.id.str() << '\n';
+  }
+}
+
+std::string shorten(std::string_view text, std::size_t limit) {
+  if (text.size() <= limit) return std::string(text);
+  return std::string(text.substr(0, limit - 3)) + "...";
+}
+
+void add_new(CLI::App& run_app) {
+  auto common = std::make_shared<Common>();
+  auto label = std::make_shared<std::string>();
+  auto id = std::make_shared<std::string>();
+  auto* cmd = run_app.add_subcommand("new", "Create an empty run and print its id");
+  add_store_option(cmd, *common);
+  add_json_flag(cmd, *common);
+  cmd->add_option("--label", *label, "A human-readable label");
+  cmd->add_option("--id", *id, "The run id (default: run_ + 16 random hex digits)");
+  cmd->footer(examples_footer({
+      "forktrial run new --label baseline          # prints the new run id",
+      "forktrial run new --id run_demo --json      # prints the run as JSON",
+  }));
+  cmd->callback([=] {
+    EventStore store = open_store(common->store, true);
+    store::NewRun spec{.label = *label};
+    if (!id->empty()) spec.id = RunId(*id);
+    print_created(accepted(store.create_run(spec), "cannot create the run"), common->json);
+  });
+}
+
+void add_ls(CLI::App& run_app) {
+  auto common = std::make_shared<Common>();
+  auto* cmd = run_app.add_subcommand("ls", "List the runs of the store, oldest first");
+  add_store_option(cmd, *common);
+  add_json_flag(cmd, *common);
+  cmd->footer(examples_footer({
+      "forktrial run ls",
+      "forktrial run ls --store /data/store --json   # a JSON array of runs",
+  }));
+  cmd->callback([=] {
+    EventStore store = open_store(common->store, false);
+    auto runs = store.snapshot().runs();
+    if (common->json) {
+      ordered_json all = ordered_json::array();
+      for (const RunInfo& run : runs) all.push_back(run_json(run));
+      std::cout << all.dump() << '\n';
+      return;
+    }
+    std::printf("%-24s %8s  %-27s  %-20s  %s\n", "RUN", "EVENTS", "CREATED", "LABEL", "FORK OF");
+    for (const RunInfo& run : runs) {
+      std::printf("%-24s %8llu  %-27s  %-20s  %s\n", run.id.str().c_str(),
+                  static_cast<unsigned long long>(run.head), run.created_at.c_str(),
+                  shorten(run.label, 20).c_str(), fork_text(run).c_str());
+    }
+  });
+}
+
+void add_show(CLI::App& run_app) {
+  auto common = std::make_shared<Common>();
+  auto run_id = std::make_shared<std::string>();
+  auto* cmd = run_app.add_subcommand("show", "Show a run: label, size, lineage, failures");
+  add_store_option(cmd, *common);
+  add_json_flag(cmd, *common);
+  cmd->add_option("RUN", *run_id, "The run id")->required();
+  cmd->footer(examples_footer({
+      "forktrial run show run_1f2e3d4c5b6a7988",
+      "forktrial run show run_1f2e3d4c5b6a7988 --json",
+  }));
+  cmd->callback([=] {
+    EventStore store = open_store(common->store, false);
+    auto snap = store.snapshot();
+    RunInfo run = require_run(snap, *run_id, common->store);
+    std::vector<RunInfo> lineage;
+    for (RunInfo current = run; current.fork_of;) {
+      current = require_run(snap, current.fork_of->parent.str(), common->store);
+      lineage.push_back(current);
+    }
+    std::uint64_t inherited = run.fork_of ? run.fork_of->seq : 0;
+    auto failures = snap.failures_after(run, 0);
+    if (common->json) {
+      ordered_json j = run_json(run);
+      j["own_events"] = run.head - inherited;
+      ordered_json chain = ordered_json::array();
+      for (const RunInfo& ancestor : lineage) chain.push_back(run_json(ancestor));
+      j["lineage"] = chain;
+      j["behavior_failures"] = failures.size();
+      std::cout << j.dump() << '\n';
+      return;
+    }
+    std::printf("run        %s\n", run.id.str().c_str());
+    std::printf("label      %s\n", run.label.c_str());
+    std::printf("created    %s\n", run.created_at.c_str());
+    std::printf("events     %llu (%llu inherited, %llu own)\n",
+                static_cast<unsigned long long>(run.head),
+                static_cast<unsigned long long>(inherited),
+                static_cast<unsigned long long>(run.head - inherited));
+    std::printf("failures   %zu behavior.failed\n", failures.size());
+    if (!run.fork_of) {
+      std::printf("lineage    root run\n");
+    } else {
+      std::printf("lineage    %s\n", fork_text(run).c_str());
+      for (const RunInfo& ancestor : lineage) {
+        std::printf("           %s%s\n", ancestor.id.str().c_str(),
+                    ancestor.fork_of ? (" forked from " + fork_text(ancestor)).c_str() : " (root)");
+      }
+    }
+  });
+}
+
+void add_events(CLI::App& run_app) {
+  auto common = std::make_shared<Common>();
+  auto run_id = std::make_shared<std::string>();
+  auto from = std::make_shared<std::uint64_t>(1);
+  auto type = std::make_shared<std::string>();
+  auto limit = std::make_shared<std::uint64_t>(0);
+  auto* cmd = run_app.add_subcommand("events",
+                                     "List a run's events, inherited ones included, oldest first");
+  add_store_option(cmd, *common);
+  cmd->add_flag("--json", common->json, "Print JSON Lines (one event per line, with seq)");
+  cmd->add_option("RUN", *run_id, "The run id")->required();
+  cmd->add_option("--from", *from, "Start at this seq")->capture_default_str();
+  cmd->add_option("--type", *type, "Only events of this type");
+  cmd->add_option("--limit", *limit, "Print at most this many events (0: all)");
+  cmd->footer(examples_footer({
+      "forktrial run events run_1f2e3d4c5b6a7988",
+      "forktrial run events run_1f2e3d4c5b6a7988 --type behavior.failed --json",
+      "forktrial run events run_1f2e3d4c5b6a7988 --from 120 --limit 20",
+  }));
+  cmd->callback([=] {
+    EventStore store = open_store(common->store, false);
+    auto snap = store.snapshot();
+    RunInfo run = require_run(snap, *run_id, common->store);
+    if (!common->json) {
+      std::printf("%8s  %-16s  %-24s  %-12s  %-32s  %s\n", "SEQ", "ID", "TYPE", "ACTOR",
+                  "TIMESTAMP", "PAYLOAD");
+    }
+    std::uint64_t printed = 0;
+    snap.for_each_event(run, *from, [&](const store::EventView& e) {
+      if (!type->empty() && e.type != *type) return true;
+      if (common->json) {
+        auto line = ordered_json::parse(store::jsonl::to_line(e));
+        line["seq"] = e.seq;
+        std::cout << line.dump() << '\n';
+      } else {
+        std::printf("%8llu  %-16s  %-24s  %-12s  %-32s  %s\n",
+                    static_cast<unsigned long long>(e.seq), shorten(e.id, 16).c_str(),
+                    shorten(e.type, 24).c_str(), shorten(e.actor.value_or("-"), 12).c_str(),
+                    std::string(e.timestamp).c_str(), shorten(e.payload, 60).c_str());
+      }
+      return *limit == 0 || ++printed < *limit;
+    });
+  });
+}
+
+void add_fork(CLI::App& run_app) {
+  auto common = std::make_shared<Common>();
+  auto run_id = std::make_shared<std::string>();
+  auto at = std::make_shared<std::string>();
+  auto label = std::make_shared<std::string>();
+  auto id = std::make_shared<std::string>();
+  auto* cmd = run_app.add_subcommand(
+      "fork", "Fork a run at one of its events (O(1): nothing is copied) and print the fork's id");
+  add_store_option(cmd, *common);
+  add_json_flag(cmd, *common);
+  cmd->add_option("RUN", *run_id, "The run to fork")->required();
+  cmd->add_option("--at", *at, "The event id the fork branches after (inclusive)")->required();
+  cmd->add_option("--label", *label, "A human-readable label");
+  cmd->add_option("--id", *id, "The fork's run id (default: generated)");
+  cmd->footer(examples_footer({
+      "forktrial run fork run_1f2e3d4c5b6a7988 --at evt_042 --label 'retry from 42'",
+      "forktrial run fork run_1f2e3d4c5b6a7988 --at evt_042 --json",
+  }));
+  cmd->callback([=] {
+    EventStore store = open_store(common->store, false);
+    store::NewRun spec{.label = *label};
+    if (!id->empty()) spec.id = RunId(*id);
+    auto fork = store.fork(RunId(*run_id), store::EventId(*at), spec);
+    if (!fork && fork.error().kind == store::Refused::unknown_event) {
+      throw CommandFailed(fork.error().message + "; list its events with `forktrial run events " +
+                          *run_id + "`");
+    }
+    print_created(accepted(std::move(fork), "cannot fork"), common->json);
+  });
+}
+
+void add_export(CLI::App& run_app) {
+  auto common = std::make_shared<Common>();
+  auto run_id = std::make_shared<std::string>();
+  auto output = std::make_shared<std::string>();
+  auto* cmd = run_app.add_subcommand(
+      "export", "Write a run's whole history (lineage included) as activegraph JSON Lines");
+  add_store_option(cmd, *common);
+  cmd->add_option("RUN", *run_id, "The run id")->required();
+  cmd->add_option("-o,--output", *output, "Write to this file instead of stdout");
+  cmd->footer(examples_footer({
+      "forktrial run export run_1f2e3d4c5b6a7988 > run.jsonl",
+      "forktrial run export run_1f2e3d4c5b6a7988 -o run.jsonl",
+  }));
+  cmd->callback([=] {
+    EventStore store = open_store(common->store, false);
+    auto snap = store.snapshot();
+    RunInfo run = require_run(snap, *run_id, common->store);
+    // Write to a temporary file renamed into place, so a failed export never
+    // leaves a partial file that looks complete.
+    std::ofstream file;
+    fs::path partial;
+    if (!output->empty()) {
+      partial = fs::path(*output + ".partial");
+      file.open(partial, std::ios::binary | std::ios::trunc);
+      if (!file) throw CommandFailed("cannot write " + partial.string());
+    }
+    std::ostream& out = output->empty() ? std::cout : file;
+    snap.for_each_event(run, 1, [&](const store::EventView& e) {
+      out << store::jsonl::to_line(e) << '\n';
+      return true;
+    });
+    out.flush();
+    if (!out) throw CommandFailed("writing the export of run " + *run_id + " failed");
+    if (!output->empty()) {
+      file.close();
+      std::error_code ec;
+      fs::rename(partial, *output, ec);
+      if (ec)
+        throw CommandFailed("cannot rename " + partial.string() + " to " + *output + ": " +
+                            ec.message());
+    }
+  });
+}
+
+void add_import(CLI::App& run_app) {
+  auto common = std::make_shared<Common>();
+  auto input = std::make_shared<std::string>();
+  auto label = std::make_shared<std::string>();
+  auto id = std::make_shared<std::string>();
+  auto* cmd = run_app.add_subcommand(
+      "import", "Import activegraph JSON Lines (one event per line) into a new run");
+  add_store_option(cmd, *common);
+  add_json_flag(cmd, *common);
+  cmd->add_option("FILE", *input, "The JSON Lines file, or - for stdin")->required();
+  cmd->add_option("--label", *label, "A label for the new run (default: the file name)");
+  cmd->add_option("--id", *id, "The new run's id (default: generated)");
+  cmd->footer(examples_footer({
+      "forktrial run import examples/runs/greeting.jsonl --label greeting",
+      "forktrial run export run_a | forktrial run import - --store other-store",
+  }));
+  cmd->callback([=] {
+    std::ifstream file;
+    if (*input != "-") {
+      file.open(*input, std::ios::binary);
+      if (!file) throw CommandFailed("cannot read " + *input + ": no such file or not readable");
+    }
+    std::istream& in = *input == "-" ? std::cin : file;
+    auto events = store::jsonl::parse_events(in);
+    if (!events) {
+      throw CommandFailed(*input + ": " + events.error().message + "; nothing was imported");
+    }
+    EventStore store = open_store(common->store, true);
+    store::NewRun spec{.label = label->empty() ? fs::path(*input).filename().string() : *label};
+    if (!id->empty()) spec.id = RunId(*id);
+    auto run = accepted(store.import_run(spec, *events), "cannot import " + *input);
+    print_created(run, common->json);
+  });
+}
+
+void add_import_sqlite(CLI::App& run_app) {
+  auto common = std::make_shared<Common>();
+  auto input = std::make_shared<std::string>();
+  auto* cmd = run_app.add_subcommand(
+      "import-sqlite",
+      "Import every run of an activegraph SQLite store, keeping ids, events and lineage");
+  add_store_option(cmd, *common);
+  add_json_flag(cmd, *common);
+  cmd->add_option("FILE", *input, "The activegraph SQLite database")
+      ->required()
+      ->check(CLI::ExistingFile);
+  cmd->footer(examples_footer({
+      "forktrial run import-sqlite ~/activegraph/store.db",
+      "forktrial run import-sqlite store.db --json    # the imported runs as JSON",
+  }));
+  cmd->callback([=] {
+    EventStore store = open_store(common->store, true);
+    auto runs = accepted(store::import_activegraph_sqlite(store, *input),
+                         "cannot import " + *input + " (nothing was imported)");
+    if (common->json) {
+      ordered_json all = ordered_json::array();
+      for (const RunInfo& run : runs) all.push_back(run_json(run));
+      std::cout << all.dump() << '\n';
+      return;
+    }
+    for (const RunInfo& run : runs) {
+      std::printf("%s  %llu events  %s\n", run.id.str().c_str(),
+                  static_cast<unsigned long long>(run.head), fork_text(run).c_str());
+    }
+  });
+}
+
+}  // namespace
+
+void add_run_command(CLI::App& app) {
+  auto* run_app = app.add_subcommand(
+      "run", "Runs of the event store: create, list, inspect, fork, export, import");
+  run_app->require_subcommand(1);
+  run_app->footer(examples_footer({
+      "forktrial run import session.jsonl --label session   # prints the new run id",
+      "forktrial run fork run_1f2e3d4c5b6a7988 --at evt_042  # O(1) fork",
+      "forktrial run show <fork id>                          # lineage and counts",
+      "forktrial run <command> --help                        # help on one command",
+  }));
+  add_new(*run_app);
+  add_ls(*run_app);
+  add_show(*run_app);
+  add_events(*run_app);
+  add_fork(*run_app);
+  add_export(*run_app);
+  add_import(*run_app);
+  add_import_sqlite(*run_app);
+}
+
+}  // namespace forktrial::tools
