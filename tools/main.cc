@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
       "forktrial: evaluate proposed plug-in code (packs) against forks of recorded event logs,\n"
       "each trial in a fresh, resource-capped child process; the store is the record."};
   app.require_subcommand(1);
+  app.set_version_flag("--version", "forktrial " FORKTRIAL_VERSION);
   app.footer(forktrial::tools::examples_footer({
       "forktrial pack hash examples/packs/greeter            # the bundle pin of a pack",
       "forktrial pack check examples/packs/greeter           # validate manifest.toml",

@@ -76,9 +76,8 @@ def walk(root):
             elif stat.S_ISDIR(mode):
                 if name == b"__pycache__":
                     continue
-                problem = path_problem(relative)
-                if problem:
-                    violations.append((relative, problem[1], problem[0]))
+                # Rule 3 is about the paths that are hashed: a directory's name
+                # is checked through the paths of the files under it.
                 pending.append(relative)
             elif stat.S_ISREG(mode):
                 if name.endswith(b".pyc"):

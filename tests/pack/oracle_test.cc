@@ -485,6 +485,11 @@ TEST_CASE("oracle: symlinks and non-UTF-8 or non-NFC paths are rejected by all t
     dir.write("lib/caf\xe9.lua", "return 4\n");
     expected.emplace("non-utf8-path", "lib/caf\\xe9.lua");
   }
+  SECTION("a file under a directory whose name is not NFC") {
+    dir.write("d\xcc\x8cir/a.lua", "return 5\n");
+    fs::create_directories(dir.path() / "e\xcc\x81mpty");  // no file, no hashed path
+    expected.emplace("non-nfc-path", "d\\xcc\\x8cir/a.lua");
+  }
   SECTION("every violation at once") {
     fs::create_symlink("target.lua", dir.path() / "lib" / "link.lua");
     fs::create_directory_symlink("lib", dir.path() / "linked");
