@@ -1,0 +1,136 @@
+#include "store/jsonl.h"
+
+#include <catch2/catch.hpp>
+#include <sstream>
+
+#include "store/event_store.h"
+#include "tests/support/temp_dir.h"
+
+namespace forktrial::store::jsonl {
+namespace {
+
+const std::string kGood =
+    R"({"id":"evt_001","type":"goal.created","payload":{"goal":"hi"},"actor":"user","frame_id":null,"caused_by":null,"timestamp":"2026-01-02T03:04:05.000001+00:00"})";
+
+std::expected<std::vector<NewEvent>, LineError> parse(const std::string& text) {
+  std::istringstream in(text);
+  return parse_events(in);
+}
+
+// Parses `bad` as line 2 after a good line and returns the error message.
+std::string error_on_line_2(const std::string& bad) {
+  auto result = parse(kGood + "\n" + bad + "\n");
+  REQUIRE_FALSE(result);
+  CHECK(result.error().line == 2);
+  return result.error().message;
+}
+
+TEST_CASE("a well-formed JSON Lines file parses into events", "[store][jsonl]") {
+  auto result = parse(kGood + "\n\n" +
+                      R"({"id":"evt_002","type":"note","payload":{"b":1,"a":[true]},)"
+                      R"("timestamp":"2026-01-02T03:04:06Z","caused_by":"evt_001","seq":9})" +
+                      "\n");
+  REQUIRE(result);
+  REQUIRE(result->size() == 2);
+  const NewEvent& first = (*result)[0];
+  CHECK(first.id.str() == "evt_001");
+  CHECK(first.type == "goal.created");
+  CHECK(first.payload == R"({"goal":"hi"})");
+  CHECK(first.actor == std::optional<std::string>("user"));
+  CHECK_FALSE(first.frame_id.has_value());
+  CHECK(first.timestamp == "2026-01-02T03:04:05.000001+00:00");
+  const NewEvent& second = (*result)[1];
+  CHECK(second.payload == R"({"a":[true],"b":1})");  // keys sorted, compact
+  CHECK(second.caused_by == std::optional<EventId>(EventId("evt_001")));
+  CHECK_FALSE(second.actor.has_value());  // absent reads as null
+}
+
+TEST_CASE("bad JSON is refused with its line number", "[store][jsonl]") {
+  CHECK_THAT(error_on_line_2(R"({"id": "evt_002", )"), Catch::StartsWith("line 2: not valid JSON"));
+}
+
+TEST_CASE("a line that is not an object is refused", "[store][jsonl]") {
+  CHECK(error_on_line_2("[1,2]") == "line 2: expected a JSON object, found array");
+}
+
+TEST_CASE("each missing required field is refused by name", "[store][jsonl]") {
+  CHECK(error_on_line_2(R"({"type":"t","payload":{},"timestamp":"2026-01-01T00:00:00Z"})") ==
+        "line 2: missing field \"id\"");
+  CHECK(error_on_line_2(R"({"id":"e","payload":{},"timestamp":"2026-01-01T00:00:00Z"})") ==
+        "line 2: missing field \"type\"");
+  CHECK(error_on_line_2(R"({"id":"e","type":"t","timestamp":"2026-01-01T00:00:00Z"})") ==
+        "line 2: missing field \"payload\"");
+  CHECK(error_on_line_2(R"({"id":"e","type":"t","payload":{}})") ==
+        "line 2: missing field \"timestamp\"");
+}
+
+TEST_CASE("each mistyped field is refused naming the type found", "[store][jsonl]") {
+  const std::string ts = R"("timestamp":"2026-01-01T00:00:00Z")";
+  CHECK(error_on_line_2(R"({"id":7,"type":"t","payload":{},)" + ts + "}") ==
+        "line 2: field \"id\" must be a string, found number");
+  CHECK(error_on_line_2(R"({"id":"e","type":null,"payload":{},)" + ts + "}") ==
+        "line 2: field \"type\" must be a string, found null");
+  CHECK(error_on_line_2(R"({"id":"e","type":"t","payload":"{}",)" + ts + "}") ==
+        "line 2: field \"payload\" must be an object, found string");
+  CHECK(error_on_line_2(R"({"id":"e","type":"t","payload":{},"actor":1,)" + ts + "}") ==
+        "line 2: field \"actor\" must be a string or null, found number");
+  CHECK(error_on_line_2(R"({"id":"e","type":"t","payload":{},"frame_id":[],)" + ts + "}") ==
+        "line 2: field \"frame_id\" must be a string or null, found array");
+  CHECK(error_on_line_2(R"({"id":"e","type":"t","payload":{},"caused_by":{},)" + ts + "}") ==
+        "line 2: field \"caused_by\" must be a string or null, found object");
+  CHECK(error_on_line_2(R"({"id":"e","type":"t","payload":{},"timestamp":17})") ==
+        "line 2: field \"timestamp\" must be a string, found number");
+}
+
+TEST_CASE("an empty id or type is refused", "[store][jsonl]") {
+  CHECK(
+      error_on_line_2(R"({"id":"","type":"t","payload":{},"timestamp":"2026-01-01T00:00:00Z"})") ==
+      "line 2: field \"id\" is empty");
+  CHECK(
+      error_on_line_2(R"({"id":"e","type":"","payload":{},"timestamp":"2026-01-01T00:00:00Z"})") ==
+      "line 2: field \"type\" is empty");
+}
+
+TEST_CASE("a timestamp that is not ISO-8601 UTC is refused", "[store][jsonl]") {
+  for (const char* ts : {"yesterday", "2026-01-01 00:00:00Z", "2026-01-01T00:00:00+02:00",
+                         "2026-01-01T00:00:00", "2026-01-01T00:00:00.Z"}) {
+    INFO(ts);
+    CHECK_THAT(error_on_line_2(R"({"id":"e","type":"t","payload":{},"timestamp":")" +
+                               std::string(ts) + "\"}"),
+               Catch::StartsWith("line 2: field \"timestamp\" is \"" + std::string(ts) +
+                                 "\", not an ISO-8601 UTC time"));
+  }
+  CHECK(is_utc_timestamp("2026-01-01T00:00:00Z"));
+  CHECK(is_utc_timestamp("2026-01-01T00:00:00.123+00:00"));
+}
+
+TEST_CASE("a repeated event id is refused naming both lines", "[store][jsonl]") {
+  auto result =
+      parse(kGood + "\n" +
+            R"({"id":"evt_002","type":"t","payload":{},"timestamp":"2026-01-01T00:00:00Z"})" +
+            "\n\n" + kGood + "\n");
+  REQUIRE_FALSE(result);
+  CHECK(result.error().line == 4);
+  CHECK(result.error().message == "line 4: event id \"evt_001\" already appears on line 1");
+}
+
+TEST_CASE("an exported line parses back into the same event", "[store][jsonl]") {
+  EventView view;
+  view.id = "evt_9";
+  view.type = "patch.applied";
+  view.payload = R"({"data":{"x":"é\n"},"id":"greeting#1"})";  // as stored: sorted, compact
+  view.timestamp = "2026-01-02T03:04:05Z";
+  view.frame_id = "frame";
+  view.caused_by = "evt_8";
+  view.seq = 9;
+  std::string line = to_line(view);
+  CHECK(line.rfind(R"({"id":"evt_9","type":"patch.applied","payload":)", 0) == 0);
+  auto parsed = parse(line);
+  REQUIRE(parsed);
+  NewEvent back = parsed->at(0);
+  Event expected = view.to_event();
+  CHECK(back == static_cast<const NewEvent&>(expected));
+}
+
+}  // namespace
+}  // namespace forktrial::store::jsonl

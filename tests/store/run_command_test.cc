@@ -1,0 +1,185 @@
+// The `forktrial run` commands, run as a user would: the real binary in a
+// separate process.
+#include <sqlite3.h>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "tests/support/temp_dir.h"
+
+namespace {
+
+using forktrial::testing::CommandResult;
+using forktrial::testing::run_command;
+using forktrial::testing::TempDir;
+using nlohmann::json;
+
+const std::string kInput =
+    R"({"id":"evt_001","type":"goal.created","payload":{"goal":"greet"},"actor":"user","frame_id":null,"caused_by":null,"timestamp":"2026-01-02T03:04:05.000001+00:00"})"
+    "\n"
+    R"({"id":"evt_002","type":"object.created","payload":{"data":{"text":"hi"},"type":"greeting"},"actor":"greeter","frame_id":"f1","caused_by":"evt_001","timestamp":"2026-01-02T03:04:05.000002+00:00"})"
+    "\n"
+    R"({"id":"evt_003","type":"behavior.failed","payload":{"behavior":"greeter"},"actor":null,"frame_id":null,"caused_by":"evt_002","timestamp":"2026-01-02T03:04:05.000003+00:00"})"
+    "\n";
+
+struct Cli {
+  TempDir dir;
+  std::string store = (dir.path() / "store").string();
+
+  CommandResult run(std::vector<std::string> args) {
+    args.insert(args.begin(), FORKTRIAL_BINARY);
+    args.push_back("--store");
+    args.push_back(store);
+    return run_command(args);
+  }
+  // Runs a command that must succeed; returns its stdout.
+  std::string ok(std::vector<std::string> args) {
+    CommandResult r = run(args);
+    INFO("stderr: " << r.err);
+    REQUIRE(r.exit_code == 0);
+    return r.out;
+  }
+};
+
+std::string trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+TEST_CASE("run import, fork, show, events and export work end to end", "[store][cli]") {
+  Cli cli;
+  auto input = cli.dir.write("session.jsonl", kInput);
+  std::string root =
+      trim(cli.ok({"run", "import", input.string(), "--label", "session", "--id", "run_session"}));
+  CHECK(root == "run_session");
+
+  // Export reproduces the imported lines exactly.
+  CHECK(cli.ok({"run", "export", root}) == kInput);
+
+  json fork =
+      json::parse(cli.ok({"run", "fork", root, "--at", "evt_002", "--label", "retry", "--json"}));
+  std::string fork_id = fork["id"];
+  CHECK(fork["events"] == 2);
+  CHECK(fork["parent"]["run"] == "run_session");
+  CHECK(fork["parent"]["event_id"] == "evt_002");
+  CHECK(fork["parent"]["seq"] == 2);
+
+  std::string fork_of_fork =
+      trim(cli.ok({"run", "fork", fork_id, "--at", "evt_001", "--id", "run_deep"}));
+  CHECK(fork_of_fork == "run_deep");
+
+  json show = json::parse(cli.ok({"run", "show", "run_deep", "--json"}));
+  CHECK(show["events"] == 1);
+  CHECK(show["own_events"] == 0);
+  REQUIRE(show["lineage"].size() == 2);
+  CHECK(show["lineage"][0]["id"] == fork_id);
+  CHECK(show["lineage"][1]["id"] == "run_session");
+  CHECK(show["behavior_failures"] == 0);
+
+  std::string text = cli.ok({"run", "show", root});
+  CHECK_THAT(text, Catch::Contains("events     3 (0 inherited, 3 own)") &&
+                       Catch::Contains("failures   1 behavior.failed") &&
+                       Catch::Contains("root run"));
+
+  std::string lines = cli.ok({"run", "events", fork_id, "--json"});
+  std::vector<json> events;
+  for (std::size_t start = 0, end; (end = lines.find('\n', start)) != std::string::npos;
+       start = end + 1) {
+    events.push_back(json::parse(lines.substr(start, end - start)));
+  }
+  REQUIRE(events.size() == 2);
+  CHECK(events[0]["id"] == "evt_001");
+  CHECK(events[1]["seq"] == 2);
+  CHECK(events[1]["frame_id"] == "f1");
+  std::string failed = cli.ok({"run", "events", root, "--type", "behavior.failed", "--json"});
+  CHECK(json::parse(failed)["id"] == "evt_003");
+
+  json runs = json::parse(cli.ok({"run", "ls", "--json"}));
+  REQUIRE(runs.size() == 3);
+  CHECK(runs[0]["id"] == "run_session");
+  CHECK(runs[0]["events"] == 3);
+  CHECK(runs[1]["id"] == fork_id);
+  CHECK(runs[2]["id"] == "run_deep");
+
+  // The export of a fork re-imports as a root run with the same history.
+  auto fork_file = cli.dir.path() / "fork.jsonl";
+  cli.ok({"run", "export", fork_id, "-o", fork_file.string()});
+  std::string reimported = trim(cli.ok({"run", "import", fork_file.string()}));
+  CHECK(cli.ok({"run", "export", reimported}) == cli.ok({"run", "export", fork_id}));
+}
+
+TEST_CASE("run new creates empty runs and refuses a taken id", "[store][cli]") {
+  Cli cli;
+  json run = json::parse(cli.ok({"run", "new", "--label", "blank", "--id", "run_x", "--json"}));
+  CHECK(run["id"] == "run_x");
+  CHECK(run["label"] == "blank");
+  CHECK(run["events"] == 0);
+  CHECK(run["parent"].is_null());
+  CommandResult again = cli.run({"run", "new", "--id", "run_x"});
+  CHECK(again.exit_code != 0);
+  CHECK_THAT(again.err, Catch::Contains("run_x is already stored"));
+  CHECK(again.out.empty());
+}
+
+TEST_CASE("a malformed import line fails the import with its line number", "[store][cli]") {
+  Cli cli;
+  cli.ok({"run", "new", "--id", "run_existing"});
+  std::string bad =
+      kInput +
+      R"({"id":"evt_004","type":"note","payload":"oops","timestamp":"2026-01-02T03:04:05Z"})"
+      "\n";
+  auto input = cli.dir.write("bad.jsonl", bad);
+  CommandResult r = cli.run({"run", "import", input.string()});
+  CHECK(r.exit_code != 0);
+  CHECK_THAT(r.err, Catch::Contains("line 4: field \"payload\" must be an object, found string") &&
+                        Catch::Contains("nothing was imported"));
+  json runs = json::parse(cli.ok({"run", "ls", "--json"}));
+  REQUIRE(runs.size() == 1);  // nothing half-imported
+  CHECK(runs[0]["id"] == "run_existing");
+}
+
+TEST_CASE("run commands name what is missing", "[store][cli]") {
+  Cli cli;
+  CommandResult no_store = cli.run({"run", "ls"});
+  CHECK(no_store.exit_code != 0);
+  CHECK_THAT(no_store.err, Catch::Contains("no store at " + cli.store));
+  cli.ok({"run", "new", "--id", "run_a"});
+  CommandResult no_run = cli.run({"run", "show", "run_b"});
+  CHECK(no_run.exit_code != 0);
+  CHECK_THAT(no_run.err, Catch::Contains("no run run_b"));
+  CommandResult no_event = cli.run({"run", "fork", "run_a", "--at", "evt_9"});
+  CHECK(no_event.exit_code != 0);
+  CHECK_THAT(no_event.err,
+             Catch::Contains("at event evt_9") && Catch::Contains("forktrial run events run_a"));
+}
+
+TEST_CASE("run import-sqlite imports an activegraph store", "[store][cli]") {
+  Cli cli;
+  auto path = cli.dir.path() / "ag.db";
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
+  const char* sql =
+      "CREATE TABLE runs (id TEXT, parent_run_id TEXT, forked_at_event_id TEXT);"
+      "CREATE TABLE events (run_id TEXT, seq INT, id TEXT, type TEXT, payload TEXT, "
+      "timestamp TEXT);"
+      "INSERT INTO runs VALUES ('r_root', NULL, NULL), ('r_fork', 'r_root', 'e1');"
+      "INSERT INTO events VALUES ('r_root', 1, 'e1', 'a', '{}', '2026-01-01T00:00:01Z'),"
+      " ('r_root', 2, 'e2', 'b', '{}', '2026-01-01T00:00:02Z'),"
+      " ('r_fork', 1, 'f1', 'c', '{\"k\": 1}', '2026-01-01T00:00:03Z');";
+  REQUIRE(sqlite3_exec(db, sql, nullptr, nullptr, nullptr) == SQLITE_OK);
+  sqlite3_close(db);
+  json runs = json::parse(cli.ok({"run", "import-sqlite", path.string(), "--json"}));
+  REQUIRE(runs.size() == 2);
+  CHECK(runs[1]["id"] == "r_fork");
+  CHECK(runs[1]["parent"]["event_id"] == "e1");
+  CHECK(runs[1]["events"] == 2);
+  std::string exported = cli.ok({"run", "export", "r_fork"});
+  CHECK(
+      exported ==
+      R"({"id":"e1","type":"a","payload":{},"actor":null,"frame_id":null,"caused_by":null,"timestamp":"2026-01-01T00:00:01Z"})"
+      "\n"
+      R"({"id":"f1","type":"c","payload":{"k":1},"actor":null,"frame_id":null,"caused_by":null,"timestamp":"2026-01-01T00:00:03Z"})"
+      "\n");
+}
+
+}  // namespace
