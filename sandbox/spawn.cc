@@ -1,0 +1,243 @@
+#include "sandbox/spawn.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "base/unique_fd.h"
+
+namespace forktrial::sandbox {
+namespace {
+
+struct Pipe {
+  UniqueFd read;
+  UniqueFd write;
+};
+
+Pipe make_pipe() {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) throw SystemError("pipe2(O_CLOEXEC)", errno);
+  return {UniqueFd(fds[0]), UniqueFd(fds[1])};
+}
+
+void set_nonblocking(int fd) {
+  int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0) {
+    throw SystemError("fcntl(" + std::to_string(fd) + ", F_SETFL, O_NONBLOCK)", errno);
+  }
+}
+
+// Keeps the last `cap` bytes of a stream, counting everything.
+void keep_last(std::string& sink, std::size_t& total, const char* data, std::size_t size,
+               std::size_t cap) {
+  total += size;
+  if (size >= cap) {
+    sink.assign(data + size - cap, cap);
+    return;
+  }
+  sink.append(data, size);
+  if (sink.size() > cap) sink.erase(0, sink.size() - cap);
+}
+
+class SpawnActions {
+ public:
+  SpawnActions() { ::posix_spawn_file_actions_init(&actions_); }
+  ~SpawnActions() { ::posix_spawn_file_actions_destroy(&actions_); }
+  SpawnActions(const SpawnActions&) = delete;
+  SpawnActions& operator=(const SpawnActions&) = delete;
+  void dup2(int from, int to) { ::posix_spawn_file_actions_adddup2(&actions_, from, to); }
+  posix_spawn_file_actions_t* get() { return &actions_; }
+
+ private:
+  posix_spawn_file_actions_t actions_;
+};
+
+// Owns a started child: unless it was reaped, the destructor kills its whole
+// process group and reaps it, so no error path leaves a runaway behind.
+class ChildHandle {
+ public:
+  explicit ChildHandle(pid_t pid) : pid_(pid) {}
+  ~ChildHandle() {
+    if (pid_ > 0) {
+      ::kill(-pid_, SIGKILL);
+      int status = 0;
+      retry_eintr([&] { return ::waitpid(pid_, &status, 0); });
+    }
+  }
+  ChildHandle(const ChildHandle&) = delete;
+  ChildHandle& operator=(const ChildHandle&) = delete;
+  pid_t pid() const { return pid_; }
+  void reaped() { pid_ = -1; }
+
+ private:
+  pid_t pid_;
+};
+
+}  // namespace
+
+std::vector<std::string> closed_environment(const std::vector<std::string>& passthrough,
+                                            char** parent) {
+  std::vector<std::string> names = {"PATH", "HOME", "LANG"};
+  names.insert(names.end(), passthrough.begin(), passthrough.end());
+  std::vector<std::string> env;
+  for (const auto& name : names) {
+    for (char** entry = parent; entry != nullptr && *entry != nullptr; ++entry) {
+      std::string_view text = *entry;
+      if (text.size() > name.size() && text.starts_with(name) && text[name.size()] == '=') {
+        env.emplace_back(text);
+        break;
+      }
+    }
+  }
+  return env;
+}
+
+ChildResult run_child(const SpawnRequest& request) {
+  using Clock = std::chrono::steady_clock;
+  const auto started = Clock::now();
+  Pipe in = make_pipe();
+  Pipe out = make_pipe();
+  Pipe err = make_pipe();
+  Pipe tail = make_pipe();
+
+  SpawnActions actions;
+  actions.dup2(in.read.get(), 0);
+  actions.dup2(out.write.get(), 1);
+  actions.dup2(err.write.get(), 2);
+  actions.dup2(tail.write.get(), 3);
+  posix_spawnattr_t attributes;
+  ::posix_spawnattr_init(&attributes);
+  // Its own process group, so the wall-clock kill reaches every descendant;
+  // default signal dispositions, whatever the caller ignores.
+  sigset_t all;
+  sigfillset(&all);
+  ::posix_spawnattr_setsigdefault(&attributes, &all);
+  sigset_t none;
+  sigemptyset(&none);
+  ::posix_spawnattr_setsigmask(&attributes, &none);
+  ::posix_spawnattr_setpgroup(&attributes, 0);
+  ::posix_spawnattr_setflags(
+      &attributes, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+
+  std::vector<char*> argv{const_cast<char*>(request.program.c_str())};
+  for (const auto& arg : request.args) argv.push_back(const_cast<char*>(arg.c_str()));
+  argv.push_back(nullptr);
+  std::vector<char*> envp;
+  for (const auto& entry : request.env) envp.push_back(const_cast<char*>(entry.c_str()));
+  envp.push_back(nullptr);
+
+  pid_t pid = -1;
+  // glibc's posix_spawn reports exec failures (ENOENT, EACCES) as its result.
+  const int rc = ::posix_spawn(&pid, request.program.c_str(), actions.get(), &attributes,
+                               argv.data(), envp.data());
+  ::posix_spawnattr_destroy(&attributes);
+  if (rc != 0) throw SystemError("posix_spawn(\"" + request.program + "\")", rc);
+  ChildHandle child(pid);
+  in.read.reset();
+  out.write.reset();
+  err.write.reset();
+  tail.write.reset();
+
+  // Through syscall(2): glibc 2.36's <sys/pidfd.h> lacks C linkage markers.
+  UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+  if (!pidfd) throw SystemError("pidfd_open(" + std::to_string(pid) + ")", errno);
+  set_nonblocking(in.write.get());
+
+  ChildResult result;
+  std::size_t stdin_written = 0;
+  if (request.stdin_data.empty()) in.write.reset();
+  std::optional<Clock::time_point> deadline;
+  if (request.wall_clock.count() > 0) deadline = started + request.wall_clock;
+  bool exited = false;
+  std::optional<Clock::time_point> drain_until;  // after exit: descendants may hold the pipes
+  char buffer[65536];
+
+  for (;;) {
+    pollfd fds[5];
+    int count = 0;
+    auto add = [&](const UniqueFd& fd, short events) {
+      if (fd) fds[count++] = {fd.get(), events, 0};
+    };
+    add(out.read, POLLIN);
+    add(err.read, POLLIN);
+    add(tail.read, POLLIN);
+    add(in.write, POLLOUT);
+    if (!exited) add(pidfd, POLLIN);
+    const bool streams_open = out.read || err.read || tail.read;
+    if (exited && !streams_open) break;
+
+    int timeout = -1;
+    const auto now = Clock::now();
+    auto until = [&](Clock::time_point t) {
+      auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t - now).count();
+      return static_cast<int>(std::max<long long>(0, ms));
+    };
+    if (deadline && !exited) timeout = until(*deadline);
+    if (drain_until) timeout = until(*drain_until);
+    const int ready = ::poll(fds, static_cast<nfds_t>(count), timeout);
+    if (ready < 0 && errno != EINTR) throw SystemError("poll", errno);
+
+    if (deadline && !exited && Clock::now() >= *deadline && !result.wall_clock_killed) {
+      ::kill(-pid, SIGKILL);
+      result.wall_clock_killed = true;
+    }
+    if (drain_until && Clock::now() >= *drain_until) break;
+
+    for (int i = 0; i < count && ready > 0; ++i) {
+      if (fds[i].revents == 0) continue;
+      const int fd = fds[i].fd;
+      if (fd == pidfd.get()) {
+        int status = 0;
+        if (retry_eintr([&] { return ::waitpid(pid, &status, WNOHANG); }) == pid) {
+          child.reaped();
+          exited = true;
+          result.exited = WIFEXITED(status);
+          result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+          result.signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+          // Whatever the child left running in its group dies with it.
+          ::kill(-pid, SIGKILL);
+          drain_until = Clock::now() + std::chrono::seconds(2);
+        }
+        continue;
+      }
+      if (in.write && fd == in.write.get()) {
+        ssize_t n = ::write(fd, request.stdin_data.data() + stdin_written,
+                            request.stdin_data.size() - stdin_written);
+        if (n > 0) stdin_written += static_cast<std::size_t>(n);
+        if ((n < 0 && errno != EAGAIN && errno != EINTR) ||
+            stdin_written == request.stdin_data.size() || (fds[i].revents & (POLLERR | POLLHUP))) {
+          in.write.reset();
+        }
+        continue;
+      }
+      ssize_t n = ::read(fd, buffer, sizeof buffer);
+      if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+      if (n <= 0) {
+        if (out.read && fd == out.read.get()) out.read.reset();
+        if (err.read && fd == err.read.get()) err.read.reset();
+        if (tail.read && fd == tail.read.get()) tail.read.reset();
+        continue;
+      }
+      const auto size = static_cast<std::size_t>(n);
+      if (out.read && fd == out.read.get()) {
+        keep_last(result.stdout_tail, result.stdout_bytes, buffer, size, request.output_cap);
+      } else if (err.read && fd == err.read.get()) {
+        keep_last(result.stderr_tail, result.stderr_bytes, buffer, size, request.output_cap);
+      } else {
+        const std::size_t room = request.tail_cap - std::min(request.tail_cap, result.tail.size());
+        result.tail.append(buffer, std::min(room, size));
+        if (size > room) result.tail_overflow = true;
+      }
+    }
+  }
+  result.elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started);
+  return result;
+}
+
+}  // namespace forktrial::sandbox

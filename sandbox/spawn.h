@@ -1,0 +1,56 @@
+// Running a child process the way a trial needs it: a fresh program image
+// (posix_spawn, never a bare fork of the caller), its own process group, a
+// closed environment, a job on stdin, a dedicated tail descriptor (fd 3), and
+// stdout/stderr captured with a size cap, under a wall-clock deadline that
+// kills the whole process group.
+//
+// run_child blocks the calling thread until the child has exited and its
+// process group is gone; it is safe to call from several threads at once
+// (each call owns its descriptors and child). Memory used is bounded by the
+// caps whatever the child writes.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace forktrial::sandbox {
+
+struct SpawnRequest {
+  std::string program;                      // absolute path; no PATH search
+  std::vector<std::string> args;            // argv[1..]
+  std::vector<std::string> env;             // the child's entire environment, "NAME=value"
+  std::string stdin_data;                   // written to the child's stdin, then closed
+  std::size_t output_cap = 64 << 10;        // bytes kept of stdout and of stderr (the last ones)
+  std::size_t tail_cap = 1 << 20;           // bytes kept of fd 3 (the first ones)
+  std::chrono::milliseconds wall_clock{0};  // 0: no deadline
+};
+
+struct ChildResult {
+  bool exited = false;  // exited normally; `exit_code` is valid
+  int exit_code = -1;
+  int signal = 0;                  // the signal that ended it, when !exited
+  bool wall_clock_killed = false;  // the deadline passed and the group was killed
+  std::string stdout_tail;         // last `output_cap` bytes
+  std::string stderr_tail;
+  std::size_t stdout_bytes = 0;  // totals the child wrote, including dropped bytes
+  std::size_t stderr_bytes = 0;
+  std::string tail;            // first `tail_cap` bytes of fd 3
+  bool tail_overflow = false;  // the child wrote more than `tail_cap` to fd 3
+  std::chrono::milliseconds elapsed{0};
+};
+
+// Spawns and supervises the child. Throws SystemError when the child cannot be
+// started at all (e.g. the program does not exist), naming the program.
+ChildResult run_child(const SpawnRequest& request);
+
+// The closed environment of a trial child: PATH, HOME and LANG from `parent`
+// (when set there) plus each name in `passthrough` that is set in `parent`.
+// Nothing else crosses.
+std::vector<std::string> closed_environment(const std::vector<std::string>& passthrough,
+                                            char** parent);
+
+}  // namespace forktrial::sandbox

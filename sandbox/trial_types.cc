@@ -1,0 +1,326 @@
+#include "sandbox/trial_types.h"
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "base/digest.h"
+
+namespace forktrial::sandbox {
+namespace {
+
+using nlohmann::json;
+
+std::string json_type(const json& value) {
+  switch (value.type()) {
+    case json::value_t::null:
+      return "null";
+    case json::value_t::object:
+      return "an object";
+    case json::value_t::array:
+      return "an array";
+    case json::value_t::string:
+      return "a string";
+    case json::value_t::boolean:
+      return "a boolean";
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned:
+      return "an integer";
+    case json::value_t::number_float:
+      return "a number";
+    default:
+      return "an unsupported value";
+  }
+}
+
+json pack_json(const PackSource& pack) {
+  return {{"root_dir", pack.root_dir},
+          {"expected_bundle_hash",
+           pack.expected_bundle_hash ? json(*pack.expected_bundle_hash) : json(nullptr)},
+          {"manifest_required", pack.manifest_required}};
+}
+
+// Reads fields of one JSON object, recording a problem per bad field and
+// one per unknown field.
+class Fields {
+ public:
+  Fields(const json& object, std::string prefix, std::vector<std::string>& problems)
+      : object_(object), prefix_(std::move(prefix)), problems_(problems) {}
+
+  std::string name(std::string_view key) const { return prefix_ + std::string(key); }
+  void problem(std::string_view key, const std::string& text) {
+    problems_.push_back(name(key) + ": " + text);
+  }
+
+  const json* get(std::string_view key, bool required) {
+    known_.emplace_back(key);
+    auto it = object_.find(std::string(key));
+    if (it == object_.end()) {
+      if (required) problem(key, "missing");
+      return nullptr;
+    }
+    return &*it;
+  }
+
+  std::optional<std::string> string(std::string_view key, bool required, bool non_empty) {
+    const json* v = get(key, required);
+    if (v == nullptr) return std::nullopt;
+    if (!v->is_string()) {
+      problem(key, "must be a string, got " + json_type(*v));
+      return std::nullopt;
+    }
+    std::string text = v->get<std::string>();
+    if (non_empty && text.empty()) {
+      problem(key, "must not be empty");
+      return std::nullopt;
+    }
+    return text;
+  }
+
+  std::optional<std::uint64_t> count(std::string_view key) {
+    const json* v = get(key, false);
+    if (v == nullptr) return std::nullopt;
+    if (!v->is_number_unsigned() && !(v->is_number_integer() && v->get<std::int64_t>() >= 0)) {
+      problem(key,
+              "must be a non-negative integer, got " +
+                  (v->is_number_integer() ? std::string("a negative integer") : json_type(*v)));
+      return std::nullopt;
+    }
+    return v->get<std::uint64_t>();
+  }
+
+  std::optional<bool> boolean(std::string_view key) {
+    const json* v = get(key, false);
+    if (v == nullptr) return std::nullopt;
+    if (!v->is_boolean()) {
+      problem(key, "must be true or false, got " + json_type(*v));
+      return std::nullopt;
+    }
+    return v->get<bool>();
+  }
+
+  void reject_unknown() {
+    for (const auto& [key, value] : object_.items()) {
+      if (std::find(known_.begin(), known_.end(), key) == known_.end()) {
+        problem(key, "unknown field (this build reads trial specification schema_version " +
+                         std::to_string(TrialSpecification::kSchemaVersion) + ")");
+      }
+    }
+  }
+
+ private:
+  const json& object_;
+  std::string prefix_;
+  std::vector<std::string>& problems_;
+  std::vector<std::string> known_;
+};
+
+std::optional<PackSource> parse_pack(const json& value, const std::string& field,
+                                     std::vector<std::string>& problems) {
+  if (!value.is_object()) {
+    problems.push_back(field + ": must be an object, got " + json_type(value));
+    return std::nullopt;
+  }
+  const std::size_t before = problems.size();
+  Fields f(value, field + ".", problems);
+  PackSource pack;
+  if (auto root = f.string("root_dir", true, true)) pack.root_dir = *root;
+  if (const json* pin = f.get("expected_bundle_hash", false); pin && !pin->is_null()) {
+    if (!pin->is_string()) {
+      f.problem("expected_bundle_hash", "must be a string or null, got " + json_type(*pin));
+    } else if (auto bad = Digest::describe_pin_problem(pin->get<std::string>())) {
+      f.problem("expected_bundle_hash",
+                "malformed pin \"" + pin->get<std::string>() + "\": " + *bad);
+    } else {
+      pack.expected_bundle_hash = pin->get<std::string>();
+    }
+  }
+  if (auto required = f.boolean("manifest_required")) pack.manifest_required = *required;
+  f.reject_unknown();
+  if (problems.size() != before) return std::nullopt;
+  return pack;
+}
+
+bool is_env_name(std::string_view name) {
+  if (name.empty() || (name[0] >= '0' && name[0] <= '9')) return false;
+  for (char c : name) {
+    if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'))
+      return false;
+  }
+  return true;
+}
+
+void parse_limits(const json& value, TrialLimits& limits, std::vector<std::string>& problems) {
+  if (!value.is_object()) {
+    problems.push_back("limits: must be an object, got " + json_type(value));
+    return;
+  }
+  Fields f(value, "limits.", problems);
+  if (const json* wall = f.get("wall_clock_seconds", false)) {
+    if (!wall->is_number() || !std::isfinite(wall->get<double>()) || wall->get<double>() < 0) {
+      f.problem("wall_clock_seconds",
+                "must be a non-negative number of seconds (0 disables the net), got " +
+                    (wall->is_number() ? wall->dump() : json_type(*wall)));
+    } else {
+      limits.wall_clock_seconds = wall->get<double>();
+    }
+  }
+  if (const json* rss = f.get("max_rss_bytes", false); rss && !rss->is_null()) {
+    if (!rss->is_number_unsigned() &&
+        !(rss->is_number_integer() && rss->get<std::int64_t>() >= 0)) {
+      f.problem("max_rss_bytes", "must be a non-negative integer or null, got " + json_type(*rss));
+    } else {
+      limits.max_rss_bytes = rss->get<std::uint64_t>();
+    }
+  }
+  if (auto events = f.count("max_events")) limits.max_events = *events;
+  if (auto calls = f.count("max_llm_calls")) limits.max_llm_calls = *calls;
+  if (const json* names = f.get("env_passthrough", false)) {
+    if (!names->is_array()) {
+      f.problem("env_passthrough", "must be an array of variable names, got " + json_type(*names));
+    } else {
+      for (std::size_t i = 0; i < names->size(); ++i) {
+        const json& name = (*names)[i];
+        std::string field = "env_passthrough[" + std::to_string(i) + "]";
+        if (!name.is_string() || !is_env_name(name.get<std::string>())) {
+          f.problem(field, "must be an environment variable name (letters, digits, '_'), got " +
+                               (name.is_string() ? "\"" + name.get<std::string>() + "\""
+                                                 : json_type(name)));
+        } else {
+          limits.env_passthrough.push_back(name.get<std::string>());
+        }
+      }
+    }
+  }
+  f.reject_unknown();
+}
+
+}  // namespace
+
+std::string_view outcome_name(Outcome outcome) {
+  switch (outcome) {
+    case Outcome::completed:
+      return "completed";
+    case Outcome::scenario_failed:
+      return "scenario_failed";
+    case Outcome::limits_exceeded:
+      return "limits_exceeded";
+    case Outcome::materialization_failed:
+      return "materialization_failed";
+    case Outcome::crashed:
+      return "crashed";
+  }
+  return "crashed";
+}
+
+std::optional<Outcome> outcome_from_name(std::string_view name) {
+  for (Outcome o : {Outcome::completed, Outcome::scenario_failed, Outcome::limits_exceeded,
+                    Outcome::materialization_failed, Outcome::crashed}) {
+    if (outcome_name(o) == name) return o;
+  }
+  return std::nullopt;
+}
+
+int exit_code_of(Outcome outcome) {
+  switch (outcome) {
+    case Outcome::completed:
+      return 0;
+    case Outcome::scenario_failed:
+      return 30;
+    case Outcome::limits_exceeded:
+      return 40;
+    case Outcome::materialization_failed:
+      return 50;
+    case Outcome::crashed:
+      break;
+  }
+  return -1;
+}
+
+Outcome outcome_of_exit_code(int code) {
+  switch (code) {
+    case 0:
+      return Outcome::completed;
+    case 30:
+      return Outcome::scenario_failed;
+    case 40:
+      return Outcome::limits_exceeded;
+    case 50:
+      return Outcome::materialization_failed;
+    default:
+      return Outcome::crashed;
+  }
+}
+
+std::string to_canonical_json(const TrialSpecification& spec) {
+  json extras = json::array();
+  for (const auto& pack : spec.extra_packs) extras.push_back(pack_json(pack));
+  json limits{{"wall_clock_seconds", spec.limits.wall_clock_seconds},
+              {"max_rss_bytes",
+               spec.limits.max_rss_bytes ? json(*spec.limits.max_rss_bytes) : json(nullptr)},
+              {"max_events", spec.limits.max_events},
+              {"max_llm_calls", spec.limits.max_llm_calls},
+              {"env_passthrough", spec.limits.env_passthrough}};
+  // nlohmann::json keeps object keys sorted, and dump() without an indent
+  // writes no whitespace: the output is canonical.
+  json out{{"schema_version", TrialSpecification::kSchemaVersion},
+           {"parent_run_id", spec.parent_run_id},
+           {"at_event", spec.at_event},
+           {"label", spec.label},
+           {"candidate", pack_json(spec.candidate)},
+           {"extra_packs", extras},
+           {"scenario", spec.scenario},
+           {"limits", limits}};
+  return out.dump();
+}
+
+std::expected<TrialSpecification, std::vector<std::string>> parse_trial_specification(
+    std::string_view text) {
+  json doc = json::parse(text.begin(), text.end(), nullptr, false);
+  if (doc.is_discarded()) {
+    return std::unexpected(std::vector<std::string>{"trial specification: not valid JSON"});
+  }
+  if (!doc.is_object()) {
+    return std::unexpected(std::vector<std::string>{
+        "trial specification: must be a JSON object, got " + json_type(doc)});
+  }
+  std::vector<std::string> problems;
+  Fields f(doc, "", problems);
+  const json* version = f.get("schema_version", true);
+  if (version != nullptr) {
+    if (!version->is_number_integer()) {
+      f.problem("schema_version", "must be an integer, got " + json_type(*version));
+    } else if (version->get<std::int64_t>() != TrialSpecification::kSchemaVersion) {
+      // A different version may mean anything: refuse before reading further.
+      return std::unexpected(std::vector<std::string>{
+          "schema_version: this build reads trial specifications of version " +
+          std::to_string(TrialSpecification::kSchemaVersion) + ", got " + version->dump() +
+          "; run a forktrial that supports it"});
+    }
+  }
+  TrialSpecification spec;
+  if (auto run = f.string("parent_run_id", true, true)) spec.parent_run_id = *run;
+  if (auto at = f.string("at_event", true, true)) spec.at_event = *at;
+  if (auto label = f.string("label", false, true)) spec.label = *label;
+  if (const json* candidate = f.get("candidate", true)) {
+    if (auto pack = parse_pack(*candidate, "candidate", problems)) spec.candidate = *pack;
+  }
+  if (const json* extras = f.get("extra_packs", false)) {
+    if (!extras->is_array()) {
+      f.problem("extra_packs", "must be an array, got " + json_type(*extras));
+    } else {
+      for (std::size_t i = 0; i < extras->size(); ++i) {
+        if (auto pack =
+                parse_pack((*extras)[i], "extra_packs[" + std::to_string(i) + "]", problems)) {
+          spec.extra_packs.push_back(*pack);
+        }
+      }
+    }
+  }
+  if (auto scenario = f.string("scenario", false, false)) spec.scenario = *scenario;
+  if (const json* limits = f.get("limits", false)) parse_limits(*limits, spec.limits, problems);
+  f.reject_unknown();
+  if (!problems.empty()) return std::unexpected(std::move(problems));
+  return spec;
+}
+
+}  // namespace forktrial::sandbox

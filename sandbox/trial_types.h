@@ -1,0 +1,83 @@
+// The values of a trial, mirroring activegraph.sandbox: where the packs come
+// from (PackSource), the nets (TrialLimits), what a trial produced
+// (TrialReport), and the versioned, canonical-JSON TrialSpecification that
+// carries one trial across a process or network boundary.
+//
+// Plain values: copyable, no hidden state, safe to share between threads.
+#pragma once
+
+#include <cstdint>
+#include <expected>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace forktrial::sandbox {
+
+// Where a pack is materialized from. `expected_bundle_hash` is the external
+// pin (the §4 walk with manifest.toml); the child verifies it before reading
+// any code. `manifest_required` additionally validates the manifest and checks
+// the registered surface against it two-way.
+struct PackSource {
+  std::string root_dir;
+  std::optional<std::string> expected_bundle_hash;
+  bool manifest_required = true;
+  friend bool operator==(const PackSource&, const PackSource&) = default;
+};
+
+// The trial's resource nets. Zero (or nullopt) disables a net.
+struct TrialLimits {
+  double wall_clock_seconds = 120;
+  std::optional<std::uint64_t> max_rss_bytes;  // RLIMIT_AS and the Lua allocator cap
+  std::uint64_t max_events = 2000;
+  std::uint64_t max_llm_calls = 0;
+  std::vector<std::string> env_passthrough;  // names forwarded beyond PATH, HOME, LANG
+  friend bool operator==(const TrialLimits&, const TrialLimits&) = default;
+};
+
+// The closed set of outcomes, and the child's exit code for each (anything
+// else, or a signal, is `crashed`).
+enum class Outcome { completed, scenario_failed, limits_exceeded, materialization_failed, crashed };
+
+std::string_view outcome_name(Outcome outcome);
+std::optional<Outcome> outcome_from_name(std::string_view name);
+int exit_code_of(Outcome outcome);  // 0, 30, 40, 50; -1 for crashed
+Outcome outcome_of_exit_code(int code);
+
+// What a trial produced. `events_appended` and `behavior_failures` are re-read
+// from the fork in the store after the child exits; the child's own claim is a
+// signal only.
+struct TrialReport {
+  Outcome outcome = Outcome::crashed;
+  std::string fork_run_id;
+  std::uint64_t events_appended = 0;
+  std::uint64_t behavior_failures = 0;
+  std::string detail;
+  int exit_code = 0;                  // the child's exit status, or -signal for a signal death
+  std::vector<std::string> warnings;  // degraded nets, also folded into detail
+};
+
+// One trial, as handed to an executor. Serialized as canonical JSON (sorted
+// keys, no insignificant whitespace): the same specification always gives the
+// same bytes, so its digest can key caches.
+struct TrialSpecification {
+  static constexpr int kSchemaVersion = 1;
+  std::string parent_run_id;
+  std::string at_event;
+  std::string label = "trial";
+  PackSource candidate;
+  std::vector<PackSource> extra_packs;
+  std::string scenario;  // "path.lua" or "path.lua::fn" inside the candidate; "" = run until idle
+  TrialLimits limits;
+  friend bool operator==(const TrialSpecification&, const TrialSpecification&) = default;
+};
+
+std::string to_canonical_json(const TrialSpecification& spec);
+
+// Parses and validates; every problem is reported at once, each naming its
+// field ("limits.max_events: must be a non-negative integer, got a string").
+std::expected<TrialSpecification, std::vector<std::string>> parse_trial_specification(
+    std::string_view json);
+
+}  // namespace forktrial::sandbox

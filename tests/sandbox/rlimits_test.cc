@@ -1,0 +1,64 @@
+#include "sandbox/rlimits.h"
+
+#include <catch2/catch.hpp>
+#include <cerrno>
+#include <map>
+
+using namespace forktrial::sandbox;
+
+TEST_CASE("both nets are applied with the CPU net at wall clock + 5 s", "[sandbox][nets]") {
+  std::map<int, rlimit> applied;
+  TrialLimits limits;
+  limits.wall_clock_seconds = 2.2;
+  limits.max_rss_bytes = 256u << 20;
+  auto warnings = apply_nets(limits, [&](int resource, const rlimit& limit) {
+    applied[resource] = limit;
+    return 0;
+  });
+  CHECK(warnings.empty());
+  REQUIRE(applied.count(RLIMIT_AS) == 1);
+  CHECK(applied[RLIMIT_AS].rlim_cur == 256u << 20);
+  REQUIRE(applied.count(RLIMIT_CPU) == 1);
+  CHECK(applied[RLIMIT_CPU].rlim_cur == 8);
+  CHECK(applied[RLIMIT_CPU].rlim_max == 9);
+}
+
+TEST_CASE("disabled nets are not applied", "[sandbox][nets]") {
+  TrialLimits limits;
+  limits.wall_clock_seconds = 0;
+  int calls = 0;
+  auto warnings = apply_nets(limits, [&](int, const rlimit&) { return ++calls, 0; });
+  CHECK(warnings.empty());
+  CHECK(calls == 0);
+}
+
+TEST_CASE("a net the host refuses yields exactly one warning naming it", "[sandbox][nets]") {
+  TrialLimits limits;
+  limits.max_rss_bytes = 1000000;
+  auto warnings = apply_nets(limits, [](int resource, const rlimit&) {
+    if (resource == RLIMIT_AS) {
+      errno = EINVAL;
+      return -1;
+    }
+    return 0;
+  });
+  REQUIRE(warnings.size() == 1);
+  CHECK(warnings[0] ==
+        "memory net degraded: setrlimit(RLIMIT_AS, 1000000): Invalid argument; the Lua allocator "
+        "cap, the wall-clock kill and the event budget still bound the trial");
+}
+
+TEST_CASE("the real setrlimit applies the CPU net to the calling process", "[sandbox][nets]") {
+  // Lowering a limit is always allowed; check the system call path end to end
+  // on a limit far above what this test uses, then restore it.
+  rlimit before{};
+  REQUIRE(::getrlimit(RLIMIT_CPU, &before) == 0);
+  TrialLimits limits;
+  limits.wall_clock_seconds = 3600;
+  auto warnings = apply_nets(limits, system_setrlimit());
+  CHECK(warnings.empty());
+  rlimit now{};
+  REQUIRE(::getrlimit(RLIMIT_CPU, &now) == 0);
+  CHECK(now.rlim_cur == 3605);
+  ::setrlimit(RLIMIT_CPU, &before);
+}

@@ -1,0 +1,98 @@
+#include "sandbox/spawn.h"
+
+#include <signal.h>
+
+#include <catch2/catch.hpp>
+
+#include "base/unique_fd.h"
+
+using namespace forktrial::sandbox;
+using namespace std::chrono_literals;
+
+namespace {
+
+SpawnRequest shell(const std::string& script) {
+  SpawnRequest request;
+  request.program = "/bin/sh";
+  request.args = {"-c", script};
+  request.env = {"PATH=/usr/bin:/bin"};
+  return request;
+}
+
+}  // namespace
+
+TEST_CASE("the child gets its job on stdin and its streams are kept apart", "[sandbox][spawn]") {
+  auto request = shell("cat; echo oops >&2; printf 'the tail' >&3; exit 7");
+  request.stdin_data = "job bytes";
+  auto result = run_child(request);
+  CHECK(result.exited);
+  CHECK(result.exit_code == 7);
+  CHECK(result.stdout_tail == "job bytes");
+  CHECK(result.stderr_tail == "oops\n");
+  CHECK(result.tail == "the tail");
+  CHECK_FALSE(result.tail_overflow);
+  CHECK_FALSE(result.wall_clock_killed);
+}
+
+TEST_CASE("a signal death keeps its signal", "[sandbox][spawn]") {
+  auto result = run_child(shell("kill -SEGV $$"));
+  CHECK_FALSE(result.exited);
+  CHECK(result.signal == SIGSEGV);
+}
+
+TEST_CASE("the wall clock kills the whole process group", "[sandbox][spawn]") {
+  auto request = shell("sleep 60 & sleep 60; echo never");
+  request.wall_clock = 300ms;
+  auto result = run_child(request);
+  CHECK(result.wall_clock_killed);
+  CHECK_FALSE(result.exited);
+  CHECK(result.signal == SIGKILL);
+  CHECK(result.stdout_tail.empty());
+}
+
+TEST_CASE("a flood of output is capped, counted, and cannot pose as the tail", "[sandbox][spawn]") {
+  auto request = shell(
+      "head -c 20000000 /dev/zero; head -c 3000000 /dev/zero >&2; "
+      "printf 'OUTCOME completed' ; head -c 5000 /dev/zero >&3");
+  request.output_cap = 4096;
+  request.tail_cap = 1000;
+  auto result = run_child(request);
+  CHECK(result.exit_code == 0);
+  CHECK(result.stdout_bytes == 20000000 + 17);
+  CHECK(result.stdout_tail.size() == 4096);
+  CHECK(result.stdout_tail.ends_with("OUTCOME completed"));
+  CHECK(result.stderr_bytes == 3000000);
+  CHECK(result.stderr_tail.size() == 4096);
+  CHECK(result.tail.size() == 1000);
+  CHECK(result.tail_overflow);
+}
+
+TEST_CASE("only the closed allow-list and named pass-through variables cross", "[sandbox][spawn]") {
+  std::vector<std::string> parent_env = {"PATH=/bin",    "HOME=/root", "OPENAI_API_KEY=sk-secret",
+                                         "LANG=C.UTF-8", "TZ=UTC",     "PATHX=no"};
+  std::vector<char*> raw;
+  for (auto& entry : parent_env) raw.push_back(entry.data());
+  raw.push_back(nullptr);
+  CHECK(closed_environment({}, raw.data()) ==
+        std::vector<std::string>{"PATH=/bin", "HOME=/root", "LANG=C.UTF-8"});
+  CHECK(closed_environment({"TZ", "UNSET"}, raw.data()) ==
+        std::vector<std::string>{"PATH=/bin", "HOME=/root", "LANG=C.UTF-8", "TZ=UTC"});
+
+  auto request = shell("env | sort");
+  request.env = closed_environment({"TZ"}, raw.data());
+  auto result = run_child(request);
+  CHECK(result.stdout_tail.find("OPENAI_API_KEY") == std::string::npos);
+  CHECK(result.stdout_tail.find("TZ=UTC\n") != std::string::npos);
+}
+
+TEST_CASE("a program that cannot start is an error naming it", "[sandbox][spawn]") {
+  SpawnRequest request;
+  request.program = "/nonexistent/forktrial-child";
+  try {
+    run_child(request);
+    FAIL("run_child returned");
+  } catch (const forktrial::SystemError& e) {
+    CHECK(std::string(e.what()) ==
+          "posix_spawn(\"/nonexistent/forktrial-child\"): No such file or directory");
+  }
+}
