@@ -1,0 +1,38 @@
+// The child's tail: outcome, counts, detail and warnings, encoded as one
+// Cap'n Proto message (schema/trial.capnp) and written on fd 3. Only the
+// child's own code writes fd 3, so nothing a candidate prints on stdout or
+// stderr can pose as the tail; and even the tail is a signal only — the
+// parent re-reads the store for every number.
+#pragma once
+
+#include <cstdint>
+#include <expected>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sandbox/trial_types.h"
+
+namespace forktrial::sandbox {
+
+enum class Net { none, event_budget, memory, cpu, wall_clock };
+
+std::string_view net_name(Net net);  // "event budget", "memory", ...
+
+struct ChildTail {
+  Outcome outcome = Outcome::crashed;
+  Net net = Net::none;
+  std::uint64_t events_appended = 0;
+  std::uint64_t behavior_failures = 0;
+  std::uint64_t last_seq = 0;
+  std::string detail;
+  std::vector<std::string> warnings;
+  friend bool operator==(const ChildTail&, const ChildTail&) = default;
+};
+
+std::string encode_tail(const ChildTail& tail);
+// Decodes bytes read from fd 3; a truncated or malformed message is an error
+// value naming what was wrong (the parent then reports `crashed`).
+std::expected<ChildTail, std::string> decode_tail(std::string_view bytes);
+
+}  // namespace forktrial::sandbox
