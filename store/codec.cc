@@ -4,6 +4,7 @@
 #include <capnp/serialize.h>
 #include <kj/exception.h>
 
+#include <bit>
 #include <cstring>
 
 #include "schema/event.capnp.h"
@@ -66,31 +67,82 @@ std::vector<std::byte> event_id_key(std::uint64_t run_number, std::string_view e
   return key;
 }
 
-kj::Array<capnp::word> encode_event(const NewEvent& event, std::uint64_t seq) {
-  capnp::MallocMessageBuilder message(64);
-  auto e = message.initRoot<schema::Event>();
-  auto t = [](std::string_view s) { return capnp::Text::Reader(s.data(), s.size()); };
-  e.setId(t(event.id.str()));
-  e.setType(t(event.type));
-  e.setPayload(t(event.payload));
-  e.setTimestamp(t(event.timestamp));
-  e.setSeq(seq);
-  if (event.actor) {
-    e.getActor().setActorName(t(*event.actor));
-  } else {
-    e.getActor().setNoActor();
+namespace {
+
+// schema::Event's layout, as `capnp compile -ocapnp schema/event.capnp`
+// prints it: two data words (seq; the three union tags as 16-bit values at
+// bits 64, 80 and 96) and seven pointers (id, type, payload, timestamp,
+// actorName, frameId, causedBy).
+constexpr std::size_t kEventPointers = 7;
+
+std::size_t text_words(std::size_t length) {
+  return (length + 1 + 7) / 8;
+}
+
+struct EventTexts {
+  std::array<const std::string*, kEventPointers> text{};
+  std::size_t pointers = 0;    // after dropping trailing null pointers
+  std::size_t data_words = 0;  // after dropping trailing zero words
+  std::uint64_t tags = 0;
+};
+
+EventTexts texts_of(const NewEvent& e, std::uint64_t seq) {
+  EventTexts t;
+  t.text = {&e.id.str(),
+            &e.type,
+            &e.payload,
+            &e.timestamp,
+            e.actor ? &*e.actor : nullptr,
+            e.frame_id ? &*e.frame_id : nullptr,
+            e.caused_by ? &e.caused_by->str() : nullptr};
+  t.tags = (e.actor ? std::uint64_t{1} : 0) | (e.frame_id ? std::uint64_t{1} << 16 : 0) |
+           (e.caused_by ? std::uint64_t{1} << 32 : 0);
+  t.data_words = t.tags != 0 ? 2 : (seq != 0 ? 1 : 0);
+  for (std::size_t i = 0; i < kEventPointers; ++i) {
+    if (t.text[i] != nullptr) t.pointers = i + 1;
   }
-  if (event.frame_id) {
-    e.getFrame().setFrameId(t(*event.frame_id));
-  } else {
-    e.getFrame().setNoFrame();
+  return t;
+}
+
+void put_le64(std::byte* out, std::uint64_t value) {
+  static_assert(std::endian::native == std::endian::little,
+                "the event encoder writes Cap'n Proto's little-endian words with memcpy");
+  std::memcpy(out, &value, 8);
+}
+
+}  // namespace
+
+std::size_t encoded_event_size(const NewEvent& event, std::uint64_t seq) {
+  EventTexts t = texts_of(event, seq);
+  std::size_t words = 1 + t.data_words + t.pointers;
+  for (std::size_t i = 0; i < t.pointers; ++i) {
+    if (t.text[i] != nullptr) words += text_words(t.text[i]->size());
   }
-  if (event.caused_by) {
-    e.getCause().setCausedBy(t(event.caused_by->str()));
-  } else {
-    e.getCause().setNoCause();
+  return words * 8;
+}
+
+void encode_event(const NewEvent& event, std::uint64_t seq, std::span<std::byte> out) {
+  EventTexts t = texts_of(event, seq);
+  std::memset(out.data(), 0, out.size());
+  // Root pointer: a struct pointer with offset 0 and the section sizes.
+  put_le64(out.data(), (std::uint64_t{t.data_words} << 32) | (std::uint64_t{t.pointers} << 48));
+  std::size_t word = 1;
+  if (t.data_words >= 1) put_le64(out.data() + 8 * word, seq);
+  if (t.data_words >= 2) put_le64(out.data() + 8 * (word + 1), t.tags);
+  word += t.data_words;
+  std::size_t pointer_word = word;
+  std::size_t content_word = word + t.pointers;
+  for (std::size_t i = 0; i < t.pointers; ++i, ++pointer_word) {
+    const std::string* text = t.text[i];
+    if (text == nullptr) continue;  // a null pointer is an all-zero word
+    // List pointer: tag 1, offset from the end of the pointer word, element
+    // size 2 (bytes), element count = length + NUL.
+    std::uint64_t offset = content_word - (pointer_word + 1);
+    put_le64(out.data() + 8 * pointer_word, 1 | (offset << 2) | (std::uint64_t{2} << 32) |
+                                                (std::uint64_t(text->size() + 1) << 35));
+    std::memcpy(out.data() + 8 * content_word, text->data(), text->size());
+    content_word += text_words(text->size());
   }
-  return capnp::canonicalize(e.asReader());
 }
 
 kj::Array<capnp::word> encode_run(const RunRecord& record) {

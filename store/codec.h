@@ -27,9 +27,17 @@ std::array<std::byte, 16> event_key(std::uint64_t run_number, std::uint64_t seq)
 // event_ids: run number ‖ event id bytes.
 std::vector<std::byte> event_id_key(std::uint64_t run_number, std::string_view event_id);
 
-// The stored value of an event: its canonical Cap'n Proto encoding (a single
-// segment without segment table).
-kj::Array<capnp::word> encode_event(const NewEvent& event, std::uint64_t seq);
+// The stored value of an event is its canonical Cap'n Proto encoding
+// (schema::Event, a single segment without segment table). Appends are the
+// store's hot path, so the encoder writes that form directly instead of going
+// through a MessageBuilder and capnp::canonicalize (which cost more than the
+// LMDB puts); tests/store/codec_test.cc checks it against canonicalize.
+//
+// The size in bytes of the encoding, a multiple of 8.
+std::size_t encoded_event_size(const NewEvent& event, std::uint64_t seq);
+// Writes the encoding into `out`, which holds exactly encoded_event_size()
+// bytes and needs no alignment.
+void encode_event(const NewEvent& event, std::uint64_t seq, std::span<std::byte> out);
 
 // A run record as stored, plus the store-internal run number.
 struct RunRecord {

@@ -309,7 +309,8 @@ struct EventStore::Impl {
   // process grew the map, which the caller answers with adopt_resized().
   lmdb::Txn begin(unsigned flags) {
     lmdb::Txn txn;
-    lmdb::check(txn.try_begin(env.get(), flags), "mdb_txn_begin(\"" + path.string() + "\")");
+    int rc = txn.try_begin(env.get(), flags);
+    if (rc != MDB_SUCCESS) throw lmdb::LmdbError("mdb_txn_begin(\"" + path.string() + "\")", rc);
     return txn;
   }
 
@@ -577,28 +578,34 @@ std::optional<std::string> invalid_event(const NewEvent& e) {
   return std::nullopt;
 }
 
-// Stores one encoded event of run `number` at `seq` and indexes its id;
-// refuses an id already in the history (`ranges` are the ancestors' parts).
+// Stores one event of run `number` at `seq` and indexes its id; refuses an
+// id already in the history (`inherited` are the ancestors' parts). The
+// value's `size` bytes are reserved in LMDB and filled by `fill`, so the
+// encoding is written once, in place.
+template <typename Fill>
 std::optional<Refusal> put_event(EventStore::Impl& impl, lmdb::Txn& txn, const RunId& run,
                                  std::uint64_t number, const std::vector<Range>& inherited,
-                                 std::string_view id, std::uint64_t seq,
-                                 std::span<const std::byte> value) {
-  TxnReader reader(impl.dbis, txn.get());
+                                 std::string_view id, std::uint64_t seq, std::size_t size,
+                                 Fill&& fill) {
   auto duplicate = [&](std::uint64_t at) {
     return refuse(Refused::duplicate_event_id,
                   "event id " + std::string(id) + " is already in the history of run " + run.str() +
                       " (at seq " + std::to_string(at) + "); nothing was written");
   };
-  if (auto at = reader.find_seq(inherited, id)) return duplicate(*at);
-  auto id_key = codec::event_id_key(number, id);
+  if (!inherited.empty()) {
+    if (auto at = TxnReader(impl.dbis, txn.get()).find_seq(inherited, id)) return duplicate(*at);
+  }
+  std::byte id_key[8 + kMaxIdBytes];
+  codec::put_u64(id_key, number);
+  std::memcpy(id_key + 8, id.data(), id.size());
+  MDB_val id_val{8 + id.size(), id_key};
   auto seq_value = codec::u64_key(seq);
-  if (!txn.put_new(impl.dbis.event_ids, lmdb::val(std::span<const std::byte>(id_key)),
-                   lmdb::val(std::span<const std::byte>(seq_value)))) {
-    auto existing = txn.get(impl.dbis.event_ids, lmdb::val(std::span<const std::byte>(id_key)));
+  if (!txn.put_new(impl.dbis.event_ids, id_val, lmdb::val(std::span<const std::byte>(seq_value)))) {
+    auto existing = txn.get(impl.dbis.event_ids, id_val);
     return duplicate(codec::get_u64(static_cast<const std::byte*>(existing->mv_data)));
   }
   auto key = codec::event_key(number, seq);
-  txn.put(impl.dbis.events, lmdb::val(std::span<const std::byte>(key)), lmdb::val(value));
+  fill(txn.reserve(impl.dbis.events, lmdb::val(std::span<const std::byte>(key)), size));
   return std::nullopt;
 }
 
@@ -662,10 +669,10 @@ Result<std::uint64_t> Writer::append(const RunId& run, std::uint64_t expected_he
                  "cannot append to run " + run.str() + ": " + *problem + "; nothing was written"));
     }
     ++seq;
-    auto encoded = codec::encode_event(event, seq);
     if (auto refusal =
             put_event(state_.impl, state_.txn, run, record->number, inherited, event.id.str(), seq,
-                      std::as_bytes(std::span(encoded.begin(), encoded.size())))) {
+                      codec::encoded_event_size(event, seq),
+                      [&](std::span<std::byte> out) { codec::encode_event(event, seq, out); })) {
       return std::unexpected(*refusal);
     }
   }
@@ -811,8 +818,11 @@ Result<RunInfo> Writer::load_segment(std::span<const std::byte> segment, const N
       return bad("event " + std::to_string(seq) + " says it is at seq " + std::to_string(view.seq));
     }
     if (auto problem = invalid_event(view.to_event())) return bad(*problem);
+    auto copy = [&](std::span<std::byte> out) {
+      std::memcpy(out.data(), value.data(), value.size());
+    };
     if (auto refusal = put_event(state_.impl, state_.txn, record->id, record->number, {}, view.id,
-                                 seq, value)) {
+                                 seq, value.size(), copy)) {
       return bad(refusal->message);
     }
   }

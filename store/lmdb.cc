@@ -81,8 +81,11 @@ bool Txn::put_new(MDB_dbi dbi, MDB_val key, MDB_val value) {
 
 std::span<std::byte> Txn::reserve(MDB_dbi dbi, MDB_val key, std::size_t size) {
   MDB_val value{size, nullptr};
-  check(mdb_put(txn_, dbi, &key, &value, MDB_RESERVE),
-        "mdb_put(MDB_RESERVE, " + std::to_string(size) + " bytes)");
+  int rc = mdb_put(txn_, dbi, &key, &value, MDB_RESERVE);
+  // The message is built only on failure: this is the append hot path.
+  if (rc != MDB_SUCCESS) {
+    throw LmdbError("mdb_put(MDB_RESERVE, " + std::to_string(size) + " bytes)", rc);
+  }
   return {static_cast<std::byte*>(value.mv_data), size};
 }
 
