@@ -1,0 +1,190 @@
+#include "runtime/lua_json.h"
+
+#include <utf8proc.h>
+
+#include <cmath>
+#include <cstdint>
+#include <lua.hpp>
+
+namespace forktrial::runtime {
+namespace {
+
+using nlohmann::json;
+
+constexpr int kMaxDepth = 64;
+
+std::unexpected<std::string> fail(const std::string& path, std::string_view why) {
+  return std::unexpected(path + ": " + std::string(why));
+}
+
+std::expected<json, std::string> convert(lua_State* L, int index, const std::string& path,
+                                         int depth);
+
+std::expected<json, std::string> convert_table(lua_State* L, int index, const std::string& path,
+                                               int depth) {
+  if (depth > kMaxDepth) {
+    return fail(path, "tables nest deeper than 64 levels (does a table contain itself?)");
+  }
+  luaL_checkstack(L, 4, "converting a table to JSON");
+  // First pass: are the keys exactly 1..n?
+  lua_Integer count = 0;
+  lua_Integer largest = 0;
+  bool all_positive_integers = true;
+  lua_pushnil(L);
+  while (lua_next(L, index) != 0) {
+    ++count;
+    if (lua_isinteger(L, -2) && lua_tointeger(L, -2) >= 1) {
+      largest = std::max(largest, lua_tointeger(L, -2));
+    } else {
+      all_positive_integers = false;
+    }
+    lua_pop(L, 1);
+  }
+  if (count > 0 && all_positive_integers && largest == count) {
+    json array = json::array();
+    for (lua_Integer i = 1; i <= count; ++i) {
+      lua_rawgeti(L, index, i);
+      auto element = convert(L, lua_gettop(L), path + "[" + std::to_string(i) + "]", depth + 1);
+      lua_pop(L, 1);
+      if (!element) return element;
+      array.push_back(std::move(*element));
+    }
+    return array;
+  }
+  json object = json::object();
+  lua_pushnil(L);
+  while (lua_next(L, index) != 0) {
+    if (lua_type(L, -2) != LUA_TSTRING) {
+      std::string key =
+          lua_type(L, -2) == LUA_TNUMBER
+              ? "key " + std::string(lua_isinteger(L, -2) ? std::to_string(lua_tointeger(L, -2))
+                                                          : std::to_string(lua_tonumber(L, -2)))
+              : "a " + std::string(luaL_typename(L, -2)) + " key";
+      lua_pop(L, 2);
+      return fail(path, "table has " + key +
+                            "; a table converts to a JSON array only when its keys are exactly "
+                            "1..n, otherwise every key must be a string");
+    }
+    std::size_t length = 0;
+    const char* data = lua_tolstring(L, -2, &length);
+    std::string key(data, length);
+    if (!is_valid_utf8(key)) {
+      lua_pop(L, 2);
+      return fail(path, "a table key is not valid UTF-8");
+    }
+    auto member = convert(L, lua_gettop(L), path + "." + key, depth + 1);
+    lua_pop(L, 1);
+    if (!member) {
+      lua_pop(L, 1);
+      return member;
+    }
+    object[key] = std::move(*member);
+  }
+  return object;
+}
+
+std::expected<json, std::string> convert(lua_State* L, int index, const std::string& path,
+                                         int depth) {
+  switch (lua_type(L, index)) {
+    case LUA_TNIL:
+      return json(nullptr);
+    case LUA_TBOOLEAN:
+      return json(lua_toboolean(L, index) != 0);
+    case LUA_TNUMBER: {
+      if (lua_isinteger(L, index)) return json(static_cast<std::int64_t>(lua_tointeger(L, index)));
+      const double number = lua_tonumber(L, index);
+      if (!std::isfinite(number)) {
+        return fail(path, "the number " + std::string(std::isnan(number) ? "nan" : "inf") +
+                              " is not finite; JSON has no representation for it");
+      }
+      return json(number);
+    }
+    case LUA_TSTRING: {
+      std::size_t length = 0;
+      const char* data = lua_tolstring(L, index, &length);
+      std::string text(data, length);
+      if (!is_valid_utf8(text)) return fail(path, "the string is not valid UTF-8");
+      return json(std::move(text));
+    }
+    case LUA_TTABLE:
+      return convert_table(L, index, path, depth);
+    default:
+      return fail(path, "a " + std::string(luaL_typename(L, index)) +
+                            " cannot be converted to JSON (only nil, booleans, numbers, strings "
+                            "and tables can)");
+  }
+}
+
+}  // namespace
+
+void push_json(lua_State* L, const json& value) {
+  luaL_checkstack(L, 3, "converting JSON to Lua");
+  switch (value.type()) {
+    case json::value_t::null:
+    case json::value_t::discarded:
+      lua_pushnil(L);
+      return;
+    case json::value_t::boolean:
+      lua_pushboolean(L, value.get<bool>() ? 1 : 0);
+      return;
+    case json::value_t::number_integer:
+      lua_pushinteger(L, static_cast<lua_Integer>(value.get<std::int64_t>()));
+      return;
+    case json::value_t::number_unsigned: {
+      const auto number = value.get<std::uint64_t>();
+      if (number <= static_cast<std::uint64_t>(LUA_MAXINTEGER)) {
+        lua_pushinteger(L, static_cast<lua_Integer>(number));
+      } else {
+        lua_pushnumber(L, static_cast<lua_Number>(number));
+      }
+      return;
+    }
+    case json::value_t::number_float:
+      lua_pushnumber(L, value.get<double>());
+      return;
+    case json::value_t::string: {
+      const auto& text = value.get_ref<const std::string&>();
+      lua_pushlstring(L, text.data(), text.size());
+      return;
+    }
+    case json::value_t::binary:
+      lua_pushnil(L);
+      return;
+    case json::value_t::array: {
+      lua_createtable(L, static_cast<int>(value.size()), 0);
+      lua_Integer i = 0;
+      for (const auto& element : value) {
+        push_json(L, element);
+        lua_rawseti(L, -2, ++i);
+      }
+      return;
+    }
+    case json::value_t::object:
+      lua_createtable(L, 0, static_cast<int>(value.size()));
+      for (const auto& [key, member] : value.items()) {
+        lua_pushlstring(L, key.data(), key.size());
+        push_json(L, member);
+        lua_rawset(L, -3);
+      }
+      return;
+  }
+}
+
+std::expected<json, std::string> to_json(lua_State* L, int index, std::string_view where) {
+  return convert(L, lua_absindex(L, index), std::string(where), 0);
+}
+
+bool is_valid_utf8(std::string_view text) {
+  const auto* bytes = reinterpret_cast<const utf8proc_uint8_t*>(text.data());
+  auto remaining = static_cast<utf8proc_ssize_t>(text.size());
+  while (remaining > 0) {
+    utf8proc_int32_t code = 0;
+    const utf8proc_ssize_t used = utf8proc_iterate(bytes, remaining, &code);
+    if (used <= 0) return false;
+    bytes += used;
+    remaining -= used;
+  }
+  return true;
+}
+
+}  // namespace forktrial::runtime

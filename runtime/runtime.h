@@ -1,0 +1,190 @@
+// The in-process pack runtime: one fork's history, the packs loaded into it,
+// the dispatch loop, and the scenario that drives it. The trial child creates
+// exactly one Runtime per trial.
+//
+// Everything it produces is a deterministic function of (history, packs,
+// scenario, config): event ids continue the run's "evt_NNN" counter, times
+// come from a clock that starts at the fork tip and ticks one millisecond per
+// event, and math.random is seeded from the trial id. Nothing reads the wall
+// clock or real randomness. docs/runtime-semantics.md states every rule.
+//
+// Every new event is handed to the sink, in order, before the call that
+// produced it returns, so the caller can append it to its store as it goes
+// and a crash keeps the prefix. The sink must not call back into the runtime.
+// If it throws, the runtime stops dispatching and the exception is rethrown
+// from the load_pack or run_scenario call that was running.
+//
+// Expected failures are values: a pack that does not load is a LoadError, a
+// scenario that fails or hits a net is a ScenarioResult. Not thread-safe: one
+// thread drives a Runtime. References returned by accessors stay valid until
+// the next non-const call.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <expected>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_set>
+#include <vector>
+
+#include "runtime/clock.h"
+#include "runtime/graph.h"
+#include "runtime/lua_host.h"
+#include "store/event.h"
+#include "store/ids.h"
+
+namespace forktrial::runtime {
+
+struct RuntimeConfig {
+  store::RunId run_id;                   // the fork's run id, visible to scenarios as rt.run_id
+  std::string trial_id;                  // seeds math.random
+  std::uint64_t max_events = 2000;       // events dispatched before stopping; 0 = no budget
+  std::uint64_t max_llm_calls = 0;       // 0: no LLM provider exists; LLM behaviors fail the load
+  std::size_t lua_memory_cap_bytes = 0;  // shared by all Lua states; 0 = no cap
+};
+
+// Called once per new event, in order.
+using EventSink = std::function<void(const store::NewEvent&)>;
+// Receives each line a pack logs (ctx.log, print), prefixed with its origin.
+// The default writes to stderr.
+using LogSink = std::function<void(std::string_view line)>;
+
+enum class PackRole {
+  extra,      // trusted packs loaded first, in order
+  candidate,  // the pack under trial, loaded last; scenarios resolve in its root
+};
+
+struct LoadError {
+  std::filesystem::path pack_dir;
+  std::vector<std::string> problems;  // every problem found, each a complete sentence
+  bool memory_cap_hit = false;        // the Lua memory cap stopped the load
+  // "cannot load the pack at DIR:" followed by one problem per line.
+  std::string message() const;
+};
+
+struct LoadedPack {
+  std::string name;
+  std::string version;
+  store::EventId loaded_event;  // the pack.loaded event
+};
+
+enum class ScenarioOutcome {
+  completed,         // the scenario returned
+  scenario_failed,   // it raised, or could not be found (message says which)
+  budget_exhausted,  // max_events ran out (runtime.budget_exhausted was emitted)
+  memory_cap_hit,    // the Lua memory cap was reached
+};
+std::string_view outcome_name(ScenarioOutcome outcome);
+
+struct ScenarioResult {
+  ScenarioOutcome outcome = ScenarioOutcome::completed;
+  std::string message;                // empty when completed
+  std::string traceback;              // for scenario_failed raised by Lua
+  std::uint64_t events_appended = 0;  // new events since the fork point, all kinds
+  std::uint64_t behavior_failures = 0;
+};
+
+struct PackHost;  // one loaded pack and its Lua state (runtime/pack_host.h)
+
+class Runtime {
+ public:
+  // `history` is the fork's history, oldest first (inherited and own events,
+  // with their seq). It is projected into the graph; an event that cannot be
+  // projected (bad payload, unknown reference) or a tip timestamp that cannot
+  // be parsed is an error naming the event.
+  static std::expected<std::unique_ptr<Runtime>, std::string> create(
+      RuntimeConfig config, std::vector<store::Event> history, EventSink sink, LogSink log = {});
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  // Loads the pack in `dir`: validated manifest with a [runtime] entry, the
+  // entry run in a fresh confined state, the two-way surface check, the LLM
+  // check, and a name conflict check against the packs already loaded. On
+  // success emits pack.loaded. Extra packs must be loaded before the
+  // candidate, and only one candidate can be loaded.
+  std::expected<LoadedPack, LoadError> load_pack(const std::filesystem::path& dir, PackRole role);
+
+  // Runs "path.lua", "path.lua::fn" (default fn "main") from the candidate's
+  // root as fn(rt); "" runs until idle.
+  ScenarioResult run_scenario(std::string_view spec);
+
+  const Graph& graph() const { return graph_; }
+  // The whole history: the fork's events, then the new ones.
+  const std::vector<store::Event>& events() const { return events_; }
+  std::uint64_t events_appended() const { return events_.size() - history_size_; }
+  std::uint64_t behavior_failures() const { return behavior_failures_; }
+  bool budget_exhausted() const { return budget_exhausted_; }
+  bool memory_cap_hit() const { return memory_exhausted_ || memory_.refusals() > 0; }
+  const RuntimeConfig& config() const { return config_; }
+
+ private:
+  friend struct LuaApi;
+
+  // Who is acting: the behavior being run, or the scenario (pack = candidate,
+  // invocation 0).
+  struct Origin {
+    PackHost* pack = nullptr;
+    std::uint64_t invocation = 0;
+    std::string actor;
+    std::optional<store::EventId> caused_by;
+  };
+  enum class Drain { idle, budget_exhausted, stopped };
+
+  Runtime(RuntimeConfig config, EventSink sink, LogSink log);
+
+  // Appends one event: projects it (a projection error appends nothing),
+  // stamps id and time, hands it to the sink, queues it unless it is a
+  // behavior.* or runtime.* event.
+  std::expected<store::EventId, std::string> append(const std::string& type,
+                                                    const nlohmann::json& payload,
+                                                    std::optional<std::string> actor,
+                                                    std::optional<store::EventId> caused_by);
+  store::EventId next_event_id();
+  Drain run_until_idle();
+  void run_behavior(PackHost& pack, std::size_t behavior, std::size_t event_index);
+  bool stopped() const { return memory_exhausted_ || sink_failure_ != nullptr; }
+  void log_line(std::string_view origin, std::string_view message);
+
+  RuntimeConfig config_;
+  EventSink sink_;
+  LogSink log_;
+  MemoryCap memory_;
+
+  std::vector<store::Event> events_;
+  std::vector<nlohmann::json> payloads_;  // events_[i].payload, parsed
+  std::size_t history_size_ = 0;
+  std::unordered_set<std::string> used_event_ids_;
+  std::uint64_t next_event_number_ = 1;
+  std::uint64_t next_seq_ = 1;
+  TickingClock clock_{0};
+  Graph graph_;
+
+  std::vector<std::unique_ptr<PackHost>> packs_;  // in load order; the candidate last
+  bool candidate_loaded_ = false;
+  struct Subscription {
+    PackHost* pack;
+    std::size_t behavior;
+  };
+  std::vector<Subscription> subscriptions_;  // registration order
+
+  std::deque<std::size_t> queue_;  // indices into events_, FIFO
+  std::uint64_t dispatched_ = 0;
+  bool budget_exhausted_ = false;
+  bool memory_exhausted_ = false;
+  bool draining_ = false;
+  std::exception_ptr sink_failure_;
+  std::uint64_t behavior_failures_ = 0;
+  std::uint64_t next_invocation_ = 1;
+  Origin origin_;  // who acts right now
+};
+
+}  // namespace forktrial::runtime

@@ -1,0 +1,21 @@
+// Scenario specifications: "path.lua" or "path.lua::fn" inside the
+// candidate's root. Pure parsing; the path's confinement (no absolute path,
+// no "..", no symlinks) is checked when the file is opened
+// (runtime/confined_file.h).
+#pragma once
+
+#include <expected>
+#include <string>
+#include <string_view>
+
+namespace forktrial::runtime {
+
+struct ScenarioSpec {
+  std::string path;               // relative to the candidate's root
+  std::string function = "main";  // the global the file defines
+};
+
+// Errors name the spec and say what form is expected.
+std::expected<ScenarioSpec, std::string> parse_scenario_spec(std::string_view spec);
+
+}  // namespace forktrial::runtime

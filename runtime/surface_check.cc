@@ -1,0 +1,80 @@
+#include "runtime/surface_check.h"
+
+#include <algorithm>
+
+namespace forktrial::runtime {
+namespace {
+
+bool contains(const std::vector<std::string>& list, const std::string& item) {
+  return std::find(list.begin(), list.end(), item) != list.end();
+}
+
+void compare_lists(std::string_view kind, std::string_view field,
+                   const std::vector<std::string>& declared,
+                   const std::vector<std::string>& registered, std::string_view code_label,
+                   std::vector<std::string>& out) {
+  const std::string where = "manifest.toml [surface]." + std::string(field);
+  for (const auto& item : registered) {
+    if (!contains(declared, item)) {
+      out.push_back(std::string(kind) + " \"" + item + "\" is registered by " +
+                    std::string(code_label) + " but missing from " + where);
+    }
+  }
+  for (const auto& item : declared) {
+    if (!contains(registered, item)) {
+      out.push_back(std::string(kind) + " \"" + item + "\" is declared in " + where +
+                    " but not registered by " + std::string(code_label));
+    }
+  }
+}
+
+const pack::Capability* find_capability(const std::vector<pack::Capability>& list,
+                                        const std::string& name) {
+  const auto it = std::find_if(list.begin(), list.end(),
+                               [&](const pack::Capability& c) { return c.name == name; });
+  return it == list.end() ? nullptr : &*it;
+}
+
+std::vector<std::string> capability_names(const std::vector<pack::Capability>& list) {
+  std::vector<std::string> names;
+  for (const auto& capability : list) names.push_back(capability.name);
+  return names;
+}
+
+}  // namespace
+
+std::vector<std::string> compare_surfaces(const pack::Surface& manifest,
+                                          const pack::Surface& registered,
+                                          std::string_view code_label) {
+  std::vector<std::string> out;
+  compare_lists("object type", "object_types", manifest.object_types, registered.object_types,
+                code_label, out);
+  compare_lists("relation type", "relation_types", manifest.relation_types,
+                registered.relation_types, code_label, out);
+  compare_lists("behavior", "behaviors", manifest.behaviors, registered.behaviors, code_label, out);
+  compare_lists("tool", "tools", manifest.tools, registered.tools, code_label, out);
+  compare_lists("capability", "capabilities", capability_names(manifest.capabilities),
+                capability_names(registered.capabilities), code_label, out);
+  for (const auto& declared : manifest.capabilities) {
+    const pack::Capability* actual = find_capability(registered.capabilities, declared.name);
+    if (actual == nullptr) continue;
+    if (actual->risk != declared.risk) {
+      out.push_back("capability \"" + declared.name + "\" has risk \"" + declared.risk +
+                    "\" in manifest.toml but \"" + actual->risk + "\" in " +
+                    std::string(code_label));
+    }
+    if (actual->action_class != declared.action_class) {
+      out.push_back("capability \"" + declared.name + "\" has action_class \"" +
+                    declared.action_class + "\" in manifest.toml but \"" + actual->action_class +
+                    "\" in " + std::string(code_label));
+    }
+  }
+  if (manifest.settings_schema != registered.settings_schema) {
+    out.push_back("settings_schema is \"" + manifest.settings_schema +
+                  "\" in manifest.toml but \"" + registered.settings_schema + "\" in " +
+                  std::string(code_label));
+  }
+  return out;
+}
+
+}  // namespace forktrial::runtime

@@ -1,0 +1,203 @@
+// Loading packs: the manifest, the entry file, the two-way surface check, the
+// LLM refusal, name conflicts and pack.loaded.
+#include <catch2/catch.hpp>
+
+#include "runtime/surface_check.h"
+#include "tests/runtime/runtime_test_support.h"
+
+using namespace forktrial::testing;
+using forktrial::runtime::PackRole;
+using nlohmann::json;
+
+namespace {
+
+std::vector<std::string> load_problems(Recorded& r, const std::filesystem::path& dir,
+                                       PackRole role = PackRole::candidate) {
+  auto loaded = r.rt->load_pack(dir, role);
+  if (loaded) FAIL("the pack at " << dir << " loaded");
+  return loaded.error().problems;
+}
+
+}  // namespace
+
+TEST_CASE("pack.loaded records name, version and surface", "[runtime][load]") {
+  auto r = make_runtime();
+  const auto loaded = r->rt->load_pack(examples_dir() / "chat_echo", PackRole::candidate);
+  REQUIRE(loaded);
+  REQUIRE(loaded->name == "chat_echo");
+  REQUIRE(loaded->version == "0.2.0");
+  REQUIRE(loaded->loaded_event.str() == "evt_001");
+  REQUIRE(r->sunk.size() == 1);
+  REQUIRE(r->sunk[0].type == "pack.loaded");
+  REQUIRE(r->sunk[0].actor == "runtime");
+  REQUIRE(payload_of(r->sunk[0]) == json::parse(R"({
+    "name": "chat_echo", "version": "0.2.0",
+    "surface": {"object_types": ["thread", "reply"], "relation_types": ["in_thread"],
+                "behaviors": ["echo"], "tools": [], "settings_schema": "",
+                "capabilities": [{"name": "write_reply", "risk": "low", "action_class": "write"}]}
+  })"));
+}
+
+TEST_CASE("the surface check lists every mismatch in both directions", "[runtime][load]") {
+  TempDir dir;
+  PackSpec spec;
+  spec.object_types = {"thread", "reply"};
+  spec.relation_types = {"in_thread"};
+  spec.behaviors = {"echo"};
+  spec.capabilities = R"([{ name = "write_reply", risk = "low", action_class = "write" }, )"
+                      R"({ name = "read_all", risk = "low", action_class = "read" }])";
+  spec.pack_lua = R"(
+local pack = forktrial.pack{ name = "candidate", version = "0.1.0",
+  object_types = { "thread", "secret" }, relation_types = { "in_thread" }, tools = { "curl" },
+  settings_schema = "{}",
+  capabilities = { { name = "write_reply", risk = "high", action_class = "external" } } }
+pack:behavior{ name = "spy", on = { "chat.message" }, run = function() end }
+return pack
+)";
+  auto r = make_runtime();
+  const auto problems = load_problems(*r, write_pack(dir, "p", spec));
+  REQUIRE(
+      problems ==
+      std::vector<std::string>{
+          "object type \"secret\" is registered by pack.lua but missing from manifest.toml "
+          "[surface].object_types",
+          "object type \"reply\" is declared in manifest.toml [surface].object_types but not "
+          "registered by pack.lua",
+          "behavior \"spy\" is registered by pack.lua but missing from manifest.toml "
+          "[surface].behaviors",
+          "behavior \"echo\" is declared in manifest.toml [surface].behaviors but not registered "
+          "by "
+          "pack.lua",
+          "tool \"curl\" is registered by pack.lua but missing from manifest.toml [surface].tools",
+          "capability \"read_all\" is declared in manifest.toml [surface].capabilities but not "
+          "registered by pack.lua",
+          "capability \"write_reply\" has risk \"low\" in manifest.toml but \"high\" in pack.lua",
+          "capability \"write_reply\" has action_class \"write\" in manifest.toml but \"external\" "
+          "in pack.lua",
+          "settings_schema is \"\" in manifest.toml but \"{}\" in pack.lua"});
+  REQUIRE(r->sunk.empty());
+}
+
+TEST_CASE("matching surfaces compare clean", "[runtime][load]") {
+  forktrial::pack::Surface surface;
+  surface.object_types = {"a"};
+  surface.behaviors = {"b"};
+  surface.capabilities = {{"c", "low", "read"}};
+  REQUIRE(forktrial::runtime::compare_surfaces(surface, surface, "pack.lua").empty());
+}
+
+TEST_CASE("name and version must match the manifest", "[runtime][load]") {
+  TempDir dir;
+  PackSpec spec;
+  PackSpec lua = spec;
+  lua.name = "impostor";
+  lua.version = "9.9.9";
+  spec.pack_lua = pack_header(lua) + "return pack\n";
+  auto r = make_runtime();
+  REQUIRE(load_problems(*r, write_pack(dir, "p", spec)) ==
+          std::vector<std::string>{
+              "pack.lua declares name \"impostor\" but manifest.toml [pack].name is \"candidate\"",
+              "pack.lua declares version \"9.9.9\" but manifest.toml [pack].version is "
+              "\"0.1.0\""});
+}
+
+TEST_CASE("an LLM behavior fails the load when max_llm_calls is 0", "[runtime][load]") {
+  TempDir dir;
+  PackSpec spec;
+  spec.behaviors = {"think"};
+  spec.pack_lua = pack_header(spec) +
+                  "pack:behavior{ name = 'think', on = {'goal.created'}, llm = true, "
+                  "run = function() end }\nreturn pack\n";
+  auto r = make_runtime();
+  REQUIRE(load_problems(*r, write_pack(dir, "p", spec)) ==
+          std::vector<std::string>{
+              "pack \"candidate\" declares an LLM behavior but no LLM provider exists in a trial "
+              "with max_llm_calls = 0 (behavior \"think\" has llm = true); drop llm = true or "
+              "give the trial an LLM budget"});
+  REQUIRE(r->sunk.empty());
+
+  auto config = test_config();
+  config.max_llm_calls = 3;
+  auto with_budget = make_runtime({}, config);
+  REQUIRE(with_budget->rt->load_pack(dir.path() / "p", PackRole::candidate));
+}
+
+TEST_CASE("a second pack with the same name fails the load", "[runtime][load]") {
+  TempDir dir;
+  PackSpec spec;
+  spec.pack_lua = pack_header(spec) + "return pack\n";
+  write_pack(dir, "one", spec);
+  write_pack(dir, "two", spec);
+  auto r = make_runtime();
+  load_or_fail(*r, dir.path() / "one", PackRole::extra);
+  const auto problems = load_problems(*r, dir.path() / "two");
+  REQUIRE(problems.size() == 1);
+  REQUIRE(problems[0] == "a pack named \"candidate\" (version 0.1.0, from " +
+                             (dir.path() / "one").string() +
+                             ") is already loaded; two packs with one name cannot share a trial");
+  REQUIRE(r->sunk.size() == 1);
+}
+
+TEST_CASE("nothing loads after the candidate", "[runtime][load]") {
+  TempDir dir;
+  PackSpec spec;
+  spec.pack_lua = pack_header(spec) + "return pack\n";
+  PackSpec other = spec;
+  other.name = "other";
+  other.pack_lua = pack_header(other) + "return pack\n";
+  auto r = make_runtime();
+  load_or_fail(*r, write_pack(dir, "p", spec));
+  REQUIRE(load_problems(*r, write_pack(dir, "q", other), PackRole::extra) ==
+          std::vector<std::string>{"the candidate pack is already loaded; extra packs load "
+                                   "before it and there is only one candidate"});
+}
+
+TEST_CASE("entry files that fail or return no pack are load errors", "[runtime][load]") {
+  TempDir dir;
+  PackSpec spec;
+  auto r = make_runtime();
+
+  spec.pack_lua = pack_header(spec) + "local x = nil\nx.field = 1\nreturn pack\n";
+  auto problems = load_problems(*r, write_pack(dir, "raises", spec));
+  REQUIRE(problems.size() == 1);
+  REQUIRE(problems[0].starts_with(
+      "pack.lua failed while loading: pack.lua:3: attempt to index a nil value (local 'x')\n"
+      "stack traceback:"));
+
+  spec.pack_lua = pack_header(spec) + "return 42\n";
+  REQUIRE(load_problems(*r, write_pack(dir, "returns", spec)) ==
+          std::vector<std::string>{"pack.lua failed while loading: pack.lua must "
+                                   "return the pack made by forktrial.pack{...}, but returned a "
+                                   "number value"});
+
+  spec.pack_lua = "return {}\n";
+  problems = load_problems(*r, write_pack(dir, "undeclared", spec));
+  REQUIRE(problems[0].find("pack.lua did not call forktrial.pack{...}") != std::string::npos);
+
+  spec.pack_lua = pack_header(spec) + "pack:behavior{ name = 'b', on = {}, run = print }\n";
+  problems = load_problems(*r, write_pack(dir, "empty_on", spec));
+  REQUIRE(problems[0].find("pack:behavior \"b\": field \"on\" must list at least one event "
+                           "type") != std::string::npos);
+
+  spec.pack_lua = "local p = forktrial.pack{ name = 'candidate', version = '0.1.0', objects = {} }";
+  problems = load_problems(*r, write_pack(dir, "typo", spec));
+  REQUIRE(problems[0].find("forktrial.pack: unknown field \"objects\"") != std::string::npos);
+  REQUIRE(r->sunk.empty());
+}
+
+TEST_CASE("a manifest without [runtime] cannot be executed", "[runtime][load]") {
+  TempDir dir;
+  PackSpec spec;
+  spec.pack_lua = pack_header(spec) + "return pack\n";
+  std::string manifest = manifest_text(spec);
+  manifest.erase(manifest.find("[runtime]"));
+  dir.write("p/manifest.toml", manifest);
+  dir.write("p/pack.lua", spec.pack_lua);
+  auto r = make_runtime();
+  const auto problems = load_problems(*r, dir.path() / "p");
+  REQUIRE(problems.size() == 1);
+  REQUIRE(problems[0].find("runtime") != std::string::npos);
+  auto error = r->rt->load_pack(dir.path() / "p", PackRole::candidate).error();
+  REQUIRE(error.message().starts_with("cannot load the pack at " + (dir.path() / "p").string() +
+                                      ":\n  - "));
+}

@@ -1,0 +1,70 @@
+// Test support for the runtime: packs written into a scratch directory and a
+// runtime whose sink and log are recorded.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/runtime.h"
+#include "store/event.h"
+#include "tests/support/temp_dir.h"
+
+namespace forktrial::testing {
+
+// What a test pack's manifest declares. The Lua code is given separately, so
+// the two can be made to disagree.
+struct PackSpec {
+  std::string name = "candidate";
+  std::string version = "0.1.0";
+  std::vector<std::string> object_types;
+  std::vector<std::string> relation_types;
+  std::vector<std::string> behaviors;
+  std::string capabilities = "[]";  // TOML array text
+  std::string pack_lua;             // pack.lua
+};
+
+// A manifest.toml for `spec`, valid under RuntimeRequirement::required.
+std::string manifest_text(const PackSpec& spec);
+
+// The forktrial.pack{...} call matching `spec`'s declared types (no behaviors).
+std::string pack_header(const PackSpec& spec);
+
+// Writes manifest.toml and pack.lua under `dir/relative`; returns the pack root.
+std::filesystem::path write_pack(const TempDir& dir, std::string_view relative,
+                                 const PackSpec& spec);
+
+// A history event as the store would return it.
+store::Event history_event(std::uint64_t seq, std::string type, std::string payload,
+                           std::string timestamp = "2024-05-01T12:00:00.000Z");
+
+struct Recorded {
+  std::vector<store::NewEvent> sunk;
+  std::vector<std::string> log;
+  std::unique_ptr<runtime::Runtime> rt;
+
+  // Types of the events the sink received, in order.
+  std::vector<std::string> types() const;
+  // The sunk events of one type.
+  std::vector<store::NewEvent> of_type(std::string_view type) const;
+};
+
+runtime::RuntimeConfig test_config();
+
+// A runtime over `history` recording what it produces; fails the test if the
+// runtime cannot be created.
+std::unique_ptr<Recorded> make_runtime(std::vector<store::Event> history = {},
+                                       runtime::RuntimeConfig config = test_config());
+
+// Loads `dir` (failing the test with the load error's message otherwise).
+void load_or_fail(Recorded& r, const std::filesystem::path& dir,
+                  runtime::PackRole role = runtime::PackRole::candidate);
+
+// The JSON payload of `event`.
+nlohmann::json payload_of(const store::NewEvent& event);
+
+std::filesystem::path examples_dir();
+
+}  // namespace forktrial::testing
