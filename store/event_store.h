@@ -159,7 +159,9 @@ class EventStore {
   // Runs `body` in one write transaction, committed when it returns a value
   // and aborted when it returns a Refusal or throws. When the map must grow,
   // the transaction is aborted and `body` runs again on the grown map, so
-  // `body` must have no effects outside the Writer it gets.
+  // `body` must have no effects outside the Writer it gets. The body holds
+  // LMDB's write lock: it must not call this EventStore (write or snapshot)
+  // itself, and should not block on other threads that might.
   template <typename Body>
   auto write(Body&& body) -> decltype(body(std::declval<Writer&>())) {
     std::optional<decltype(body(std::declval<Writer&>()))> result;
