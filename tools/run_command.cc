@@ -31,15 +31,30 @@ struct Common {
   bool json = false;
 };
 
-void add_store_option(CLI::App* cmd, Common& common) {
+// Adds --store and, unless json_help is null, --json.
+void add_common(CLI::App* cmd, Common& common,
+                const char* json_help = "Print JSON for scripts instead of text") {
   cmd->add_option("--store", common.store, "The store directory")
       ->capture_default_str()
       ->envname("FORKTRIAL_STORE");
+  if (json_help != nullptr) cmd->add_flag("--json", common.json, json_help);
 }
 
-void add_json_flag(CLI::App* cmd, Common& common) {
-  cmd->add_flag("--json", common.json, "Print JSON for scripts instead of text");
-}
+// --label and --id of the commands that create a run.
+struct NewRunOptions {
+  std::string label;
+  std::string id;
+
+  void add_to(CLI::App* cmd, const char* label_help, const char* id_help) {
+    cmd->add_option("--label", label, label_help);
+    cmd->add_option("--id", id, id_help);
+  }
+  store::NewRun spec(std::string default_label = {}) const {
+    store::NewRun run{.label = label.empty() ? std::move(default_label) : label};
+    if (!id.empty()) run.id = RunId(id);
+    return run;
+  }
+};
 
 // Opens the store. Commands that only read refuse a directory that holds no
 // store rather than creating an empty one behind a typo.
@@ -108,30 +123,24 @@ std::string shorten(std::string_view text, std::size_t limit) {
 
 void add_new(CLI::App& run_app) {
   auto common = std::make_shared<Common>();
-  auto label = std::make_shared<std::string>();
-  auto id = std::make_shared<std::string>();
+  auto spec = std::make_shared<NewRunOptions>();
   auto* cmd = run_app.add_subcommand("new", "Create an empty run and print its id");
-  add_store_option(cmd, *common);
-  add_json_flag(cmd, *common);
-  cmd->add_option("--label", *label, "A human-readable label");
-  cmd->add_option("--id", *id, "The run id (default: run_ + 16 random hex digits)");
+  add_common(cmd, *common);
+  spec->add_to(cmd, "A human-readable label", "The run id (default: run_ + 16 random hex digits)");
   cmd->footer(examples_footer({
       "forktrial run new --label baseline          # prints the new run id",
       "forktrial run new --id run_demo --json      # prints the run as JSON",
   }));
   cmd->callback([=] {
     EventStore store = open_store(common->store, true);
-    store::NewRun spec{.label = *label};
-    if (!id->empty()) spec.id = RunId(*id);
-    print_created(accepted(store.create_run(spec), "cannot create the run"), common->json);
+    print_created(accepted(store.create_run(spec->spec()), "cannot create the run"), common->json);
   });
 }
 
 void add_ls(CLI::App& run_app) {
   auto common = std::make_shared<Common>();
   auto* cmd = run_app.add_subcommand("ls", "List the runs of the store, oldest first");
-  add_store_option(cmd, *common);
-  add_json_flag(cmd, *common);
+  add_common(cmd, *common);
   cmd->footer(examples_footer({
       "forktrial run ls",
       "forktrial run ls --store /data/store --json   # a JSON array of runs",
@@ -158,8 +167,7 @@ void add_show(CLI::App& run_app) {
   auto common = std::make_shared<Common>();
   auto run_id = std::make_shared<std::string>();
   auto* cmd = run_app.add_subcommand("show", "Show a run: label, size, lineage, failures");
-  add_store_option(cmd, *common);
-  add_json_flag(cmd, *common);
+  add_common(cmd, *common);
   cmd->add_option("RUN", *run_id, "The run id")->required();
   cmd->footer(examples_footer({
       "forktrial run show run_1f2e3d4c5b6a7988",
@@ -214,8 +222,7 @@ void add_events(CLI::App& run_app) {
   auto limit = std::make_shared<std::uint64_t>(0);
   auto* cmd = run_app.add_subcommand("events",
                                      "List a run's events, inherited ones included, oldest first");
-  add_store_option(cmd, *common);
-  cmd->add_flag("--json", common->json, "Print JSON Lines (one event per line, with seq)");
+  add_common(cmd, *common, "Print JSON Lines (one event per line, with seq)");
   cmd->add_option("RUN", *run_id, "The run id")->required();
   cmd->add_option("--from", *from, "Start at this seq")->capture_default_str();
   cmd->add_option("--type", *type, "Only events of this type");
@@ -255,25 +262,20 @@ void add_fork(CLI::App& run_app) {
   auto common = std::make_shared<Common>();
   auto run_id = std::make_shared<std::string>();
   auto at = std::make_shared<std::string>();
-  auto label = std::make_shared<std::string>();
-  auto id = std::make_shared<std::string>();
+  auto spec = std::make_shared<NewRunOptions>();
   auto* cmd = run_app.add_subcommand(
       "fork", "Fork a run at one of its events (O(1): nothing is copied) and print the fork's id");
-  add_store_option(cmd, *common);
-  add_json_flag(cmd, *common);
+  add_common(cmd, *common);
   cmd->add_option("RUN", *run_id, "The run to fork")->required();
   cmd->add_option("--at", *at, "The event id the fork branches after (inclusive)")->required();
-  cmd->add_option("--label", *label, "A human-readable label");
-  cmd->add_option("--id", *id, "The fork's run id (default: generated)");
+  spec->add_to(cmd, "A human-readable label", "The fork's run id (default: generated)");
   cmd->footer(examples_footer({
       "forktrial run fork run_1f2e3d4c5b6a7988 --at evt_042 --label 'retry from 42'",
       "forktrial run fork run_1f2e3d4c5b6a7988 --at evt_042 --json",
   }));
   cmd->callback([=] {
     EventStore store = open_store(common->store, false);
-    store::NewRun spec{.label = *label};
-    if (!id->empty()) spec.id = RunId(*id);
-    auto fork = store.fork(RunId(*run_id), store::EventId(*at), spec);
+    auto fork = store.fork(RunId(*run_id), store::EventId(*at), spec->spec());
     if (!fork && fork.error().kind == store::Refused::unknown_event) {
       throw CommandFailed(fork.error().message + "; list its events with `forktrial run events " +
                           *run_id + "`");
@@ -288,7 +290,7 @@ void add_export(CLI::App& run_app) {
   auto output = std::make_shared<std::string>();
   auto* cmd = run_app.add_subcommand(
       "export", "Write a run's whole history (lineage included) as activegraph JSON Lines");
-  add_store_option(cmd, *common);
+  add_common(cmd, *common, nullptr);
   cmd->add_option("RUN", *run_id, "The run id")->required();
   cmd->add_option("-o,--output", *output, "Write to this file instead of stdout");
   cmd->footer(examples_footer({
@@ -329,15 +331,13 @@ void add_export(CLI::App& run_app) {
 void add_import(CLI::App& run_app) {
   auto common = std::make_shared<Common>();
   auto input = std::make_shared<std::string>();
-  auto label = std::make_shared<std::string>();
-  auto id = std::make_shared<std::string>();
+  auto spec = std::make_shared<NewRunOptions>();
   auto* cmd = run_app.add_subcommand(
       "import", "Import activegraph JSON Lines (one event per line) into a new run");
-  add_store_option(cmd, *common);
-  add_json_flag(cmd, *common);
+  add_common(cmd, *common);
   cmd->add_option("FILE", *input, "The JSON Lines file, or - for stdin")->required();
-  cmd->add_option("--label", *label, "A label for the new run (default: the file name)");
-  cmd->add_option("--id", *id, "The new run's id (default: generated)");
+  spec->add_to(cmd, "A label for the new run (default: the file name)",
+               "The new run's id (default: generated)");
   cmd->footer(examples_footer({
       "forktrial run import examples/runs/greeting.jsonl --label greeting",
       "forktrial run export run_a | forktrial run import - --store other-store",
@@ -354,9 +354,8 @@ void add_import(CLI::App& run_app) {
       throw CommandFailed(*input + ": " + events.error().message + "; nothing was imported");
     }
     EventStore store = open_store(common->store, true);
-    store::NewRun spec{.label = label->empty() ? fs::path(*input).filename().string() : *label};
-    if (!id->empty()) spec.id = RunId(*id);
-    auto run = accepted(store.import_run(spec, *events), "cannot import " + *input);
+    auto run = accepted(store.import_run(spec->spec(fs::path(*input).filename().string()), *events),
+                        "cannot import " + *input);
     print_created(run, common->json);
   });
 }
@@ -367,8 +366,7 @@ void add_import_sqlite(CLI::App& run_app) {
   auto* cmd = run_app.add_subcommand(
       "import-sqlite",
       "Import every run of an activegraph SQLite store, keeping ids, events and lineage");
-  add_store_option(cmd, *common);
-  add_json_flag(cmd, *common);
+  add_common(cmd, *common);
   cmd->add_option("FILE", *input, "The activegraph SQLite database")
       ->required()
       ->check(CLI::ExistingFile);

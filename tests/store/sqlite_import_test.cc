@@ -21,6 +21,13 @@ void exec(sqlite3* db, const std::string& sql) {
   }
 }
 
+void exec_on(const std::filesystem::path& path, const std::string& sql) {
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
+  exec(db, sql);
+  sqlite3_close(db);
+}
+
 struct Layout {
   std::string runs_columns =
       "id TEXT PRIMARY KEY, label TEXT, created_at TEXT, parent_run_id TEXT, "
@@ -134,16 +141,13 @@ TEST_CASE("a fork whose rows repeat its inherited prefix imports the same histor
 
 TEST_CASE("optional run columns may be absent", "[store][sqlite]") {
   forktrial::testing::TempDir dir;
-  sqlite3* db = nullptr;
   auto path = dir.path() / "min.db";
-  REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
-  exec(db, "CREATE TABLE runs (id TEXT)");
-  exec(db,
-       "CREATE TABLE events (run_id TEXT, seq INT, id TEXT, type TEXT, payload TEXT, "
-       "timestamp TEXT)");
-  exec(db, "INSERT INTO runs VALUES ('r1')");
-  exec(db, "INSERT INTO events VALUES ('r1', 1, 'e1', 't', '{}', '2026-01-01T00:00:00Z')");
-  sqlite3_close(db);
+  exec_on(path,
+          "CREATE TABLE runs (id TEXT);"
+          "CREATE TABLE events (run_id TEXT, seq INT, id TEXT, type TEXT, payload TEXT, "
+          "timestamp TEXT);"
+          "INSERT INTO runs VALUES ('r1');"
+          "INSERT INTO events VALUES ('r1', 1, 'e1', 't', '{}', '2026-01-01T00:00:00Z')");
   EventStore store(dir.path() / "s");
   auto imported = import_activegraph_sqlite(store, path);
   REQUIRE(imported);
@@ -174,26 +178,17 @@ TEST_CASE("malformed activegraph stores are refused naming the problem, importin
                  "table \"events\" has no column \"type\"");
   }
   SECTION("missing table") {
-    sqlite3* db = nullptr;
-    REQUIRE(sqlite3_open((dir.path() / "b.db").c_str(), &db) == SQLITE_OK);
-    exec(db, "CREATE TABLE runs (id TEXT)");
-    sqlite3_close(db);
+    exec_on(dir.path() / "b.db", "CREATE TABLE runs (id TEXT)");
     refused_with(dir.path() / "b.db", "has no table \"events\"");
   }
   SECTION("fork point not in the parent") {
     auto path = make_activegraph_db(dir.path() / "c.db");
-    sqlite3* db = nullptr;
-    REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
-    exec(db, "UPDATE runs SET forked_at_event_id = 'evt_404' WHERE id = 'run_fork'");
-    sqlite3_close(db);
+    exec_on(path, "UPDATE runs SET forked_at_event_id = 'evt_404' WHERE id = 'run_fork'");
     refused_with(path, "forked at event evt_404");
   }
   SECTION("payload that is not an object, in the second run") {
     auto path = make_activegraph_db(dir.path() / "d.db");
-    sqlite3* db = nullptr;
-    REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
-    exec(db, "UPDATE events SET payload = '[1]' WHERE run_id = 'run_fork' AND id = 'evt_004'");
-    sqlite3_close(db);
+    exec_on(path, "UPDATE events SET payload = '[1]' WHERE run_id = 'run_fork' AND id = 'evt_004'");
     refused_with(path, "run run_fork, event at seq 2 (evt_004): payload is a JSON array");
   }
   SECTION("not a database") {
