@@ -578,15 +578,43 @@ std::optional<std::string> invalid_event(const NewEvent& e) {
   return std::nullopt;
 }
 
+// Places the values of one batch of events of one run in the events table.
+// When the batch's keys sort after every key in the table (appending to the
+// newest run, the common case), it uses MDB_APPEND, which skips the B-tree
+// search and fills pages completely instead of splitting them in half.
+class EventSink {
+ public:
+  EventSink(const EventStore::Impl& impl, lmdb::Txn& txn, std::uint64_t number,
+            std::uint64_t first_seq)
+      : cursor_(txn.get(), impl.dbis.events), number_(number) {
+    auto first = codec::event_key(number, first_seq);
+    MDB_val key{};
+    MDB_val value{};
+    append_ = !cursor_.get(key, value, MDB_LAST) ||
+              std::memcmp(key.mv_data, first.data(), std::min<std::size_t>(key.mv_size, 16)) < 0;
+  }
+
+  std::span<std::byte> reserve(std::uint64_t seq, std::size_t size) {
+    auto key = codec::event_key(number_, seq);
+    return cursor_.reserve(lmdb::val(std::span<const std::byte>(key)), size,
+                           append_ ? MDB_APPEND : 0);
+  }
+
+ private:
+  lmdb::Cursor cursor_;
+  std::uint64_t number_;
+  bool append_ = false;
+};
+
 // Stores one event of run `number` at `seq` and indexes its id; refuses an
 // id already in the history (`inherited` are the ancestors' parts). The
 // value's `size` bytes are reserved in LMDB and filled by `fill`, so the
 // encoding is written once, in place.
 template <typename Fill>
-std::optional<Refusal> put_event(EventStore::Impl& impl, lmdb::Txn& txn, const RunId& run,
-                                 std::uint64_t number, const std::vector<Range>& inherited,
-                                 std::string_view id, std::uint64_t seq, std::size_t size,
-                                 Fill&& fill) {
+std::optional<Refusal> put_event(EventStore::Impl& impl, lmdb::Txn& txn, EventSink& sink,
+                                 const RunId& run, std::uint64_t number,
+                                 const std::vector<Range>& inherited, std::string_view id,
+                                 std::uint64_t seq, std::size_t size, Fill&& fill) {
   auto duplicate = [&](std::uint64_t at) {
     return refuse(Refused::duplicate_event_id,
                   "event id " + std::string(id) + " is already in the history of run " + run.str() +
@@ -604,8 +632,7 @@ std::optional<Refusal> put_event(EventStore::Impl& impl, lmdb::Txn& txn, const R
     auto existing = txn.get(impl.dbis.event_ids, id_val);
     return duplicate(codec::get_u64(static_cast<const std::byte*>(existing->mv_data)));
   }
-  auto key = codec::event_key(number, seq);
-  fill(txn.reserve(impl.dbis.events, lmdb::val(std::span<const std::byte>(key)), size));
+  fill(sink.reserve(seq, size));
   return std::nullopt;
 }
 
@@ -662,6 +689,7 @@ Result<std::uint64_t> Writer::append(const RunId& run, std::uint64_t expected_he
   }
   auto inherited = inherited_ranges(reader, *record);
   std::uint64_t seq = head;
+  EventSink sink(state_.impl, state_.txn, record->number, head + 1);
   for (const NewEvent& event : events) {
     if (auto problem = invalid_event(event)) {
       return std::unexpected(
@@ -670,8 +698,8 @@ Result<std::uint64_t> Writer::append(const RunId& run, std::uint64_t expected_he
     }
     ++seq;
     if (auto refusal =
-            put_event(state_.impl, state_.txn, run, record->number, inherited, event.id.str(), seq,
-                      codec::encoded_event_size(event, seq),
+            put_event(state_.impl, state_.txn, sink, run, record->number, inherited, event.id.str(),
+                      seq, codec::encoded_event_size(event, seq),
                       [&](std::span<std::byte> out) { codec::encode_event(event, seq, out); })) {
       return std::unexpected(*refusal);
     }
@@ -794,6 +822,7 @@ Result<RunInfo> Writer::load_segment(std::span<const std::byte> segment, const N
   if (!record) return std::unexpected(record.error());
   std::size_t offset = 16;
   codec::EventDecoder decoder;
+  EventSink sink(state_.impl, state_.txn, record->number, 1);
   for (std::uint64_t seq = 1; seq <= count; ++seq) {
     if (segment.size() - offset < 8) {
       return bad("it ends before event " + std::to_string(seq) + " of " + std::to_string(count));
@@ -821,8 +850,8 @@ Result<RunInfo> Writer::load_segment(std::span<const std::byte> segment, const N
     auto copy = [&](std::span<std::byte> out) {
       std::memcpy(out.data(), value.data(), value.size());
     };
-    if (auto refusal = put_event(state_.impl, state_.txn, record->id, record->number, {}, view.id,
-                                 seq, value.size(), copy)) {
+    if (auto refusal = put_event(state_.impl, state_.txn, sink, record->id, record->number, {},
+                                 view.id, seq, value.size(), copy)) {
       return bad(refusal->message);
     }
   }

@@ -108,4 +108,13 @@ void Cursor::put(MDB_val key, MDB_val value, unsigned flags) {
   check(mdb_cursor_put(cursor_, &key, &value, flags), "mdb_cursor_put");
 }
 
+std::span<std::byte> Cursor::reserve(MDB_val key, std::size_t size, unsigned flags) {
+  MDB_val value{size, nullptr};
+  int rc = mdb_cursor_put(cursor_, &key, &value, MDB_RESERVE | flags);
+  if (rc != MDB_SUCCESS) {
+    throw LmdbError("mdb_cursor_put(MDB_RESERVE, " + std::to_string(size) + " bytes)", rc);
+  }
+  return {static_cast<std::byte*>(value.mv_data), size};
+}
+
 }  // namespace forktrial::store::lmdb

@@ -112,6 +112,8 @@ class Cursor {
   // are filled on success.
   bool get(MDB_val& key, MDB_val& value, MDB_cursor_op op);
   void put(MDB_val key, MDB_val value, unsigned flags = 0);
+  // mdb_cursor_put with MDB_RESERVE | flags; see Txn::reserve.
+  std::span<std::byte> reserve(MDB_val key, std::size_t size, unsigned flags = 0);
 
  private:
   MDB_cursor* cursor_ = nullptr;
