@@ -30,6 +30,19 @@ std::expected<json, std::string> object_field(const json& payload, const char* k
   return *it;
 }
 
+// The live items of `items` (of `type`, when given), in the order of `order`.
+template <typename Item>
+std::vector<const Item*> in_creation_order(const std::map<std::uint64_t, std::string>& order,
+                                           const std::unordered_map<std::string, Item>& items,
+                                           std::optional<std::string_view> type) {
+  std::vector<const Item*> out;
+  for (const auto& [rank, id] : order) {
+    const Item& item = items.at(id);
+    if (!type || item.type == *type) out.push_back(&item);
+  }
+  return out;
+}
+
 }  // namespace
 
 bool Graph::changes_state(std::string_view event_type) {
@@ -81,10 +94,7 @@ std::expected<void, std::string> Graph::apply(std::string_view event_type, const
                              std::string(removed_.contains(*id) ? "removed" : "unknown") +
                              " relation \"" + *id + "\"");
     }
-    relations_.erase(*id);
-    relation_order_.erase(rank_.at(*id));
-    rank_.erase(*id);
-    removed_.insert(*id);
+    drop_relation(*id);
     return {};
   }
 
@@ -107,17 +117,19 @@ std::expected<void, std::string> Graph::apply(std::string_view event_type, const
   for (const auto& [relation_id, relation] : relations_) {
     if (relation.src == *id || relation.dst == *id) touching.push_back(relation_id);
   }
-  for (const auto& relation_id : touching) {
-    relations_.erase(relation_id);
-    relation_order_.erase(rank_.at(relation_id));
-    rank_.erase(relation_id);
-    removed_.insert(relation_id);
-  }
+  for (const auto& relation_id : touching) drop_relation(relation_id);
   objects_.erase(object);
   object_order_.erase(rank_.at(*id));
   rank_.erase(*id);
   removed_.insert(*id);
   return {};
+}
+
+void Graph::drop_relation(const std::string& id) {
+  relations_.erase(id);
+  relation_order_.erase(rank_.at(id));
+  rank_.erase(id);
+  removed_.insert(id);
 }
 
 void Graph::note_id(const std::string& id, const std::string& type) {
@@ -149,21 +161,11 @@ const GraphRelation* Graph::relation(std::string_view id) const {
 }
 
 std::vector<const GraphObject*> Graph::objects(std::optional<std::string_view> type) const {
-  std::vector<const GraphObject*> out;
-  for (const auto& [rank, id] : object_order_) {
-    const GraphObject& object = objects_.at(id);
-    if (!type || object.type == *type) out.push_back(&object);
-  }
-  return out;
+  return in_creation_order(object_order_, objects_, type);
 }
 
 std::vector<const GraphRelation*> Graph::relations(std::optional<std::string_view> type) const {
-  std::vector<const GraphRelation*> out;
-  for (const auto& [rank, id] : relation_order_) {
-    const GraphRelation& relation = relations_.at(id);
-    if (!type || relation.type == *type) out.push_back(&relation);
-  }
-  return out;
+  return in_creation_order(relation_order_, relations_, type);
 }
 
 std::string Graph::next_id(std::string_view type) const {

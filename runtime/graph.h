@@ -68,6 +68,7 @@ class Graph {
 
  private:
   void note_id(const std::string& id, const std::string& type);
+  void drop_relation(const std::string& id);
 
   std::unordered_map<std::string, GraphObject> objects_;
   std::unordered_map<std::string, GraphRelation> relations_;

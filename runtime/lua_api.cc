@@ -447,29 +447,35 @@ struct LuaApi {
     return 1;
   }
 
-  static int graph_patch_object(lua_State* L) {
-    GraphHandle& self = graph_self(L, "patch_object");
-    const std::string what = "graph:patch_object";
+  // An existing object of a type this pack declares, about to be changed.
+  struct OwnObject {
+    Runtime& rt;
+    std::string id;
+    std::string what;
+  };
+  static OwnObject own_object(lua_State* L, const char* method) {
+    GraphHandle& self = graph_self(L, method);
+    std::string what = std::string("graph:") + method;
     Runtime& rt = acting(L, self, what);
-    const std::string id = luaL_checkstring(L, 2);
+    std::string id = luaL_checkstring(L, 2);
     const GraphObject& object = live_object(L, rt, id, what);
     check_declared(L, *self.host, self.host->registered.object_types, "object type", object.type,
                    what);
-    json patch = object_argument(L, 3, what + " patch");
-    append_or_raise(L, rt, what, "patch.applied", json{{"id", id}, {"patch", std::move(patch)}},
-                    rt.origin_.actor);
+    return OwnObject{rt, std::move(id), std::move(what)};
+  }
+
+  static int graph_patch_object(lua_State* L) {
+    OwnObject target = own_object(L, "patch_object");
+    json patch = object_argument(L, 3, target.what + " patch");
+    append_or_raise(L, target.rt, target.what, "patch.applied",
+                    json{{"id", target.id}, {"patch", std::move(patch)}}, target.rt.origin_.actor);
     return 0;
   }
 
   static int graph_remove_object(lua_State* L) {
-    GraphHandle& self = graph_self(L, "remove_object");
-    const std::string what = "graph:remove_object";
-    Runtime& rt = acting(L, self, what);
-    const std::string id = luaL_checkstring(L, 2);
-    const GraphObject& object = live_object(L, rt, id, what);
-    check_declared(L, *self.host, self.host->registered.object_types, "object type", object.type,
-                   what);
-    append_or_raise(L, rt, what, "object.removed", json{{"id", id}}, rt.origin_.actor);
+    OwnObject target = own_object(L, "remove_object");
+    append_or_raise(L, target.rt, target.what, "object.removed", json{{"id", target.id}},
+                    target.rt.origin_.actor);
     return 0;
   }
 
