@@ -365,3 +365,45 @@ end
   REQUIRE(r->of_type("in")[0].payload ==
           R"({"float":1.25,"int":41,"list":[3,2,1],"text":"héllo"})");
 }
+
+TEST_CASE("a history that cannot be projected or timed is refused", "[runtime][dispatch]") {
+  const auto create = [](std::vector<forktrial::store::Event> history) {
+    return forktrial::runtime::Runtime::create(test_config(), std::move(history),
+                                               [](const forktrial::store::NewEvent&) {});
+  };
+  auto dangling = create({history_event(1, "object.removed", R"({"id":"note#1"})")});
+  REQUIRE_FALSE(dangling);
+  REQUIRE(dangling.error() ==
+          "cannot project event evt_001 (object.removed, seq 1) of the fork's history: "
+          "object.removed names unknown object \"note#1\"");
+  auto not_json = create({history_event(1, "note", "{oops")});
+  REQUIRE(not_json.error() ==
+          "event evt_001 (note, seq 1) of the fork's history has a payload that is not JSON");
+  auto bad_time = create({history_event(1, "note", "{}", "yesterday")});
+  REQUIRE(
+      bad_time.error().starts_with("the fork tip evt_001 has a bad timestamp: timestamp "
+                                   "\"yesterday\" does not start with YYYY-MM-DDTHH:MM:SS"));
+}
+
+TEST_CASE("a failing sink stops the runtime and its exception reaches the caller",
+          "[runtime][dispatch]") {
+  TempDir dir;
+  const auto pack = write_pack(dir, "p", spec_with("candidate", {"chain"}, R"(
+pack:behavior{ name = "chain", on = {"go"}, run = function(event, graph, ctx)
+  graph:emit{ type = "next" }
+end }
+)"));
+  dir.write("p/s.lua", "function main(rt) rt:emit{ type = 'go' } rt:run_until_idle() end");
+  std::vector<std::string> sunk;
+  auto rt = forktrial::runtime::Runtime::create(test_config(), {},
+                                                [&](const forktrial::store::NewEvent& event) {
+                                                  if (event.type == "next")
+                                                    throw std::runtime_error("disk full");
+                                                  sunk.push_back(event.type);
+                                                });
+  REQUIRE(rt);
+  REQUIRE((*rt)->load_pack(pack, PackRole::candidate));
+  REQUIRE_THROWS_WITH((*rt)->run_scenario("s.lua"), "disk full");
+  REQUIRE(sunk == std::vector<std::string>{"pack.loaded", "go"});
+  REQUIRE((*rt)->events().size() == 2);
+}
