@@ -362,7 +362,6 @@ struct Snapshot::State {
   const EventStore::Impl* impl;
   std::shared_lock<std::shared_timed_mutex> lock;
   lmdb::Txn txn;
-  mutable codec::EventDecoder decoder;
   TxnReader reader() const { return TxnReader(impl->dbis, txn.get()); }
 };
 
@@ -518,8 +517,8 @@ Result<Digest> EventStore::store_fork_segment(const RunId& run) {
     auto info = w.run(run);
     if (!info) return std::unexpected(refuse(Refused::unknown_run, "no run " + run.str()));
     if (!info->fork_of) {
-      return std::unexpected(
-          refuse(Refused::unknown_run, "run " + run.str() + " is not a fork; it inherits nothing"));
+      return std::unexpected(refuse(Refused::invalid_input,
+                                    "run " + run.str() + " is not a fork; it inherits nothing"));
     }
     return w.store_segment(run, info->fork_of->seq);
   });
@@ -898,9 +897,12 @@ codec::RunRecord as_record(const RunInfo& run) {
 void Snapshot::for_each_event(const RunInfo& run, std::uint64_t from_seq,
                               const std::function<bool(const EventView&)>& visit) const {
   auto reader = state_->reader();
+  // A decoder per call, so a visit that reads the snapshot again does not
+  // overwrite the buffer its own view may point into.
+  codec::EventDecoder decoder;
   reader.scan(reader.lineage(as_record(run)), from_seq, kNoLimit,
               [&](std::uint64_t, std::span<const std::byte> value) {
-                return visit(state_->decoder.decode(value));
+                return visit(decoder.decode(value));
               });
 }
 

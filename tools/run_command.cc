@@ -354,8 +354,10 @@ void add_import(CLI::App& run_app) {
       throw CommandFailed(*input + ": " + events.error().message + "; nothing was imported");
     }
     EventStore store = open_store(common->store, true);
-    auto run = accepted(store.import_run(spec->spec(fs::path(*input).filename().string()), *events),
-                        "cannot import " + *input);
+    auto run = accepted(
+        store.import_run(spec->spec(*input == "-" ? "stdin" : fs::path(*input).filename().string()),
+                         *events),
+        "cannot import " + *input);
     print_created(run, common->json);
   });
 }

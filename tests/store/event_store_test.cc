@@ -195,6 +195,31 @@ TEST_CASE("forking at an unknown event or run is refused", "[store][lineage]") {
   CHECK(store.snapshot().runs().size() == 1);
 }
 
+TEST_CASE("a visit may read the same snapshot again", "[store]") {
+  forktrial::testing::TempDir dir;
+  EventStore store(dir.path() / "s", fixed_options());
+  RunInfo run = must(store.create_run({}));
+  std::vector<NewEvent> batch = events("e", 4);
+  for (auto& e : batch)
+    e.payload = R"({"text":")" + std::string(e.id.str().size() * 5, 'p') + "\"}";
+  batch[3].caused_by = EventId("e1");
+  REQUIRE(store.append(run.id, 0, batch));
+  auto snap = store.snapshot();
+  RunInfo now = *snap.run(run.id);
+  Strings seen;
+  snap.for_each_event(now, 1, [&](const EventView& v) {
+    std::string id(v.id);
+    if (v.caused_by) {
+      auto cause = snap.find_event(now, EventId(std::string(*v.caused_by)));
+      id += "<-" + cause->id.str();
+    }
+    seen.push_back(id + ":" + std::string(v.payload));  // read after the nested lookup
+    return true;
+  });
+  CHECK(seen == Strings{"e1:" + batch[0].payload, "e2:" + batch[1].payload,
+                        "e3:" + batch[2].payload, "e4<-e1:" + batch[3].payload});
+}
+
 TEST_CASE("behavior.failed events after a point are listed through the lineage", "[store]") {
   forktrial::testing::TempDir dir;
   EventStore store(dir.path() / "s", fixed_options());

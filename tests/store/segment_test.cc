@@ -52,6 +52,17 @@ TEST_CASE("a fork's segment is stored as a blob and has a canonical form", "[sto
   CHECK(other.store_fork_segment(other_fork.id) == digest);
 }
 
+TEST_CASE("only a fork has a fork segment", "[store][segment]") {
+  forktrial::testing::TempDir dir;
+  EventStore store(dir.path() / "s", fixed_options());
+  RunInfo fork = make_fork(store, "e");
+  auto root = store.store_fork_segment(fork.fork_of->parent);
+  REQUIRE_FALSE(root);
+  CHECK(root.error().kind == Refused::invalid_input);
+  CHECK_THAT(root.error().message, Catch::Contains("is not a fork"));
+  CHECK(store.store_fork_segment(RunId("run_none")).error().kind == Refused::unknown_run);
+}
+
 TEST_CASE("loading a segment into a fresh store reproduces the history byte for byte",
           "[store][segment]") {
   forktrial::testing::TempDir dir;
