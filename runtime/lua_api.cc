@@ -56,21 +56,25 @@ bool has_metatable(lua_State* L, int index, const char* name) {
 // rather than a silently ignored field.
 void check_keys(lua_State* L, int table, std::initializer_list<const char*> allowed,
                 const std::string& what) {
+  std::vector<std::string> unknown;  // sorted below: the table's order is not deterministic
   lua_pushnil(L);
   while (lua_next(L, table) != 0) {
     lua_pop(L, 1);
-    const bool known = lua_type(L, -1) == LUA_TSTRING &&
-                       std::any_of(allowed.begin(), allowed.end(),
-                                   [&](const char* key) { return to_string(L, -1) == key; });
-    if (!known) {
-      std::string list;
-      for (const char* key : allowed) list += (list.empty() ? "" : ", ") + std::string(key);
-      const std::string key = lua_type(L, -1) == LUA_TSTRING
-                                  ? "\"" + to_string(L, -1) + "\""
-                                  : "a " + std::string(luaL_typename(L, -1)) + " key";
-      raise(L, what + ": unknown field " + key + " (known fields: " + list + ")");
+    if (lua_type(L, -1) != LUA_TSTRING) {
+      unknown.push_back("a " + std::string(luaL_typename(L, -1)) + " key");
+      continue;
+    }
+    const std::string key = to_string(L, -1);
+    if (std::none_of(allowed.begin(), allowed.end(),
+                     [&](const char* known) { return key == known; })) {
+      unknown.push_back("\"" + key + "\"");
     }
   }
+  if (unknown.empty()) return;
+  std::sort(unknown.begin(), unknown.end());
+  std::string list;
+  for (const char* key : allowed) list += (list.empty() ? "" : ", ") + std::string(key);
+  raise(L, what + ": unknown field " + unknown.front() + " (known fields: " + list + ")");
 }
 
 void require_table(lua_State* L, int index, const std::string& what) {

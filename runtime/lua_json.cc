@@ -2,9 +2,11 @@
 
 #include <utf8proc.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <lua.hpp>
+#include <vector>
 
 namespace forktrial::runtime {
 namespace {
@@ -51,33 +53,40 @@ std::expected<json, std::string> convert_table(lua_State* L, int index, const st
     }
     return array;
   }
-  json object = json::object();
+  // Keys are visited in sorted order, not in the table's internal order
+  // (which depends on a per-process hash seed), so that which error is
+  // reported is a deterministic function of the table.
+  std::vector<std::string> keys;
+  std::vector<std::string> bad_keys;
   lua_pushnil(L);
   while (lua_next(L, index) != 0) {
-    if (lua_type(L, -2) != LUA_TSTRING) {
-      std::string key =
-          lua_type(L, -2) == LUA_TNUMBER
-              ? "key " + std::string(lua_isinteger(L, -2) ? std::to_string(lua_tointeger(L, -2))
-                                                          : std::to_string(lua_tonumber(L, -2)))
-              : "a " + std::string(luaL_typename(L, -2)) + " key";
-      lua_pop(L, 2);
-      return fail(path, "table has " + key +
-                            "; a table converts to a JSON array only when its keys are exactly "
-                            "1..n, otherwise every key must be a string");
+    lua_pop(L, 1);
+    if (lua_type(L, -1) == LUA_TSTRING) {
+      std::size_t length = 0;
+      const char* data = lua_tolstring(L, -1, &length);
+      keys.emplace_back(data, length);
+    } else if (lua_type(L, -1) == LUA_TNUMBER) {
+      bad_keys.push_back("key " + (lua_isinteger(L, -1) ? std::to_string(lua_tointeger(L, -1))
+                                                        : std::to_string(lua_tonumber(L, -1))));
+    } else {
+      bad_keys.push_back("a " + std::string(luaL_typename(L, -1)) + " key");
     }
-    std::size_t length = 0;
-    const char* data = lua_tolstring(L, -2, &length);
-    std::string key(data, length);
-    if (!is_valid_utf8(key)) {
-      lua_pop(L, 2);
-      return fail(path, "a table key is not valid UTF-8");
-    }
+  }
+  if (!bad_keys.empty()) {
+    std::sort(bad_keys.begin(), bad_keys.end());
+    return fail(path, "table has " + bad_keys.front() +
+                          "; a table converts to a JSON array only when its keys are exactly "
+                          "1..n, otherwise every key must be a string");
+  }
+  std::sort(keys.begin(), keys.end());
+  json object = json::object();
+  for (const auto& key : keys) {
+    if (!is_valid_utf8(key)) return fail(path, "a table key is not valid UTF-8");
+    lua_pushlstring(L, key.data(), key.size());
+    lua_rawget(L, index);
     auto member = convert(L, lua_gettop(L), path + "." + key, depth + 1);
     lua_pop(L, 1);
-    if (!member) {
-      lua_pop(L, 1);
-      return member;
-    }
+    if (!member) return member;
     object[key] = std::move(*member);
   }
   return object;

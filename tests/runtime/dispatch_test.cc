@@ -407,3 +407,30 @@ end }
   REQUIRE(sunk == std::vector<std::string>{"pack.loaded", "go"});
   REQUIRE((*rt)->events().size() == 2);
 }
+
+TEST_CASE("conversion errors name the first bad member in key order", "[runtime][dispatch]") {
+  TempDir dir;
+  auto r = make_runtime();
+  load_or_fail(*r, write_pack(dir, "p", spec_with("candidate", {}, "")));
+  dir.write("p/s.lua", R"(
+function main(rt)
+  local payload = {}
+  for i = 30, 1, -1 do payload["k" .. string.format("%02d", i)] = print end
+  payload[7] = true
+  print(select(2, pcall(rt.emit, rt, { type = "x", payload = payload })))
+  payload[7] = nil
+  print(select(2, pcall(rt.emit, rt, { type = "x", payload = payload })))
+  print(select(2, pcall(rt.emit, rt, { type = "x", zz = 1, aa = 2, payload = {} })))
+end
+)");
+  REQUIRE(r->rt->run_scenario("s.lua").outcome == ScenarioOutcome::completed);
+  REQUIRE(r->log.size() == 3);
+  CHECK(
+      r->log[0].ends_with("rt:emit payload: table has key 7; a table converts to a JSON array "
+                          "only when its keys are exactly 1..n, otherwise every key must be a "
+                          "string"));
+  CHECK(
+      r->log[1].ends_with("rt:emit payload.k01: a function cannot be converted to JSON (only "
+                          "nil, booleans, numbers, strings and tables can)"));
+  CHECK(r->log[2].ends_with("rt:emit: unknown field \"aa\" (known fields: type, payload, actor)"));
+}
