@@ -35,16 +35,15 @@ kj::ArrayPtr<const capnp::word> words(std::span<const std::byte> value,
 }  // namespace
 
 void put_u64(std::byte* out, std::uint64_t value) {
-  for (int i = 7; i >= 0; --i) {
-    out[i] = static_cast<std::byte>(value & 0xff);
-    value >>= 8;
-  }
+  static_assert(std::endian::native == std::endian::little);
+  value = std::byteswap(value);
+  std::memcpy(out, &value, 8);
 }
 
 std::uint64_t get_u64(const std::byte* in) {
-  std::uint64_t value = 0;
-  for (int i = 0; i < 8; ++i) value = (value << 8) | std::to_integer<std::uint64_t>(in[i]);
-  return value;
+  std::uint64_t value;
+  std::memcpy(&value, in, 8);
+  return std::byteswap(value);
 }
 
 std::array<std::byte, 8> u64_key(std::uint64_t value) {
@@ -195,7 +194,76 @@ RunRecord decode_run(std::span<const std::byte> value) {
   }
 }
 
+namespace {
+
+std::uint64_t get_le64(const std::byte* in) {
+  std::uint64_t value;
+  std::memcpy(&value, in, 8);
+  return value;
+}
+
+// Reads text pointer `index` of the struct whose pointer section starts at
+// word `pointers` (of `count` pointers); a null or absent pointer reads as
+// "". Returns false for anything the fast path does not handle.
+bool read_text(std::span<const std::byte> value, std::size_t pointers, std::size_t count,
+               std::size_t index, std::string_view& out) {
+  out = {};
+  if (index >= count) return true;
+  std::size_t at = pointers + index;
+  std::uint64_t pointer = get_le64(value.data() + 8 * at);
+  if (pointer == 0) return true;
+  if ((pointer & 3) != 1 || ((pointer >> 32) & 7) != 2) return false;  // a byte list
+  auto offset = static_cast<std::int32_t>(static_cast<std::uint32_t>(pointer)) >> 2;
+  std::uint64_t length = pointer >> 35;  // bytes, NUL included
+  std::int64_t start = static_cast<std::int64_t>(at) + 1 + offset;
+  std::int64_t words = static_cast<std::int64_t>(value.size() / 8);
+  if (length == 0 || start < 0 || start >= words ||
+      length > static_cast<std::uint64_t>(words - start) * 8) {
+    return false;
+  }
+  const char* text = reinterpret_cast<const char*>(value.data()) + 8 * start;
+  if (text[length - 1] != '\0') return false;
+  out = {text, length - 1};
+  return true;
+}
+
+bool fast_decode(std::span<const std::byte> value, EventView& v) {
+  if (value.size() < 8 || value.size() % 8 != 0) return false;
+  std::uint64_t root = get_le64(value.data());
+  std::size_t data_words = (root >> 32) & 0xffff;
+  std::size_t pointers = root >> 48;
+  if ((root & 0xffffffff) != 0 || data_words > 2 || pointers > kEventPointers ||
+      1 + data_words + pointers > value.size() / 8) {
+    return false;
+  }
+  v.seq = data_words >= 1 ? get_le64(value.data() + 8) : 0;
+  std::uint64_t tags = data_words >= 2 ? get_le64(value.data() + 16) : 0;
+  if ((tags & ~std::uint64_t{0x0000'0001'0001'0001}) != 0) return false;
+  std::size_t first = 1 + data_words;
+  std::string_view optional_text;
+  if (!read_text(value, first, pointers, 0, v.id) ||
+      !read_text(value, first, pointers, 1, v.type) ||
+      !read_text(value, first, pointers, 2, v.payload) ||
+      !read_text(value, first, pointers, 3, v.timestamp)) {
+    return false;
+  }
+  v.actor.reset();
+  v.frame_id.reset();
+  v.caused_by.reset();
+  std::optional<std::string_view>* optionals[3] = {&v.actor, &v.frame_id, &v.caused_by};
+  for (std::size_t i = 0; i < 3; ++i) {
+    if (((tags >> (16 * i)) & 1) == 0) continue;
+    if (!read_text(value, first, pointers, 4 + i, optional_text)) return false;
+    *optionals[i] = optional_text;
+  }
+  return true;
+}
+
+}  // namespace
+
 EventView EventDecoder::decode(std::span<const std::byte> value) {
+  EventView v;
+  if (fast_decode(value, v)) return v;
   return decode_impl(value, nullptr);
 }
 

@@ -50,14 +50,21 @@ struct RunRecord {
 kj::Array<capnp::word> encode_run(const RunRecord& record);
 RunRecord decode_run(std::span<const std::byte> value);
 
-// Decodes stored event values. Values in LMDB are only 2-byte aligned, and
-// Cap'n Proto reads words, so unaligned values are copied into a buffer the
-// decoder owns; the returned views stay valid until the next decode().
+// Decodes stored event values.
+//
+// decode() reads the layout the encoder writes (schema::Event in canonical
+// form, whatever the alignment) directly, checking every pointer against the
+// value's bounds; anything else (a far pointer, sections of a newer schema,
+// an unexpected union tag) goes through Cap'n Proto's checked reader. The
+// reader needs word alignment, so unaligned values are then copied into a
+// buffer the decoder owns. The returned views point into `value` or into
+// that buffer: valid while `value` is and until the next decode().
 class EventDecoder {
  public:
   // Throws StoreError for a value that is not a valid encoded event.
   EventView decode(std::span<const std::byte> value);
-  // Like decode(), and also reports whether the value is in canonical form.
+  // Decodes with Cap'n Proto's reader only, and also reports whether the
+  // value is in canonical form.
   EventView decode_checked(std::span<const std::byte> value, bool& canonical);
 
  private:

@@ -908,6 +908,8 @@ void Snapshot::for_each_event(const RunInfo& run, std::uint64_t from_seq,
 
 std::vector<Event> Snapshot::history(const RunInfo& run, std::uint64_t from_seq) const {
   std::vector<Event> events;
+  // A hint only: `run` may come from an older snapshot.
+  if (run.head >= from_seq) events.reserve(run.head - std::max<std::uint64_t>(from_seq, 1) + 1);
   for_each_event(run, from_seq, [&](const EventView& v) {
     events.push_back(v.to_event());
     return true;

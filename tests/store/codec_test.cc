@@ -2,11 +2,13 @@
 #include "store/codec.h"
 
 #include <capnp/message.h>
+#include <kj/exception.h>
 
 #include <catch2/catch.hpp>
 #include <cstring>
 
 #include "schema/event.capnp.h"
+#include "store/event_store.h"
 
 namespace forktrial::store::codec {
 namespace {
@@ -27,6 +29,26 @@ std::vector<std::byte> reference_encoding(const NewEvent& e, std::uint64_t seq) 
   auto bytes = words.asBytes();
   return {reinterpret_cast<const std::byte*>(bytes.begin()),
           reinterpret_cast<const std::byte*>(bytes.end())};
+}
+
+// Cap'n Proto's checked reader, field by field: the reference decoding.
+Event reference_decoding(const std::vector<std::byte>& bytes) {
+  std::vector<capnp::word> words(bytes.size() / 8);
+  std::memcpy(words.data(), bytes.data(), words.size() * 8);
+  kj::ArrayPtr<const capnp::word> segments[1] = {{words.data(), words.size()}};
+  capnp::SegmentArrayMessageReader message(segments);
+  auto r = message.getRoot<schema::Event>();
+  auto text = [](capnp::Text::Reader t) { return std::string(t.begin(), t.size()); };
+  Event e;
+  e.id = EventId(text(r.getId()));
+  e.type = text(r.getType());
+  e.payload = text(r.getPayload());
+  e.timestamp = text(r.getTimestamp());
+  e.seq = r.getSeq();
+  if (r.getActor().isActorName()) e.actor = text(r.getActor().getActorName());
+  if (r.getFrame().isFrameId()) e.frame_id = text(r.getFrame().getFrameId());
+  if (r.getCause().isCausedBy()) e.caused_by = EventId(text(r.getCause().getCausedBy()));
+  return e;
 }
 
 std::vector<std::byte> fast_encoding(const NewEvent& e, std::uint64_t seq) {
@@ -55,7 +77,7 @@ TEST_CASE("the event encoder writes Cap'n Proto's canonical form", "[store][code
         if ((optional_mask & 4) != 0) e.caused_by = EventId(texts[(i + 6) % texts.size()]);
         INFO("text " << i << ", optional fields " << optional_mask << ", seq " << seq);
         REQUIRE(fast_encoding(e, seq) == reference_encoding(e, seq));
-        // And it decodes back to the same event.
+        // And both decoders read the same event back.
         auto bytes = fast_encoding(e, seq);
         EventDecoder decoder;
         bool canonical = false;
@@ -63,11 +85,55 @@ TEST_CASE("the event encoder writes Cap'n Proto's canonical form", "[store][code
         CHECK(canonical);
         CHECK(static_cast<const NewEvent&>(back) == e);
         CHECK(back.seq == seq);
+        CHECK(decoder.decode(bytes).to_event() == back);
         ++checked;
       }
     }
   }
   CHECK(checked == 7 * 8 * 5);
+}
+
+TEST_CASE("the fast decoder agrees with Cap'n Proto's reader on damaged values", "[store][codec]") {
+  NewEvent e;
+  e.id = EventId("evt_042");
+  e.type = "behavior.failed";
+  e.payload = R"({"behavior":"greeter","message":"boom"})";
+  e.timestamp = "2026-01-02T03:04:05Z";
+  e.actor = "greeter";
+  e.caused_by = EventId("evt_041");
+  const std::vector<std::byte> good = fast_encoding(e, 42);
+  std::uint64_t state = 0x9e3779b97f4a7c15ull;
+  auto next = [&] {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return state;
+  };
+  int agreed_values = 0;
+  int agreed_errors = 0;
+  for (int round = 0; round < 20000; ++round) {
+    auto bytes = good;
+    int flips = 1 + static_cast<int>(next() % 3);
+    for (int f = 0; f < flips; ++f) {
+      bytes[next() % bytes.size()] ^= static_cast<std::byte>(1u << (next() % 8));
+    }
+    std::optional<Event> expected;
+    try {
+      expected = reference_decoding(bytes);
+    } catch (const kj::Exception&) {
+    }
+    EventDecoder fast;
+    if (expected) {
+      INFO("round " << round);
+      REQUIRE(fast.decode(bytes).to_event() == *expected);
+      ++agreed_values;
+    } else {
+      REQUIRE_THROWS_AS(fast.decode(bytes), StoreError);
+      ++agreed_errors;
+    }
+  }
+  CHECK(agreed_values > 0);
+  CHECK(agreed_errors > 0);
 }
 
 }  // namespace
