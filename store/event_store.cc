@@ -121,6 +121,10 @@ Refusal refuse(Refused kind, std::string message) {
   return Refusal{kind, std::move(message)};
 }
 
+codec::RunRecord as_record(const RunInfo& run) {
+  return codec::RunRecord{run.id, run.label, run.created_at, run.number, run.fork_of};
+}
+
 // Read operations over one transaction, read-only or read-write; shared by
 // Snapshot and Writer.
 class TxnReader {
@@ -261,6 +265,37 @@ class TxnReader {
                        " events, fewer than the " + std::to_string(up_to_seq) +
                        " the segment needs");
     }
+  }
+
+  // The history of `run` from `from_seq` on, decoded; see
+  // Snapshot::for_each_event. A decoder per call, so a visit that reads the
+  // same transaction again does not overwrite the buffer its view may use.
+  void visit(const codec::RunRecord& run, std::uint64_t from_seq,
+             const std::function<bool(const EventView&)>& visit) const {
+    codec::EventDecoder decoder;
+    scan(lineage(run), from_seq, kNoLimit, [&](std::uint64_t, std::span<const std::byte> value) {
+      return visit(decoder.decode(value));
+    });
+  }
+
+  std::optional<Event> find_event(const codec::RunRecord& run, std::string_view id) const {
+    auto seq = find_seq(lineage(run), id);
+    if (!seq) return std::nullopt;
+    std::optional<Event> found;
+    visit(run, *seq, [&](const EventView& v) {
+      found = v.to_event();
+      return false;
+    });
+    return found;
+  }
+
+  std::vector<Event> failures_after(const codec::RunRecord& run, std::uint64_t after_seq) const {
+    std::vector<Event> failures;
+    visit(run, after_seq + 1, [&](const EventView& v) {
+      if (v.type == "behavior.failed") failures.push_back(v.to_event());
+      return true;
+    });
+    return failures;
   }
 
   const Dbis& dbis() const { return dbis_; }
@@ -535,6 +570,19 @@ std::optional<RunInfo> Writer::run(const RunId& id) const {
   auto record = reader.record(id);
   if (!record) return std::nullopt;
   return reader.info(*record);
+}
+
+void Writer::for_each_event(const RunInfo& run, std::uint64_t from_seq,
+                            const std::function<bool(const EventView&)>& visit) const {
+  state_.reader().visit(as_record(run), from_seq, visit);
+}
+
+std::optional<Event> Writer::find_event(const RunInfo& run, const EventId& id) const {
+  return state_.reader().find_event(as_record(run), id.str());
+}
+
+std::vector<Event> Writer::failures_after(const RunInfo& run, std::uint64_t after_seq) const {
+  return state_.reader().failures_after(as_record(run), after_seq);
 }
 
 namespace {
@@ -886,24 +934,9 @@ std::vector<RunInfo> Snapshot::runs() const {
   return result;
 }
 
-namespace {
-
-codec::RunRecord as_record(const RunInfo& run) {
-  return codec::RunRecord{run.id, run.label, run.created_at, run.number, run.fork_of};
-}
-
-}  // namespace
-
 void Snapshot::for_each_event(const RunInfo& run, std::uint64_t from_seq,
                               const std::function<bool(const EventView&)>& visit) const {
-  auto reader = state_->reader();
-  // A decoder per call, so a visit that reads the snapshot again does not
-  // overwrite the buffer its own view may point into.
-  codec::EventDecoder decoder;
-  reader.scan(reader.lineage(as_record(run)), from_seq, kNoLimit,
-              [&](std::uint64_t, std::span<const std::byte> value) {
-                return visit(decoder.decode(value));
-              });
+  state_->reader().visit(as_record(run), from_seq, visit);
 }
 
 std::vector<Event> Snapshot::history(const RunInfo& run, std::uint64_t from_seq) const {
@@ -922,24 +955,11 @@ std::uint64_t Snapshot::count(const RunInfo& run) const {
 }
 
 std::optional<Event> Snapshot::find_event(const RunInfo& run, const EventId& id) const {
-  auto reader = state_->reader();
-  auto seq = reader.find_seq(reader.lineage(as_record(run)), id.str());
-  if (!seq) return std::nullopt;
-  std::optional<Event> found;
-  for_each_event(run, *seq, [&](const EventView& v) {
-    found = v.to_event();
-    return false;
-  });
-  return found;
+  return state_->reader().find_event(as_record(run), id.str());
 }
 
 std::vector<Event> Snapshot::failures_after(const RunInfo& run, std::uint64_t after_seq) const {
-  std::vector<Event> failures;
-  for_each_event(run, after_seq + 1, [&](const EventView& v) {
-    if (v.type == "behavior.failed") failures.push_back(v.to_event());
-    return true;
-  });
-  return failures;
+  return state_->reader().failures_after(as_record(run), after_seq);
 }
 
 void Snapshot::write_segment(const RunInfo& run, std::uint64_t up_to_seq,

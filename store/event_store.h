@@ -134,7 +134,14 @@ class Writer {
   Result<Digest> store_segment(const RunId& run, std::uint64_t up_to_seq);
   // Creates a root run holding exactly the events of a segment.
   Result<RunInfo> load_segment(std::span<const std::byte> segment, const NewRun& run);
+  // Reads of this transaction, own writes included, as Snapshot's. The
+  // coordinator reconciles a report by appending a delta and recounting
+  // failures in one transaction.
   std::optional<RunInfo> run(const RunId& id) const;
+  void for_each_event(const RunInfo& run, std::uint64_t from_seq,
+                      const std::function<bool(const EventView&)>& visit) const;
+  std::optional<Event> find_event(const RunInfo& run, const EventId& id) const;
+  std::vector<Event> failures_after(const RunInfo& run, std::uint64_t after_seq) const;
 
   struct State;
   explicit Writer(State& state) : state_(state) {}

@@ -235,6 +235,37 @@ TEST_CASE("behavior.failed events after a point are listed through the lineage",
   CHECK(ids_of(snap.failures_after(*snap.run(fork.id), 3)) == Strings{"f1"});
 }
 
+TEST_CASE("one write transaction appends and recounts failures atomically", "[store]") {
+  forktrial::testing::TempDir dir;
+  EventStore store(dir.path() / "s", fixed_options());
+  RunInfo root = must(store.create_run({}));
+  REQUIRE(store.append(root.id, 0, std::vector{event("e1"), event("e2", "behavior.failed")}));
+  RunInfo fork = must(store.fork(root.id, EventId("e2"), {}));
+
+  auto reconciled = store.write([&](Writer& w) -> Result<std::size_t> {
+    auto head = w.append(fork.id, 2, std::vector{event("t1", "behavior.failed"), event("t2")});
+    if (!head) return std::unexpected(head.error());
+    RunInfo now = *w.run(fork.id);
+    CHECK(now.head == 4);
+    CHECK(w.find_event(now, EventId("t2"))->seq == 4);
+    std::size_t seen = 0;
+    w.for_each_event(now, 3, [&](const EventView&) { return ++seen, true; });
+    CHECK(seen == 2);
+    return w.failures_after(now, 2).size();
+  });
+  REQUIRE(reconciled);
+  CHECK(*reconciled == 1);
+
+  // A body that refuses rolls back everything it wrote.
+  auto refused = store.write([&](Writer& w) -> Result<std::uint64_t> {
+    REQUIRE(w.append(fork.id, 4, std::vector{event("t3")}));
+    return w.append(fork.id, 4, std::vector{event("t4")});  // stale head: refused
+  });
+  REQUIRE_FALSE(refused);
+  CHECK(refused.error().kind == Refused::head_moved);
+  CHECK(store.snapshot().run(fork.id)->head == 4);
+}
+
 TEST_CASE("a long read transaction does not block appends", "[store][concurrency]") {
   forktrial::testing::TempDir dir;
   EventStore store(dir.path() / "s", fixed_options());
