@@ -6,7 +6,10 @@
 // scenario, config): event ids continue the run's "evt_NNN" counter, times
 // come from a clock that starts at the fork tip and ticks one millisecond per
 // event, and math.random is seeded from the trial id. Nothing reads the wall
-// clock or real randomness. docs/runtime-semantics.md states every rule.
+// clock or real randomness. (Pack code that lets the order of `pairs` over a
+// table's string keys, which Lua seeds per process, reach an event is the one
+// exception; docs/pack-authoring.md tells authors to sort.)
+// docs/runtime-semantics.md states every rule.
 //
 // Every new event is handed to the sink, in order, before the call that
 // produced it returns, so the caller can append it to its store as it goes
