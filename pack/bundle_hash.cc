@@ -368,16 +368,19 @@ std::expected<Digest, WalkViolations> content_hash(const std::filesystem::path& 
   return *hashes->content;
 }
 
+std::optional<PinError> check_pin_form(std::string_view pin) {
+  auto problem = Digest::describe_pin_problem(pin);
+  if (!problem) return std::nullopt;
+  return PinError{PinError::Kind::malformed_pin,
+                  "malformed bundle pin \"" + printable(pin) + "\": " + *problem +
+                      "; a pin is \"sha256:\" followed by 64 lowercase hex digits, as printed by "
+                      "`forktrial pack hash DIR`",
+                  std::nullopt};
+}
+
 std::expected<Digest, PinError> verify_bundle_hash(std::string_view expected,
                                                    const std::filesystem::path& root) {
-  if (auto problem = Digest::describe_pin_problem(expected)) {
-    return std::unexpected(
-        PinError{PinError::Kind::malformed_pin,
-                 "malformed bundle pin \"" + printable(expected) + "\": " + *problem +
-                     "; a pin is \"sha256:\" followed by 64 lowercase hex digits, as printed by "
-                     "`forktrial pack hash DIR`",
-                 std::nullopt});
-  }
+  if (auto malformed = check_pin_form(expected)) return std::unexpected(std::move(*malformed));
   auto actual = bundle_hash(root);
   if (!actual) {
     return std::unexpected(

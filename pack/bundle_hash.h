@@ -84,6 +84,10 @@ struct PinError {
   std::optional<Digest> actual;
 };
 
+// The malformed_pin error for a pin that is not "sha256:" + 64 lowercase hex,
+// or nullopt for a well-formed one. Reads no files.
+std::optional<PinError> check_pin_form(std::string_view pin);
+
 // Checks `expected` ("sha256:" + 64 lowercase hex) against the bundle hash of
 // `root`. Returns the verified digest, or why not.
 std::expected<Digest, PinError> verify_bundle_hash(std::string_view expected,

@@ -13,8 +13,10 @@ SetRlimit system_setrlimit() {
   };
 }
 
-std::uint64_t cpu_seconds_for(double wall_clock_seconds) {
-  return static_cast<std::uint64_t>(std::ceil(wall_clock_seconds)) + 5;
+std::uint64_t cpu_seconds_for(const TrialLimits& limits) {
+  if (limits.max_cpu_seconds) return *limits.max_cpu_seconds;
+  if (limits.wall_clock_seconds <= 0) return 0;
+  return static_cast<std::uint64_t>(std::ceil(limits.wall_clock_seconds)) + 5;
 }
 
 std::vector<std::string> apply_nets(const TrialLimits& limits, const SetRlimit& set_limit) {
@@ -30,8 +32,9 @@ std::vector<std::string> apply_nets(const TrialLimits& limits, const SetRlimit& 
                          "still bound the trial");
     }
   }
-  if (limits.wall_clock_seconds > 0) {
-    const auto seconds = cpu_seconds_for(limits.wall_clock_seconds);
+  rlimit no_core{0, 0};
+  set_limit(RLIMIT_CORE, no_core);
+  if (const auto seconds = cpu_seconds_for(limits); seconds > 0) {
     // The soft limit raises SIGXCPU, which the parent reports as the CPU net;
     // the hard limit one second later is the kernel's SIGKILL backstop.
     rlimit cpu{static_cast<rlim_t>(seconds), static_cast<rlim_t>(seconds + 1)};

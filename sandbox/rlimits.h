@@ -25,11 +25,12 @@ using SetRlimit = std::function<int(int resource, const rlimit& limit)>;
 // The real setrlimit(2).
 SetRlimit system_setrlimit();
 
-// CPU seconds allowed for a wall clock: the wall clock rounded up, plus 5 s,
-// so the CPU net only fires for a child the wall-clock kill did not stop.
-std::uint64_t cpu_seconds_for(double wall_clock_seconds);
+// CPU seconds a trial may use: `max_cpu_seconds` when set, else the wall
+// clock rounded up plus 5 s; 0 when neither net is set.
+std::uint64_t cpu_seconds_for(const TrialLimits& limits);
 
-// Applies the nets `limits` asks for; returns the warnings (empty when every
+// Applies the nets `limits` asks for (and disables core dumps, so a killed
+// child leaves nothing behind); returns the warnings (empty when every
 // net applied).
 std::vector<std::string> apply_nets(const TrialLimits& limits, const SetRlimit& set_limit);
 

@@ -32,6 +32,16 @@ std::string json_type(const json& value) {
   }
 }
 
+json limits_json(const TrialLimits& limits) {
+  return {
+      {"wall_clock_seconds", limits.wall_clock_seconds},
+      {"max_rss_bytes", limits.max_rss_bytes ? json(*limits.max_rss_bytes) : json(nullptr)},
+      {"max_events", limits.max_events},
+      {"max_llm_calls", limits.max_llm_calls},
+      {"max_cpu_seconds", limits.max_cpu_seconds ? json(*limits.max_cpu_seconds) : json(nullptr)},
+      {"env_passthrough", limits.env_passthrough}};
+}
+
 json pack_json(const PackSource& pack) {
   return {{"root_dir", pack.root_dir},
           {"expected_bundle_hash",
@@ -174,6 +184,13 @@ void parse_limits(const json& value, TrialLimits& limits, std::vector<std::strin
   }
   if (auto events = f.count("max_events")) limits.max_events = *events;
   if (auto calls = f.count("max_llm_calls")) limits.max_llm_calls = *calls;
+  if (const json* cpu = f.get("max_cpu_seconds", false); cpu && !cpu->is_null()) {
+    if (!cpu->is_number_unsigned() && !(cpu->is_number_integer() && cpu->get<std::int64_t>() > 0)) {
+      f.problem("max_cpu_seconds", "must be a positive integer or null, got " + json_type(*cpu));
+    } else {
+      limits.max_cpu_seconds = cpu->get<std::uint64_t>();
+    }
+  }
   if (const json* names = f.get("env_passthrough", false)) {
     if (!names->is_array()) {
       f.problem("env_passthrough", "must be an array of variable names, got " + json_type(*names));
@@ -251,15 +268,25 @@ Outcome outcome_of_exit_code(int code) {
   }
 }
 
+std::string to_canonical_json(const TrialLimits& limits) {
+  return limits_json(limits).dump();
+}
+
+std::expected<TrialLimits, std::vector<std::string>> parse_trial_limits(std::string_view text) {
+  json doc = json::parse(text.begin(), text.end(), nullptr, false);
+  if (doc.is_discarded())
+    return std::unexpected(std::vector<std::string>{"limits: not valid JSON"});
+  std::vector<std::string> problems;
+  TrialLimits limits;
+  parse_limits(doc, limits, problems);
+  if (!problems.empty()) return std::unexpected(std::move(problems));
+  return limits;
+}
+
 std::string to_canonical_json(const TrialSpecification& spec) {
   json extras = json::array();
   for (const auto& pack : spec.extra_packs) extras.push_back(pack_json(pack));
-  json limits{{"wall_clock_seconds", spec.limits.wall_clock_seconds},
-              {"max_rss_bytes",
-               spec.limits.max_rss_bytes ? json(*spec.limits.max_rss_bytes) : json(nullptr)},
-              {"max_events", spec.limits.max_events},
-              {"max_llm_calls", spec.limits.max_llm_calls},
-              {"env_passthrough", spec.limits.env_passthrough}};
+  json limits = limits_json(spec.limits);
   // nlohmann::json keeps object keys sorted, and dump() without an indent
   // writes no whitespace: the output is canonical.
   json out{{"schema_version", TrialSpecification::kSchemaVersion},

@@ -32,6 +32,9 @@ struct TrialLimits {
   std::optional<std::uint64_t> max_rss_bytes;  // RLIMIT_AS and the Lua allocator cap
   std::uint64_t max_events = 2000;
   std::uint64_t max_llm_calls = 0;
+  // RLIMIT_CPU; nullopt means the wall clock rounded up plus 5 s, so the CPU
+  // net only fires for a child the wall-clock kill did not stop.
+  std::optional<std::uint64_t> max_cpu_seconds;
   std::vector<std::string> env_passthrough;  // names forwarded beyond PATH, HOME, LANG
   friend bool operator==(const TrialLimits&, const TrialLimits&) = default;
 };
@@ -74,6 +77,10 @@ struct TrialSpecification {
 };
 
 std::string to_canonical_json(const TrialSpecification& spec);
+std::string to_canonical_json(const TrialLimits& limits);
+
+// Parses and validates limits alone (fields named "limits.<name>").
+std::expected<TrialLimits, std::vector<std::string>> parse_trial_limits(std::string_view json);
 
 // Parses and validates; every problem is reported at once, each naming its
 // field ("limits.max_events: must be a non-negative integer, got a string").

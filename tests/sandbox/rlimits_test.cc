@@ -26,10 +26,22 @@ TEST_CASE("both nets are applied with the CPU net at wall clock + 5 s", "[sandbo
 TEST_CASE("disabled nets are not applied", "[sandbox][nets]") {
   TrialLimits limits;
   limits.wall_clock_seconds = 0;
-  int calls = 0;
-  auto warnings = apply_nets(limits, [&](int, const rlimit&) { return ++calls, 0; });
+  std::vector<int> resources;
+  auto warnings = apply_nets(limits, [&](int resource, const rlimit&) {
+    resources.push_back(resource);
+    return 0;
+  });
   CHECK(warnings.empty());
-  CHECK(calls == 0);
+  CHECK(resources == std::vector<int>{RLIMIT_CORE});
+}
+
+TEST_CASE("max_cpu_seconds overrides the CPU net derived from the wall clock", "[sandbox][nets]") {
+  TrialLimits limits;
+  limits.wall_clock_seconds = 600;
+  limits.max_cpu_seconds = 2;
+  CHECK(cpu_seconds_for(limits) == 2);
+  limits.max_cpu_seconds.reset();
+  CHECK(cpu_seconds_for(limits) == 605);
 }
 
 TEST_CASE("a net the host refuses yields exactly one warning naming it", "[sandbox][nets]") {

@@ -38,7 +38,7 @@ TEST_CASE("a trial specification round-trips through canonical JSON", "[sandbox]
   CHECK(
       text ==
       R"({"at_event":"evt_003","candidate":{"expected_bundle_hash":")" + kPin +
-          R"(","manifest_required":true,"root_dir":"/packs/candidate"},"extra_packs":[{"expected_bundle_hash":null,"manifest_required":false,"root_dir":"/packs/trusted"}],"label":"candidate-7","limits":{"env_passthrough":["TZ"],"max_events":50,"max_llm_calls":0,"max_rss_bytes":268435456,"wall_clock_seconds":2.5},"parent_run_id":"run_1","scenario":"scenarios/replay.lua::main","schema_version":1})");
+          R"(","manifest_required":true,"root_dir":"/packs/candidate"},"extra_packs":[{"expected_bundle_hash":null,"manifest_required":false,"root_dir":"/packs/trusted"}],"label":"candidate-7","limits":{"env_passthrough":["TZ"],"max_cpu_seconds":null,"max_events":50,"max_llm_calls":0,"max_rss_bytes":268435456,"wall_clock_seconds":2.5},"parent_run_id":"run_1","scenario":"scenarios/replay.lua::main","schema_version":1})");
   auto parsed = parse_trial_specification(text);
   REQUIRE(parsed.has_value());
   CHECK(*parsed == spec);

@@ -1,0 +1,269 @@
+// forktrial-child: runs one trial (or a preflight) in a fresh process.
+//
+// Order matters and is the contract with the parent (sandbox/trial.cc):
+//   1. check that fd 3 (the tail) is open; read the whole job from stdin;
+//   2. apply the kernel nets to itself, before anything else is allocated;
+//   3. verify every pack's bundle pin — extra packs and candidate — before
+//      reading any pack code, so a wrong pin loads nothing;
+//   4. open the scratch store (which holds only the fork), load the packs,
+//      run the scenario, appending every event to the scratch store as it is
+//      produced (one transaction each: a crash keeps the prefix);
+//   5. write the tail on fd 3 and exit 0/30/40/50 for completed /
+//      scenario_failed / limits_exceeded / materialization_failed.
+// Exit code 70 means the child could not even start (bad job, no fd 3); the
+// parent reports that as a crash with this process's stderr.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <iostream>
+#include <iterator>
+#include <new>
+#include <string>
+
+#include "base/unique_fd.h"
+#include "pack/bundle_hash.h"
+#include "pack/pack_check.h"
+#include "runtime/runtime.h"
+#include "sandbox/job.h"
+#include "sandbox/rlimits.h"
+#include "sandbox/tail.h"
+#include "store/event_store.h"
+
+namespace forktrial::sandbox {
+namespace {
+
+constexpr int kTailFd = 3;
+constexpr int kCannotStart = 70;
+// The scratch store maps only what one fork needs; it starts small because
+// the map counts against RLIMIT_AS.
+constexpr std::size_t kScratchInitialMap = std::size_t{32} << 20;
+
+void write_all(int fd, const std::string& bytes) {
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = retry_eintr([&] { return ::write(fd, bytes.data() + done, bytes.size() - done); });
+    if (n <= 0) return;  // the parent went away; the exit code still tells
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+[[noreturn]] void finish(ChildTail tail) {
+  write_all(kTailFd, encode_tail(tail));
+  ::close(kTailFd);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  ::_exit(exit_code_of(tail.outcome));
+}
+
+SetRlimit setter_for(const ChildSeams& seams) {
+  std::vector<std::string> refuse = seams.refuse_nets;
+#ifdef FORKTRIAL_SANITIZED
+  // The sanitizer's shadow memory cannot live under an address-space cap.
+  refuse.push_back("memory-sanitized");
+#endif
+  return [real = system_setrlimit(), refuse](int resource, const rlimit& limit) {
+    auto refused = [&](const char* net) {
+      return std::find(refuse.begin(), refuse.end(), net) != refuse.end();
+    };
+    if (resource == RLIMIT_AS && refused("memory-sanitized")) {
+      errno = ENOTSUP;
+      return -1;
+    }
+    if ((resource == RLIMIT_AS && refused("memory")) ||
+        (resource == RLIMIT_CPU && refused("cpu"))) {
+      errno = EPERM;
+      return -1;
+    }
+    return real(resource, limit);
+  };
+}
+
+std::string with_warnings(std::string detail, const std::vector<std::string>& warnings) {
+  for (const auto& warning : warnings) {
+    if (!detail.empty()) detail += "\n";
+    detail += "warning: " + warning;
+  }
+  return detail;
+}
+
+// Step 3: every pin and every manifest, before any pack code is read.
+std::optional<std::string> materialization_problem(const TrialSpecification& spec) {
+  std::vector<const PackSource*> packs;
+  for (const auto& extra : spec.extra_packs) packs.push_back(&extra);
+  packs.push_back(&spec.candidate);
+  for (const PackSource* pack : packs) {
+    const bool candidate = pack == &spec.candidate;
+    const std::string role = candidate ? "candidate pack" : "extra pack";
+    if (pack->expected_bundle_hash) {
+      auto verified = pack::verify_bundle_hash(*pack->expected_bundle_hash, pack->root_dir);
+      if (!verified) return role + " " + pack->root_dir + ": " + verified.error().message;
+    }
+    if (pack->manifest_required) {
+      auto check = pack::check_pack(pack->root_dir, pack::RuntimeRequirement::required);
+      if (!check.ok()) {
+        std::string message = role + " " + pack->root_dir + " fails its manifest check:";
+        for (const auto& problem : check.problems) message += "\n  " + problem;
+        return message;
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+int run(int, char**) {
+  if (::fcntl(kTailFd, F_GETFD) < 0) {
+    std::fprintf(stderr,
+                 "forktrial-child: fd 3 (the tail) is not open; run me through forktrial\n");
+    return kCannotStart;
+  }
+  std::string input(std::istreambuf_iterator<char>(std::cin), {});
+  auto job = decode_job(input);
+  if (!job) {
+    std::fprintf(stderr, "forktrial-child: %s\n", job.error().c_str());
+    return kCannotStart;
+  }
+
+  ChildTail tail;
+  tail.warnings = apply_nets(job->limits, setter_for(job->seams));
+  for (const auto& warning : tail.warnings)
+    std::fprintf(stderr, "forktrial-child: %s\n", warning.c_str());
+
+  runtime::RuntimeConfig config;
+  config.max_events = job->limits.max_events;
+  config.max_llm_calls = job->limits.max_llm_calls;
+  if (job->limits.max_rss_bytes) {
+    // Half the address-space cap, so the Lua allocator (which fails cleanly)
+    // trips before the kernel limit starves the process image and the store.
+    config.lua_memory_cap_bytes = static_cast<std::size_t>(*job->limits.max_rss_bytes / 2);
+  }
+
+  if (job->preflight) {
+    config.run_id = store::RunId("preflight");
+    auto runtime = runtime::Runtime::create(config, {}, [](const store::NewEvent&) {});
+    if (!runtime) {
+      std::fprintf(stderr, "forktrial-child: the runtime cannot start: %s\n",
+                   runtime.error().c_str());
+      return kCannotStart;
+    }
+    tail.outcome = Outcome::completed;
+    tail.detail = with_warnings("preflight: the child started and applied its nets", tail.warnings);
+    finish(tail);
+  }
+  const TrialSpecification& spec = *job->spec;
+
+  if (auto problem = materialization_problem(spec)) {
+    tail.outcome = Outcome::materialization_failed;
+    tail.detail = with_warnings(*problem, tail.warnings);
+    finish(tail);
+  }
+
+  store::StoreOptions options;
+  options.sync = false;  // scratch: a process crash still keeps committed events
+  options.initial_map_size = kScratchInitialMap;
+  store::EventStore scratch(job->scratch_store, options);
+  const store::RunId fork_id(job->fork_run_id);
+  std::vector<store::Event> history;
+  std::uint64_t head = 0;
+  {
+    auto snapshot = scratch.snapshot();
+    auto fork = snapshot.run(fork_id);
+    if (!fork) {
+      std::fprintf(stderr, "forktrial-child: the scratch store holds no run %s\n",
+                   job->fork_run_id.c_str());
+      return kCannotStart;
+    }
+    history = snapshot.history(*fork);
+    head = fork->head;
+  }
+
+  auto sink = [&](const store::NewEvent& event) {
+    auto appended = scratch.append(fork_id, head, event);
+    if (!appended) throw store::StoreError(appended.error().message);
+    head = *appended;
+  };
+  config.run_id = fork_id;
+  config.trial_id = job->trial_id;
+  auto created = runtime::Runtime::create(config, std::move(history), sink);
+  if (!created) {
+    tail.outcome = Outcome::materialization_failed;
+    tail.detail =
+        with_warnings("the fork's history cannot be projected: " + created.error(), tail.warnings);
+    finish(tail);
+  }
+  runtime::Runtime& rt = **created;
+  auto count = [&] {
+    tail.events_appended = rt.events_appended() + job->seams.misreport_events;
+    tail.behavior_failures = rt.behavior_failures();
+    tail.last_seq = head;
+  };
+
+  for (std::size_t i = 0; i <= spec.extra_packs.size(); ++i) {
+    const bool candidate = i == spec.extra_packs.size();
+    const PackSource& source = candidate ? spec.candidate : spec.extra_packs[i];
+    auto loaded = rt.load_pack(source.root_dir,
+                               candidate ? runtime::PackRole::candidate : runtime::PackRole::extra);
+    if (!loaded) {
+      count();
+      if (loaded.error().memory_cap_hit) {
+        tail.outcome = Outcome::limits_exceeded;
+        tail.net = Net::memory;
+      } else {
+        tail.outcome = Outcome::materialization_failed;
+      }
+      tail.detail = with_warnings(loaded.error().message(), tail.warnings);
+      finish(tail);
+    }
+  }
+
+  runtime::ScenarioResult result = rt.run_scenario(spec.scenario);
+  count();
+  switch (result.outcome) {
+    case runtime::ScenarioOutcome::completed:
+      tail.outcome = Outcome::completed;
+      break;
+    case runtime::ScenarioOutcome::scenario_failed:
+      tail.outcome = Outcome::scenario_failed;
+      tail.detail = result.message;
+      if (!result.traceback.empty()) tail.detail += "\n" + result.traceback;
+      break;
+    case runtime::ScenarioOutcome::budget_exhausted:
+      tail.outcome = Outcome::limits_exceeded;
+      tail.net = Net::event_budget;
+      tail.detail =
+          "event budget exhausted: max_events = " + std::to_string(spec.limits.max_events) +
+          " events were dispatched (runtime.budget_exhausted is in the fork)";
+      break;
+    case runtime::ScenarioOutcome::memory_cap_hit:
+      tail.outcome = Outcome::limits_exceeded;
+      tail.net = Net::memory;
+      tail.detail = "memory net: the Lua allocator cap of " +
+                    std::to_string(config.lua_memory_cap_bytes) +
+                    " bytes (half of max_rss_bytes) was reached" +
+                    (result.message.empty() ? "" : ": " + result.message);
+      break;
+  }
+  tail.detail = with_warnings(tail.detail, tail.warnings);
+  finish(tail);
+}
+
+}  // namespace
+}  // namespace forktrial::sandbox
+
+int main(int argc, char** argv) {
+  try {
+    return forktrial::sandbox::run(argc, argv);
+  } catch (const std::bad_alloc&) {
+    // The address-space net refused an allocation outside Lua.
+    forktrial::sandbox::ChildTail tail;
+    tail.outcome = forktrial::sandbox::Outcome::limits_exceeded;
+    tail.net = forktrial::sandbox::Net::memory;
+    tail.detail = "memory net: an allocation failed under RLIMIT_AS";
+    forktrial::sandbox::finish(tail);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "forktrial-child: %s\n", e.what());
+    return 1;
+  }
+}

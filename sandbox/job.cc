@@ -1,0 +1,62 @@
+#include "sandbox/job.h"
+
+#include <nlohmann/json.hpp>
+
+namespace forktrial::sandbox {
+
+using nlohmann::json;
+
+namespace {
+
+std::string invalid(const std::string& what, const std::vector<std::string>& problems) {
+  std::string message = "the job's " + what + " failed validation:";
+  for (const auto& problem : problems) message += "\n  " + problem;
+  return message;
+}
+
+}  // namespace
+
+std::string encode_job(const ChildJob& job) {
+  json out{
+      {"preflight", job.preflight},
+      {"limits", json::parse(to_canonical_json(job.limits))},
+      {"specification", job.spec ? json::parse(to_canonical_json(*job.spec)) : json(nullptr)},
+      {"fork_run_id", job.fork_run_id},
+      {"fork_seq", job.fork_seq},
+      {"scratch_store", job.scratch_store},
+      {"trial_id", job.trial_id},
+      {"seams",
+       {{"refuse_nets", job.seams.refuse_nets}, {"misreport_events", job.seams.misreport_events}}}};
+  return out.dump();
+}
+
+std::expected<ChildJob, std::string> decode_job(std::string_view text) {
+  json doc = json::parse(text.begin(), text.end(), nullptr, false);
+  if (doc.is_discarded() || !doc.is_object()) {
+    return std::unexpected(std::string("the job on stdin is not a JSON object"));
+  }
+  try {
+    ChildJob job;
+    job.preflight = doc.at("preflight").get<bool>();
+    auto limits = parse_trial_limits(doc.at("limits").dump());
+    if (!limits) return std::unexpected(invalid("limits", limits.error()));
+    job.limits = *limits;
+    if (!doc.at("specification").is_null()) {
+      auto spec = parse_trial_specification(doc.at("specification").dump());
+      if (!spec) return std::unexpected(invalid("trial specification", spec.error()));
+      job.spec = *spec;
+    }
+    job.fork_run_id = doc.at("fork_run_id").get<std::string>();
+    job.fork_seq = doc.at("fork_seq").get<std::uint64_t>();
+    job.scratch_store = doc.at("scratch_store").get<std::string>();
+    job.trial_id = doc.at("trial_id").get<std::string>();
+    const json& seams = doc.at("seams");
+    job.seams.refuse_nets = seams.at("refuse_nets").get<std::vector<std::string>>();
+    job.seams.misreport_events = seams.at("misreport_events").get<std::uint64_t>();
+    return job;
+  } catch (const json::exception& e) {
+    return std::unexpected("the job on stdin is malformed: " + std::string(e.what()));
+  }
+}
+
+}  // namespace forktrial::sandbox

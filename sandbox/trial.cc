@@ -1,0 +1,333 @@
+#include "sandbox/trial.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <system_error>
+
+#include "base/unique_fd.h"
+#include "pack/bundle_hash.h"
+#include "runtime/clock.h"
+#include "sandbox/rlimits.h"
+#include "sandbox/spawn.h"
+#include "sandbox/tail.h"
+
+extern char** environ;
+
+namespace forktrial::sandbox {
+namespace {
+
+constexpr std::size_t kScratchInitialMap = std::size_t{32} << 20;
+constexpr std::size_t kStderrInDetail = 2048;
+
+// A scratch directory removed with everything in it when the trial is over.
+class ScratchDir {
+ public:
+  explicit ScratchDir(const std::filesystem::path& parent) {
+    std::filesystem::path base = parent;
+    if (base.empty()) {
+      const char* tmp = ::getenv("TMPDIR");
+      base = tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
+    }
+    std::string pattern = (base / "forktrial-trial-XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr) throw SystemError("mkdtemp(" + pattern + ")", errno);
+    path_ = pattern;
+  }
+  ~ScratchDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+store::StoreOptions scratch_options() {
+  store::StoreOptions options;
+  options.sync = false;
+  options.initial_map_size = kScratchInitialMap;
+  return options;
+}
+
+std::string last_bytes(const std::string& text, std::size_t n) {
+  return text.size() <= n ? text : "..." + text.substr(text.size() - n);
+}
+
+std::string signal_text(int signal) {
+  const char* name = ::sigabbrev_np(signal);
+  return std::string("SIG") + (name != nullptr ? name : std::to_string(signal));
+}
+
+void append_line(std::string& detail, const std::string& line) {
+  if (line.empty()) return;
+  if (!detail.empty()) detail += "\n";
+  detail += line;
+}
+
+// The event the parent records when its wall-clock kill stopped the child:
+// one millisecond after the last event in the fork, with the next free id.
+store::NewEvent wall_clock_event(const store::Snapshot& snapshot, const store::RunInfo& fork,
+                                 double limit_seconds) {
+  const auto history_tail = snapshot.history(fork, fork.head == 0 ? 1 : fork.head);
+  runtime::UnixMillis last = 0;
+  if (!history_tail.empty()) {
+    if (auto parsed = runtime::parse_timestamp(history_tail.back().timestamp)) last = *parsed;
+  }
+  store::NewEvent event;
+  for (std::uint64_t n = fork.head + 1;; ++n) {
+    char id[32];
+    std::snprintf(id, sizeof id, "evt_%03llu", static_cast<unsigned long long>(n));
+    if (!snapshot.find_event(fork, store::EventId(id))) {
+      event.id = store::EventId(id);
+      break;
+    }
+  }
+  event.type = "trial.wall_clock_exhausted";
+  event.payload = nlohmann::json{
+      {"wall_clock_seconds", limit_seconds},
+      {"last_accepted_seq",
+       fork.head}}.dump();
+  event.timestamp = runtime::format_timestamp(last + 1);
+  event.actor = "forktrial.parent";
+  return event;
+}
+
+std::vector<const PackSource*> all_packs(const PackSource& candidate,
+                                         const std::vector<PackSource>& extra_packs) {
+  std::vector<const PackSource*> packs;
+  for (const auto& extra : extra_packs) packs.push_back(&extra);
+  packs.push_back(&candidate);
+  return packs;
+}
+
+std::string child_problem_detail(const ChildResult& child) {
+  std::string detail;
+  if (!child.stderr_tail.empty()) {
+    detail = "child stderr (last bytes):\n" + last_bytes(child.stderr_tail, kStderrInDetail);
+  }
+  return detail;
+}
+
+}  // namespace
+
+std::filesystem::path default_child_path() {
+  std::error_code ec;
+  auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    auto sibling = self.parent_path() / "forktrial-child";
+    if (std::filesystem::exists(sibling, ec)) return sibling;
+  }
+  return FORKTRIAL_CHILD_PATH;
+}
+
+TrialLimits default_preflight_limits() {
+  TrialLimits limits;
+  limits.max_rss_bytes = std::uint64_t{256} << 20;
+  return limits;
+}
+
+TrialReport run_trial(store::EventStore& store, const TrialSpecification& spec,
+                      const ChildOptions& options) {
+  return run_forked_trial(store, store::RunId(spec.parent_run_id), store::EventId(spec.at_event),
+                          spec.candidate, spec.scenario, spec.limits, spec.label, spec.extra_packs,
+                          options);
+}
+
+TrialReport run_forked_trial(store::EventStore& store, const store::RunId& parent_run_id,
+                             const store::EventId& at_event, const PackSource& candidate,
+                             const std::string& scenario, const TrialLimits& limits,
+                             const std::string& label, const std::vector<PackSource>& extra_packs,
+                             const ChildOptions& options) {
+  // 1. The parent forks: lineage recorded in the authoritative store.
+  auto forked = store.fork(parent_run_id, at_event, store::NewRun{.label = label});
+  if (!forked) throw TrialSetupError(forked.error().message);
+  const store::RunInfo fork = *forked;
+  const std::uint64_t fork_seq = fork.head;
+
+  // A malformed pin is known before any process starts: nothing can match it.
+  for (const PackSource* pack : all_packs(candidate, extra_packs)) {
+    if (!pack->expected_bundle_hash) continue;
+    if (auto malformed = pack::check_pin_form(*pack->expected_bundle_hash)) {
+      TrialReport report;
+      report.outcome = Outcome::materialization_failed;
+      report.fork_run_id = fork.id.str();
+      report.exit_code = exit_code_of(Outcome::materialization_failed);
+      report.detail = (pack == &candidate ? "candidate pack " : "extra pack ") + pack->root_dir +
+                      ": " + malformed->message;
+      return report;
+    }
+  }
+
+  // 2. A scratch store holding only the fork, seeded from its segment.
+  ScratchDir scratch(options.scratch_parent);
+  const auto scratch_store = scratch.path() / "store";
+  {
+    store::EventStore seed(scratch_store, scratch_options());
+    auto loaded = seed.load_segment(store.snapshot().segment(fork, fork_seq),
+                                    store::NewRun{.id = fork.id, .label = label});
+    if (!loaded)
+      throw store::StoreError("cannot seed the scratch store: " + loaded.error().message);
+  }
+
+  TrialSpecification spec;
+  spec.parent_run_id = parent_run_id.str();
+  spec.at_event = at_event.str();
+  spec.label = label;
+  spec.candidate = candidate;
+  spec.extra_packs = extra_packs;
+  spec.scenario = scenario;
+  spec.limits = limits;
+  ChildJob job;
+  job.limits = limits;
+  job.spec = spec;
+  job.fork_run_id = fork.id.str();
+  job.fork_seq = fork_seq;
+  job.scratch_store = scratch_store.string();
+  job.trial_id = fork.id.str();
+  job.seams = options.seams;
+
+  // 3. A fresh child process, closed environment, job on stdin, tail on fd 3.
+  SpawnRequest request;
+  request.program =
+      (options.child_path.empty() ? default_child_path() : options.child_path).string();
+  request.env = closed_environment(limits.env_passthrough, environ);
+  request.env.insert(request.env.end(), options.extra_env.begin(), options.extra_env.end());
+  request.stdin_data = encode_job(job);
+  if (limits.wall_clock_seconds > 0) {
+    request.wall_clock =
+        std::chrono::milliseconds(static_cast<std::int64_t>(limits.wall_clock_seconds * 1000.0));
+  }
+  const ChildResult child = run_child(request);
+
+  // 4. The child's delta goes into the fork in the authoritative store.
+  std::vector<store::NewEvent> delta;
+  {
+    store::EventStore scratch_reader(scratch_store, scratch_options());
+    auto snapshot = scratch_reader.snapshot();
+    if (auto run = snapshot.run(fork.id)) {
+      for (auto& event : snapshot.history(*run, fork_seq + 1)) delta.push_back(std::move(event));
+    }
+  }
+  TrialReport report;
+  report.fork_run_id = fork.id.str();
+  if (!delta.empty()) {
+    auto appended = store.append(fork.id, fork_seq, delta);
+    if (!appended) {
+      append_line(report.detail, "the child's events could not be recorded in the fork: " +
+                                     appended.error().message);
+    }
+  }
+  if (child.wall_clock_killed) {
+    auto snapshot = store.snapshot();
+    auto current = snapshot.run(fork.id);
+    auto event = wall_clock_event(snapshot, *current, limits.wall_clock_seconds);
+    auto appended = store.append(fork.id, current->head, event);
+    if (!appended) append_line(report.detail, appended.error().message);
+  }
+
+  // 5. The store is the record: counts come from it.
+  {
+    auto snapshot = store.snapshot();
+    auto current = snapshot.run(fork.id);
+    report.events_appended = snapshot.count(*current) - fork_seq;
+    report.behavior_failures = snapshot.failures_after(*current, fork_seq).size();
+  }
+
+  std::optional<ChildTail> tail;
+  std::string tail_problem;
+  if (auto decoded = decode_tail(child.tail)) {
+    tail = *decoded;
+  } else {
+    tail_problem = decoded.error();
+  }
+  if (child.tail_overflow) tail_problem = "the child wrote more than the tail allows on fd 3";
+
+  report.exit_code = child.exited ? child.exit_code : -child.signal;
+  if (child.wall_clock_killed) {
+    report.outcome = Outcome::limits_exceeded;
+    append_line(report.detail,
+                "wall clock exhausted: the child ran past wall_clock_seconds = " +
+                    nlohmann::json(limits.wall_clock_seconds).dump() +
+                    " and its process group was killed; trial.wall_clock_exhausted is in the fork");
+  } else if (!child.exited && child.signal == SIGXCPU) {
+    report.outcome = Outcome::limits_exceeded;
+    append_line(report.detail, "CPU net: the child used up its RLIMIT_CPU of " +
+                                   std::to_string(cpu_seconds_for(limits)) +
+                                   " s of CPU time (SIGXCPU)");
+  } else if (child.exited && outcome_of_exit_code(child.exit_code) != Outcome::crashed && tail &&
+             exit_code_of(tail->outcome) == child.exit_code) {
+    report.outcome = tail->outcome;
+    append_line(report.detail, tail->detail);
+    report.warnings = tail->warnings;
+  } else {
+    report.outcome = Outcome::crashed;
+    if (child.exited) {
+      append_line(report.detail,
+                  "the child exited with unexpected code " + std::to_string(child.exit_code));
+    } else {
+      append_line(report.detail, "the child was killed by signal " + std::to_string(child.signal) +
+                                     " (" + signal_text(child.signal) + ")");
+    }
+    if (!tail_problem.empty()) append_line(report.detail, tail_problem);
+    append_line(report.detail, child_problem_detail(child));
+  }
+
+  // The tail is a signal only: say when it disagrees with the store.
+  if (tail) {
+    const std::uint64_t parent_events = child.wall_clock_killed ? 1 : 0;
+    const std::uint64_t stored_child_events = report.events_appended - parent_events;
+    if (tail->events_appended != stored_child_events ||
+        tail->behavior_failures != report.behavior_failures) {
+      append_line(report.detail,
+                  "the child's tail claimed " + std::to_string(tail->events_appended) +
+                      " events appended and " + std::to_string(tail->behavior_failures) +
+                      " behavior failures, but the store holds " +
+                      std::to_string(stored_child_events) + " and " +
+                      std::to_string(report.behavior_failures) +
+                      "; the store's numbers are reported");
+    }
+  }
+  return report;
+}
+
+std::vector<std::string> preflight(const TrialLimits& limits, std::chrono::milliseconds timeout,
+                                   const ChildOptions& options) {
+  ChildJob job;
+  job.preflight = true;
+  job.limits = limits;
+  job.seams = options.seams;
+  SpawnRequest request;
+  request.program =
+      (options.child_path.empty() ? default_child_path() : options.child_path).string();
+  request.env = closed_environment(limits.env_passthrough, environ);
+  request.env.insert(request.env.end(), options.extra_env.begin(), options.extra_env.end());
+  request.stdin_data = encode_job(job);
+  request.wall_clock = timeout;
+  ChildResult child;
+  try {
+    child = run_child(request);
+  } catch (const SystemError& e) {
+    throw SandboxStartupError(std::string("a trial child cannot start: ") + e.what() +
+                              "; check that forktrial-child is installed next to forktrial");
+  }
+  auto tail = decode_tail(child.tail);
+  if (!child.exited || child.exit_code != 0 || !tail) {
+    std::string how = child.wall_clock_killed
+                          ? "did not finish within " + std::to_string(timeout.count()) + " ms"
+                      : child.exited ? "exited with code " + std::to_string(child.exit_code)
+                                     : "was killed by " + signal_text(child.signal);
+    throw SandboxStartupError(
+        "a trial child cannot start under the sandbox environment: it " + how + "; stderr: " +
+        (child.stderr_tail.empty() ? std::string("(empty)")
+                                   : last_bytes(child.stderr_tail, kStderrInDetail)));
+  }
+  return tail->warnings;
+}
+
+}  // namespace forktrial::sandbox

@@ -1,0 +1,74 @@
+// run_forked_trial and preflight: activegraph.sandbox's contract in C++.
+//
+// Division of authority: the parent (this code) forks the run in its store
+// and records the lineage; a fresh `forktrial-child` process gets only a
+// scratch store holding that fork and appends to it; afterwards the parent
+// appends the child's delta to the fork in the authoritative store and
+// re-reads the counts from there. The store is the record: its numbers win
+// every disagreement with the child's tail, and the report says so.
+//
+// run_forked_trial never throws for what happens inside a trial — those are
+// outcomes in the TrialReport. It throws TrialSetupError for parent-side
+// setup problems (unknown run, unknown fork point) and SystemError/StoreError
+// for a broken host or store. Thread-safe as long as each call has its own
+// EventStore access (EventStore itself is thread-safe).
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "sandbox/job.h"
+#include "sandbox/trial_types.h"
+#include "store/event_store.h"
+
+namespace forktrial::sandbox {
+
+class TrialSetupError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A trial child could not start at all; the message carries its stderr tail.
+class SandboxStartupError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// How the parent runs children. Defaults suit production; tests override.
+struct ChildOptions {
+  std::filesystem::path child_path;      // empty: default_child_path()
+  std::filesystem::path scratch_parent;  // empty: $TMPDIR or /tmp
+  std::vector<std::string> extra_env;    // "NAME=value" added to the child's env (tests)
+  ChildSeams seams;                      // test seams forwarded in the job
+};
+
+// The forktrial-child next to the running executable, else the one built
+// alongside this library.
+std::filesystem::path default_child_path();
+
+TrialReport run_forked_trial(store::EventStore& store, const store::RunId& parent_run_id,
+                             const store::EventId& at_event, const PackSource& candidate,
+                             const std::string& scenario = "", const TrialLimits& limits = {},
+                             const std::string& label = "trial",
+                             const std::vector<PackSource>& extra_packs = {},
+                             const ChildOptions& options = {});
+
+// The same, from a TrialSpecification.
+TrialReport run_trial(store::EventStore& store, const TrialSpecification& spec,
+                      const ChildOptions& options = {});
+
+// Probes with a representative memory cap (256 MiB) and the default wall clock.
+TrialLimits default_preflight_limits();
+
+// Starts a child with a null job that applies `limits` and starts the runtime.
+// Returns the degradation warnings (empty when every net applied), or throws
+// SandboxStartupError with the child's stderr tail when it cannot start.
+std::vector<std::string> preflight(const TrialLimits& limits = default_preflight_limits(),
+                                   std::chrono::milliseconds timeout = std::chrono::seconds(30),
+                                   const ChildOptions& options = {});
+
+}  // namespace forktrial::sandbox

@@ -1,0 +1,459 @@
+// run_forked_trial and preflight with real forktrial-child processes: one
+// test per behaviour of the trial contract.
+#include "sandbox/trial.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+
+#include <catch2/catch.hpp>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "pack/bundle_hash.h"
+#include "tests/sandbox/trial_fixture.h"
+
+using namespace forktrial;
+using namespace forktrial::sandbox;
+using forktrial::testing::PackSpec;
+using forktrial::testing::TempDir;
+
+namespace {
+
+const char* kGreeterLua = R"(
+local pack = forktrial.pack{ name = "candidate", version = "0.1.0", object_types = {"greeting"},
+  relation_types = {}, tools = {}, settings_schema = "", capabilities = {} }
+pack:behavior{ name = "greeter", on = {"goal.created"},
+  run = function(event, graph, ctx) graph:add_object("greeting", { text = "hi " .. event.payload.goal }) end }
+return pack
+)";
+
+PackSpec greeter() {
+  PackSpec spec;
+  spec.object_types = {"greeting"};
+  spec.behaviors = {"greeter"};
+  spec.lua = kGreeterLua;
+  spec.files["scenarios/main.lua"] = "function main(rt) rt:run_goal('water the plants') end\n";
+  return spec;
+}
+
+// A pack with no behaviors whose scenario is `body` (the inside of main(rt)).
+PackSpec scenario_only(const std::string& body) {
+  PackSpec spec;
+  spec.lua = R"(return forktrial.pack{ name = "candidate", version = "0.1.0", object_types = {},
+    relation_types = {}, tools = {}, settings_schema = "", capabilities = {} })";
+  spec.files["scenarios/main.lua"] = "function main(rt)\n" + body + "\nend\n";
+  return spec;
+}
+
+struct Fixture {
+  TempDir dir;
+  store::EventStore store{dir.path() / "store"};
+  testing::RecordedRun recorded = testing::record_parent_run(store);
+
+  PackSource pack(const PackSpec& spec, const std::string& name = "candidate") {
+    const auto root = dir.path() / "packs" / name;
+    return PackSource{root.string(), testing::write_pack(root, spec), true};
+  }
+  TrialReport trial(const PackSource& candidate, const std::string& scenario,
+                    const TrialLimits& limits = {}, const std::vector<PackSource>& extras = {},
+                    const ChildOptions& options = {}) {
+    return run_forked_trial(store, recorded.run, recorded.last, candidate, scenario, limits,
+                            "trial", extras, options);
+  }
+  std::vector<store::Event> fork_events(const TrialReport& report) {
+    return testing::events_after(store, report.fork_run_id, 4);
+  }
+  static std::vector<std::string> types(const std::vector<store::Event>& events) {
+    std::vector<std::string> out;
+    for (const auto& e : events) out.push_back(e.type);
+    return out;
+  }
+};
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+std::filesystem::path write_script(const TempDir& dir, const std::string& name,
+                                   const std::string& body) {
+  auto path = dir.write(name, "#!/bin/sh\n" + body + "\n");
+  ::chmod(path.c_str(), 0755);
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("1. a well-behaved candidate completes and only its fork changes", "[trial]") {
+  Fixture f;
+  const auto parent_before = testing::events_after(f.store, "run_rec", 0);
+  auto report = f.trial(f.pack(greeter()), "scenarios/main.lua");
+  INFO(report.detail);
+  CHECK(report.outcome == Outcome::completed);
+  CHECK(report.exit_code == 0);
+  CHECK(report.behavior_failures == 0);
+  CHECK(report.warnings.empty());
+  auto events = f.fork_events(report);
+  CHECK(report.events_appended == events.size());
+  CHECK(report.events_appended > 0);
+  int greetings = 0;
+  for (const auto& e : events) {
+    if (e.type == "object.created") {
+      ++greetings;
+      CHECK(nlohmann::json::parse(e.payload)["type"] == "greeting");
+    }
+  }
+  CHECK(greetings == 1);
+  CHECK(testing::events_after(f.store, "run_rec", 0) == parent_before);
+  auto fork = f.store.snapshot().run(store::RunId(report.fork_run_id));
+  REQUIRE(fork);
+  REQUIRE(fork->fork_of);
+  CHECK(fork->fork_of->parent.str() == "run_rec");
+  CHECK(fork->fork_of->event_id.str() == "evt_004");
+}
+
+TEST_CASE("2. a wrong or malformed pin fails materialization and loads nothing", "[trial]") {
+  Fixture f;
+  PackSource candidate = f.pack(greeter());
+  const std::string actual = *candidate.expected_bundle_hash;
+  candidate.expected_bundle_hash = "sha256:" + std::string(64, '0');
+  auto wrong = f.trial(candidate, "scenarios/main.lua");
+  CHECK(wrong.outcome == Outcome::materialization_failed);
+  CHECK(wrong.exit_code == 50);
+  CHECK(contains(wrong.detail, "bundle hash mismatch"));
+  CHECK(contains(wrong.detail, "sha256:" + std::string(64, '0')));
+  CHECK(contains(wrong.detail, actual));
+  CHECK(wrong.events_appended == 0);
+  CHECK(f.fork_events(wrong).empty());
+
+  candidate.expected_bundle_hash = "sha256:XYZ";
+  auto malformed = f.trial(candidate, "scenarios/main.lua");
+  CHECK(malformed.outcome == Outcome::materialization_failed);
+  CHECK(contains(malformed.detail, "malformed bundle pin \"sha256:XYZ\""));
+}
+
+TEST_CASE("3. a scenario that raises is scenario_failed with message and traceback", "[trial]") {
+  Fixture f;
+  auto report =
+      f.trial(f.pack(scenario_only("error('the plants are on fire')")), "scenarios/main.lua");
+  CHECK(report.outcome == Outcome::scenario_failed);
+  CHECK(report.exit_code == 30);
+  CHECK(contains(report.detail, "the plants are on fire"));
+  CHECK(contains(report.detail, "traceback"));
+}
+
+TEST_CASE("4. work beyond max_events is limits_exceeded by the event budget", "[trial]") {
+  Fixture f;
+  PackSpec spec;
+  spec.behaviors = {"echo"};
+  spec.lua =
+      R"(local pack = forktrial.pack{ name = "candidate", version = "0.1.0", object_types = {},
+    relation_types = {}, tools = {}, settings_schema = "", capabilities = {} }
+  pack:behavior{ name = "echo", on = {"tick"},
+    run = function(event, graph, ctx) graph:emit{ type = "tick", payload = { n = event.payload.n + 1 } } end }
+  return pack)";
+  spec.files["scenarios/main.lua"] =
+      "function main(rt) rt:emit{ type = 'tick', payload = { n = 0 } } rt:run_until_idle() end\n";
+  TrialLimits limits;
+  limits.max_events = 25;
+  auto report = f.trial(f.pack(spec), "scenarios/main.lua", limits);
+  CHECK(report.outcome == Outcome::limits_exceeded);
+  CHECK(report.exit_code == 40);
+  CHECK(contains(report.detail, "event budget"));
+  auto events = f.fork_events(report);
+  int exhausted = 0;
+  for (const auto& e : events) exhausted += e.type == "runtime.budget_exhausted";
+  CHECK(exhausted == 1);
+}
+
+TEST_CASE("5. a scenario spinning forever is stopped by the wall clock and recorded", "[trial]") {
+  Fixture f;
+  TrialLimits limits;
+  limits.wall_clock_seconds = 2;
+  auto report = f.trial(f.pack(scenario_only("rt:emit{ type = 'started', payload = {} }\n"
+                                             "while true do end")),
+                        "scenarios/main.lua", limits);
+  CHECK(report.outcome == Outcome::limits_exceeded);
+  CHECK(contains(report.detail, "wall clock"));
+  auto events = f.fork_events(report);
+  REQUIRE_FALSE(events.empty());
+  const auto& last = events.back();
+  CHECK(last.type == "trial.wall_clock_exhausted");
+  auto payload = nlohmann::json::parse(last.payload);
+  CHECK(payload["wall_clock_seconds"] == 2);
+  CHECK(payload["last_accepted_seq"] == last.seq - 1);
+  CHECK(events.front().type == "pack.loaded");
+}
+
+TEST_CASE("6. a child killed by a signal or exiting oddly is crashed, with its stderr", "[trial]") {
+  Fixture f;
+  ChildOptions options;
+  SECTION("signal") {
+    options.child_path =
+        write_script(f.dir, "segv.sh", "echo 'boom before dying' >&2; kill -SEGV $$");
+    auto report = f.trial(f.pack(greeter()), "scenarios/main.lua", {}, {}, options);
+    CHECK(report.outcome == Outcome::crashed);
+    CHECK(report.exit_code == -SIGSEGV);
+    CHECK(contains(report.detail, "signal 11 (SIGSEGV)"));
+    CHECK(contains(report.detail, "boom before dying"));
+    CHECK(f.store.snapshot().run(store::RunId(report.fork_run_id)));
+    CHECK(f.fork_events(report).empty());
+  }
+  SECTION("unexpected exit code") {
+    options.child_path =
+        write_script(f.dir, "exit3.sh", "cat >/dev/null; echo 'odd exit' >&2; exit 3");
+    auto report = f.trial(f.pack(greeter()), "scenarios/main.lua", {}, {}, options);
+    CHECK(report.outcome == Outcome::crashed);
+    CHECK(report.exit_code == 3);
+    CHECK(contains(report.detail, "unexpected code 3"));
+    CHECK(contains(report.detail, "odd exit"));
+  }
+}
+
+TEST_CASE("7. surface mismatches between code and manifest fail materialization", "[trial]") {
+  Fixture f;
+  SECTION("a behavior the manifest does not declare") {
+    PackSpec spec = greeter();
+    spec.behaviors = {};
+    auto report = f.trial(f.pack(spec), "scenarios/main.lua");
+    CHECK(report.outcome == Outcome::materialization_failed);
+    CHECK(contains(report.detail, "greeter"));
+  }
+  SECTION("a declared behavior never registered") {
+    PackSpec spec = greeter();
+    spec.behaviors = {"greeter", "ghost"};
+    auto report = f.trial(f.pack(spec), "scenarios/main.lua");
+    CHECK(report.outcome == Outcome::materialization_failed);
+    CHECK(contains(report.detail, "ghost"));
+  }
+}
+
+TEST_CASE("8. recorded-segment replay answers each message in order", "[trial]") {
+  Fixture f;
+  const std::string root = FORKTRIAL_SOURCE_DIR "/examples/packs/chat_echo";
+  auto pin = pack::bundle_hash(root);
+  REQUIRE(pin);
+  auto report = f.trial(PackSource{root, pin->str(), true}, "scenarios/replay.lua");
+  INFO(report.detail);
+  REQUIRE(report.outcome == Outcome::completed);
+  std::vector<std::string> replies;
+  std::vector<std::string> replayed_actors;
+  for (const auto& e : f.fork_events(report)) {
+    auto payload = nlohmann::json::parse(e.payload);
+    if (e.type == "object.created" && payload["type"] == "reply") {
+      replies.push_back(payload["data"]["text"]);
+    }
+    if (e.type == "chat.message") replayed_actors.push_back(e.actor.value_or(""));
+  }
+  CHECK(replies ==
+        std::vector<std::string>{"you said: hello", "you said: how are you", "you said: bye"});
+  CHECK(replayed_actors == std::vector<std::string>(3, "trial.replay"));
+}
+
+TEST_CASE("9. extra packs load first and interact; a bad extra pin fails the trial", "[trial]") {
+  Fixture f;
+  PackSpec trusted;
+  trusted.name = "trusted";
+  trusted.version = "1.0.0";
+  trusted.behaviors = {"noter"};
+  trusted.lua =
+      R"(local pack = forktrial.pack{ name = "trusted", version = "1.0.0", object_types = {},
+    relation_types = {}, tools = {}, settings_schema = "", capabilities = {} }
+  pack:behavior{ name = "noter", on = {"goal.created"},
+    run = function(event, graph, ctx) graph:emit{ type = "note.written", payload = { about = event.payload.goal } } end }
+  return pack)";
+  PackSpec candidate;
+  candidate.object_types = {"note"};
+  candidate.behaviors = {"filer"};
+  candidate.lua =
+      R"(local pack = forktrial.pack{ name = "candidate", version = "0.1.0", object_types = {"note"},
+    relation_types = {}, tools = {}, settings_schema = "", capabilities = {} }
+  pack:behavior{ name = "filer", on = {"note.written"},
+    run = function(event, graph, ctx) graph:add_object("note", { about = event.payload.about }) end }
+  return pack)";
+  candidate.files["scenarios/main.lua"] = "function main(rt) rt:run_goal('tidy up') end\n";
+  PackSource extra = f.pack(trusted, "trusted");
+  PackSource cand = f.pack(candidate);
+
+  auto report = f.trial(cand, "scenarios/main.lua", {}, {extra});
+  INFO(report.detail);
+  REQUIRE(report.outcome == Outcome::completed);
+  std::vector<std::string> loaded;
+  bool filed = false;
+  for (const auto& e : f.fork_events(report)) {
+    auto payload = nlohmann::json::parse(e.payload);
+    if (e.type == "pack.loaded") loaded.push_back(payload["name"]);
+    if (e.type == "object.created" && payload["data"]["about"] == "tidy up") filed = true;
+  }
+  CHECK(loaded == std::vector<std::string>{"trusted", "candidate"});
+  CHECK(filed);
+
+  extra.expected_bundle_hash = "sha256:" + std::string(64, 'e');
+  auto bad = f.trial(cand, "scenarios/main.lua", {}, {extra});
+  CHECK(bad.outcome == Outcome::materialization_failed);
+  CHECK(contains(bad.detail, "extra pack"));
+  CHECK(f.fork_events(bad).empty());
+}
+
+TEST_CASE("10. the child sees only PATH, HOME, LANG and the names passed through", "[trial]") {
+  Fixture f;
+  ::setenv("OPENAI_API_KEY", "sk-must-not-leak", 1);
+  ::setenv("FORKTRIAL_TEST_PASSED", "visible", 1);
+  ChildOptions options;
+  options.child_path = write_script(f.dir, "env.sh", "cat >/dev/null; env | sort >&2; exit 3");
+  TrialLimits limits;
+  limits.env_passthrough = {"FORKTRIAL_TEST_PASSED"};
+  auto report = f.trial(f.pack(greeter()), "scenarios/main.lua", limits, {}, options);
+  ::unsetenv("OPENAI_API_KEY");
+  ::unsetenv("FORKTRIAL_TEST_PASSED");
+  CHECK_FALSE(contains(report.detail, "OPENAI_API_KEY"));
+  CHECK(contains(report.detail, "FORKTRIAL_TEST_PASSED=visible"));
+  CHECK(contains(report.detail, "PATH="));
+  std::vector<std::string> names;
+  std::istringstream lines(report.detail.substr(report.detail.find("child stderr")));
+  std::string line;
+  std::getline(lines, line);  // the heading
+  while (std::getline(lines, line)) {
+    if (auto eq = line.find('='); eq != std::string::npos) names.push_back(line.substr(0, eq));
+  }
+  for (const auto& name : names) {
+    CHECK((name == "PATH" || name == "HOME" || name == "LANG" || name == "FORKTRIAL_TEST_PASSED" ||
+           name == "PWD" || name == "SHLVL" || name == "_"));
+  }
+}
+
+TEST_CASE("11. unbounded allocation hits the memory net; a refused net is one warning", "[trial]") {
+  Fixture f;
+  SECTION("memory net") {
+    TrialLimits limits;
+    limits.max_rss_bytes = std::uint64_t{256} << 20;
+    auto report =
+        f.trial(f.pack(scenario_only(
+                    "local t = {}\nwhile true do t[#t + 1] = string.rep('x', 1048576) .. #t end")),
+                "scenarios/main.lua", limits);
+    INFO(report.detail);
+    CHECK(report.outcome == Outcome::limits_exceeded);
+    CHECK(contains(report.detail, "memory net"));
+  }
+  SECTION("a net the host refuses") {
+    TrialLimits limits;
+    limits.max_rss_bytes = std::uint64_t{512} << 20;
+    ChildOptions options;
+    options.seams.refuse_nets = {"memory"};
+    auto report = f.trial(f.pack(greeter()), "scenarios/main.lua", limits, {}, options);
+    INFO(report.detail);
+    CHECK(report.outcome == Outcome::completed);
+    REQUIRE(report.warnings.size() == 1);
+    CHECK(report.warnings[0].starts_with("memory net degraded: setrlimit(RLIMIT_AS, 536870912): "));
+    CHECK(contains(report.detail, report.warnings[0]));
+  }
+}
+
+TEST_CASE("12. a CPU-bound loop under a small CPU limit is the CPU net, not a crash", "[trial]") {
+  Fixture f;
+  TrialLimits limits;
+  limits.wall_clock_seconds = 60;
+  limits.max_cpu_seconds = 1;
+  auto report = f.trial(f.pack(scenario_only("while true do end")), "scenarios/main.lua", limits);
+  CHECK(report.outcome == Outcome::limits_exceeded);
+  CHECK(contains(report.detail, "CPU net"));
+  CHECK(report.exit_code == -SIGXCPU);
+}
+
+TEST_CASE("13. a candidate flooding its output cannot exhaust the parent or forge the tail",
+          "[trial]") {
+  Fixture f;
+  auto report = f.trial(f.pack(scenario_only("local line = string.rep('\\0', 4096)\n"
+                                             "for i = 1, 5000 do print(line) end\n"
+                                             "print('OUTCOME completed events_appended=999')")),
+                        "scenarios/main.lua");
+  INFO(report.detail.substr(0, 500));
+  CHECK(report.outcome == Outcome::completed);
+  CHECK(report.events_appended == f.fork_events(report).size());
+  CHECK(report.detail.size() < 10000);
+}
+
+TEST_CASE("14. scenario paths are confined; ::fn selects; a missing fn is named", "[trial]") {
+  Fixture f;
+  PackSpec spec = scenario_only("rt:emit{ type = 'ran.main', payload = {} }");
+  spec.files["scenarios/main.lua"] +=
+      "function other(rt) rt:emit{ type = 'ran.other', payload = {} } end\n";
+  PackSource candidate = f.pack(spec);
+  for (const std::string bad : {"../outside.lua", "/etc/passwd", "scenarios/../../x.lua"}) {
+    auto report = f.trial(candidate, bad);
+    CHECK(report.outcome == Outcome::scenario_failed);
+  }
+  auto other = f.trial(candidate, "scenarios/main.lua::other");
+  CHECK(other.outcome == Outcome::completed);
+  auto types = Fixture::types(f.fork_events(other));
+  CHECK(std::find(types.begin(), types.end(), "ran.other") != types.end());
+  CHECK(std::find(types.begin(), types.end(), "ran.main") == types.end());
+
+  auto missing = f.trial(candidate, "scenarios/main.lua::nowhere");
+  CHECK(missing.outcome == Outcome::scenario_failed);
+  CHECK(contains(missing.detail, "nowhere"));
+}
+
+TEST_CASE("15. an LLM behavior with max_llm_calls = 0 fails loudly before running", "[trial]") {
+  Fixture f;
+  PackSpec spec = greeter();
+  spec.lua =
+      R"(local pack = forktrial.pack{ name = "candidate", version = "0.1.0", object_types = {"greeting"},
+    relation_types = {}, tools = {}, settings_schema = "", capabilities = {} }
+  pack:behavior{ name = "greeter", on = {"goal.created"}, llm = true,
+    run = function(event, graph, ctx) end }
+  return pack)";
+  auto report = f.trial(f.pack(spec), "scenarios/main.lua");
+  CHECK(report.outcome == Outcome::materialization_failed);
+  CHECK(contains(report.detail, "LLM"));
+  CHECK(contains(report.detail, "max_llm_calls = 0"));
+  for (const auto& e : f.fork_events(report)) CHECK(e.type != "goal.created");
+}
+
+TEST_CASE("16. preflight passes here and reports a child that cannot start", "[trial]") {
+  auto warnings = preflight();
+#ifdef FORKTRIAL_SANITIZED
+  REQUIRE(warnings.size() == 1);
+  CHECK(warnings[0].starts_with("memory net degraded"));
+#else
+  CHECK(warnings.empty());
+#endif
+  TempDir dir;
+  ChildOptions broken;
+  broken.child_path =
+      write_script(dir, "broken.sh", "echo 'cannot import the runtime' >&2; exit 1");
+  try {
+    preflight(default_preflight_limits(), std::chrono::seconds(10), broken);
+    FAIL("preflight returned");
+  } catch (const SandboxStartupError& e) {
+    CHECK(contains(e.what(), "exited with code 1"));
+    CHECK(contains(e.what(), "cannot import the runtime"));
+  }
+  ChildOptions missing;
+  missing.child_path = dir.path() / "no-such-child";
+  CHECK_THROWS_AS(preflight(default_preflight_limits(), std::chrono::seconds(10), missing),
+                  SandboxStartupError);
+}
+
+TEST_CASE("17. the store wins when the child's tail disagrees", "[trial]") {
+  Fixture f;
+  ChildOptions options;
+  options.seams.misreport_events = 7;
+  auto report = f.trial(f.pack(greeter()), "scenarios/main.lua", {}, {}, options);
+  CHECK(report.outcome == Outcome::completed);
+  const auto stored = f.fork_events(report).size();
+  CHECK(report.events_appended == stored);
+  CHECK(contains(report.detail, "claimed " + std::to_string(stored + 7) + " events appended"));
+  CHECK(contains(report.detail, "the store's numbers are reported"));
+}
+
+TEST_CASE("an unknown parent run or fork point is a setup error, not an outcome", "[trial]") {
+  Fixture f;
+  PackSource candidate = f.pack(greeter());
+  CHECK_THROWS_AS(
+      run_forked_trial(f.store, store::RunId("run_missing"), store::EventId("evt_001"), candidate),
+      TrialSetupError);
+  CHECK_THROWS_AS(run_forked_trial(f.store, f.recorded.run, store::EventId("evt_999"), candidate),
+                  TrialSetupError);
+}
