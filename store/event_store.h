@@ -32,6 +32,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/digest.h"
@@ -51,7 +52,7 @@ enum class Refused {
   duplicate_event_id,  // the event id is already in the run's history (or the batch)
   invalid_event,       // empty id/type/timestamp, or an id longer than kMaxIdBytes
   invalid_segment,     // segment bytes that are not a canonical segment
-  invalid_input,       // an import file that does not have the expected shape
+  invalid_input,       // a malformed run id or import file, or a request that does not apply
 };
 
 struct Refusal {
