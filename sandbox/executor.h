@@ -1,0 +1,75 @@
+// The executor seam: what runs a TrialSpecification. The local executor runs
+// it in a forktrial-child on this machine; the distributed half will run it on
+// a worker. Every executor states its isolation guarantees honestly, so a
+// caller (or a coordinator choosing workers) knows what a trial is and is not
+// protected from.
+//
+// Executors are not required to be thread-safe; LocalSubprocessExecutor is
+// (each execute() call owns its child and scratch store).
+#pragma once
+
+#include <deque>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "sandbox/trial.h"
+#include "sandbox/trial_types.h"
+#include "store/event_store.h"
+
+namespace forktrial::sandbox {
+
+struct Guarantee {
+  bool provided = false;
+  std::string how;  // what provides it, or why it is not provided
+};
+
+struct IsolationGuarantees {
+  Guarantee process;           // a fresh process per trial; the caller survives any crash
+  Guarantee filesystem;        // the trial cannot read or write outside what it is given
+  Guarantee network;           // the trial cannot reach the network
+  Guarantee syscalls;          // system calls are filtered
+  Guarantee environment;       // only an allow-listed environment reaches the trial
+  Guarantee security_sandbox;  // safe against deliberately hostile code
+};
+
+class TrialExecutor {
+ public:
+  virtual ~TrialExecutor() = default;
+  virtual const IsolationGuarantees& isolation() const = 0;
+  // Runs one trial against `store` (which holds the parent run) and returns
+  // its report. Throws only for setup problems (see run_forked_trial).
+  virtual TrialReport execute(store::EventStore& store, const TrialSpecification& spec) = 0;
+};
+
+// Runs each trial in a forktrial-child subprocess on this machine.
+class LocalSubprocessExecutor final : public TrialExecutor {
+ public:
+  explicit LocalSubprocessExecutor(ChildOptions options = {});
+  const IsolationGuarantees& isolation() const override { return isolation_; }
+  TrialReport execute(store::EventStore& store, const TrialSpecification& spec) override;
+
+ private:
+  ChildOptions options_;
+  IsolationGuarantees isolation_;
+};
+
+// A test double: records every specification it is given and answers with
+// the reports queued by the test (or a `completed` report when none is
+// queued). Thread-safe.
+class RecordingExecutor final : public TrialExecutor {
+ public:
+  const IsolationGuarantees& isolation() const override { return isolation_; }
+  TrialReport execute(store::EventStore& store, const TrialSpecification& spec) override;
+
+  void queue_report(TrialReport report);
+  std::vector<TrialSpecification> executed() const;
+
+ private:
+  IsolationGuarantees isolation_;  // a double provides nothing
+  mutable std::mutex mutex_;
+  std::vector<TrialSpecification> executed_;  // guarded by mutex_
+  std::deque<TrialReport> queued_;            // guarded by mutex_
+};
+
+}  // namespace forktrial::sandbox
