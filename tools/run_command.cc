@@ -339,7 +339,7 @@ void add_import(CLI::App& run_app) {
   spec->add_to(cmd, "A label for the new run (default: the file name)",
                "The new run's id (default: generated)");
   cmd->footer(examples_footer({
-      "forktrial run import examples/runs/chat_session.jsonl --label chat",
+      "forktrial run import examples/runs/chat.jsonl --id run_chat",
       "forktrial run export run_a | forktrial run import - --store other-store",
   }));
   cmd->callback([=] {
