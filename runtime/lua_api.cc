@@ -388,6 +388,20 @@ struct LuaApi {
     return *handle;
   }
 
+  // A graph mutation about to happen: the handle, its runtime (checked that
+  // the handle may mutate the graph now) and the "graph:<method>" label.
+  struct Mutation {
+    GraphHandle& self;
+    Runtime& rt;
+    std::string what;
+  };
+  static Mutation begin_mutation(lua_State* L, const char* method) {
+    GraphHandle& self = graph_self(L, method);
+    std::string what = std::string("graph:") + method;
+    Runtime& rt = acting(L, self, what);
+    return Mutation{self, rt, std::move(what)};
+  }
+
   // The runtime, once it is checked that `handle` may mutate the graph now.
   static Runtime& acting(lua_State* L, GraphHandle& handle, const std::string& what) {
     Runtime& rt = runtime(*handle.host);
@@ -438,9 +452,7 @@ struct LuaApi {
   }
 
   static int graph_add_object(lua_State* L) {
-    GraphHandle& self = graph_self(L, "add_object");
-    const std::string what = "graph:add_object";
-    Runtime& rt = acting(L, self, what);
+    auto [self, rt, what] = begin_mutation(L, "add_object");
     const std::string type = luaL_checkstring(L, 2);
     check_declared(L, *self.host, self.host->registered.object_types, "object type", type, what);
     json data = object_argument(L, 3, what + " data");
@@ -458,9 +470,7 @@ struct LuaApi {
     std::string what;
   };
   static OwnObject own_object(lua_State* L, const char* method) {
-    GraphHandle& self = graph_self(L, method);
-    std::string what = std::string("graph:") + method;
-    Runtime& rt = acting(L, self, what);
+    auto [self, rt, what] = begin_mutation(L, method);
     std::string id = luaL_checkstring(L, 2);
     const GraphObject& object = live_object(L, rt, id, what);
     check_declared(L, *self.host, self.host->registered.object_types, "object type", object.type,
@@ -484,9 +494,7 @@ struct LuaApi {
   }
 
   static int graph_add_relation(lua_State* L) {
-    GraphHandle& self = graph_self(L, "add_relation");
-    const std::string what = "graph:add_relation";
-    Runtime& rt = acting(L, self, what);
+    auto [self, rt, what] = begin_mutation(L, "add_relation");
     const std::string src = luaL_checkstring(L, 2);
     const std::string dst = luaL_checkstring(L, 3);
     const std::string type = luaL_checkstring(L, 4);
@@ -505,9 +513,7 @@ struct LuaApi {
   }
 
   static int graph_remove_relation(lua_State* L) {
-    GraphHandle& self = graph_self(L, "remove_relation");
-    const std::string what = "graph:remove_relation";
-    Runtime& rt = acting(L, self, what);
+    auto [self, rt, what] = begin_mutation(L, "remove_relation");
     const std::string id = luaL_checkstring(L, 2);
     const GraphRelation* relation = rt.graph_.relation(id);
     if (relation == nullptr) {
