@@ -21,6 +21,18 @@ class CommandFailed : public std::runtime_error {
   int exit_code_;
 };
 
+// Ends the program with `code` and no message: the command already printed
+// its result (e.g. a trial report whose outcome is not `completed`).
+class ExitStatus : public std::exception {
+ public:
+  explicit ExitStatus(int code) : code_(code) {}
+  int code() const { return code_; }
+  const char* what() const noexcept override { return "exit status"; }
+
+ private:
+  int code_;
+};
+
 // Formats the footer shared by every subcommand's --help: examples.
 std::string examples_footer(std::initializer_list<const char*> lines);
 

@@ -8,5 +8,7 @@ namespace forktrial::tools {
 
 void add_pack_command(CLI::App& app);
 void add_run_command(CLI::App& app);
+void add_trial_command(CLI::App& app);
+void add_preflight_command(CLI::App& app);
 
 }  // namespace forktrial::tools

@@ -14,16 +14,22 @@ int main(int argc, char** argv) {
   app.footer(forktrial::tools::examples_footer({
       "forktrial pack hash examples/packs/greeter            # the bundle pin of a pack",
       "forktrial pack check examples/packs/greeter           # validate manifest.toml",
+      "forktrial run import examples/runs/chat.jsonl --id run_chat   # record a run",
+      "forktrial trial --run run_chat --at evt_004 --pack examples/packs/chat_echo \\",
+      "    --scenario scenarios/replay.lua                     # trial a pack on a fork",
+      "forktrial preflight                                   # can trial children start here?",
       "forktrial <command> --help                            # help on one command",
   }));
   forktrial::tools::add_pack_command(app);
-#ifdef FORKTRIAL_HAVE_STORE
   forktrial::tools::add_run_command(app);
-#endif
+  forktrial::tools::add_trial_command(app);
+  forktrial::tools::add_preflight_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  } catch (const forktrial::tools::ExitStatus& e) {
+    return e.code();
   } catch (const forktrial::tools::CommandFailed& e) {
     std::fprintf(stderr, "forktrial: %s\n", e.what());
     return e.exit_code();

@@ -1,0 +1,3 @@
+function main(rt)
+  rt:run_until_idle()
+end

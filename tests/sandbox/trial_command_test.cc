@@ -1,0 +1,93 @@
+// `forktrial trial` and `forktrial preflight` as a user runs them.
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "tests/support/temp_dir.h"
+
+using forktrial::testing::run_command;
+using forktrial::testing::TempDir;
+
+namespace {
+
+const std::string kExamples = FORKTRIAL_SOURCE_DIR "/examples";
+
+forktrial::testing::CommandResult cli(std::vector<std::string> args) {
+  args.insert(args.begin(), FORKTRIAL_BINARY);
+  return run_command(args);
+}
+
+std::string imported_store(const TempDir& dir) {
+  const std::string store = (dir.path() / "store").string();
+  auto imported =
+      cli({"run", "import", kExamples + "/runs/chat.jsonl", "--store", store, "--id", "run_chat"});
+  REQUIRE(imported.exit_code == 0);
+  return store;
+}
+
+}  // namespace
+
+TEST_CASE("forktrial trial prints a completed report and exits 0", "[trial][cli]") {
+  TempDir dir;
+  const auto store = imported_store(dir);
+  auto pin = cli({"pack", "hash", kExamples + "/packs/chat_echo"});
+  REQUIRE(pin.exit_code == 0);
+  pin.out.pop_back();
+  auto result = cli({"trial", "--store", store, "--run", "run_chat", "--at", "evt_010", "--pack",
+                     kExamples + "/packs/chat_echo", "--expect", pin.out, "--scenario",
+                     "scenarios/replay.lua", "--json"});
+  INFO(result.err);
+  CHECK(result.exit_code == 0);
+  auto report = nlohmann::json::parse(result.out);
+  CHECK(report["outcome"] == "completed");
+  CHECK(report["events_appended"].get<int>() > 0);
+  auto events = cli({"run", "events", report["fork_run_id"], "--store", store, "--json"});
+  CHECK(events.exit_code == 0);
+  CHECK(events.out.find("trial.replay") != std::string::npos);
+}
+
+TEST_CASE("forktrial trial exits with the outcome's code when not completed", "[trial][cli]") {
+  TempDir dir;
+  const auto store = imported_store(dir);
+  auto wrong = cli({"trial", "--store", store, "--run", "run_chat", "--at", "evt_010", "--pack",
+                    kExamples + "/packs/greeter", "--expect", "sha256:" + std::string(64, '1')});
+  CHECK(wrong.exit_code == 50);
+  CHECK(wrong.out.find("materialization_failed") != std::string::npos);
+  CHECK(wrong.out.find("bundle hash mismatch") != std::string::npos);
+
+  auto runaway = cli({"trial", "--store", store, "--run", "run_chat", "--at", "evt_010", "--pack",
+                      kExamples + "/candidates/runaway", "--scenario", "scenarios/start.lua",
+                      "--max-events", "30", "--json"});
+  CHECK(runaway.exit_code == 40);
+  CHECK(nlohmann::json::parse(runaway.out)["outcome"] == "limits_exceeded");
+}
+
+TEST_CASE("forktrial trial refuses bad input with what to do", "[trial][cli]") {
+  TempDir dir;
+  const auto store = imported_store(dir);
+  auto no_run = cli({"trial", "--store", store, "--run", "run_nope", "--at", "evt_001", "--pack",
+                     kExamples + "/packs/greeter"});
+  CHECK(no_run.exit_code == 1);
+  CHECK(no_run.out.empty());
+  CHECK(no_run.err.find("cannot start the trial") != std::string::npos);
+  CHECK(no_run.err.find("run_nope") != std::string::npos);
+
+  auto bad_size = cli({"trial", "--store", store, "--run", "run_chat", "--at", "evt_001", "--pack",
+                       kExamples + "/packs/greeter", "--max-rss", "lots"});
+  CHECK(bad_size.exit_code == 1);
+  CHECK(bad_size.err.find("--max-rss lots: not a size") != std::string::npos);
+
+  auto no_store = cli({"trial", "--store", (dir.path() / "none").string(), "--run", "r", "--at",
+                       "e", "--pack", kExamples + "/packs/greeter"});
+  CHECK(no_store.exit_code == 1);
+  CHECK(no_store.err.find("no store at") != std::string::npos);
+}
+
+TEST_CASE("forktrial preflight reports that children start here", "[trial][cli]") {
+  auto result = cli({"preflight", "--json"});
+  CHECK(result.exit_code == 0);
+  auto parsed = nlohmann::json::parse(result.out);
+  CHECK(parsed["ok"] == true);
+  for (auto args : {std::vector<std::string>{"trial", "--help"}, {"preflight", "--help"}}) {
+    CHECK(cli(args).out.find("Examples:") != std::string::npos);
+  }
+}

@@ -1,0 +1,216 @@
+// `forktrial trial` and `forktrial preflight`: run one candidate pack against a
+// fork of a recorded run in an isolated child, and check that children can
+// start on this machine.
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "sandbox/trial.h"
+#include "tools/cli_support.h"
+#include "tools/commands.h"
+#include "tools/store_access.h"
+
+namespace forktrial::tools {
+namespace {
+
+using nlohmann::ordered_json;
+using sandbox::Outcome;
+
+// "268435456", "256M", "1G", "512K" (binary multiples) -> bytes.
+std::uint64_t parse_size(const std::string& text) {
+  std::size_t used = 0;
+  unsigned long long value = 0;
+  try {
+    value = std::stoull(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  std::string suffix = text.substr(used);
+  std::uint64_t scale = 1;
+  if (suffix == "K" || suffix == "KiB")
+    scale = 1ull << 10;
+  else if (suffix == "M" || suffix == "MiB")
+    scale = 1ull << 20;
+  else if (suffix == "G" || suffix == "GiB")
+    scale = 1ull << 30;
+  else if (!suffix.empty())
+    used = 0;
+  if (used == 0 || text.empty() || text[0] == '-') {
+    throw CommandFailed("--max-rss " + text +
+                        ": not a size; give bytes or a number with K, M or G (e.g. 256M)");
+  }
+  return value * scale;
+}
+
+sandbox::PackSource pack_source(const std::string& arg, const char* option) {
+  sandbox::PackSource source;
+  auto eq = arg.find("=sha256:");
+  if (eq == std::string::npos) eq = arg.rfind('=');
+  source.root_dir = arg.substr(0, eq);
+  if (eq != std::string::npos) source.expected_bundle_hash = arg.substr(eq + 1);
+  if (source.root_dir.empty()) {
+    throw CommandFailed(std::string(option) + " " + arg + ": no directory given; write DIR or " +
+                        "DIR=sha256:<pin>");
+  }
+  return source;
+}
+
+struct TrialOptions {
+  std::string store = kDefaultStore;
+  std::string run;
+  std::string at;
+  std::string pack;
+  std::string expect;
+  std::vector<std::string> extra_packs;
+  std::string scenario;
+  double wall_clock = 120;
+  std::string max_rss;
+  std::uint64_t max_events = 2000;
+  std::uint64_t max_cpu = 0;
+  std::vector<std::string> env_pass;
+  std::string label = "trial";
+  bool json = false;
+};
+
+int exit_status(Outcome outcome) {
+  return outcome == Outcome::crashed ? 60 : sandbox::exit_code_of(outcome);
+}
+
+ordered_json report_json(const sandbox::TrialReport& r) {
+  ordered_json j;
+  j["outcome"] = std::string(sandbox::outcome_name(r.outcome));
+  j["fork_run_id"] = r.fork_run_id;
+  j["events_appended"] = r.events_appended;
+  j["behavior_failures"] = r.behavior_failures;
+  j["exit_code"] = r.exit_code;
+  j["detail"] = r.detail;
+  j["warnings"] = r.warnings;
+  return j;
+}
+
+void print_report(const sandbox::TrialReport& r) {
+  std::printf("outcome            %s\n", std::string(sandbox::outcome_name(r.outcome)).c_str());
+  std::printf("fork run           %s\n", r.fork_run_id.c_str());
+  std::printf("events appended    %llu\n", static_cast<unsigned long long>(r.events_appended));
+  std::printf("behavior failures  %llu\n", static_cast<unsigned long long>(r.behavior_failures));
+  std::printf("child exit code    %d\n", r.exit_code);
+  for (const auto& warning : r.warnings) std::printf("warning            %s\n", warning.c_str());
+  if (!r.detail.empty()) {
+    std::printf("detail\n");
+    std::string line;
+    for (char c : r.detail + "\n") {
+      if (c == '\n') {
+        std::printf("  %s\n", line.c_str());
+        line.clear();
+      } else {
+        line += c;
+      }
+    }
+  }
+}
+
+void run_trial_command(const TrialOptions& o) {
+  sandbox::TrialLimits limits;
+  limits.wall_clock_seconds = o.wall_clock;
+  if (!o.max_rss.empty()) limits.max_rss_bytes = parse_size(o.max_rss);
+  limits.max_events = o.max_events;
+  if (o.max_cpu > 0) limits.max_cpu_seconds = o.max_cpu;
+  limits.env_passthrough = o.env_pass;
+  sandbox::PackSource candidate{o.pack, std::nullopt, true};
+  if (!o.expect.empty()) candidate.expected_bundle_hash = o.expect;
+  std::vector<sandbox::PackSource> extras;
+  for (const auto& extra : o.extra_packs) extras.push_back(pack_source(extra, "--extra-pack"));
+
+  store::EventStore store = open_store(o.store, false);
+  sandbox::TrialReport report;
+  try {
+    report = sandbox::run_forked_trial(store, store::RunId(o.run), store::EventId(o.at), candidate,
+                                       o.scenario, limits, o.label, extras);
+  } catch (const sandbox::TrialSetupError& e) {
+    throw CommandFailed(std::string("cannot start the trial: ") + e.what() +
+                        "; list runs with `forktrial run ls` and events with `forktrial run events "
+                        "RUN`");
+  }
+  if (o.json) {
+    std::cout << report_json(report).dump(2) << '\n';
+  } else {
+    print_report(report);
+  }
+  std::fflush(stdout);
+  if (report.outcome != Outcome::completed) throw ExitStatus(exit_status(report.outcome));
+}
+
+}  // namespace
+
+void add_trial_command(CLI::App& app) {
+  auto o = std::make_shared<TrialOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "trial",
+      "Trial a candidate pack against a fork of a recorded run, in a fresh resource-capped\n"
+      "child process. Prints the report; exits 0 only when the outcome is completed\n"
+      "(30 scenario_failed, 40 limits_exceeded, 50 materialization_failed, 60 crashed).");
+  cmd->add_option("--store", o->store, "the store holding the recorded run")
+      ->capture_default_str()
+      ->envname("FORKTRIAL_STORE");
+  cmd->add_option("--run", o->run, "the recorded (parent) run")->required();
+  cmd->add_option("--at", o->at, "fork point: the parent's event id to fork at (inclusive)")
+      ->required();
+  cmd->add_option("--pack", o->pack, "the candidate pack directory")->required();
+  cmd->add_option("--expect", o->expect, "the candidate's bundle pin (sha256:...)");
+  cmd->add_option("--extra-pack", o->extra_packs,
+                  "a trusted pack loaded before the candidate: DIR or DIR=sha256:<pin>");
+  cmd->add_option("--scenario", o->scenario,
+                  "file.lua or file.lua::fn inside the candidate (default: run until idle)");
+  cmd->add_option("--wall-clock", o->wall_clock, "wall-clock limit in seconds (0: none)")
+      ->capture_default_str();
+  cmd->add_option("--max-rss", o->max_rss, "memory cap: bytes, or 256M / 1G");
+  cmd->add_option("--max-events", o->max_events, "event budget")->capture_default_str();
+  cmd->add_option("--max-cpu", o->max_cpu, "CPU seconds (default: wall clock + 5)");
+  cmd->add_option("--env-pass", o->env_pass, "an environment variable to pass to the child");
+  cmd->add_option("--label", o->label, "label of the fork run")->capture_default_str();
+  cmd->add_flag("--json", o->json, "print the report as JSON");
+  cmd->footer(examples_footer({
+      "forktrial run import examples/runs/chat.jsonl --id run_chat",
+      "forktrial trial --run run_chat --at evt_004 --pack examples/packs/chat_echo \\",
+      "    --expect $(forktrial pack hash examples/packs/chat_echo) --scenario "
+      "scenarios/replay.lua",
+      "forktrial trial --run run_chat --at evt_004 --pack examples/candidates/runaway \\",
+      "    --wall-clock 2 --max-rss 256M --json",
+  }));
+  cmd->callback([o] { run_trial_command(*o); });
+}
+
+void add_preflight_command(CLI::App& app) {
+  auto max_rss = std::make_shared<std::string>("256M");
+  auto wall_clock = std::make_shared<double>(120);
+  auto json = std::make_shared<bool>(false);
+  CLI::App* cmd = app.add_subcommand(
+      "preflight",
+      "Check that a trial child can start on this machine under the given nets. Prints the\n"
+      "nets that degraded here (none: every net applies), or the child's startup error.");
+  cmd->add_option("--max-rss", *max_rss, "memory cap to probe")->capture_default_str();
+  cmd->add_option("--wall-clock", *wall_clock, "wall clock to probe")->capture_default_str();
+  cmd->add_flag("--json", *json, "print {\"ok\", \"warnings\"} as JSON");
+  cmd->footer(examples_footer({"forktrial preflight", "forktrial preflight --max-rss 1G --json"}));
+  cmd->callback([=] {
+    sandbox::TrialLimits limits;
+    limits.max_rss_bytes = parse_size(*max_rss);
+    limits.wall_clock_seconds = *wall_clock;
+    std::vector<std::string> warnings;
+    try {
+      warnings = sandbox::preflight(limits);
+    } catch (const sandbox::SandboxStartupError& e) {
+      throw CommandFailed(e.what());
+    }
+    if (*json) {
+      std::cout << ordered_json{{"ok", true}, {"warnings", warnings}}.dump(2) << '\n';
+    } else if (warnings.empty()) {
+      std::printf("ok: a trial child starts here and every net applies\n");
+    } else {
+      std::printf("ok, with degraded nets:\n");
+      for (const auto& w : warnings) std::printf("  %s\n", w.c_str());
+    }
+  });
+}
+
+}  // namespace forktrial::tools
