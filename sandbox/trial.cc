@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <system_error>
+#include <unordered_set>
 
 #include "base/unique_fd.h"
 #include "pack/bundle_hash.h"
@@ -71,28 +72,32 @@ void append_line(std::string& detail, const std::string& line) {
 }
 
 // The event the parent records when its wall-clock kill stopped the child:
-// one millisecond after the last event in the fork, with the next free id.
-store::NewEvent wall_clock_event(const store::Snapshot& snapshot, const store::RunInfo& fork,
-                                 double limit_seconds) {
-  const auto history_tail = snapshot.history(fork, fork.head == 0 ? 1 : fork.head);
-  runtime::UnixMillis last = 0;
-  if (!history_tail.empty()) {
-    if (auto parsed = runtime::parse_timestamp(history_tail.back().timestamp)) last = *parsed;
-  }
+// one millisecond after the last event in the fork, with the next id not
+// taken in the fork's history (the parent's prefix and the child's delta).
+store::NewEvent wall_clock_event(const store::Snapshot& parent_view, const store::RunInfo& parent,
+                                 std::uint64_t fork_seq, const std::string& tip_timestamp,
+                                 const std::vector<store::NewEvent>& delta, double limit_seconds) {
+  const std::uint64_t last_seq = fork_seq + delta.size();
+  const std::string& last_time = delta.empty() ? tip_timestamp : delta.back().timestamp;
+  runtime::UnixMillis last = runtime::parse_timestamp(last_time).value_or(0);
+  std::unordered_set<std::string> taken;
+  for (const auto& e : delta) taken.insert(e.id.str());
+  auto inherited = [&](const std::string& id) {
+    auto found = parent_view.find_event(parent, store::EventId(id));
+    return found && found->seq <= fork_seq;
+  };
   store::NewEvent event;
-  for (std::uint64_t n = fork.head + 1;; ++n) {
+  for (std::uint64_t n = last_seq + 1;; ++n) {
     char id[32];
     std::snprintf(id, sizeof id, "evt_%03llu", static_cast<unsigned long long>(n));
-    if (!snapshot.find_event(fork, store::EventId(id))) {
+    if (!taken.contains(id) && !inherited(id)) {
       event.id = store::EventId(id);
       break;
     }
   }
   event.type = "trial.wall_clock_exhausted";
-  event.payload = nlohmann::json{
-      {"wall_clock_seconds", limit_seconds},
-      {"last_accepted_seq",
-       fork.head}}.dump();
+  event.payload =
+      nlohmann::json{{"wall_clock_seconds", limit_seconds}, {"last_accepted_seq", last_seq}}.dump();
   event.timestamp = runtime::format_timestamp(last + 1);
   event.actor = "forktrial.parent";
   return event;
@@ -144,143 +149,177 @@ TrialReport run_forked_trial(store::EventStore& store, const store::RunId& paren
                              const std::string& scenario, const TrialLimits& limits,
                              const std::string& label, const std::vector<PackSource>& extra_packs,
                              const ChildOptions& options) {
-  // 1. The parent forks: lineage recorded in the authoritative store.
-  auto forked = store.fork(parent_run_id, at_event, store::NewRun{.label = label});
-  if (!forked) throw TrialSetupError(forked.error().message);
-  const store::RunInfo fork = *forked;
-  const std::uint64_t fork_seq = fork.head;
+  // 1. The parent forks. The fork point is resolved and checked here; the
+  // fork's record is written together with its result (step 4), so a trial
+  // is in the store whole or not at all and costs one durable commit.
+  std::uint64_t fork_seq = 0;
+  std::string tip_timestamp;
+  {
+    auto snapshot = store.snapshot();
+    auto parent = snapshot.run(parent_run_id);
+    if (!parent) throw TrialSetupError("no run " + parent_run_id.str() + " in the store");
+    auto point = snapshot.find_event(*parent, at_event);
+    if (!point) {
+      throw TrialSetupError("no event " + at_event.str() + " in the history of run " +
+                            parent_run_id.str() + "; fork at one of its events");
+    }
+    fork_seq = point->seq;
+    tip_timestamp = point->timestamp;
+  }
+  const store::RunId fork_id = store.new_run_id();
+  const store::NewRun fork_record{.id = fork_id, .label = label};
+
+  TrialReport report;
+  report.fork_run_id = fork_id.str();
+  std::vector<store::NewEvent> delta;
+  std::optional<ChildResult> child;
 
   // A malformed pin is known before any process starts: nothing can match it.
+  std::optional<std::string> malformed;
   for (const PackSource* pack : all_packs(candidate, extra_packs)) {
-    if (!pack->expected_bundle_hash) continue;
-    if (auto malformed = pack::check_pin_form(*pack->expected_bundle_hash)) {
-      TrialReport report;
-      report.outcome = Outcome::materialization_failed;
-      report.fork_run_id = fork.id.str();
-      report.exit_code = exit_code_of(Outcome::materialization_failed);
-      report.detail = (pack == &candidate ? "candidate pack " : "extra pack ") + pack->root_dir +
-                      ": " + malformed->message;
-      return report;
+    if (!pack->expected_bundle_hash || malformed) continue;
+    if (auto error = pack::check_pin_form(*pack->expected_bundle_hash)) {
+      malformed = (pack == &candidate ? "candidate pack " : "extra pack ") + pack->root_dir + ": " +
+                  error->message;
     }
   }
 
-  // 2. A scratch store holding only the fork, seeded from its segment.
-  ScratchDir scratch(options.scratch_parent);
-  const auto scratch_store = scratch.path() / "store";
-  {
-    store::EventStore seed(scratch_store, scratch_options());
-    auto loaded = seed.load_segment(store.snapshot().segment(fork, fork_seq),
-                                    store::NewRun{.id = fork.id, .label = label});
-    if (!loaded)
-      throw store::StoreError("cannot seed the scratch store: " + loaded.error().message);
-  }
+  if (!malformed) {
+    // 2. A scratch store holding only the fork, seeded from its segment.
+    ScratchDir scratch(options.scratch_parent);
+    const auto scratch_store = scratch.path() / "store";
+    {
+      store::EventStore seed(scratch_store, scratch_options());
+      auto snapshot = store.snapshot();
+      auto loaded =
+          seed.load_segment(snapshot.segment(*snapshot.run(parent_run_id), fork_seq), fork_record);
+      if (!loaded) {
+        throw store::StoreError("cannot seed the scratch store: " + loaded.error().message);
+      }
+    }
 
-  TrialSpecification spec;
-  spec.parent_run_id = parent_run_id.str();
-  spec.at_event = at_event.str();
-  spec.label = label;
-  spec.candidate = candidate;
-  spec.extra_packs = extra_packs;
-  spec.scenario = scenario;
-  spec.limits = limits;
-  ChildJob job;
-  job.limits = limits;
-  job.spec = spec;
-  job.fork_run_id = fork.id.str();
-  job.fork_seq = fork_seq;
-  job.scratch_store = scratch_store.string();
-  job.trial_id = fork.id.str();
-  job.seams = options.seams;
+    TrialSpecification spec;
+    spec.parent_run_id = parent_run_id.str();
+    spec.at_event = at_event.str();
+    spec.label = label;
+    spec.candidate = candidate;
+    spec.extra_packs = extra_packs;
+    spec.scenario = scenario;
+    spec.limits = limits;
+    ChildJob job;
+    job.limits = limits;
+    job.spec = spec;
+    job.fork_run_id = fork_id.str();
+    job.fork_seq = fork_seq;
+    job.scratch_store = scratch_store.string();
+    job.trial_id = fork_id.str();
+    job.seams = options.seams;
 
-  // 3. A fresh child process, closed environment, job on stdin, tail on fd 3.
-  SpawnRequest request;
-  request.program =
-      (options.child_path.empty() ? default_child_path() : options.child_path).string();
-  request.env = closed_environment(limits.env_passthrough, environ);
-  request.env.insert(request.env.end(), options.extra_env.begin(), options.extra_env.end());
-  request.stdin_data = encode_job(job);
-  if (limits.wall_clock_seconds > 0) {
-    request.wall_clock =
-        std::chrono::milliseconds(static_cast<std::int64_t>(limits.wall_clock_seconds * 1000.0));
-  }
-  const ChildResult child = run_child(request);
+    // 3. A fresh child process, closed environment, job on stdin, tail on fd 3.
+    SpawnRequest request;
+    request.program =
+        (options.child_path.empty() ? default_child_path() : options.child_path).string();
+    request.env = closed_environment(limits.env_passthrough, environ);
+    request.env.insert(request.env.end(), options.extra_env.begin(), options.extra_env.end());
+    request.stdin_data = encode_job(job);
+    if (limits.wall_clock_seconds > 0) {
+      request.wall_clock =
+          std::chrono::milliseconds(static_cast<std::int64_t>(limits.wall_clock_seconds * 1000.0));
+    }
+    child = run_child(request);
 
-  // 4. The child's delta goes into the fork in the authoritative store.
-  std::vector<store::NewEvent> delta;
-  {
     store::EventStore scratch_reader(scratch_store, scratch_options());
     auto snapshot = scratch_reader.snapshot();
-    if (auto run = snapshot.run(fork.id)) {
+    if (auto run = snapshot.run(fork_id)) {
       for (auto& event : snapshot.history(*run, fork_seq + 1)) delta.push_back(std::move(event));
     }
   }
-  TrialReport report;
-  report.fork_run_id = fork.id.str();
-  if (!delta.empty()) {
-    auto appended = store.append(fork.id, fork_seq, delta);
-    if (!appended) {
-      append_line(report.detail, "the child's events could not be recorded in the fork: " +
-                                     appended.error().message);
-    }
-  }
-  if (child.wall_clock_killed) {
+
+  // 4. One transaction: the fork's lineage, the child's delta, and the
+  // parent's record of a wall-clock kill.
+  std::optional<store::NewEvent> wall_clock;
+  if (child && child->wall_clock_killed) {
     auto snapshot = store.snapshot();
-    auto current = snapshot.run(fork.id);
-    auto event = wall_clock_event(snapshot, *current, limits.wall_clock_seconds);
-    auto appended = store.append(fork.id, current->head, event);
-    if (!appended) append_line(report.detail, appended.error().message);
+    wall_clock = wall_clock_event(snapshot, *snapshot.run(parent_run_id), fork_seq, tip_timestamp,
+                                  delta, limits.wall_clock_seconds);
+  }
+  auto recorded = store.write([&](store::Writer& writer) -> store::Result<std::uint64_t> {
+    auto fork = writer.fork(parent_run_id, at_event, fork_record);
+    if (!fork) return std::unexpected(fork.error());
+    std::uint64_t head = fork->head;
+    if (!delta.empty()) {
+      auto appended = writer.append(fork_id, head, delta);
+      if (!appended) return appended;
+      head = *appended;
+    }
+    if (wall_clock) {
+      auto appended = writer.append(fork_id, head, std::span(&*wall_clock, 1));
+      if (!appended) return appended;
+      head = *appended;
+    }
+    return head;
+  });
+  if (!recorded) {
+    throw store::StoreError("cannot record trial " + fork_id.str() +
+                            " in the store: " + recorded.error().message);
+  }
+  if (malformed) {
+    report.outcome = Outcome::materialization_failed;
+    report.exit_code = exit_code_of(Outcome::materialization_failed);
+    report.detail = *malformed;
+    return report;
   }
 
   // 5. The store is the record: counts come from it.
   {
     auto snapshot = store.snapshot();
-    auto current = snapshot.run(fork.id);
+    auto current = snapshot.run(fork_id);
     report.events_appended = snapshot.count(*current) - fork_seq;
     report.behavior_failures = snapshot.failures_after(*current, fork_seq).size();
   }
 
   std::optional<ChildTail> tail;
   std::string tail_problem;
-  if (auto decoded = decode_tail(child.tail)) {
+  if (auto decoded = decode_tail(child->tail)) {
     tail = *decoded;
   } else {
     tail_problem = decoded.error();
   }
-  if (child.tail_overflow) tail_problem = "the child wrote more than the tail allows on fd 3";
+  if (child->tail_overflow) tail_problem = "the child wrote more than the tail allows on fd 3";
 
-  report.exit_code = child.exited ? child.exit_code : -child.signal;
-  if (child.wall_clock_killed) {
+  report.exit_code = child->exited ? child->exit_code : -child->signal;
+  if (child->wall_clock_killed) {
     report.outcome = Outcome::limits_exceeded;
     append_line(report.detail,
                 "wall clock exhausted: the child ran past wall_clock_seconds = " +
                     nlohmann::json(limits.wall_clock_seconds).dump() +
                     " and its process group was killed; trial.wall_clock_exhausted is in the fork");
-  } else if (!child.exited && child.signal == SIGXCPU) {
+  } else if (!child->exited && child->signal == SIGXCPU) {
     report.outcome = Outcome::limits_exceeded;
     append_line(report.detail, "CPU net: the child used up its RLIMIT_CPU of " +
                                    std::to_string(cpu_seconds_for(limits)) +
                                    " s of CPU time (SIGXCPU)");
-  } else if (child.exited && outcome_of_exit_code(child.exit_code) != Outcome::crashed && tail &&
-             exit_code_of(tail->outcome) == child.exit_code) {
+  } else if (child->exited && outcome_of_exit_code(child->exit_code) != Outcome::crashed && tail &&
+             exit_code_of(tail->outcome) == child->exit_code) {
     report.outcome = tail->outcome;
     append_line(report.detail, tail->detail);
     report.warnings = tail->warnings;
   } else {
     report.outcome = Outcome::crashed;
-    if (child.exited) {
+    if (child->exited) {
       append_line(report.detail,
-                  "the child exited with unexpected code " + std::to_string(child.exit_code));
+                  "the child exited with unexpected code " + std::to_string(child->exit_code));
     } else {
-      append_line(report.detail, "the child was killed by signal " + std::to_string(child.signal) +
-                                     " (" + signal_text(child.signal) + ")");
+      append_line(report.detail, "the child was killed by signal " + std::to_string(child->signal) +
+                                     " (" + signal_text(child->signal) + ")");
     }
     if (!tail_problem.empty()) append_line(report.detail, tail_problem);
-    append_line(report.detail, child_problem_detail(child));
+    append_line(report.detail, child_problem_detail(*child));
   }
 
   // The tail is a signal only: say when it disagrees with the store.
   if (tail) {
-    const std::uint64_t parent_events = child.wall_clock_killed ? 1 : 0;
+    const std::uint64_t parent_events = child->wall_clock_killed ? 1 : 0;
     const std::uint64_t stored_child_events = report.events_appended - parent_events;
     if (tail->events_appended != stored_child_events ||
         tail->behavior_failures != report.behavior_failures) {

@@ -494,6 +494,10 @@ void EventStore::write_transaction(const std::function<bool(Writer&)>& body) {
   }
 }
 
+RunId EventStore::new_run_id() const {
+  return impl_->options.new_run_id();
+}
+
 Snapshot EventStore::snapshot() const {
   auto state = std::make_unique<Snapshot::State>();
   state->impl = impl_.get();
@@ -592,6 +596,11 @@ Result<codec::RunRecord> insert_run(EventStore::Impl& impl, lmdb::Txn& txn, cons
   TxnReader reader(impl.dbis, txn.get());
   codec::RunRecord record;
   record.id = run.id ? *run.id : impl.options.new_run_id();
+  // A generated id that happens to be taken is drawn again; a given one is
+  // the caller's to change.
+  for (int draw = 0; !run.id && draw < 8 && reader.record(record.id); ++draw) {
+    record.id = impl.options.new_run_id();
+  }
   if (auto problem = invalid_id("run id", record.id.str())) {
     return std::unexpected(refuse(Refused::invalid_input, *problem));
   }

@@ -204,6 +204,11 @@ class EventStore {
   // A consistent read-only view of the store as of now.
   Snapshot snapshot() const;
 
+  // A fresh run id from StoreOptions::new_run_id, for a caller that must name
+  // a run before it creates it (e.g. a trial whose fork is recorded together
+  // with its result).
+  RunId new_run_id() const;
+
   struct Impl;
 
  private:
