@@ -301,29 +301,31 @@ void add_export(CLI::App& run_app) {
     EventStore store = open_store(common->store, false);
     auto snap = store.snapshot();
     RunInfo run = require_run(snap, *run_id, common->store);
-    // Write to a temporary file renamed into place, so a failed export never
-    // leaves a partial file that looks complete.
-    std::ofstream file;
-    fs::path partial;
-    if (!output->empty()) {
-      partial = fs::path(*output + ".partial");
-      file.open(partial, std::ios::binary | std::ios::trunc);
-      if (!file) throw CommandFailed("cannot write " + partial.string());
+    auto write_lines = [&](std::ostream& out) {
+      snap.for_each_event(run, 1, [&](const store::EventView& e) {
+        out << store::jsonl::to_line(e) << '\n';
+        return true;
+      });
+      out.flush();
+      if (!out) throw CommandFailed("writing the export of run " + *run_id + " failed");
+    };
+    if (output->empty()) {
+      write_lines(std::cout);
+      return;
     }
-    std::ostream& out = output->empty() ? std::cout : file;
-    snap.for_each_event(run, 1, [&](const store::EventView& e) {
-      out << store::jsonl::to_line(e) << '\n';
-      return true;
-    });
-    out.flush();
-    if (!out) throw CommandFailed("writing the export of run " + *run_id + " failed");
-    if (!output->empty()) {
+    // Write to a temporary file renamed into place, so a failed export never
+    // leaves a file that looks complete, and remove it on failure.
+    fs::path partial(*output + ".partial");
+    try {
+      std::ofstream file(partial, std::ios::binary | std::ios::trunc);
+      if (!file) throw CommandFailed("cannot write " + partial.string());
+      write_lines(file);
       file.close();
-      std::error_code ec;
-      fs::rename(partial, *output, ec);
-      if (ec)
-        throw CommandFailed("cannot rename " + partial.string() + " to " + *output + ": " +
-                            ec.message());
+      fs::rename(partial, *output);
+    } catch (...) {
+      std::error_code ignored;
+      fs::remove(partial, ignored);
+      throw;
     }
   });
 }

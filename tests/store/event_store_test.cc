@@ -127,6 +127,23 @@ TEST_CASE("a duplicate event id is refused with the id named", "[store]") {
   CHECK(snap.run(run.id)->head == 3);
 }
 
+TEST_CASE("a generated run id that is taken is drawn again", "[store]") {
+  forktrial::testing::TempDir dir;
+  StoreOptions options = fixed_options();
+  auto draws = std::make_shared<std::vector<std::string>>(
+      std::vector<std::string>{"run_b", "run_a", "run_a", "run_b", "run_c"});
+  options.new_run_id = [draws] {
+    std::string next = draws->front();
+    draws->erase(draws->begin());
+    return RunId(next);
+  };
+  EventStore store(dir.path() / "s", options);
+  CHECK(must(store.create_run({})).id.str() == "run_b");
+  CHECK(must(store.create_run({})).id.str() == "run_a");
+  CHECK(must(store.create_run({})).id.str() == "run_c");  // run_a, run_b taken
+  CHECK(store.create_run({.id = RunId("run_c")}).error().kind == Refused::run_exists);
+}
+
 TEST_CASE("invalid events and unknown runs are refused", "[store]") {
   forktrial::testing::TempDir dir;
   EventStore store(dir.path() / "s", fixed_options());

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "store/event_store.h"
 #include "tests/support/temp_dir.h"
 
 namespace {
@@ -147,10 +148,35 @@ TEST_CASE("run commands name what is missing", "[store][cli]") {
   CommandResult no_run = cli.run({"run", "show", "run_b"});
   CHECK(no_run.exit_code != 0);
   CHECK_THAT(no_run.err, Catch::Contains("no run run_b"));
+  auto nowhere = (cli.dir.path() / "no-such-dir" / "out.jsonl").string();
+  CommandResult no_dir = cli.run({"run", "export", "run_a", "-o", nowhere});
+  CHECK(no_dir.exit_code != 0);
+  CHECK_THAT(no_dir.err, Catch::Contains("cannot write " + nowhere + ".partial"));
   CommandResult no_event = cli.run({"run", "fork", "run_a", "--at", "evt_9"});
   CHECK(no_event.exit_code != 0);
   CHECK_THAT(no_event.err,
              Catch::Contains("at event evt_9") && Catch::Contains("forktrial run events run_a"));
+}
+
+TEST_CASE("a failed export leaves no file behind", "[store][cli]") {
+  Cli cli;
+  {
+    // A payload that is not JSON can only come from a library caller.
+    forktrial::store::EventStore store(cli.store);
+    auto run = store.create_run({.id = forktrial::store::RunId("run_bad")});
+    REQUIRE(run);
+    forktrial::store::NewEvent good{forktrial::store::EventId("e1"), "t", "{}",
+                                    "2026-01-01T00:00:00Z"};
+    forktrial::store::NewEvent bad{forktrial::store::EventId("e2"), "t", "{oops",
+                                   "2026-01-01T00:00:00Z"};
+    REQUIRE(store.append(run->id, 0, std::vector{good, bad}));
+  }
+  auto out = cli.dir.path() / "bad.jsonl";
+  CommandResult r = cli.run({"run", "export", "run_bad", "-o", out.string()});
+  CHECK(r.exit_code != 0);
+  CHECK_THAT(r.err, Catch::Contains("event e2 (seq 2) has a payload that is not valid JSON"));
+  CHECK_FALSE(std::filesystem::exists(out));
+  CHECK_FALSE(std::filesystem::exists(out.string() + ".partial"));
 }
 
 TEST_CASE("run import-sqlite imports an activegraph store", "[store][cli]") {
