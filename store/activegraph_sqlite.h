@@ -1,9 +1,10 @@
-// Import of an activegraph SQLite store (docs/store-format.md, "Importing an
-// activegraph SQLite store" lists the tables and columns accepted).
+// Import of an activegraph SQLite store (docs/store-format.md, "activegraph
+// SQLite", lists the tables and columns accepted).
 //
 // Every run of the file is imported with its id, label, creation time,
 // events (in `seq` order) and lineage, all in one store transaction: a
-// problem anywhere in the file imports nothing.
+// problem anywhere in the file imports nothing. Thread-safe as EventStore is;
+// the SQLite file is opened read-only for the duration of the call.
 #pragma once
 
 #include <filesystem>

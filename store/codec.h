@@ -58,7 +58,8 @@ RunRecord decode_run(std::span<const std::byte> value);
 // an unexpected union tag) goes through Cap'n Proto's checked reader. The
 // reader needs word alignment, so unaligned values are then copied into a
 // buffer the decoder owns. The returned views point into `value` or into
-// that buffer: valid while `value` is and until the next decode().
+// that buffer: valid while `value` is and until the next decode(). A decoder
+// belongs to one thread at a time; the encoding functions are stateless.
 class EventDecoder {
  public:
   // Throws StoreError for a value that is not a valid encoded event.
