@@ -4,7 +4,10 @@
 // machine in the same run. Prints medians and ratios; the target is a median
 // trial of at most 5 ms.
 //
-// usage: trial_bench [--trials N] [--dir DIR]
+// The store commits durably (fsync) by default; --no-sync measures without,
+// to separate the disk's flush latency from forktrial's own work.
+//
+// usage: trial_bench [--trials N] [--dir DIR] [--no-sync]
 #include <stdlib.h>
 
 #include <algorithm>
@@ -54,14 +57,17 @@ void write(const std::filesystem::path& path, const std::string& text) {
 
 int main(int argc, char** argv) {
   int trials = 100;
+  bool sync = true;
   std::filesystem::path parent = std::filesystem::temp_directory_path();
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--trials") == 0 && i + 1 < argc) {
       trials = std::max(1, std::atoi(argv[++i]));
+    } else if (std::strcmp(argv[i], "--no-sync") == 0) {
+      sync = false;
     } else if (std::strcmp(argv[i], "--dir") == 0 && i + 1 < argc) {
       parent = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: trial_bench [--trials N] [--dir DIR]\n");
+      std::fprintf(stderr, "usage: trial_bench [--trials N] [--dir DIR] [--no-sync]\n");
       return 2;
     }
   }
@@ -89,7 +95,7 @@ int main(int argc, char** argv) {
   int status = 0;
   {
     store::StoreOptions store_options;
-    store_options.sync = std::getenv("BENCH_NOSYNC") == nullptr;
+    store_options.sync = sync;
     store::EventStore store(dir / "store", store_options);
     const store::RunId run("run_bench");
     (void)store.create_run(store::NewRun{.id = run, .label = "bench"});
@@ -126,7 +132,8 @@ int main(int argc, char** argv) {
     const double t = median(trial_ms);
     const double bt = median(true_ms);
     const double py = median(python_ms);
-    std::printf("trial overhead (%d trivial completed trials, median)\n", trials);
+    std::printf("trial overhead (%d trivial completed trials, median, store %s)\n", trials,
+                sync ? "durable" : "without fsync");
     std::printf("  forktrial trial          %8.2f ms\n", t);
     std::printf("  spawn /bin/true          %8.2f ms   trial / true   = %6.1fx\n", bt, t / bt);
     std::printf("  spawn python3 -c pass    %8.2f ms   trial / python = %6.2fx\n", py, t / py);
