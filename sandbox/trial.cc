@@ -103,6 +103,19 @@ store::NewEvent wall_clock_event(const store::Snapshot& parent_view, const store
   return event;
 }
 
+// How every trial child is started: the closed environment, the job on stdin.
+SpawnRequest child_request(const ChildOptions& options, const ChildJob& job,
+                           std::chrono::milliseconds wall_clock) {
+  SpawnRequest request;
+  request.program =
+      (options.child_path.empty() ? default_child_path() : options.child_path).string();
+  request.env = closed_environment(job.limits.env_passthrough, environ);
+  request.env.insert(request.env.end(), options.extra_env.begin(), options.extra_env.end());
+  request.stdin_data = encode_job(job);
+  request.wall_clock = wall_clock;
+  return request;
+}
+
 std::vector<const PackSource*> all_packs(const PackSource& candidate,
                                          const std::vector<PackSource>& extra_packs) {
   std::vector<const PackSource*> packs;
@@ -216,17 +229,12 @@ TrialReport run_forked_trial(store::EventStore& store, const store::RunId& paren
     job.seams = options.seams;
 
     // 3. A fresh child process, closed environment, job on stdin, tail on fd 3.
-    SpawnRequest request;
-    request.program =
-        (options.child_path.empty() ? default_child_path() : options.child_path).string();
-    request.env = closed_environment(limits.env_passthrough, environ);
-    request.env.insert(request.env.end(), options.extra_env.begin(), options.extra_env.end());
-    request.stdin_data = encode_job(job);
+    std::chrono::milliseconds wall_clock{0};
     if (limits.wall_clock_seconds > 0) {
-      request.wall_clock =
+      wall_clock =
           std::chrono::milliseconds(static_cast<std::int64_t>(limits.wall_clock_seconds * 1000.0));
     }
-    child = run_child(request);
+    child = run_child(child_request(options, job, wall_clock));
 
     store::EventStore scratch_reader(scratch_store, scratch_options());
     auto snapshot = scratch_reader.snapshot();
@@ -341,16 +349,9 @@ std::vector<std::string> preflight(const TrialLimits& limits, std::chrono::milli
   job.preflight = true;
   job.limits = limits;
   job.seams = options.seams;
-  SpawnRequest request;
-  request.program =
-      (options.child_path.empty() ? default_child_path() : options.child_path).string();
-  request.env = closed_environment(limits.env_passthrough, environ);
-  request.env.insert(request.env.end(), options.extra_env.begin(), options.extra_env.end());
-  request.stdin_data = encode_job(job);
-  request.wall_clock = timeout;
   ChildResult child;
   try {
-    child = run_child(request);
+    child = run_child(child_request(options, job, timeout));
   } catch (const SystemError& e) {
     throw SandboxStartupError(std::string("a trial child cannot start: ") + e.what() +
                               "; check that forktrial-child is installed next to forktrial");

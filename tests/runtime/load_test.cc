@@ -189,7 +189,7 @@ TEST_CASE("a manifest without [runtime] cannot be executed", "[runtime][load]") 
   TempDir dir;
   PackSpec spec;
   spec.pack_lua = pack_header(spec) + "return pack\n";
-  std::string manifest = manifest_text(spec);
+  std::string manifest = manifest_text(spec, "sha256:" + std::string(64, '0'));
   manifest.erase(manifest.find("[runtime]"));
   dir.write("p/manifest.toml", manifest);
   dir.write("p/pack.lua", spec.pack_lua);

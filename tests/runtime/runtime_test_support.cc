@@ -3,51 +3,6 @@
 #include <catch2/catch.hpp>
 
 namespace forktrial::testing {
-namespace {
-
-std::string toml_list(const std::vector<std::string>& items) {
-  std::string out = "[";
-  for (const auto& item : items) out += (out.size() > 1 ? ", \"" : "\"") + item + "\"";
-  return out + "]";
-}
-
-std::string lua_list(const std::vector<std::string>& items) {
-  std::string out = "{";
-  for (const auto& item : items) out += (out.size() > 1 ? ", \"" : "\"") + item + "\"";
-  return out + "}";
-}
-
-}  // namespace
-
-std::string manifest_text(const PackSpec& spec) {
-  return "[pack]\nname = \"" + spec.name + "\"\nversion = \"" + spec.version +
-         "\"\ndescription = \"test pack\"\nlicense = \"Apache-2.0\"\n\n"
-         "[pack.provenance]\nauthored_by = \"human\"\n\n"
-         "[pack.integrity]\ncontent_hash = "
-         "\"sha256:0000000000000000000000000000000000000000000000000000000000000000\"\n"
-         "signature = \"\"\n\n"
-         "[dependencies]\nforktrial = \">=0.1,<1\"\n\n"
-         "[surface]\nobject_types = " +
-         toml_list(spec.object_types) + "\nrelation_types = " + toml_list(spec.relation_types) +
-         "\nbehaviors = " + toml_list(spec.behaviors) +
-         "\ntools = []\nsettings_schema = \"\"\ncapabilities = " + spec.capabilities +
-         "\nconsumes = []\n\n[runtime]\nlanguage = \"lua\"\nentry = \"pack.lua\"\n";
-}
-
-std::string pack_header(const PackSpec& spec) {
-  return "local pack = forktrial.pack{ name = \"" + spec.name + "\", version = \"" + spec.version +
-         "\", object_types = " + lua_list(spec.object_types) +
-         ", relation_types = " + lua_list(spec.relation_types) +
-         ", tools = {}, settings_schema = \"\", capabilities = {} }\n";
-}
-
-std::filesystem::path write_pack(const TempDir& dir, std::string_view relative,
-                                 const PackSpec& spec) {
-  dir.write(std::string(relative) + "/manifest.toml", manifest_text(spec));
-  dir.write(std::string(relative) + "/pack.lua", spec.pack_lua);
-  return dir.path() / std::string(relative);
-}
-
 store::Event history_event(std::uint64_t seq, std::string type, std::string payload,
                            std::string timestamp) {
   store::Event event;

@@ -10,31 +10,10 @@
 
 #include "runtime/runtime.h"
 #include "store/event.h"
+#include "tests/support/pack_writer.h"
 #include "tests/support/temp_dir.h"
 
 namespace forktrial::testing {
-
-// What a test pack's manifest declares. The Lua code is given separately, so
-// the two can be made to disagree.
-struct PackSpec {
-  std::string name = "candidate";
-  std::string version = "0.1.0";
-  std::vector<std::string> object_types;
-  std::vector<std::string> relation_types;
-  std::vector<std::string> behaviors;
-  std::string capabilities = "[]";  // TOML array text
-  std::string pack_lua;             // pack.lua
-};
-
-// A manifest.toml for `spec`, valid under RuntimeRequirement::required.
-std::string manifest_text(const PackSpec& spec);
-
-// The forktrial.pack{...} call matching `spec`'s declared types (no behaviors).
-std::string pack_header(const PackSpec& spec);
-
-// Writes manifest.toml and pack.lua under `dir/relative`; returns the pack root.
-std::filesystem::path write_pack(const TempDir& dir, std::string_view relative,
-                                 const PackSpec& spec);
 
 // A history event as the store would return it.
 store::Event history_event(std::uint64_t seq, std::string type, std::string payload,

@@ -27,7 +27,8 @@ TEST_CASE("the local executor runs a specification in a child", "[sandbox][execu
   store::EventStore store(dir.path() / "store");
   auto recorded = testing::record_parent_run(store);
   testing::PackSpec pack;
-  pack.lua = R"(return forktrial.pack{ name = "candidate", version = "0.1.0", object_types = {},
+  pack.pack_lua =
+      R"(return forktrial.pack{ name = "candidate", version = "0.1.0", object_types = {},
     relation_types = {}, tools = {}, settings_schema = "", capabilities = {} })";
   pack.files["s.lua"] = "function main(rt) rt:emit{ type = 'hello', payload = {} } end\n";
   const auto root = dir.path() / "pack";

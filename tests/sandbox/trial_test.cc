@@ -33,7 +33,7 @@ PackSpec greeter() {
   PackSpec spec;
   spec.object_types = {"greeting"};
   spec.behaviors = {"greeter"};
-  spec.lua = kGreeterLua;
+  spec.pack_lua = kGreeterLua;
   spec.files["scenarios/main.lua"] = "function main(rt) rt:run_goal('water the plants') end\n";
   return spec;
 }
@@ -41,7 +41,8 @@ PackSpec greeter() {
 // A pack with no behaviors whose scenario is `body` (the inside of main(rt)).
 PackSpec scenario_only(const std::string& body) {
   PackSpec spec;
-  spec.lua = R"(return forktrial.pack{ name = "candidate", version = "0.1.0", object_types = {},
+  spec.pack_lua =
+      R"(return forktrial.pack{ name = "candidate", version = "0.1.0", object_types = {},
     relation_types = {}, tools = {}, settings_schema = "", capabilities = {} })";
   spec.files["scenarios/main.lua"] = "function main(rt)\n" + body + "\nend\n";
   return spec;
@@ -147,7 +148,7 @@ TEST_CASE("4. work beyond max_events is limits_exceeded by the event budget", "[
   Fixture f;
   PackSpec spec;
   spec.behaviors = {"echo"};
-  spec.lua =
+  spec.pack_lua =
       R"(local pack = forktrial.pack{ name = "candidate", version = "0.1.0", object_types = {},
     relation_types = {}, tools = {}, settings_schema = "", capabilities = {} }
   pack:behavior{ name = "echo", on = {"tick"},
@@ -257,7 +258,7 @@ TEST_CASE("9. extra packs load first and interact; a bad extra pin fails the tri
   trusted.name = "trusted";
   trusted.version = "1.0.0";
   trusted.behaviors = {"noter"};
-  trusted.lua =
+  trusted.pack_lua =
       R"(local pack = forktrial.pack{ name = "trusted", version = "1.0.0", object_types = {},
     relation_types = {}, tools = {}, settings_schema = "", capabilities = {} }
   pack:behavior{ name = "noter", on = {"goal.created"},
@@ -266,7 +267,7 @@ TEST_CASE("9. extra packs load first and interact; a bad extra pin fails the tri
   PackSpec candidate;
   candidate.object_types = {"note"};
   candidate.behaviors = {"filer"};
-  candidate.lua =
+  candidate.pack_lua =
       R"(local pack = forktrial.pack{ name = "candidate", version = "0.1.0", object_types = {"note"},
     relation_types = {}, tools = {}, settings_schema = "", capabilities = {} }
   pack:behavior{ name = "filer", on = {"note.written"},
@@ -398,7 +399,7 @@ TEST_CASE("14. scenario paths are confined; ::fn selects; a missing fn is named"
 TEST_CASE("15. an LLM behavior with max_llm_calls = 0 fails loudly before running", "[trial]") {
   Fixture f;
   PackSpec spec = greeter();
-  spec.lua =
+  spec.pack_lua =
       R"(local pack = forktrial.pack{ name = "candidate", version = "0.1.0", object_types = {"greeting"},
     relation_types = {}, tools = {}, settings_schema = "", capabilities = {} }
   pack:behavior{ name = "greeter", on = {"goal.created"}, llm = true,
