@@ -59,11 +59,30 @@ std::array<std::byte, 16> event_key(std::uint64_t run_number, std::uint64_t seq)
   return key;
 }
 
-std::vector<std::byte> event_id_key(std::uint64_t run_number, std::string_view event_id) {
-  std::vector<std::byte> key(8 + event_id.size());
-  put_u64(key.data(), run_number);
-  std::memcpy(key.data() + 8, event_id.data(), event_id.size());
-  return key;
+std::size_t event_id_key(std::uint64_t run_number, std::string_view event_id, std::byte* out) {
+  put_u64(out, run_number);
+  std::size_t n = 8;
+  auto is_digit = [](char c) { return c >= '0' && c <= '9'; };
+  for (std::size_t i = 0; i < event_id.size();) {
+    char c = event_id[i];
+    if (is_digit(c)) {
+      std::size_t end = i;
+      while (end < event_id.size() && end - i < 255 && is_digit(event_id[end])) ++end;
+      out[n++] = std::byte{0x00};
+      out[n++] = static_cast<std::byte>(end - i);
+      std::memcpy(out + n, event_id.data() + i, end - i);
+      n += end - i;
+      i = end;
+    } else if (c == '\0' || c == '\1') {
+      out[n++] = std::byte{0x01};
+      out[n++] = static_cast<std::byte>(c + 1);
+      ++i;
+    } else {
+      out[n++] = static_cast<std::byte>(c);
+      ++i;
+    }
+  }
+  return n;
 }
 
 namespace {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "store/event.h"
+#include "store/ids.h"
 
 namespace forktrial::store::codec {
 
@@ -24,8 +25,16 @@ std::array<std::byte, 8> u64_key(std::uint64_t value);
 
 // events: run number ‖ seq, 16 bytes.
 std::array<std::byte, 16> event_key(std::uint64_t run_number, std::uint64_t seq);
-// event_ids: run number ‖ event id bytes.
-std::vector<std::byte> event_id_key(std::uint64_t run_number, std::string_view event_id);
+// event_ids: run number ‖ the event id in an order-preserving encoding for
+// numbered ids: every maximal run of ASCII digits becomes 0x00, its length
+// (one byte; runs over 255 digits are split) and the digits; the bytes 0x00
+// and 0x01 become 0x01 0x01 and 0x01 0x02; other bytes stay. The encoding is
+// injective, and "evt_999" < "evt_1000" in key order, so a run's ids from a
+// counter arrive in increasing key order and can be appended (MDB_APPEND).
+inline constexpr std::size_t kMaxEventIdKeyBytes = 8 + 2 * kMaxIdBytes + 2;
+// Writes the key into `out` (kMaxEventIdKeyBytes long); returns its length.
+// `event_id` must be at most kMaxIdBytes long.
+std::size_t event_id_key(std::uint64_t run_number, std::string_view event_id, std::byte* out);
 
 // The stored value of an event is its canonical Cap'n Proto encoding
 // (schema::Event, a single segment without segment table). Appends are the

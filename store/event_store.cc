@@ -194,8 +194,8 @@ class TxnReader {
                                         std::string_view event_id) const {
     if (event_id.empty() || event_id.size() > kMaxIdBytes) return std::nullopt;
     for (const Range& range : ranges) {
-      auto key_bytes = codec::event_id_key(range.number, event_id);
-      MDB_val key = lmdb::val(std::span<const std::byte>(key_bytes));
+      std::byte key_bytes[codec::kMaxEventIdKeyBytes];
+      MDB_val key{codec::event_id_key(range.number, event_id, key_bytes), key_bytes};
       MDB_val value{};
       int rc = mdb_get(txn_, dbis_.event_ids, &key, &value);
       if (rc == MDB_NOTFOUND) continue;
@@ -662,13 +662,47 @@ class EventSink {
   bool append_ = false;
 };
 
+// Adds entries to the event-id index. It remembers the largest key of the
+// table: a key beyond it is put with MDB_APPEND (no search, full pages),
+// which is every key of a run whose ids come from a counter (see
+// codec::event_id_key); any other key takes a regular MDB_NOOVERWRITE put.
+class IdIndexSink {
+ public:
+  IdIndexSink(const EventStore::Impl& impl, lmdb::Txn& txn)
+      : txn_(txn), dbi_(impl.dbis.event_ids), cursor_(txn.get(), impl.dbis.event_ids) {
+    MDB_val key{};
+    MDB_val value{};
+    if (cursor_.get(key, value, MDB_LAST)) {
+      last_.assign(static_cast<const std::byte*>(key.mv_data),
+                   static_cast<const std::byte*>(key.mv_data) + key.mv_size);
+    }
+  }
+
+  // Returns false, writing nothing, when the key is already indexed.
+  bool put_new(MDB_val key, MDB_val value) {
+    std::span<const std::byte> k(static_cast<const std::byte*>(key.mv_data), key.mv_size);
+    if (std::lexicographical_compare(last_.begin(), last_.end(), k.begin(), k.end())) {
+      cursor_.put(key, value, MDB_APPEND);
+      last_.assign(k.begin(), k.end());
+      return true;
+    }
+    return txn_.put_new(dbi_, key, value);
+  }
+
+ private:
+  lmdb::Txn& txn_;
+  MDB_dbi dbi_;
+  lmdb::Cursor cursor_;
+  std::vector<std::byte> last_;  // the largest key in the table
+};
+
 // Stores one event of run `number` at `seq` and indexes its id; refuses an
 // id already in the history (`inherited` are the ancestors' parts). The
 // value's `size` bytes are reserved in LMDB and filled by `fill`, so the
 // encoding is written once, in place.
 template <typename Fill>
 std::optional<Refusal> put_event(EventStore::Impl& impl, lmdb::Txn& txn, EventSink& sink,
-                                 const RunId& run, std::uint64_t number,
+                                 IdIndexSink& ids, const RunId& run, std::uint64_t number,
                                  const std::vector<Range>& inherited, std::string_view id,
                                  std::uint64_t seq, std::size_t size, Fill&& fill) {
   auto duplicate = [&](std::uint64_t at) {
@@ -679,12 +713,10 @@ std::optional<Refusal> put_event(EventStore::Impl& impl, lmdb::Txn& txn, EventSi
   if (!inherited.empty()) {
     if (auto at = TxnReader(impl.dbis, txn.get()).find_seq(inherited, id)) return duplicate(*at);
   }
-  std::byte id_key[8 + kMaxIdBytes];
-  codec::put_u64(id_key, number);
-  std::memcpy(id_key + 8, id.data(), id.size());
-  MDB_val id_val{8 + id.size(), id_key};
+  std::byte id_key[codec::kMaxEventIdKeyBytes];
+  MDB_val id_val{codec::event_id_key(number, id, id_key), id_key};
   auto seq_value = codec::u64_key(seq);
-  if (!txn.put_new(impl.dbis.event_ids, id_val, lmdb::val(std::span<const std::byte>(seq_value)))) {
+  if (!ids.put_new(id_val, lmdb::val(std::span<const std::byte>(seq_value)))) {
     auto existing = txn.get(impl.dbis.event_ids, id_val);
     return duplicate(codec::get_u64(static_cast<const std::byte*>(existing->mv_data)));
   }
@@ -746,6 +778,7 @@ Result<std::uint64_t> Writer::append(const RunId& run, std::uint64_t expected_he
   auto inherited = inherited_ranges(reader, *record);
   std::uint64_t seq = head;
   EventSink sink(state_.impl, state_.txn, record->number, head + 1);
+  IdIndexSink ids(state_.impl, state_.txn);
   for (const NewEvent& event : events) {
     if (auto problem = invalid_event(event)) {
       return std::unexpected(
@@ -754,8 +787,8 @@ Result<std::uint64_t> Writer::append(const RunId& run, std::uint64_t expected_he
     }
     ++seq;
     if (auto refusal =
-            put_event(state_.impl, state_.txn, sink, run, record->number, inherited, event.id.str(),
-                      seq, codec::encoded_event_size(event, seq),
+            put_event(state_.impl, state_.txn, sink, ids, run, record->number, inherited,
+                      event.id.str(), seq, codec::encoded_event_size(event, seq),
                       [&](std::span<std::byte> out) { codec::encode_event(event, seq, out); })) {
       return std::unexpected(*refusal);
     }
@@ -879,6 +912,7 @@ Result<RunInfo> Writer::load_segment(std::span<const std::byte> segment, const N
   std::size_t offset = 16;
   codec::EventDecoder decoder;
   EventSink sink(state_.impl, state_.txn, record->number, 1);
+  IdIndexSink ids(state_.impl, state_.txn);
   for (std::uint64_t seq = 1; seq <= count; ++seq) {
     if (segment.size() - offset < 8) {
       return bad("it ends before event " + std::to_string(seq) + " of " + std::to_string(count));
@@ -906,7 +940,7 @@ Result<RunInfo> Writer::load_segment(std::span<const std::byte> segment, const N
     auto copy = [&](std::span<std::byte> out) {
       std::memcpy(out.data(), value.data(), value.size());
     };
-    if (auto refusal = put_event(state_.impl, state_.txn, sink, record->id, record->number, {},
+    if (auto refusal = put_event(state_.impl, state_.txn, sink, ids, record->id, record->number, {},
                                  view.id, seq, value.size(), copy)) {
       return bad(refusal->message);
     }

@@ -15,9 +15,10 @@
 
 namespace forktrial::store {
 
-// LMDB's default maximum key size is 511 bytes; ids are stored behind an
-// 8-byte run number in the event-id index, so they get a little less.
-inline constexpr std::size_t kMaxIdBytes = 400;
+// LMDB's default maximum key size is 511 bytes. The event-id index stores an
+// id behind an 8-byte run number in an encoding that at most doubles it
+// (docs/store-format.md, "event_ids"), hence 250.
+inline constexpr std::size_t kMaxIdBytes = 250;
 
 template <typename Tag>
 class StringId {

@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 #include <cstring>
+#include <set>
 
 #include "schema/event.capnp.h"
 #include "store/event_store.h"
@@ -91,6 +92,49 @@ TEST_CASE("the event encoder writes Cap'n Proto's canonical form", "[store][code
     }
   }
   CHECK(checked == 7 * 8 * 5);
+}
+
+std::string id_key(std::string_view id, std::uint64_t run = 7) {
+  std::byte out[kMaxEventIdKeyBytes];
+  std::size_t n = event_id_key(run, id, out);
+  REQUIRE(n <= kMaxEventIdKeyBytes);
+  return std::string(reinterpret_cast<const char*>(out), n);
+}
+
+TEST_CASE("event-id keys sort counter ids numerically", "[store][codec]") {
+  for (const char* format : {"evt_%d", "evt_%03d", "%d", "frame-%d-x"}) {
+    std::string previous;
+    for (int n = 0; n < 20000; ++n) {
+      char id[32];
+      std::snprintf(id, sizeof id, format, n);
+      std::string key = id_key(id);
+      INFO(format << " " << n);
+      if (n > 0) REQUIRE(previous < key);
+      previous = key;
+    }
+  }
+  CHECK(id_key("evt_999") < id_key("evt_1000"));
+  CHECK(id_key("evt_1", 1) < id_key("evt_0", 2));  // the run number comes first
+}
+
+TEST_CASE("event-id keys are distinct for distinct ids and bounded in size", "[store][codec]") {
+  using namespace std::string_literals;
+  std::vector<std::string> ids{""s,     "1"s,     "01"s,        "001"s,       "a1"s,   "a01"s,
+                               "a\0"s,  "a\1"s,   "a\1\2"s,     "a\2"s,       "\0\1"s, "\1\0"s,
+                               "1a"s,   "1\0"s,   "12"s,        "1\x00\x02"s, "x"s,    "x0y"s,
+                               "x00y"s, "x0\0y"s, "x\x01\x01"s, "\x01\x02"s};
+  ids.push_back(std::string(300, '7'));  // a digit run longer than 255
+  ids.push_back(std::string(255, '7') + "\0"s + std::string(45, '7'));
+  std::set<std::string> keys;
+  for (const auto& id : ids) keys.insert(id_key(id));
+  CHECK(keys.size() == ids.size());
+
+  std::string worst;
+  for (std::size_t i = 0; i < kMaxIdBytes; ++i) worst += (i % 2 == 0) ? '1' : 'a';
+  CHECK(id_key(worst).size() <= kMaxEventIdKeyBytes);
+  CHECK(id_key(std::string(kMaxIdBytes, '\0')).size() <= kMaxEventIdKeyBytes);
+  CHECK(id_key(std::string(kMaxIdBytes, '9')).size() <= kMaxEventIdKeyBytes);
+  CHECK(kMaxEventIdKeyBytes <= 511);  // LMDB's default maximum key size
 }
 
 TEST_CASE("the fast decoder agrees with Cap'n Proto's reader on damaged values", "[store][codec]") {

@@ -144,6 +144,38 @@ TEST_CASE("a generated run id that is taken is drawn again", "[store]") {
   CHECK(store.create_run({.id = RunId("run_c")}).error().kind == Refused::run_exists);
 }
 
+TEST_CASE("ids in and out of counter order are indexed and checked alike", "[store]") {
+  forktrial::testing::TempDir dir;
+  EventStore store(dir.path() / "s", fixed_options());
+  RunInfo older = must(store.create_run({}));
+  RunInfo run = must(store.create_run({}));
+  std::string longest;
+  for (std::size_t i = 0; i < kMaxIdBytes; ++i) longest += (i % 2 == 0) ? '1' : 'a';
+  // Counter ids (appended to the index), then ids that sort before them.
+  REQUIRE(store.append(run.id, 0, events("evt_", 1000)) == 1000u);
+  REQUIRE(store.append(run.id, 1000,
+                       std::vector{event("a"), event(std::string("z\0z", 3)), event(longest)}) ==
+          1003u);
+  REQUIRE(store.append(older.id, 0, events("evt_", 3)) == 3u);  // same ids, another run
+  auto refused = store.append(run.id, 1003, std::vector{event("evt_1001"), event("evt_7")});
+  REQUIRE_FALSE(refused);
+  CHECK_THAT(refused.error().message,
+             Catch::Contains("event id evt_7") && Catch::Contains("seq 7"));
+  CHECK(store.append(run.id, 1003, event(std::string("z\0z", 3))).error().kind ==
+        Refused::duplicate_event_id);
+  CHECK(store.append(run.id, 1003, event(longest + "1")).error().kind == Refused::invalid_event);
+
+  auto snap = store.snapshot();
+  RunInfo now = *snap.run(run.id);
+  CHECK(snap.find_event(now, EventId("evt_999"))->seq == 999);
+  CHECK(snap.find_event(now, EventId("evt_1000"))->seq == 1000);
+  CHECK(snap.find_event(now, EventId(longest))->seq == 1003);
+  CHECK(snap.find_event(now, EventId(std::string("z\0z", 3)))->seq == 1002);
+  CHECK_FALSE(snap.find_event(now, EventId("z")).has_value());
+  CHECK(snap.find_event(*snap.run(older.id), EventId("evt_3"))->seq == 3);
+  CHECK_FALSE(snap.find_event(*snap.run(older.id), EventId("evt_4")).has_value());
+}
+
 TEST_CASE("invalid events and unknown runs are refused", "[store]") {
   forktrial::testing::TempDir dir;
   EventStore store(dir.path() / "s", fixed_options());
