@@ -13,6 +13,7 @@
 #include "store/jsonl.h"
 #include "tools/cli_support.h"
 #include "tools/commands.h"
+#include "tools/store_access.h"
 
 namespace forktrial::tools {
 namespace {
@@ -22,8 +23,6 @@ using nlohmann::ordered_json;
 using store::EventStore;
 using store::RunId;
 using store::RunInfo;
-
-constexpr const char* kDefaultStore = "./forktrial-store";
 
 // Options every run subcommand shares; filled by CLI11 before the callback.
 struct Common {
@@ -55,21 +54,6 @@ struct NewRunOptions {
     return run;
   }
 };
-
-// Opens the store. Commands that only read refuse a directory that holds no
-// store rather than creating an empty one behind a typo.
-EventStore open_store(const std::string& path, bool create) {
-  if (!create && !fs::exists(fs::path(path) / "data.mdb")) {
-    throw CommandFailed("no store at " + path +
-                        " (no data.mdb there); pass --store PATH, or create one with "
-                        "`forktrial run new` or `forktrial run import FILE`");
-  }
-  try {
-    return EventStore(path);
-  } catch (const store::StoreError& e) {
-    throw CommandFailed("cannot open the store at " + path + ": " + e.what());
-  }
-}
 
 RunInfo require_run(const store::Snapshot& snap, const std::string& id, const std::string& store) {
   auto run = snap.run(RunId(id));
