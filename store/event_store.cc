@@ -298,9 +298,6 @@ class TxnReader {
     return failures;
   }
 
-  const Dbis& dbis() const { return dbis_; }
-  MDB_txn* txn() const { return txn_; }
-
  private:
   const Dbis& dbis_;
   MDB_txn* txn_;
