@@ -101,7 +101,9 @@ struct StoreOptions {
   bool sync = true;
   // The clock stamping created_at (ISO-8601 UTC) and the generator of new
   // run ids; tests inject fixed ones. Defaults: the system clock, and "run_"
-  // plus 16 random hex digits.
+  // plus 16 random hex digits. Both are called inside write transactions
+  // (serialized), and new_run_id also from EventStore::new_run_id on any
+  // thread, so a replacement must be thread-safe where that is used.
   std::function<std::string()> clock;
   std::function<RunId()> new_run_id;
 };
