@@ -79,6 +79,35 @@ class ChildHandle {
   pid_t pid_;
 };
 
+// Blocks SIGPIPE in the calling thread while it feeds a child's stdin: a
+// child that exits without reading its job must cost an EPIPE, not the
+// caller's life. A SIGPIPE raised meanwhile is consumed before the previous
+// mask is restored. Process-wide dispositions are left alone.
+class SigpipeBlock {
+ public:
+  SigpipeBlock() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    ::pthread_sigmask(SIG_BLOCK, &pipe_, &previous_);
+  }
+  ~SigpipeBlock() {
+    sigset_t pending;
+    sigemptyset(&pending);
+    if (::sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1 &&
+        sigismember(&previous_, SIGPIPE) == 0) {
+      const timespec zero{0, 0};
+      ::sigtimedwait(&pipe_, nullptr, &zero);
+    }
+    ::pthread_sigmask(SIG_SETMASK, &previous_, nullptr);
+  }
+  SigpipeBlock(const SigpipeBlock&) = delete;
+  SigpipeBlock& operator=(const SigpipeBlock&) = delete;
+
+ private:
+  sigset_t pipe_;
+  sigset_t previous_;
+};
+
 }  // namespace
 
 std::vector<std::string> closed_environment(const std::vector<std::string>& passthrough,
@@ -100,6 +129,7 @@ std::vector<std::string> closed_environment(const std::vector<std::string>& pass
 
 ChildResult run_child(const SpawnRequest& request) {
   using Clock = std::chrono::steady_clock;
+  const SigpipeBlock no_sigpipe;
   const auto started = Clock::now();
   Pipe in = make_pipe();
   Pipe out = make_pipe();

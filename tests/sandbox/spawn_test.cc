@@ -96,3 +96,16 @@ TEST_CASE("a program that cannot start is an error naming it", "[sandbox][spawn]
           "posix_spawn(\"/nonexistent/forktrial-child\"): No such file or directory");
   }
 }
+
+TEST_CASE("a child that exits without reading its job costs an EPIPE, not the caller",
+          "[sandbox][spawn]") {
+  auto request = shell("exit 4");
+  request.stdin_data = std::string(4 << 20, 'j');  // far more than a pipe buffer
+  auto result = run_child(request);
+  CHECK(result.exited);
+  CHECK(result.exit_code == 4);
+  sigset_t pending;
+  sigemptyset(&pending);
+  REQUIRE(::sigpending(&pending) == 0);
+  CHECK(sigismember(&pending, SIGPIPE) == 0);
+}
