@@ -13,8 +13,7 @@ namespace {
 const std::string kGreeter = FORKTRIAL_SOURCE_DIR "/examples/packs/greeter";
 
 forktrial::testing::CommandResult forktrial_cli(std::vector<std::string> args) {
-  args.insert(args.begin(), FORKTRIAL_BINARY);
-  return run_command(args);
+  return forktrial::testing::run_forktrial(std::move(args));
 }
 
 }  // namespace

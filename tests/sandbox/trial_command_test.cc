@@ -12,8 +12,7 @@ namespace {
 const std::string kExamples = FORKTRIAL_SOURCE_DIR "/examples";
 
 forktrial::testing::CommandResult cli(std::vector<std::string> args) {
-  args.insert(args.begin(), FORKTRIAL_BINARY);
-  return run_command(args);
+  return forktrial::testing::run_forktrial(std::move(args));
 }
 
 std::string imported_store(const TempDir& dir) {

@@ -28,10 +28,9 @@ struct Cli {
   std::string store = (dir.path() / "store").string();
 
   CommandResult run(std::vector<std::string> args) {
-    args.insert(args.begin(), FORKTRIAL_BINARY);
     args.push_back("--store");
     args.push_back(store);
-    return run_command(args);
+    return forktrial::testing::run_forktrial(std::move(args));
   }
   // Runs a command that must succeed; returns its stdout.
   std::string ok(std::vector<std::string> args) {

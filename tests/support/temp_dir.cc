@@ -93,4 +93,9 @@ CommandResult run_command(const std::vector<std::string>& argv) {
   return result;
 }
 
+CommandResult run_forktrial(std::vector<std::string> args) {
+  args.insert(args.begin(), FORKTRIAL_BINARY);
+  return run_command(args);
+}
+
 }  // namespace forktrial::testing

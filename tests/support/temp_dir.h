@@ -34,4 +34,7 @@ struct CommandResult {
 // stdout and stderr.
 CommandResult run_command(const std::vector<std::string>& argv);
 
+// Runs the built `forktrial` command with `args`, as a user would.
+CommandResult run_forktrial(std::vector<std::string> args);
+
 }  // namespace forktrial::testing
