@@ -13,6 +13,8 @@
 // Exit code 70 means the child could not even start (bad job, no fd 3); the
 // parent reports that as a crash with this process's stderr.
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -114,6 +116,10 @@ std::optional<std::string> materialization_problem(const TrialSpecification& spe
 }
 
 int run(int, char**) {
+  // A trial must not outlive the parent that supervises it (the wall-clock
+  // kill lives there): die with it. The parent pid in the job closes the race
+  // of a parent that died before this line.
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::fcntl(kTailFd, F_GETFD) < 0) {
     std::fprintf(stderr,
                  "forktrial-child: fd 3 (the tail) is not open; run me through forktrial\n");
@@ -123,6 +129,11 @@ int run(int, char**) {
   auto job = decode_job(input);
   if (!job) {
     std::fprintf(stderr, "forktrial-child: %s\n", job.error().c_str());
+    return kCannotStart;
+  }
+
+  if (job->parent_pid != 0 && ::getppid() != job->parent_pid) {
+    std::fprintf(stderr, "forktrial-child: the parent process %d is gone\n", job->parent_pid);
     return kCannotStart;
   }
 

@@ -25,6 +25,7 @@ std::string encode_job(const ChildJob& job) {
       {"fork_seq", job.fork_seq},
       {"scratch_store", job.scratch_store},
       {"trial_id", job.trial_id},
+      {"parent_pid", job.parent_pid},
       {"seams",
        {{"refuse_nets", job.seams.refuse_nets}, {"misreport_events", job.seams.misreport_events}}}};
   return out.dump();
@@ -50,6 +51,7 @@ std::expected<ChildJob, std::string> decode_job(std::string_view text) {
     job.fork_seq = doc.at("fork_seq").get<std::uint64_t>();
     job.scratch_store = doc.at("scratch_store").get<std::string>();
     job.trial_id = doc.at("trial_id").get<std::string>();
+    job.parent_pid = doc.at("parent_pid").get<int>();
     const json& seams = doc.at("seams");
     job.seams.refuse_nets = seams.at("refuse_nets").get<std::vector<std::string>>();
     job.seams.misreport_events = seams.at("misreport_events").get<std::uint64_t>();

@@ -31,6 +31,7 @@ struct ChildJob {
   std::uint64_t fork_seq = 0;  // the seq of the fork point in the fork's history
   std::string scratch_store;   // directory of the scratch store holding only the fork
   std::string trial_id;        // seeds the runtime's randomness
+  int parent_pid = 0;          // the supervising process; the child exits if it is gone
   ChildSeams seams;
   friend bool operator==(const ChildJob&, const ChildJob&) = default;
 };

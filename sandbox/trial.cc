@@ -111,7 +111,9 @@ SpawnRequest child_request(const ChildOptions& options, const ChildJob& job,
       (options.child_path.empty() ? default_child_path() : options.child_path).string();
   request.env = closed_environment(job.limits.env_passthrough, environ);
   request.env.insert(request.env.end(), options.extra_env.begin(), options.extra_env.end());
-  request.stdin_data = encode_job(job);
+  ChildJob with_parent = job;
+  with_parent.parent_pid = ::getpid();
+  request.stdin_data = encode_job(with_parent);
   request.wall_clock = wall_clock;
   return request;
 }

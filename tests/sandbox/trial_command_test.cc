@@ -1,8 +1,19 @@
 // `forktrial trial` and `forktrial preflight` as a user runs them.
-#include <catch2/catch.hpp>
-#include <nlohmann/json.hpp>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "tests/support/pack_writer.h"
 #include "tests/support/temp_dir.h"
+
+extern char** environ;
 
 using forktrial::testing::run_command;
 using forktrial::testing::TempDir;
@@ -89,4 +100,70 @@ TEST_CASE("forktrial preflight reports that children start here", "[trial][cli]"
   for (auto args : {std::vector<std::string>{"trial", "--help"}, {"preflight", "--help"}}) {
     CHECK(cli(args).out.find("Examples:") != std::string::npos);
   }
+}
+
+namespace {
+
+// The pids of running forktrial-child processes whose parent is `parent`.
+std::vector<int> children_of(int parent) {
+  std::vector<int> found;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;
+    // "pid (comm) state ppid ...": comm may hold spaces, so parse after ')'.
+    auto close = line.rfind(')');
+    auto open = line.find('(');
+    if (close == std::string::npos || open == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 2));
+    char state = 0;
+    int ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == parent && line.substr(open + 1, close - open - 1) == "forktrial-child") {
+      found.push_back(std::stoi(name));
+    }
+  }
+  return found;
+}
+
+}  // namespace
+
+TEST_CASE("a trial child dies with the forktrial process that supervises it", "[trial][cli]") {
+  TempDir dir;
+  const auto store = imported_store(dir);
+  // forktrial runs a spinning candidate under a long wall clock (the CPU and
+  // memory nets bound it should the test fail), in the background; it is then
+  // killed outright, before it can kill its child.
+  forktrial::testing::PackSpec spinner;
+  spinner.pack_lua = forktrial::testing::pack_header(spinner) + "return pack\n";
+  spinner.files["spin.lua"] = "function main(rt) while true do end end\n";
+  const auto pack = forktrial::testing::write_pack(dir, "spinner", spinner);
+  const std::string script = std::string("exec ") + FORKTRIAL_BINARY + " trial --store " + store +
+                             " --run run_chat --at evt_010 --pack " + pack.string() +
+                             " --scenario spin.lua --wall-clock 600 --max-cpu 30 --max-rss 256M";
+  pid_t cli_pid = 0;
+  {
+    std::vector<std::string> argv = {"/bin/sh", "-c", script};
+    std::vector<char*> args;
+    for (auto& a : argv) args.push_back(a.data());
+    args.push_back(nullptr);
+    REQUIRE(::posix_spawn(&cli_pid, "/bin/sh", nullptr, nullptr, args.data(), environ) == 0);
+  }
+  std::vector<int> children;
+  for (int i = 0; i < 200 && children.empty(); ++i) {
+    ::usleep(25'000);
+    children = children_of(cli_pid);
+  }
+  REQUIRE(children.size() == 1);
+  ::kill(cli_pid, SIGKILL);
+  int status = 0;
+  ::waitpid(cli_pid, &status, 0);
+  bool gone = false;
+  for (int i = 0; i < 200 && !gone; ++i) {
+    gone = ::kill(children[0], 0) != 0;
+    if (!gone) ::usleep(25'000);
+  }
+  CHECK(gone);
 }
