@@ -37,27 +37,39 @@ bool ends_with(std::string_view text, std::string_view suffix) {
   return text.ends_with(suffix);
 }
 
+// Walks `text` one UTF-8 sequence at a time: `visit(codepoint, bytes)` gets
+// the decoded code point and its bytes, or -1 and the single byte that does
+// not start a valid sequence.
+template <typename Visit>
+void for_each_code_point(std::string_view text, Visit&& visit) {
+  const auto* bytes = reinterpret_cast<const utf8proc_uint8_t*>(text.data());
+  std::size_t offset = 0;
+  while (offset < text.size()) {
+    utf8proc_int32_t codepoint = 0;
+    utf8proc_ssize_t consumed = utf8proc_iterate(
+        bytes + offset, static_cast<utf8proc_ssize_t>(text.size() - offset), &codepoint);
+    if (consumed <= 0) {
+      codepoint = -1;
+      consumed = 1;
+    }
+    visit(codepoint, text.substr(offset, static_cast<std::size_t>(consumed)));
+    offset += static_cast<std::size_t>(consumed);
+  }
+}
+
 // Valid UTF-8 text with every non-ASCII code point spelled \u{XXXX}, so that
 // composed and decomposed forms look different in a message.
 std::string code_points(std::string_view text) {
   std::string out;
-  const auto* bytes = reinterpret_cast<const utf8proc_uint8_t*>(text.data());
-  auto remaining = static_cast<utf8proc_ssize_t>(text.size());
-  std::size_t offset = 0;
-  while (remaining > 0) {
-    utf8proc_int32_t codepoint = 0;
-    utf8proc_ssize_t consumed = utf8proc_iterate(bytes + offset, remaining, &codepoint);
-    if (consumed <= 0) break;
-    if (codepoint < 0x80) {
-      out += static_cast<char>(codepoint);
+  for_each_code_point(text, [&](utf8proc_int32_t codepoint, std::string_view sequence) {
+    if (codepoint >= 0 && codepoint < 0x80) {
+      out += sequence;
     } else {
       char escaped[16];
       std::snprintf(escaped, sizeof escaped, "\\u{%04X}", static_cast<unsigned>(codepoint));
       out += escaped;
     }
-    offset += static_cast<std::size_t>(consumed);
-    remaining -= consumed;
-  }
+  });
   return out;
 }
 
@@ -197,23 +209,16 @@ void put_u64_be(std::uint64_t value, unsigned char* out) {
 // not part of valid UTF-8 become \xNN.
 std::string printable(std::string_view raw) {
   std::string out;
-  const auto* bytes = reinterpret_cast<const utf8proc_uint8_t*>(raw.data());
-  auto remaining = static_cast<utf8proc_ssize_t>(raw.size());
-  std::size_t offset = 0;
-  while (remaining > 0) {
-    utf8proc_int32_t codepoint = 0;
-    utf8proc_ssize_t consumed = utf8proc_iterate(bytes + offset, remaining, &codepoint);
-    if (consumed < 0 || codepoint < 0x20 || codepoint == 0x7f) {
+  for_each_code_point(raw, [&](utf8proc_int32_t codepoint, std::string_view sequence) {
+    if (codepoint < 0x20 || codepoint == 0x7f) {
       char escaped[5];
-      std::snprintf(escaped, sizeof escaped, "\\x%02X", static_cast<unsigned>(bytes[offset]));
+      std::snprintf(escaped, sizeof escaped, "\\x%02X",
+                    static_cast<unsigned>(static_cast<unsigned char>(sequence[0])));
       out += escaped;
-      consumed = 1;
     } else {
-      out.append(raw.substr(offset, static_cast<std::size_t>(consumed)));
+      out += sequence;
     }
-    offset += static_cast<std::size_t>(consumed);
-    remaining -= consumed;
-  }
+  });
   return out;
 }
 
