@@ -151,17 +151,23 @@ TEST_CASE("a trial child dies with the forktrial process that supervises it", "[
     args.push_back(nullptr);
     REQUIRE(::posix_spawn(&cli_pid, "/bin/sh", nullptr, nullptr, args.data(), environ) == 0);
   }
+  struct KillOnExit {  // a failed REQUIRE must not leave the trial running
+    pid_t pid;
+    ~KillOnExit() {
+      if (pid > 0 && ::kill(pid, SIGKILL) == 0) ::waitpid(pid, nullptr, 0);
+    }
+  } guard{cli_pid};
   std::vector<int> children;
-  for (int i = 0; i < 200 && children.empty(); ++i) {
+  for (int i = 0; i < 400 && children.empty(); ++i) {  // up to 10 s
     ::usleep(25'000);
     children = children_of(cli_pid);
   }
   REQUIRE(children.size() == 1);
   ::kill(cli_pid, SIGKILL);
-  int status = 0;
-  ::waitpid(cli_pid, &status, 0);
+  ::waitpid(cli_pid, nullptr, 0);
+  guard.pid = 0;
   bool gone = false;
-  for (int i = 0; i < 200 && !gone; ++i) {
+  for (int i = 0; i < 400 && !gone; ++i) {
     gone = ::kill(children[0], 0) != 0;
     if (!gone) ::usleep(25'000);
   }
