@@ -33,10 +33,6 @@ std::string join(const std::string& dir, std::string_view name) {
   return out;
 }
 
-bool ends_with(std::string_view text, std::string_view suffix) {
-  return text.ends_with(suffix);
-}
-
 // Walks `text` one UTF-8 sequence at a time: `visit(codepoint, bytes)` gets
 // the decoded code point and its bytes, or -1 and the single byte that does
 // not start a valid sequence.
@@ -170,7 +166,7 @@ class Walker {
       }
       walk(UniqueFd(fd), path);
     } else if (S_ISREG(st.st_mode)) {
-      if (ends_with(name, ".pyc")) return;
+      if (name.ends_with(".pyc")) return;
       if (auto bad = check_path_text(path)) violations.push_back(std::move(*bad));
       files.push_back({std::move(path)});
     }

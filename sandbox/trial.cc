@@ -152,18 +152,29 @@ TrialLimits default_preflight_limits() {
   return limits;
 }
 
-TrialReport run_trial(store::EventStore& store, const TrialSpecification& spec,
-                      const ChildOptions& options) {
-  return run_forked_trial(store, store::RunId(spec.parent_run_id), store::EventId(spec.at_event),
-                          spec.candidate, spec.scenario, spec.limits, spec.label, spec.extra_packs,
-                          options);
-}
-
 TrialReport run_forked_trial(store::EventStore& store, const store::RunId& parent_run_id,
                              const store::EventId& at_event, const PackSource& candidate,
                              const std::string& scenario, const TrialLimits& limits,
                              const std::string& label, const std::vector<PackSource>& extra_packs,
                              const ChildOptions& options) {
+  TrialSpecification spec;
+  spec.parent_run_id = parent_run_id.str();
+  spec.at_event = at_event.str();
+  spec.label = label;
+  spec.candidate = candidate;
+  spec.extra_packs = extra_packs;
+  spec.scenario = scenario;
+  spec.limits = limits;
+  return run_trial(store, spec, options);
+}
+
+TrialReport run_trial(store::EventStore& store, const TrialSpecification& spec,
+                      const ChildOptions& options) {
+  const store::RunId parent_run_id(spec.parent_run_id);
+  const store::EventId at_event(spec.at_event);
+  const PackSource& candidate = spec.candidate;
+  const std::vector<PackSource>& extra_packs = spec.extra_packs;
+  const TrialLimits& limits = spec.limits;
   // 1. The parent forks. The fork point is resolved and checked here; the
   // fork's record is written together with its result (step 4), so a trial
   // is in the store whole or not at all and costs one durable commit.
@@ -182,7 +193,7 @@ TrialReport run_forked_trial(store::EventStore& store, const store::RunId& paren
     tip_timestamp = point->timestamp;
   }
   const store::RunId fork_id = store.new_run_id();
-  const store::NewRun fork_record{.id = fork_id, .label = label};
+  const store::NewRun fork_record{.id = fork_id, .label = spec.label};
 
   TrialReport report;
   report.fork_run_id = fork_id.str();
@@ -213,14 +224,6 @@ TrialReport run_forked_trial(store::EventStore& store, const store::RunId& paren
       }
     }
 
-    TrialSpecification spec;
-    spec.parent_run_id = parent_run_id.str();
-    spec.at_event = at_event.str();
-    spec.label = label;
-    spec.candidate = candidate;
-    spec.extra_packs = extra_packs;
-    spec.scenario = scenario;
-    spec.limits = limits;
     ChildJob job;
     job.limits = limits;
     job.spec = spec;
