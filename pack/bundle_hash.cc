@@ -12,11 +12,11 @@
 #include <memory>
 
 #include "base/unique_fd.h"
+#include "pack/manifest.h"
 
 namespace forktrial::pack {
 namespace {
 
-constexpr std::string_view kManifestName = "manifest.toml";
 constexpr std::size_t kReadBufferSize = 1 << 20;
 
 struct FoundFile {
@@ -226,6 +226,10 @@ WalkViolations make_violations(const std::filesystem::path& root, std::vector<Wa
 
 }  // namespace
 
+bool is_code_path(std::string_view path) {
+  return path == kManifestFile || path.ends_with(".lua");
+}
+
 std::string_view rule_name(WalkRule rule) {
   switch (rule) {
     case WalkRule::root_missing:
@@ -307,7 +311,12 @@ std::expected<TreeHashes, WalkViolations> hash_tree(const std::filesystem::path&
   auto buffer = std::make_unique_for_overwrite<unsigned char[]>(kReadBufferSize);
 
   for (const FoundFile& file : walker.files) {
-    const bool in_content = file.path != kManifestName;
+    const bool in_content = file.path != kManifestFile;
+    std::string* kept = nullptr;
+    if (request.keep_code) {
+      result.paths.push_back(file.path);
+      if (is_code_path(file.path)) kept = &result.code[file.path];
+    }
     auto feed = [&](const void* data, std::size_t size) {
       if (bundle) bundle->update(data, size);
       if (content && in_content) content->update(data, size);
@@ -325,6 +334,7 @@ std::expected<TreeHashes, WalkViolations> hash_tree(const std::filesystem::path&
     if (!late.empty()) continue;  // only collecting the remaining violations
     const auto size = static_cast<std::uint64_t>(st.st_size);
     if (size >= (1u << 20)) ::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
+    if (kept != nullptr) kept->reserve(size);
     unsigned char header[8];
     put_u64_be(size, header);
     feed(file.path.data(), file.path.size());
@@ -342,6 +352,8 @@ std::expected<TreeHashes, WalkViolations> hash_tree(const std::filesystem::path&
       seen += static_cast<std::uint64_t>(n);
       if (seen > size) break;
       feed(buffer.get(), static_cast<std::size_t>(n));
+      if (kept != nullptr) kept->append(reinterpret_cast<const char*>(buffer.get()),
+                                        static_cast<std::size_t>(n));
     }
     if (late.empty() && seen != size) {
       late.push_back({file.path, WalkRule::unreadable,
@@ -379,6 +391,21 @@ std::optional<PinError> check_pin_form(std::string_view pin) {
                   std::nullopt};
 }
 
+std::expected<Digest, PinError> compare_pin(std::string_view expected, const Digest& actual,
+                                            const std::filesystem::path& root) {
+  if (auto malformed = check_pin_form(expected)) return std::unexpected(std::move(*malformed));
+  if (actual.str() != expected) {
+    return std::unexpected(PinError{
+        PinError::Kind::mismatch,
+        "bundle hash mismatch for " + root.string() + ": pinned " + std::string(expected) +
+            " but the directory hashes to " + actual.str() +
+            " (the bundle hash covers every file, manifest.toml included); the pack changed "
+            "since it was pinned, or the pin belongs to another pack",
+        actual});
+  }
+  return actual;
+}
+
 std::expected<Digest, PinError> verify_bundle_hash(std::string_view expected,
                                                    const std::filesystem::path& root) {
   if (auto malformed = check_pin_form(expected)) return std::unexpected(std::move(*malformed));
@@ -387,16 +414,7 @@ std::expected<Digest, PinError> verify_bundle_hash(std::string_view expected,
     return std::unexpected(
         PinError{PinError::Kind::walk_failed, actual.error().message(), std::nullopt});
   }
-  if (actual->str() != expected) {
-    return std::unexpected(PinError{
-        PinError::Kind::mismatch,
-        "bundle hash mismatch for " + root.string() + ": pinned " + std::string(expected) +
-            " but the directory hashes to " + actual->str() +
-            " (the bundle hash covers every file, manifest.toml included); the pack changed "
-            "since it was pinned, or the pin belongs to another pack",
-        *actual});
-  }
-  return *actual;
+  return compare_pin(expected, *actual, root);
 }
 
 }  // namespace forktrial::pack

@@ -19,6 +19,8 @@
 #include <cstdint>
 #include <expected>
 #include <filesystem>
+#include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -62,12 +64,23 @@ struct TreeHashes {
   std::optional<Digest> content;  // set when requested
   std::uint64_t files = 0;        // files in the bundle walk (manifest included)
   std::uint64_t bytes = 0;        // their total size
+  // With HashRequest::keep_code: every path of the bundle walk, sorted, and
+  // the bytes of the code files among them, exactly as they were hashed.
+  std::vector<std::string> paths;
+  std::map<std::string, std::string, std::less<>> code;
 };
 
 struct HashRequest {
   bool bundle = true;
   bool content = true;
+  // Keep the bytes of the files a runtime reads (manifest.toml at the root and
+  // every file ending in ".lua") as they are fed to the hash, in the same
+  // read: nothing is read twice, so the kept bytes are the hashed bytes.
+  bool keep_code = false;
 };
+
+// True for the files HashRequest::keep_code keeps.
+bool is_code_path(std::string_view path);
 
 // One walk, computing the requested hashes together.
 std::expected<TreeHashes, WalkViolations> hash_tree(const std::filesystem::path& root,
@@ -87,6 +100,12 @@ struct PinError {
 // The malformed_pin error for a pin that is not "sha256:" + 64 lowercase hex,
 // or nullopt for a well-formed one. Reads no files.
 std::optional<PinError> check_pin_form(std::string_view pin);
+
+// Checks `expected` ("sha256:" + 64 lowercase hex) against `actual`, the
+// bundle hash already computed for `root` (named in the message). Returns the
+// verified digest, or why not (malformed_pin or mismatch).
+std::expected<Digest, PinError> compare_pin(std::string_view expected, const Digest& actual,
+                                            const std::filesystem::path& root);
 
 // Checks `expected` ("sha256:" + 64 lowercase hex) against the bundle hash of
 // `root`. Returns the verified digest, or why not.

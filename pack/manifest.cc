@@ -10,7 +10,6 @@
 namespace forktrial::pack {
 namespace {
 
-constexpr std::string_view kManifestFile = "manifest.toml";
 
 std::string type_name(const toml::node& node) {
   switch (node.type()) {

@@ -23,6 +23,9 @@
 
 namespace forktrial::pack {
 
+// The manifest's file name, at the root of every pack.
+inline constexpr std::string_view kManifestFile = "manifest.toml";
+
 // One problem in a manifest: the dotted field ("pack.version",
 // "surface.capabilities[2].risk", or "manifest.toml" for the file as a whole)
 // and what is wrong with it, including what to write instead.

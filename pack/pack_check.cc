@@ -2,7 +2,40 @@
 
 #include <sys/stat.h>
 
+#include <functional>
+
 namespace forktrial::pack {
+namespace {
+
+// The checks that compare a validated manifest with the pack's files: its
+// recorded content hash, and the files it names. `is_file` says whether a
+// relative path is a regular file of the pack.
+void check_manifest_against_files(PackCheck& check, Manifest manifest,
+                                  const std::function<bool(const std::string&)>& is_file) {
+  for (const auto& warning : manifest.warnings) check.warnings.push_back(warning.text());
+  if (check.content_hash && *check.content_hash != manifest.content_hash) {
+    check.problems.push_back(
+        "pack.integrity.content_hash: the manifest says " + manifest.content_hash.str() +
+        " but the files hash to " + check.content_hash->str() +
+        " (the content hash covers every file except manifest.toml); if the change is "
+        "intended, write the new value into the manifest");
+  }
+  if (manifest.runtime && !is_file(manifest.runtime->entry)) {
+    check.problems.push_back("runtime.entry: \"" + manifest.runtime->entry +
+                             "\" is not a regular file in the pack; create it or fix the path");
+  }
+  if (manifest.fixtures && !is_file(manifest.fixtures->entrypoint)) {
+    check.problems.push_back("fixtures.entrypoint: \"" + manifest.fixtures->entrypoint +
+                             "\" is not a regular file in the pack; create it or fix the path");
+  }
+  check.manifest = std::move(manifest);
+}
+
+void add_manifest_errors(PackCheck& check, const ManifestErrors& errors) {
+  for (const auto& issue : errors.issues) check.problems.push_back(issue.text());
+}
+
+}  // namespace
 
 PackCheck check_pack(const std::filesystem::path& pack_dir, RuntimeRequirement runtime) {
   PackCheck check;
@@ -20,35 +53,35 @@ PackCheck check_pack(const std::filesystem::path& pack_dir, RuntimeRequirement r
 
   auto manifest = load_manifest(pack_dir, runtime);
   if (!manifest) {
-    for (const auto& issue : manifest.error().issues) check.problems.push_back(issue.text());
+    add_manifest_errors(check, manifest.error());
     return check;
   }
-  for (const auto& warning : manifest->warnings) check.warnings.push_back(warning.text());
+  check_manifest_against_files(check, std::move(*manifest), [&](const std::string& relative) {
+    struct stat st {};
+    const auto path = pack_dir / relative;
+    return ::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+  });
+  return check;
+}
 
-  if (check.content_hash && *check.content_hash != manifest->content_hash) {
-    check.problems.push_back(
-        "pack.integrity.content_hash: the manifest says " + manifest->content_hash.str() +
-        " but the files hash to " + check.content_hash->str() +
-        " (the content hash covers every file except manifest.toml); if the change is "
-        "intended, write the new value into the manifest");
+PackCheck check_pack(const PackFiles& files, RuntimeRequirement runtime) {
+  PackCheck check;
+  check.content_hash = files.content_hash();
+  const std::string source = (files.root() / kManifestFile).string();
+  const std::string* text = files.code(kManifestFile);
+  if (text == nullptr) {
+    check.problems.push_back(std::string(kManifestFile) +
+                             ": is missing; every pack has a manifest.toml at its root");
+    return check;
   }
-  if (manifest->runtime) {
-    struct stat st {};
-    const auto entry = pack_dir / manifest->runtime->entry;
-    if (::lstat(entry.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
-      check.problems.push_back("runtime.entry: \"" + manifest->runtime->entry +
-                               "\" is not a regular file in the pack; create it or fix the path");
-    }
+  auto manifest = parse_manifest(*text, source, runtime);
+  if (!manifest) {
+    add_manifest_errors(check, manifest.error());
+    return check;
   }
-  if (manifest->fixtures) {
-    struct stat st {};
-    const auto entry = pack_dir / manifest->fixtures->entrypoint;
-    if (::lstat(entry.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
-      check.problems.push_back("fixtures.entrypoint: \"" + manifest->fixtures->entrypoint +
-                               "\" is not a regular file in the pack; create it or fix the path");
-    }
-  }
-  check.manifest = std::move(*manifest);
+  check_manifest_against_files(check, std::move(*manifest), [&](const std::string& relative) {
+    return files.contains(relative);
+  });
   return check;
 }
 

@@ -11,6 +11,7 @@
 
 #include "pack/bundle_hash.h"
 #include "pack/manifest.h"
+#include "pack/pack_files.h"
 
 namespace forktrial::pack {
 
@@ -24,5 +25,10 @@ struct PackCheck {
 
 // Runs every check and collects every problem; never stops at the first.
 PackCheck check_pack(const std::filesystem::path& pack_dir, RuntimeRequirement runtime);
+
+// The same checks on a pack already read (the trial child's path): the
+// manifest is the one whose bytes were hashed, and the files it names must be
+// files of that walk. Reads nothing from disk.
+PackCheck check_pack(const PackFiles& files, RuntimeRequirement runtime);
 
 }  // namespace forktrial::pack

@@ -5,7 +5,6 @@
 #include <string>
 #include <vector>
 
-#include "runtime/confined_file.h"
 #include "runtime/lua_json.h"
 #include "runtime/pack_host.h"
 #include "runtime/runtime.h"
@@ -324,11 +323,11 @@ struct LuaApi {
     std::string relative = name;
     std::replace(relative.begin(), relative.end(), '.', '/');
     relative += ".lua";
-    std::string source;
+    std::string_view source;
     {
-      auto text = read_confined_file(host.root, relative, call + " file");
+      auto text = host.files.lua_file(relative, call + " file");
       if (!text) raise(L, text.error());
-      source = std::move(*text);
+      source = *text;
     }
     lua_pushboolean(L, 0);  // loading: a cycle finds false
     lua_setfield(L, modules, name.c_str());
@@ -417,6 +416,11 @@ struct LuaApi {
   static void refuse_when_stopped(lua_State* L, Runtime& rt, const std::string& what) {
     if (rt.memory_exhausted_) raise(L, what + ": the Lua memory cap was reached; the trial stops");
     if (rt.sink_failure_) raise(L, what + ": the event sink failed; the trial stops");
+    if (rt.write_budget_exhausted_) {
+      raise(L, what + ": the write budget (max_appended_events = " +
+                   std::to_string(rt.config_.max_appended_events) + ", max_appended_bytes = " +
+                   std::to_string(rt.config_.max_appended_bytes) + ") is exhausted; the trial stops");
+    }
     if (rt.budget_exhausted_) {
       raise(L, what + ": the event budget (max_events = " + std::to_string(rt.config_.max_events) +
                    ") is exhausted; the trial stops");

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "pack/manifest.h"
+#include "pack/pack_files.h"
 #include "runtime/lua_host.h"
 
 namespace forktrial::runtime {
@@ -26,6 +27,9 @@ struct BehaviorDef {
 struct PackHost {
   Runtime* runtime = nullptr;
   std::filesystem::path root;
+  // The pack's hashed bytes: the entry file, modules for `require` and (for
+  // the candidate) scenarios are read from here, never from the directory.
+  pack::PackFiles files;
   pack::Manifest manifest;
   std::string entry;  // the entry file, relative to root
 

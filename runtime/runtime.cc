@@ -5,11 +5,12 @@
 #include <iostream>
 #include <lua.hpp>
 
-#include "runtime/confined_file.h"
+#include "pack/pack_check.h"
 #include "runtime/lua_api.h"
 #include "runtime/pack_host.h"
 #include "runtime/scenario.h"
 #include "runtime/surface_check.h"
+#include "store/payload.h"
 
 namespace forktrial::runtime {
 
@@ -64,6 +65,8 @@ std::string_view outcome_name(ScenarioOutcome outcome) {
       return "scenario_failed";
     case ScenarioOutcome::budget_exhausted:
       return "budget_exhausted";
+    case ScenarioOutcome::write_budget_exhausted:
+      return "write_budget_exhausted";
     case ScenarioOutcome::memory_cap_hit:
       return "memory_cap_hit";
   }
@@ -95,6 +98,9 @@ std::expected<std::unique_ptr<Runtime>, std::string> Runtime::create(
   for (const auto& event : history) {
     const std::string where = "event " + event.id.str() + " (" + event.type + ", seq " +
                               std::to_string(event.seq) + ") of the fork's history";
+    if (auto deep = store::payload_depth_problem(event.payload)) {
+      return std::unexpected(where + " cannot be projected: its payload is " + *deep);
+    }
     json payload = json::parse(event.payload, nullptr, false);
     if (payload.is_discarded()) return std::unexpected(where + " has a payload that is not JSON");
     if (auto applied = rt->graph_.apply(event.type, payload); !applied) {
@@ -126,11 +132,26 @@ std::expected<store::EventId, std::string> Runtime::append(
     const std::string& type, const json& payload, std::optional<std::string> actor,
     std::optional<store::EventId> caused_by) {
   if (sink_failure_) return std::unexpected("the event sink failed; no more events are accepted");
+  if (write_budget_exhausted_) {
+    return std::unexpected("the write budget is exhausted; no more events are accepted");
+  }
+  std::string text = payload.dump();
+  // An upper bound of what the store counts: the id and the timestamp are
+  // not made yet (an id is at most 24 bytes, a timestamp 24).
+  const std::uint64_t bytes = type.size() + text.size() + (actor ? actor->size() : 0) +
+                              (caused_by ? caused_by->str().size() : 0) + 48;
+  if (refuse_over_write_budget(bytes)) {
+    return std::unexpected("the write budget (max_appended_events = " +
+                           std::to_string(config_.max_appended_events) +
+                           ", max_appended_bytes = " + std::to_string(config_.max_appended_bytes) +
+                           ") is exhausted; the trial stops");
+  }
   if (auto applied = graph_.apply(type, payload); !applied) return std::unexpected(applied.error());
+  appended_bytes_ += bytes;
   store::Event event;
   event.id = next_event_id();
   event.type = type;
-  event.payload = payload.dump();
+  event.payload = std::move(text);
   event.timestamp = clock_.tick();
   event.actor = std::move(actor);
   event.caused_by = std::move(caused_by);
@@ -150,6 +171,39 @@ std::expected<store::EventId, std::string> Runtime::append(
   payloads_.push_back(payload);
   if (dispatched) queue_.push_back(events_.size() - 1);
   return id;
+}
+
+bool Runtime::refuse_over_write_budget(std::uint64_t bytes) {
+  const std::uint64_t events = events_appended();
+  const bool over_events =
+      config_.max_appended_events != 0 && events + 1 > config_.max_appended_events;
+  const bool over_bytes =
+      config_.max_appended_bytes != 0 && appended_bytes_ + bytes > config_.max_appended_bytes;
+  if (!over_events && !over_bytes) return false;
+  write_budget_exhausted_ = true;
+  // The closing record: beyond the budget by design, so the fork says why it
+  // ends. It is written straight to the sink (not projected, not queued).
+  store::Event event;
+  event.id = next_event_id();
+  event.type = "runtime.budget_exhausted";
+  event.payload = json{{"exhausted_by", over_events ? "max_appended_events" : "max_appended_bytes"},
+                       {"max_appended_events", config_.max_appended_events},
+                       {"max_appended_bytes", config_.max_appended_bytes},
+                       {"appended_events", events},
+                       {"appended_bytes", appended_bytes_}}
+                      .dump();
+  event.timestamp = clock_.tick();
+  event.actor = kRuntimeActor;
+  event.seq = next_seq_++;
+  try {
+    sink_(event);
+  } catch (...) {
+    sink_failure_ = std::current_exception();
+    return true;
+  }
+  payloads_.push_back(json::parse(event.payload));
+  events_.push_back(std::move(event));
+  return true;
 }
 
 void Runtime::log_line(std::string_view origin, std::string_view message) {
@@ -220,6 +274,19 @@ void Runtime::run_behavior(PackHost& pack, std::size_t behavior, std::size_t eve
 
 std::expected<LoadedPack, LoadError> Runtime::load_pack(const std::filesystem::path& dir,
                                                         PackRole role) {
+  auto files = pack::PackFiles::read(dir);
+  if (!files) {
+    LoadError error{dir, {}, false};
+    for (const auto& violation : files.error().violations) {
+      error.problems.push_back(violation.message());
+    }
+    return std::unexpected(error);
+  }
+  return load_pack(std::move(*files), role);
+}
+
+std::expected<LoadedPack, LoadError> Runtime::load_pack(pack::PackFiles files, PackRole role) {
+  const std::filesystem::path dir = files.root();
   LoadError error{dir, {}, false};
   const auto fail = [&](std::string problem) {
     error.problems.push_back(std::move(problem));
@@ -230,9 +297,17 @@ std::expected<LoadedPack, LoadError> Runtime::load_pack(const std::filesystem::p
         "the candidate pack is already loaded; extra packs load before it and there is "
         "only one candidate");
   }
-  if (stopped()) return fail("the runtime has stopped (memory cap or event sink failure)");
+  if (stopped()) {
+    return fail("the runtime has stopped (memory cap, write budget or event sink failure)");
+  }
 
-  auto manifest = pack::load_manifest(dir, pack::RuntimeRequirement::required);
+  const std::string* manifest_text = files.code(pack::kManifestFile);
+  if (manifest_text == nullptr) {
+    return fail(std::string(pack::kManifestFile) +
+                " is missing; every pack has a manifest.toml at its root");
+  }
+  auto manifest = pack::parse_manifest(*manifest_text, (dir / pack::kManifestFile).string(),
+                                       pack::RuntimeRequirement::required);
   if (!manifest) return fail(manifest.error().message());
   if (manifest->runtime->language != "lua") {
     return fail("manifest.toml [runtime].language is \"" + manifest->runtime->language +
@@ -249,6 +324,7 @@ std::expected<LoadedPack, LoadError> Runtime::load_pack(const std::filesystem::p
   auto host = std::make_unique<PackHost>();
   host->runtime = this;
   host->root = dir;
+  host->files = std::move(files);
   host->manifest = *manifest;
   host->entry = manifest->runtime->entry;
   auto state = new_confined_state(memory_, seed_from(config_.trial_id + '\0' + manifest->name));
@@ -258,7 +334,7 @@ std::expected<LoadedPack, LoadError> Runtime::load_pack(const std::filesystem::p
   }
   host->state = std::move(*state);
 
-  auto source = read_confined_file(dir, host->entry, "entry file");
+  auto source = host->files.lua_file(host->entry, "entry file");
   if (!source) return fail(source.error());
   const std::uint64_t refusals_before = memory_.refusals();
   auto failure = run_protected(host->state.get(), [&](lua_State* L) {
@@ -326,7 +402,7 @@ ScenarioResult Runtime::run_scenario(std::string_view spec) {
               "\" has no pack root to resolve in";
   } else if (auto parsed = parse_scenario_spec(spec); !parsed) {
     refusal = parsed.error();
-  } else if (auto source = read_confined_file(packs_.back()->root, parsed->path, "scenario path");
+  } else if (auto source = packs_.back()->files.lua_file(parsed->path, "scenario path");
              !source) {
     refusal = source.error();
   } else {
@@ -375,6 +451,13 @@ ScenarioResult Runtime::run_scenario(std::string_view spec) {
     result.outcome = ScenarioOutcome::memory_cap_hit;
     result.message = "the Lua memory cap of " + std::to_string(memory_.limit()) +
                      " bytes was reached" + (failure ? ": " + failure->message : "");
+  } else if (write_budget_exhausted_) {
+    result.outcome = ScenarioOutcome::write_budget_exhausted;
+    result.message = "the write budget ran out after " + std::to_string(events_appended() - 1) +
+                     " appended events (max_appended_events = " +
+                     std::to_string(config_.max_appended_events) + ", max_appended_bytes = " +
+                     std::to_string(config_.max_appended_bytes) +
+                     "); runtime.budget_exhausted was emitted";
   } else if (budget_exhausted_) {
     result.outcome = ScenarioOutcome::budget_exhausted;
     result.message = "the event budget ran out after " + std::to_string(dispatched_) +

@@ -38,6 +38,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "pack/pack_files.h"
 #include "runtime/clock.h"
 #include "runtime/graph.h"
 #include "runtime/lua_host.h"
@@ -52,7 +53,18 @@ struct RuntimeConfig {
   std::uint64_t max_events = 2000;       // events dispatched before stopping; 0 = no budget
   std::uint64_t max_llm_calls = 0;       // 0: no LLM provider exists; LLM behaviors fail the load
   std::size_t lua_memory_cap_bytes = 0;  // shared by all Lua states; 0 = no cap
+  // The write budget: events, and bytes of their text fields
+  // (store::event_text_bytes), the runtime may append; 0 = no budget. An
+  // event that would go past it is not written; the runtime writes one
+  // closing runtime.budget_exhausted record instead (beyond the budget, at
+  // most kClosingRecordBytes) and stops.
+  std::uint64_t max_appended_events = 0;
+  std::uint64_t max_appended_bytes = 0;
 };
+
+// What the write budget's closing record may add beyond the budget.
+inline constexpr std::uint64_t kClosingRecords = 1;
+inline constexpr std::uint64_t kClosingRecordBytes = 4096;
 
 // Called once per new event, in order.
 using EventSink = std::function<void(const store::NewEvent&)>;
@@ -83,6 +95,7 @@ enum class ScenarioOutcome {
   completed,         // the scenario returned
   scenario_failed,   // it raised, or could not be found (message says which)
   budget_exhausted,  // max_events ran out (runtime.budget_exhausted was emitted)
+  write_budget_exhausted,  // max_appended_events or _bytes ran out (likewise recorded)
   memory_cap_hit,    // the Lua memory cap was reached
 };
 std::string_view outcome_name(ScenarioOutcome outcome);
@@ -109,11 +122,16 @@ class Runtime {
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
 
-  // Loads the pack in `dir`: validated manifest with a [runtime] entry, the
-  // entry run in a fresh confined state, the two-way surface check, the LLM
-  // check, and a name conflict check against the packs already loaded. On
-  // success emits pack.loaded. Extra packs must be loaded before the
-  // candidate, and only one candidate can be loaded.
+  // Loads a pack from its hashed bytes: validated manifest with a [runtime]
+  // entry, the entry run in a fresh confined state, the two-way surface
+  // check, the LLM check, and a name conflict check against the packs already
+  // loaded. On success emits pack.loaded. Extra packs must be loaded before
+  // the candidate, and only one candidate can be loaded. Every file the pack
+  // runs later (modules for `require`, the candidate's scenario) comes from
+  // `files` too: the runtime never reads the pack directory.
+  std::expected<LoadedPack, LoadError> load_pack(pack::PackFiles files, PackRole role);
+  // Reads the pack in `dir` (pack::PackFiles::read; walk violations are load
+  // problems), then loads it as above.
   std::expected<LoadedPack, LoadError> load_pack(const std::filesystem::path& dir, PackRole role);
 
   // Runs "path.lua", "path.lua::fn" (default fn "main") from the candidate's
@@ -126,6 +144,7 @@ class Runtime {
   std::uint64_t events_appended() const { return events_.size() - history_size_; }
   std::uint64_t behavior_failures() const { return behavior_failures_; }
   bool budget_exhausted() const { return budget_exhausted_; }
+  bool write_budget_exhausted() const { return write_budget_exhausted_; }
   bool memory_cap_hit() const { return memory_exhausted_ || memory_.refusals() > 0; }
   const RuntimeConfig& config() const { return config_; }
 
@@ -154,7 +173,12 @@ class Runtime {
   store::EventId next_event_id();
   Drain run_until_idle();
   void run_behavior(PackHost& pack, std::size_t behavior, std::size_t event_index);
-  bool stopped() const { return memory_exhausted_ || sink_failure_ != nullptr; }
+  bool stopped() const {
+    return memory_exhausted_ || write_budget_exhausted_ || sink_failure_ != nullptr;
+  }
+  // Whether appending `bytes` more would go past the write budget; if so,
+  // records the exhaustion (the closing record) and stops the runtime.
+  bool refuse_over_write_budget(std::uint64_t bytes);
   void log_line(std::string_view origin, std::string_view message);
 
   RuntimeConfig config_;
@@ -182,6 +206,8 @@ class Runtime {
   std::deque<std::size_t> queue_;  // indices into events_, FIFO
   std::uint64_t dispatched_ = 0;
   bool budget_exhausted_ = false;
+  bool write_budget_exhausted_ = false;
+  std::uint64_t appended_bytes_ = 0;  // what the write budget counts so far
   bool memory_exhausted_ = false;
   bool draining_ = false;
   std::exception_ptr sink_failure_;

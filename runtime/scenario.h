@@ -1,7 +1,7 @@
 // Scenario specifications: "path.lua" or "path.lua::fn" inside the
 // candidate's root. Pure parsing; the path's confinement (no absolute path,
-// no "..", no symlinks) is checked when the file is opened
-// (runtime/confined_file.h).
+// no "..") is checked when the file is looked up among the candidate's hashed
+// files (pack::PackFiles::lua_file).
 #pragma once
 
 #include <expected>

@@ -28,6 +28,7 @@
 #include "base/unique_fd.h"
 #include "pack/bundle_hash.h"
 #include "pack/pack_check.h"
+#include "pack/pack_files.h"
 #include "runtime/runtime.h"
 #include "sandbox/job.h"
 #include "sandbox/rlimits.h"
@@ -58,6 +59,16 @@ void write_all(int fd, const std::string& bytes) {
   std::fflush(stdout);
   std::fflush(stderr);
   ::_exit(exit_code_of(tail.outcome));
+}
+
+// The memory net stopped the child outside Lua: an allocation or the scratch
+// store's map growth failed under RLIMIT_AS.
+[[noreturn]] void finish_out_of_memory(const std::string& what) {
+  ChildTail tail;
+  tail.outcome = Outcome::limits_exceeded;
+  tail.net = Net::memory;
+  tail.detail = "memory net: " + what;
+  finish(tail);
 }
 
 SetRlimit setter_for(const ChildSeams& seams) {
@@ -91,28 +102,32 @@ std::string with_warnings(std::string detail, const std::vector<std::string>& wa
   return detail;
 }
 
-// Step 3: every pin and every manifest, before any pack code is read.
-std::optional<std::string> materialization_problem(const TrialSpecification& spec) {
-  std::vector<const PackSource*> packs;
-  for (const auto& extra : spec.extra_packs) packs.push_back(&extra);
-  packs.push_back(&spec.candidate);
-  for (const PackSource* pack : packs) {
-    const bool candidate = pack == &spec.candidate;
-    const std::string role = candidate ? "candidate pack" : "extra pack";
+// Step 3: every pack read once — its hashes computed and its code kept in
+// the same read — then every pin and every manifest checked against those
+// bytes, before any pack code runs. The runtime later loads the same bytes.
+std::expected<std::vector<pack::PackFiles>, std::string> materialize(
+    const TrialSpecification& spec) {
+  std::vector<pack::PackFiles> materialized;
+  for (const PackSource* pack : packs_in_load_order(spec)) {
+    const std::string role = pack == &spec.candidate ? "candidate pack" : "extra pack";
+    auto files = pack::PackFiles::read(pack->root_dir);
+    if (!files) return std::unexpected(role + " " + pack->root_dir + ": " + files.error().message());
     if (pack->expected_bundle_hash) {
-      auto verified = pack::verify_bundle_hash(*pack->expected_bundle_hash, pack->root_dir);
-      if (!verified) return role + " " + pack->root_dir + ": " + verified.error().message;
+      auto verified =
+          pack::compare_pin(*pack->expected_bundle_hash, files->bundle_hash(), pack->root_dir);
+      if (!verified) return std::unexpected(role + " " + pack->root_dir + ": " + verified.error().message);
     }
     if (pack->manifest_required) {
-      auto check = pack::check_pack(pack->root_dir, pack::RuntimeRequirement::required);
+      auto check = pack::check_pack(*files, pack::RuntimeRequirement::required);
       if (!check.ok()) {
         std::string message = role + " " + pack->root_dir + " fails its manifest check:";
         for (const auto& problem : check.problems) message += "\n  " + problem;
-        return message;
+        return std::unexpected(message);
       }
     }
+    materialized.push_back(std::move(*files));
   }
-  return std::nullopt;
+  return materialized;
 }
 
 int run(int, char**) {
@@ -144,6 +159,8 @@ int run(int, char**) {
 
   runtime::RuntimeConfig config;
   config.max_events = job->limits.max_events;
+  config.max_appended_events = job->limits.max_appended_events;
+  config.max_appended_bytes = job->limits.max_appended_bytes;
   config.max_llm_calls = job->limits.max_llm_calls;
   if (job->limits.max_rss_bytes) {
     // Half the address-space cap, so the Lua allocator (which fails cleanly)
@@ -165,9 +182,10 @@ int run(int, char**) {
   }
   const TrialSpecification& spec = *job->spec;
 
-  if (auto problem = materialization_problem(spec)) {
+  auto packs = materialize(spec);
+  if (!packs) {
     tail.outcome = Outcome::materialization_failed;
-    tail.detail = with_warnings(*problem, tail.warnings);
+    tail.detail = with_warnings(packs.error(), tail.warnings);
     finish(tail);
   }
 
@@ -211,16 +229,18 @@ int run(int, char**) {
     tail.last_seq = head;
   };
 
-  for (std::size_t i = 0; i <= spec.extra_packs.size(); ++i) {
-    const bool candidate = i == spec.extra_packs.size();
-    const PackSource& source = candidate ? spec.candidate : spec.extra_packs[i];
-    auto loaded = rt.load_pack(source.root_dir,
+  for (std::size_t i = 0; i < packs->size(); ++i) {
+    const bool candidate = i + 1 == packs->size();
+    auto loaded = rt.load_pack(std::move((*packs)[i]),
                                candidate ? runtime::PackRole::candidate : runtime::PackRole::extra);
     if (!loaded) {
       count();
       if (loaded.error().memory_cap_hit) {
         tail.outcome = Outcome::limits_exceeded;
         tail.net = Net::memory;
+      } else if (rt.write_budget_exhausted()) {
+        tail.outcome = Outcome::limits_exceeded;
+        tail.net = Net::write_budget;
       } else {
         tail.outcome = Outcome::materialization_failed;
       }
@@ -247,6 +267,11 @@ int run(int, char**) {
           "event budget exhausted: max_events = " + std::to_string(spec.limits.max_events) +
           " events were dispatched (runtime.budget_exhausted is in the fork)";
       break;
+    case runtime::ScenarioOutcome::write_budget_exhausted:
+      tail.outcome = Outcome::limits_exceeded;
+      tail.net = Net::write_budget;
+      tail.detail = "write budget exhausted: " + result.message;
+      break;
     case runtime::ScenarioOutcome::memory_cap_hit:
       tail.outcome = Outcome::limits_exceeded;
       tail.net = Net::memory;
@@ -268,11 +293,11 @@ int main(int argc, char** argv) {
     return forktrial::sandbox::run(argc, argv);
   } catch (const std::bad_alloc&) {
     // The address-space net refused an allocation outside Lua.
-    forktrial::sandbox::ChildTail tail;
-    tail.outcome = forktrial::sandbox::Outcome::limits_exceeded;
-    tail.net = forktrial::sandbox::Net::memory;
-    tail.detail = "memory net: an allocation failed under RLIMIT_AS";
-    forktrial::sandbox::finish(tail);
+    forktrial::sandbox::finish_out_of_memory("an allocation failed under RLIMIT_AS");
+  } catch (const forktrial::store::StoreOutOfMemory& e) {
+    // The scratch store's map could not grow under RLIMIT_AS.
+    forktrial::sandbox::finish_out_of_memory(std::string("the scratch store could not grow (") +
+                                             e.what() + ")");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "forktrial-child: %s\n", e.what());
     return 1;

@@ -31,6 +31,13 @@ std::vector<std::string> apply_nets(const TrialLimits& limits, const SetRlimit& 
                          "; the Lua allocator cap, the wall-clock kill and the event budget "
                          "still bound the trial");
     }
+  } else {
+    // Off by the trial's own choice; announced all the same, like a net the
+    // host refused, so a report never hides that nothing bounded memory.
+    warnings.push_back(
+        "memory net off: max_rss_bytes is not set, so neither RLIMIT_AS nor the Lua allocator "
+        "cap bounds the trial's memory; the wall-clock kill, the CPU net and the event budget "
+        "still bound the trial");
   }
   rlimit no_core{0, 0};
   set_limit(RLIMIT_CORE, no_core);

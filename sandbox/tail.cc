@@ -55,6 +55,8 @@ schema::Net to_schema(Net net) {
       return schema::Net::CPU;
     case Net::wall_clock:
       return schema::Net::WALL_CLOCK;
+    case Net::write_budget:
+      return schema::Net::WRITE_BUDGET;
   }
   return schema::Net::NONE;
 }
@@ -71,6 +73,8 @@ std::optional<Net> from_schema(schema::Net net) {
       return Net::cpu;
     case schema::Net::WALL_CLOCK:
       return Net::wall_clock;
+    case schema::Net::WRITE_BUDGET:
+      return Net::write_budget;
   }
   return std::nullopt;
 }
@@ -89,6 +93,8 @@ std::string_view net_name(Net net) {
       return "CPU";
     case Net::wall_clock:
       return "wall clock";
+    case Net::write_budget:
+      return "write budget";
   }
   return "none";
 }

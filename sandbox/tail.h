@@ -15,7 +15,7 @@
 
 namespace forktrial::sandbox {
 
-enum class Net { none, event_budget, memory, cpu, wall_clock };
+enum class Net { none, event_budget, memory, cpu, wall_clock, write_budget };
 
 std::string_view net_name(Net net);  // "event budget", "memory", ...
 

@@ -4,7 +4,9 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <system_error>
 #include <unordered_set>
@@ -12,6 +14,7 @@
 #include "base/unique_fd.h"
 #include "pack/bundle_hash.h"
 #include "runtime/clock.h"
+#include "runtime/runtime.h"
 #include "sandbox/rlimits.h"
 #include "sandbox/spawn.h"
 #include "sandbox/tail.h"
@@ -71,33 +74,124 @@ void append_line(std::string& detail, const std::string& line) {
   detail += line;
 }
 
+// What the parent accepts of the child's delta: the events it may record,
+// which are a prefix of what the child appended to its scratch store.
+struct DeltaScan {
+  std::uint64_t events = 0;     // leading events accepted
+  std::string last_timestamp;   // of the last accepted event ("" when none)
+  std::string cut;              // why the events after them were refused ("" when none were)
+  bool over_budget = false;     // the cut is the write budget's
+};
+
+// Parent-reserved records: the parent alone writes `trial.*` events (the
+// wall-clock kill), as actor forktrial.parent. A child's delta holding one
+// is forged, whatever produced it.
+bool is_parent_record(const store::EventView& event) {
+  return event.type.starts_with("trial.") || event.type.starts_with("forktrial.") ||
+         (event.actor && event.actor->starts_with("forktrial"));
+}
+
+// Reads the child's delta in the scratch store one event at a time (never
+// holding it whole) and decides how much of it the parent records: every
+// event the authoritative store would take, up to the write budget (plus
+// the one closing record the runtime writes when the budget runs out), and
+// nothing after a forged parent record.
+DeltaScan scan_delta(const store::Snapshot& scratch, const store::RunInfo& fork,
+                     std::uint64_t fork_seq, const TrialLimits& limits) {
+  DeltaScan scan;
+  std::uint64_t bytes = 0;
+  const std::uint64_t max_events = limits.max_appended_events == 0
+                                       ? std::numeric_limits<std::uint64_t>::max()
+                                       : limits.max_appended_events + runtime::kClosingRecords;
+  const std::uint64_t max_bytes = limits.max_appended_bytes == 0
+                                      ? std::numeric_limits<std::uint64_t>::max()
+                                      : limits.max_appended_bytes + runtime::kClosingRecordBytes;
+  scratch.for_each_event(fork, fork_seq + 1, [&](const store::EventView& view) {
+    const store::Event event = view.to_event();
+    const std::string which = "event " + event.id.str() + " (seq " + std::to_string(event.seq) + ")";
+    if (is_parent_record(view)) {
+      scan.cut = "the child's " + which + " poses as a parent record (type \"" + event.type +
+                 "\", actor \"" + event.actor.value_or("") +
+                 "\"); only the parent writes those. Nothing from it on was recorded";
+      return false;
+    }
+    if (auto problem = store::event_problem(event)) {
+      scan.cut = "the store refuses the child's " + which + ": " + *problem +
+                 ". Nothing from it on was recorded";
+      return false;
+    }
+    bytes += store::event_text_bytes(event);
+    if (scan.events + 1 > max_events || bytes > max_bytes) {
+      scan.over_budget = true;
+      scan.cut = "write budget: the child's delta goes past max_appended_events = " +
+                 std::to_string(limits.max_appended_events) + " or max_appended_bytes = " +
+                 std::to_string(limits.max_appended_bytes) + " at " + which +
+                 "; the parent recorded the " + std::to_string(scan.events) + " events before it";
+      return false;
+    }
+    ++scan.events;
+    scan.last_timestamp = event.timestamp;
+    return true;
+  });
+  return scan;
+}
+
+// Appends the first `count` events of the child's delta to the fork, in
+// batches, never holding the delta whole. Returns the fork's new head.
+store::Result<std::uint64_t> copy_delta(store::Writer& writer, const store::RunId& fork_id,
+                                        std::uint64_t head, const store::Snapshot& scratch,
+                                        const store::RunInfo& scratch_fork,
+                                        std::uint64_t fork_seq, std::uint64_t count) {
+  constexpr std::size_t kBatchEvents = 512;
+  constexpr std::size_t kBatchBytes = std::size_t{4} << 20;
+  std::vector<store::NewEvent> batch;
+  std::size_t batch_bytes = 0;
+  std::uint64_t copied = 0;
+  std::optional<store::Refusal> refused;
+  auto flush = [&] {
+    if (batch.empty() || refused) return;
+    auto appended = writer.append(fork_id, head, batch);
+    if (!appended) {
+      refused = appended.error();
+    } else {
+      head = *appended;
+    }
+    batch.clear();
+    batch_bytes = 0;
+  };
+  if (count > 0) {
+    scratch.for_each_event(scratch_fork, fork_seq + 1, [&](const store::EventView& view) {
+      store::Event event = view.to_event();
+      batch_bytes += store::event_text_bytes(event);
+      batch.push_back(std::move(event));
+      ++copied;
+      if (batch.size() >= kBatchEvents || batch_bytes >= kBatchBytes) flush();
+      return copied < count && !refused;
+    });
+    flush();
+  }
+  if (refused) return std::unexpected(*refused);
+  return head;
+}
+
 // The event the parent records when its wall-clock kill stopped the child:
 // one millisecond after the last event in the fork, with the next id not
-// taken in the fork's history (the parent's prefix and the child's delta).
-store::NewEvent wall_clock_event(const store::Snapshot& parent_view, const store::RunInfo& parent,
-                                 std::uint64_t fork_seq, const std::string& tip_timestamp,
-                                 const std::vector<store::NewEvent>& delta, double limit_seconds) {
-  const std::uint64_t last_seq = fork_seq + delta.size();
-  const std::string& last_time = delta.empty() ? tip_timestamp : delta.back().timestamp;
-  runtime::UnixMillis last = runtime::parse_timestamp(last_time).value_or(0);
-  std::unordered_set<std::string> taken;
-  for (const auto& e : delta) taken.insert(e.id.str());
-  auto inherited = [&](const std::string& id) {
-    auto found = parent_view.find_event(parent, store::EventId(id));
-    return found && found->seq <= fork_seq;
-  };
+// taken in the fork's history (the parent's prefix and the recorded delta).
+store::NewEvent wall_clock_event(const store::Writer& writer, const store::RunInfo& fork,
+                                 const std::string& last_timestamp, double limit_seconds) {
+  runtime::UnixMillis last = runtime::parse_timestamp(last_timestamp).value_or(0);
   store::NewEvent event;
-  for (std::uint64_t n = last_seq + 1;; ++n) {
+  for (std::uint64_t n = fork.head + 1;; ++n) {
     char id[32];
     std::snprintf(id, sizeof id, "evt_%03llu", static_cast<unsigned long long>(n));
-    if (!taken.contains(id) && !inherited(id)) {
+    if (!writer.find_event(fork, store::EventId(id))) {
       event.id = store::EventId(id);
       break;
     }
   }
   event.type = "trial.wall_clock_exhausted";
   event.payload =
-      nlohmann::json{{"wall_clock_seconds", limit_seconds}, {"last_accepted_seq", last_seq}}.dump();
+      nlohmann::json{{"wall_clock_seconds", limit_seconds}, {"last_accepted_seq", fork.head}}.dump();
   event.timestamp = runtime::format_timestamp(last + 1);
   event.actor = "forktrial.parent";
   return event;
@@ -116,14 +210,6 @@ SpawnRequest child_request(const ChildOptions& options, const ChildJob& job,
   request.stdin_data = encode_job(with_parent);
   request.wall_clock = wall_clock;
   return request;
-}
-
-std::vector<const PackSource*> all_packs(const PackSource& candidate,
-                                         const std::vector<PackSource>& extra_packs) {
-  std::vector<const PackSource*> packs;
-  for (const auto& extra : extra_packs) packs.push_back(&extra);
-  packs.push_back(&candidate);
-  return packs;
 }
 
 std::string child_problem_detail(const ChildResult& child) {
@@ -170,11 +256,17 @@ TrialReport run_forked_trial(store::EventStore& store, const store::RunId& paren
 
 TrialReport run_trial(store::EventStore& store, const TrialSpecification& spec,
                       const ChildOptions& options) {
+  // 0. What the caller got wrong is refused before anything is forked,
+  // spawned or recorded: every problem at once.
+  if (auto problems = check_trial_specification(spec); !problems.empty()) {
+    std::string message = "the trial specification is invalid:";
+    for (const auto& problem : problems) message += "\n  " + problem;
+    throw TrialSetupError(TrialSetupError::Kind::invalid_specification, message);
+  }
   const store::RunId parent_run_id(spec.parent_run_id);
   const store::EventId at_event(spec.at_event);
-  const PackSource& candidate = spec.candidate;
-  const std::vector<PackSource>& extra_packs = spec.extra_packs;
   const TrialLimits& limits = spec.limits;
+
   // 1. The parent forks. The fork point is resolved and checked here; the
   // fork's record is written together with its result (step 4), so a trial
   // is in the store whole or not at all and costs one durable commit.
@@ -183,11 +275,15 @@ TrialReport run_trial(store::EventStore& store, const TrialSpecification& spec,
   {
     auto snapshot = store.snapshot();
     auto parent = snapshot.run(parent_run_id);
-    if (!parent) throw TrialSetupError("no run " + parent_run_id.str() + " in the store");
+    if (!parent) {
+      throw TrialSetupError(TrialSetupError::Kind::unknown_run,
+                            "no run " + parent_run_id.str() + " in the store");
+    }
     auto point = snapshot.find_event(*parent, at_event);
     if (!point) {
-      throw TrialSetupError("no event " + at_event.str() + " in the history of run " +
-                            parent_run_id.str() + "; fork at one of its events");
+      throw TrialSetupError(TrialSetupError::Kind::unknown_event,
+                            "no event " + at_event.str() + " in the history of run " +
+                                parent_run_id.str() + "; fork at one of its events");
     }
     fork_seq = point->seq;
     tip_timestamp = point->timestamp;
@@ -197,90 +293,86 @@ TrialReport run_trial(store::EventStore& store, const TrialSpecification& spec,
 
   TrialReport report;
   report.fork_run_id = fork_id.str();
-  std::vector<store::NewEvent> delta;
-  std::optional<ChildResult> child;
 
-  // A malformed pin is known before any process starts: nothing can match it.
-  std::optional<std::string> malformed;
-  for (const PackSource* pack : all_packs(candidate, extra_packs)) {
-    if (!pack->expected_bundle_hash || malformed) continue;
-    if (auto error = pack::check_pin_form(*pack->expected_bundle_hash)) {
-      malformed = (pack == &candidate ? "candidate pack " : "extra pack ") + pack->root_dir + ": " +
-                  error->message;
-    }
-  }
-
-  if (!malformed) {
-    // 2. A scratch store holding only the fork, seeded from its segment.
-    ScratchDir scratch(options.scratch_parent);
-    const auto scratch_store = scratch.path() / "store";
-    {
-      store::EventStore seed(scratch_store, scratch_options());
-      auto snapshot = store.snapshot();
-      auto loaded =
-          seed.load_segment(snapshot.segment(*snapshot.run(parent_run_id), fork_seq), fork_record);
-      if (!loaded) {
-        throw store::StoreError("cannot seed the scratch store: " + loaded.error().message);
-      }
-    }
-
-    ChildJob job;
-    job.limits = limits;
-    job.spec = spec;
-    job.fork_run_id = fork_id.str();
-    job.fork_seq = fork_seq;
-    job.scratch_store = scratch_store.string();
-    job.trial_id = fork_id.str();
-    job.seams = options.seams;
-
-    // 3. A fresh child process, closed environment, job on stdin, tail on fd 3.
-    std::chrono::milliseconds wall_clock{0};
-    if (limits.wall_clock_seconds > 0) {
-      wall_clock =
-          std::chrono::milliseconds(static_cast<std::int64_t>(limits.wall_clock_seconds * 1000.0));
-    }
-    child = run_child(child_request(options, job, wall_clock));
-
-    store::EventStore scratch_reader(scratch_store, scratch_options());
-    auto snapshot = scratch_reader.snapshot();
-    if (auto run = snapshot.run(fork_id)) {
-      for (auto& event : snapshot.history(*run, fork_seq + 1)) delta.push_back(std::move(event));
-    }
-  }
-
-  // 4. One transaction: the fork's lineage, the child's delta, and the
-  // parent's record of a wall-clock kill.
-  std::optional<store::NewEvent> wall_clock;
-  if (child && child->wall_clock_killed) {
+  // 2. A scratch store holding only the fork, seeded from its segment.
+  ScratchDir scratch(options.scratch_parent);
+  const auto scratch_store = scratch.path() / "store";
+  {
+    store::EventStore seed(scratch_store, scratch_options());
     auto snapshot = store.snapshot();
-    wall_clock = wall_clock_event(snapshot, *snapshot.run(parent_run_id), fork_seq, tip_timestamp,
-                                  delta, limits.wall_clock_seconds);
+    auto loaded =
+        seed.load_segment(snapshot.segment(*snapshot.run(parent_run_id), fork_seq), fork_record);
+    if (!loaded) {
+      throw store::StoreError("cannot seed the scratch store: " + loaded.error().message);
+    }
   }
-  auto recorded = store.write([&](store::Writer& writer) -> store::Result<std::uint64_t> {
-    auto fork = writer.fork(parent_run_id, at_event, fork_record);
-    if (!fork) return std::unexpected(fork.error());
-    std::uint64_t head = fork->head;
-    if (!delta.empty()) {
-      auto appended = writer.append(fork_id, head, delta);
-      if (!appended) return appended;
-      head = *appended;
-    }
-    if (wall_clock) {
-      auto appended = writer.append(fork_id, head, std::span(&*wall_clock, 1));
-      if (!appended) return appended;
-      head = *appended;
-    }
-    return head;
-  });
+
+  ChildJob job;
+  job.limits = limits;
+  job.spec = spec;
+  job.fork_run_id = fork_id.str();
+  job.fork_seq = fork_seq;
+  job.scratch_store = scratch_store.string();
+  job.trial_id = fork_id.str();
+  job.seams = options.seams;
+
+  // 3. A fresh child process, closed environment, job on stdin, tail on fd 3.
+  std::chrono::milliseconds wall_clock{0};
+  if (limits.wall_clock_seconds > 0) {
+    wall_clock = std::chrono::milliseconds(
+        static_cast<std::int64_t>(std::ceil(limits.wall_clock_seconds * 1000.0)));
+  }
+  const ChildResult child = run_child(child_request(options, job, wall_clock));
+
+  // 4. One transaction: the fork's lineage, the part of the child's delta
+  // the parent accepts (streamed from the scratch store, never held whole),
+  // and the parent's record of a wall-clock kill. The child wrote the
+  // scratch store, so it is read as untrusted: what cannot be read is cut.
+  std::optional<store::EventStore> scratch_reader;
+  DeltaScan scan;
+  try {
+    scratch_reader.emplace(scratch_store, scratch_options());
+    auto snapshot = scratch_reader->snapshot();
+    if (auto run = snapshot.run(fork_id)) scan = scan_delta(snapshot, *run, fork_seq, limits);
+  } catch (const std::exception& e) {
+    scan = DeltaScan{};
+    scan.cut = std::string("the child's scratch store cannot be read (") + e.what() +
+               "); nothing of its delta was recorded";
+  }
+  auto record = [&](std::uint64_t accepted) {
+    return store.write([&](store::Writer& writer) -> store::Result<std::uint64_t> {
+      auto fork = writer.fork(parent_run_id, at_event, fork_record);
+      if (!fork) return std::unexpected(fork.error());
+      std::uint64_t head = fork->head;
+      if (accepted > 0) {
+        auto snapshot = scratch_reader->snapshot();
+        auto appended = copy_delta(writer, fork_id, head, snapshot, *snapshot.run(fork_id),
+                                   fork_seq, accepted);
+        if (!appended) return appended;
+        head = *appended;
+      }
+      if (child.wall_clock_killed) {
+        const std::string& last = accepted > 0 ? scan.last_timestamp : tip_timestamp;
+        auto event = wall_clock_event(writer, *writer.run(fork_id), last, limits.wall_clock_seconds);
+        auto appended = writer.append(fork_id, head, std::span(&event, 1));
+        if (!appended) return appended;
+        head = *appended;
+      }
+      return head;
+    });
+  };
+  auto recorded = record(scan.events);
+  if (!recorded && scan.events > 0) {
+    // The store refused what the scan accepted (a child that corrupted its
+    // scratch store can produce that): record the fork without the delta.
+    scan.cut = "the store refused the child's delta (" + recorded.error().message +
+               "); nothing of it was recorded";
+    scan.events = 0;
+    recorded = record(0);
+  }
   if (!recorded) {
     throw store::StoreError("cannot record trial " + fork_id.str() +
                             " in the store: " + recorded.error().message);
-  }
-  if (malformed) {
-    report.outcome = Outcome::materialization_failed;
-    report.exit_code = exit_code_of(Outcome::materialization_failed);
-    report.detail = *malformed;
-    return report;
   }
 
   // 5. The store is the record: counts come from it.
@@ -293,46 +385,51 @@ TrialReport run_trial(store::EventStore& store, const TrialSpecification& spec,
 
   std::optional<ChildTail> tail;
   std::string tail_problem;
-  if (auto decoded = decode_tail(child->tail)) {
+  if (auto decoded = decode_tail(child.tail)) {
     tail = *decoded;
   } else {
     tail_problem = decoded.error();
   }
-  if (child->tail_overflow) tail_problem = "the child wrote more than the tail allows on fd 3";
+  if (child.tail_overflow) tail_problem = "the child wrote more than the tail allows on fd 3";
 
-  report.exit_code = child->exited ? child->exit_code : -child->signal;
-  if (child->wall_clock_killed) {
+  report.exit_code = child.exited ? child.exit_code : -child.signal;
+  if (child.wall_clock_killed) {
     report.outcome = Outcome::limits_exceeded;
     append_line(report.detail,
                 "wall clock exhausted: the child ran past wall_clock_seconds = " +
                     nlohmann::json(limits.wall_clock_seconds).dump() +
                     " and its process group was killed; trial.wall_clock_exhausted is in the fork");
-  } else if (!child->exited && child->signal == SIGXCPU) {
+  } else if (!child.exited && child.signal == SIGXCPU) {
     report.outcome = Outcome::limits_exceeded;
     append_line(report.detail, "CPU net: the child used up its RLIMIT_CPU of " +
                                    std::to_string(cpu_seconds_for(limits)) +
                                    " s of CPU time (SIGXCPU)");
-  } else if (child->exited && outcome_of_exit_code(child->exit_code) != Outcome::crashed && tail &&
-             exit_code_of(tail->outcome) == child->exit_code) {
+  } else if (!scan.cut.empty() && !scan.over_budget) {
+    report.outcome = Outcome::crashed;
+  } else if (scan.over_budget) {
+    report.outcome = Outcome::limits_exceeded;
+  } else if (child.exited && outcome_of_exit_code(child.exit_code) != Outcome::crashed && tail &&
+             exit_code_of(tail->outcome) == child.exit_code) {
     report.outcome = tail->outcome;
     append_line(report.detail, tail->detail);
     report.warnings = tail->warnings;
   } else {
     report.outcome = Outcome::crashed;
-    if (child->exited) {
+    if (child.exited) {
       append_line(report.detail,
-                  "the child exited with unexpected code " + std::to_string(child->exit_code));
+                  "the child exited with unexpected code " + std::to_string(child.exit_code));
     } else {
-      append_line(report.detail, "the child was killed by signal " + std::to_string(child->signal) +
-                                     " (" + signal_text(child->signal) + ")");
+      append_line(report.detail, "the child was killed by signal " + std::to_string(child.signal) +
+                                     " (" + signal_text(child.signal) + ")");
     }
     if (!tail_problem.empty()) append_line(report.detail, tail_problem);
-    append_line(report.detail, child_problem_detail(*child));
+    append_line(report.detail, child_problem_detail(child));
   }
+  append_line(report.detail, scan.cut);
 
   // The tail is a signal only: say when it disagrees with the store.
-  if (tail) {
-    const std::uint64_t parent_events = child->wall_clock_killed ? 1 : 0;
+  if (tail && scan.cut.empty()) {
+    const std::uint64_t parent_events = child.wall_clock_killed ? 1 : 0;
     const std::uint64_t stored_child_events = report.events_appended - parent_events;
     if (tail->events_appended != stored_child_events ||
         tail->behavior_failures != report.behavior_failures) {

@@ -8,10 +8,11 @@
 // every disagreement with the child's tail, and the report says so.
 //
 // run_forked_trial never throws for what happens inside a trial — those are
-// outcomes in the TrialReport. It throws TrialSetupError for parent-side
-// setup problems (unknown run, unknown fork point) and SystemError/StoreError
-// for a broken host or store. Thread-safe as long as each call has its own
-// EventStore access (EventStore itself is thread-safe).
+// outcomes in the TrialReport. It throws TrialSetupError, before anything is
+// forked, spawned or recorded, for what the caller got wrong (a limit out of
+// range, a malformed pin, an unknown run or fork point), and
+// SystemError/StoreError for a broken host or store. Thread-safe as long as
+// each call has its own EventStore access (EventStore itself is thread-safe).
 #pragma once
 
 #include <chrono>
@@ -29,7 +30,17 @@ namespace forktrial::sandbox {
 
 class TrialSetupError : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  enum class Kind {
+    invalid_specification,  // a limit out of range, a malformed pin, an empty field
+    unknown_run,            // the parent run is not in the store
+    unknown_event,          // the fork point is not in the parent's history
+  };
+  TrialSetupError(Kind kind, const std::string& message)
+      : std::runtime_error(message), kind_(kind) {}
+  Kind kind() const { return kind_; }
+
+ private:
+  Kind kind_;
 };
 
 // A trial child could not start at all; the message carries its stderr tail.

@@ -39,6 +39,8 @@ json limits_json(const TrialLimits& limits) {
       {"max_events", limits.max_events},
       {"max_llm_calls", limits.max_llm_calls},
       {"max_cpu_seconds", limits.max_cpu_seconds ? json(*limits.max_cpu_seconds) : json(nullptr)},
+      {"max_appended_events", limits.max_appended_events},
+      {"max_appended_bytes", limits.max_appended_bytes},
       {"env_passthrough", limits.env_passthrough}};
 }
 
@@ -166,17 +168,18 @@ void parse_limits(const json& value, TrialLimits& limits, std::vector<std::strin
   }
   Fields f(value, "limits.", problems);
   if (const json* wall = f.get("wall_clock_seconds", false)) {
-    if (!wall->is_number() || !std::isfinite(wall->get<double>()) || wall->get<double>() < 0) {
-      f.problem("wall_clock_seconds",
-                "must be a non-negative number of seconds (0 disables the net), got " +
-                    (wall->is_number() ? wall->dump() : json_type(*wall)));
+    if (!wall->is_number()) {
+      f.problem("wall_clock_seconds", "must be a number of seconds (0 disables the net), got " +
+                                          json_type(*wall));
     } else {
       limits.wall_clock_seconds = wall->get<double>();
     }
   }
-  if (const json* rss = f.get("max_rss_bytes", false); rss && !rss->is_null()) {
-    if (!rss->is_number_unsigned() &&
-        !(rss->is_number_integer() && rss->get<std::int64_t>() >= 0)) {
+  if (const json* rss = f.get("max_rss_bytes", false)) {
+    if (rss->is_null()) {
+      limits.max_rss_bytes.reset();
+    } else if (!rss->is_number_unsigned() &&
+               !(rss->is_number_integer() && rss->get<std::int64_t>() >= 0)) {
       f.problem("max_rss_bytes", "must be a non-negative integer or null, got " + json_type(*rss));
     } else {
       limits.max_rss_bytes = rss->get<std::uint64_t>();
@@ -191,6 +194,8 @@ void parse_limits(const json& value, TrialLimits& limits, std::vector<std::strin
       limits.max_cpu_seconds = cpu->get<std::uint64_t>();
     }
   }
+  if (auto events = f.count("max_appended_events")) limits.max_appended_events = *events;
+  if (auto bytes = f.count("max_appended_bytes")) limits.max_appended_bytes = *bytes;
   if (const json* names = f.get("env_passthrough", false)) {
     if (!names->is_array()) {
       f.problem("env_passthrough", "must be an array of variable names, got " + json_type(*names));
@@ -209,9 +214,82 @@ void parse_limits(const json& value, TrialLimits& limits, std::vector<std::strin
     }
   }
   f.reject_unknown();
+  // Only values that parsed are in `limits`; their ranges are checked once,
+  // by the rule every caller uses.
+  if (problems.empty()) {
+    for (auto& problem : check_trial_limits(limits)) problems.push_back(std::move(problem));
+  }
+}
+
+std::string seconds_text(double seconds) {
+  return json(seconds).dump();
 }
 
 }  // namespace
+
+std::vector<std::string> check_trial_limits(const TrialLimits& limits) {
+  std::vector<std::string> problems;
+  const double wall = limits.wall_clock_seconds;
+  if (!std::isfinite(wall) || wall < 0) {
+    problems.push_back("limits.wall_clock_seconds: must be a finite, non-negative number of "
+                       "seconds (0 disables the net), got " +
+                       std::string(std::isnan(wall) ? "nan" : std::isinf(wall) ? (wall > 0 ? "inf" : "-inf") : seconds_text(wall)));
+  } else if (wall > 0 && wall < kMinWallClockSeconds) {
+    problems.push_back("limits.wall_clock_seconds: " + seconds_text(wall) +
+                       " s is below the 1 ms the wall-clock net can measure; give at least " +
+                       seconds_text(kMinWallClockSeconds) + " (0 disables the net)");
+  } else if (wall > kMaxWallClockSeconds) {
+    problems.push_back("limits.wall_clock_seconds: " + seconds_text(wall) +
+                       " s is more than the 7 days (" + seconds_text(kMaxWallClockSeconds) +
+                       " s) a trial may be given; give less (0 disables the net)");
+  }
+  if (limits.max_rss_bytes && *limits.max_rss_bytes != 0 &&
+      (*limits.max_rss_bytes < kMinMaxRssBytes || *limits.max_rss_bytes > kMaxMaxRssBytes)) {
+    problems.push_back("limits.max_rss_bytes: " + std::to_string(*limits.max_rss_bytes) +
+                       " bytes is outside the range a trial child can run in, " +
+                       std::to_string(kMinMaxRssBytes) + " (64 MiB) to " +
+                       std::to_string(kMaxMaxRssBytes) + " (1 TiB); 0 or null disables the net");
+  }
+  if (limits.max_cpu_seconds &&
+      (*limits.max_cpu_seconds == 0 ||
+       static_cast<double>(*limits.max_cpu_seconds) > kMaxWallClockSeconds)) {
+    problems.push_back("limits.max_cpu_seconds: " + std::to_string(*limits.max_cpu_seconds) +
+                       " is outside 1 to " + seconds_text(kMaxWallClockSeconds) +
+                       " seconds; leave it unset for the wall clock plus 5 s");
+  }
+  for (std::size_t i = 0; i < limits.env_passthrough.size(); ++i) {
+    if (!is_env_name(limits.env_passthrough[i])) {
+      problems.push_back("limits.env_passthrough[" + std::to_string(i) +
+                         "]: must be an environment variable name (letters, digits, '_'), got \"" +
+                         limits.env_passthrough[i] + "\"");
+    }
+  }
+  return problems;
+}
+
+std::vector<std::string> check_trial_specification(const TrialSpecification& spec) {
+  std::vector<std::string> problems;
+  if (spec.parent_run_id.empty()) problems.push_back("parent_run_id: must not be empty");
+  if (spec.at_event.empty()) problems.push_back("at_event: must not be empty");
+  if (spec.label.empty()) problems.push_back("label: must not be empty");
+  auto check_pack = [&](const PackSource& pack, const std::string& field) {
+    if (pack.root_dir.empty()) problems.push_back(field + ".root_dir: must not be empty");
+    if (pack.expected_bundle_hash) {
+      if (auto bad = Digest::describe_pin_problem(*pack.expected_bundle_hash)) {
+        problems.push_back(field + ".expected_bundle_hash: malformed pin \"" +
+                           *pack.expected_bundle_hash + "\": " + *bad +
+                           "; a pin is \"sha256:\" followed by 64 lowercase hex digits, as "
+                           "printed by `forktrial pack hash DIR`");
+      }
+    }
+  };
+  for (std::size_t i = 0; i < spec.extra_packs.size(); ++i) {
+    check_pack(spec.extra_packs[i], "extra_packs[" + std::to_string(i) + "]");
+  }
+  check_pack(spec.candidate, "candidate");
+  for (auto& problem : check_trial_limits(spec.limits)) problems.push_back(std::move(problem));
+  return problems;
+}
 
 std::string_view outcome_name(Outcome outcome) {
   switch (outcome) {
@@ -266,6 +344,13 @@ Outcome outcome_of_exit_code(int code) {
     default:
       return Outcome::crashed;
   }
+}
+
+std::vector<const PackSource*> packs_in_load_order(const TrialSpecification& spec) {
+  std::vector<const PackSource*> packs;
+  for (const auto& extra : spec.extra_packs) packs.push_back(&extra);
+  packs.push_back(&spec.candidate);
+  return packs;
 }
 
 std::string to_canonical_json(const TrialLimits& limits) {

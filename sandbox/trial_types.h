@@ -28,16 +28,37 @@ struct PackSource {
 
 // The trial's resource nets. Zero (or nullopt) disables a net.
 struct TrialLimits {
+  static constexpr std::uint64_t kDefaultMaxRssBytes = std::uint64_t{1} << 30;  // 1 GiB
+  static constexpr std::uint64_t kDefaultMaxAppendedEvents = 100'000;
+  static constexpr std::uint64_t kDefaultMaxAppendedBytes = std::uint64_t{64} << 20;  // 64 MiB
+
   double wall_clock_seconds = 120;
-  std::optional<std::uint64_t> max_rss_bytes;  // RLIMIT_AS and the Lua allocator cap
-  std::uint64_t max_events = 2000;
+  // RLIMIT_AS and the Lua allocator cap (half of it). On by default: a trial
+  // without a memory net is announced in its warnings.
+  std::optional<std::uint64_t> max_rss_bytes = kDefaultMaxRssBytes;
+  std::uint64_t max_events = 2000;  // events dispatched (the runtime's budget)
   std::uint64_t max_llm_calls = 0;
   // RLIMIT_CPU; nullopt means the wall clock rounded up plus 5 s, so the CPU
   // net only fires for a child the wall-clock kill did not stop.
   std::optional<std::uint64_t> max_cpu_seconds;
+  // The write budget: events and bytes the trial may append to its fork
+  // (every event it writes, whatever wrote it). The parent never records more.
+  std::uint64_t max_appended_events = kDefaultMaxAppendedEvents;
+  std::uint64_t max_appended_bytes = kDefaultMaxAppendedBytes;
   std::vector<std::string> env_passthrough;  // names forwarded beyond PATH, HOME, LANG
   friend bool operator==(const TrialLimits&, const TrialLimits&) = default;
 };
+
+// The ranges a limit must fall in, so that no value disables a net by
+// accident (a wall clock of 1e-9 s rounds to none, 1e300 s overflows).
+inline constexpr double kMinWallClockSeconds = 0.001;
+inline constexpr double kMaxWallClockSeconds = 7 * 24 * 3600;
+inline constexpr std::uint64_t kMinMaxRssBytes = std::uint64_t{64} << 20;
+inline constexpr std::uint64_t kMaxMaxRssBytes = std::uint64_t{1} << 40;
+
+// Every problem with the values of `limits`, each naming its field
+// ("limits.wall_clock_seconds: ..."); empty when they are all in range.
+std::vector<std::string> check_trial_limits(const TrialLimits& limits);
 
 // The closed set of outcomes, and the child's exit code for each (anything
 // else, or a signal, is `crashed`).
@@ -76,8 +97,16 @@ struct TrialSpecification {
   friend bool operator==(const TrialSpecification&, const TrialSpecification&) = default;
 };
 
+// The packs of a trial in the order the child loads them: the extra packs as
+// given, then the candidate last. Pointers into `spec`.
+std::vector<const PackSource*> packs_in_load_order(const TrialSpecification& spec);
+
 std::string to_canonical_json(const TrialSpecification& spec);
 std::string to_canonical_json(const TrialLimits& limits);
+
+// Every problem with the values of `spec` (its limits, its pins, required
+// fields), each naming its field; empty when the specification can run.
+std::vector<std::string> check_trial_specification(const TrialSpecification& spec);
 
 // Parses and validates limits alone (fields named "limits.<name>").
 std::expected<TrialLimits, std::vector<std::string>> parse_trial_limits(std::string_view json);

@@ -22,6 +22,7 @@ enum Net {
   memory @2;       # the Lua allocator cap or RLIMIT_AS
   cpu @3;
   wallClock @4;
+  writeBudget @5;  # max_appended_events or max_appended_bytes
 }
 
 struct TrialTail {

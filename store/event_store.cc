@@ -18,6 +18,7 @@
 #include "base/unique_fd.h"
 #include "store/codec.h"
 #include "store/lmdb.h"
+#include "store/payload.h"
 
 namespace forktrial::store {
 namespace {
@@ -628,6 +629,7 @@ std::optional<std::string> invalid_event(const NewEvent& e) {
   if (auto problem = invalid_id("event id", e.id.str())) return problem;
   if (e.type.empty()) return "event " + e.id.str() + " has an empty type";
   if (e.timestamp.empty()) return "event " + e.id.str() + " has an empty timestamp";
+  if (auto deep = payload_depth_problem(e.payload)) return "event " + e.id.str() + " payload is " + *deep;
   return std::nullopt;
 }
 
@@ -728,6 +730,18 @@ std::vector<Range> inherited_ranges(const TxnReader& reader, const codec::RunRec
 }
 
 }  // namespace
+
+std::optional<std::string> event_problem(const NewEvent& event) {
+  return invalid_event(event);
+}
+
+std::size_t event_text_bytes(const NewEvent& event) {
+  const auto optional_size = [](const auto& text) { return text ? text->size() : 0; };
+  return event.id.str().size() + event.type.size() + event.payload.size() +
+         event.timestamp.size() + optional_size(event.actor) + optional_size(event.frame_id) +
+         (event.caused_by ? event.caused_by->str().size() : 0);
+}
+
 
 Result<RunInfo> Writer::create_run(const NewRun& run) {
   auto record = insert_run(state_.impl, state_.txn, run, std::nullopt);

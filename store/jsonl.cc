@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "store/event_store.h"
+#include "store/payload.h"
 
 namespace forktrial::store::jsonl {
 namespace {
@@ -108,6 +109,9 @@ bool is_utc_timestamp(std::string_view t) {
 }
 
 std::expected<std::string, std::string> normalize_payload(std::string_view text) {
+  // Checked before parsing: the parse would succeed, but re-serializing a
+  // payload nested tens of thousands of levels deep overflows the stack.
+  if (auto deep = payload_depth_problem(text)) return std::unexpected(*deep);
   json parsed = json::parse(text, nullptr, false);
   if (parsed.is_discarded()) return std::unexpected(std::string("not valid JSON"));
   if (!parsed.is_object()) {
@@ -125,6 +129,12 @@ std::expected<std::vector<NewEvent>, LineError> parse_events(std::istream& in) {
     auto fail = [&](const std::string& why) {
       return std::unexpected(LineError{line, line_prefix(line) + why});
     };
+    // One level for the event object around the payload.
+    if (const std::size_t depth = json_nesting_depth(text); depth > kMaxPayloadDepth + 1) {
+      return fail("the event is nested " + std::to_string(depth) +
+                  " levels deep (arrays and objects); payloads may nest at most " +
+                  std::to_string(kMaxPayloadDepth) + " levels");
+    }
     json parsed;
     try {
       parsed = json::parse(text);
@@ -148,6 +158,10 @@ std::string to_line(const EventView& event) {
   nlohmann::ordered_json line;
   line["id"] = event.id;
   line["type"] = event.type;
+  if (auto deep = payload_depth_problem(event.payload)) {
+    throw StoreError("event " + std::string(event.id) + " (seq " + std::to_string(event.seq) +
+                     ") payload is " + *deep + "; it cannot be exported");
+  }
   json payload = json::parse(event.payload, nullptr, false);
   if (payload.is_discarded()) {
     throw StoreError("event " + std::string(event.id) + " (seq " + std::to_string(event.seq) +

@@ -1,16 +1,20 @@
 #include "store/lmdb.h"
 
+#include <cerrno>
+
 namespace forktrial::store::lmdb {
 
 LmdbError::LmdbError(const std::string& call, int rc)
     : StoreError(call + ": " + mdb_strerror(rc)), code_(rc) {}
 
-void check(int rc, const char* call) {
-  if (rc != MDB_SUCCESS) throw LmdbError(call, rc);
+void check(int rc, const std::string& call) {
+  if (rc == MDB_SUCCESS) return;
+  if (rc == ENOMEM) throw StoreOutOfMemory(call + ": " + mdb_strerror(rc));
+  throw LmdbError(call, rc);
 }
 
-void check(int rc, const std::string& call) {
-  if (rc != MDB_SUCCESS) throw LmdbError(call, rc);
+void check(int rc, const char* call) {
+  if (rc != MDB_SUCCESS) check(rc, std::string(call));
 }
 
 Env::Env() {

@@ -19,8 +19,12 @@ std::filesystem::path plain_pack(const TempDir& dir, std::string body = "") {
   return write_pack(dir, "p", spec);
 }
 
+// Adds `lua` to the candidate pack written at `p` as its scenario s.lua,
+// loads the candidate and runs the scenario. A pack's files are read when it
+// loads, so the scenario is written first.
 forktrial::runtime::ScenarioResult run(const TempDir& dir, Recorded& r, std::string_view lua) {
   dir.write("p/s.lua", lua);
+  load_or_fail(r, dir.path() / "p");
   return r.rt->run_scenario("s.lua");
 }
 
@@ -29,7 +33,7 @@ forktrial::runtime::ScenarioResult run(const TempDir& dir, Recorded& r, std::str
 TEST_CASE("io, os, debug, package and file loaders are absent", "[runtime][confinement]") {
   TempDir dir;
   auto r = make_runtime();
-  load_or_fail(*r, plain_pack(dir));
+  plain_pack(dir);
   const auto result = run(dir, *r, R"(
 function main(rt)
   for _, name in ipairs({ "io", "os", "debug", "package", "dofile", "loadfile" }) do
@@ -50,7 +54,7 @@ end
 TEST_CASE("load accepts text and refuses binary chunks", "[runtime][confinement]") {
   TempDir dir;
   auto r = make_runtime();
-  load_or_fail(*r, plain_pack(dir));
+  plain_pack(dir);
   const auto result = run(dir, *r, R"(
 function main(rt)
   assert(load("return 1 + 1")() == 2)
@@ -76,16 +80,14 @@ TEST_CASE("require loads modules from the pack root only", "[runtime][confinemen
   dir.write("p/lib/broken.lua", "error('module failed')\n");
   dir.write("outside.lua", "return 1\n");
   dir.write("p/target.lua", "return 2\n");
-  REQUIRE(::symlink("target.lua", (pack / "linked.lua").c_str()) == 0);
-  REQUIRE(::symlink("lib", (pack / "linkdir").c_str()) == 0);
+  dir.write("p/notes.txt", "return 4\n");
   auto r = make_runtime();
-  load_or_fail(*r, pack);
   const auto result = run(dir, *r, R"(
 function main(rt)
   assert(require("lib.util") == require("lib.util"))
   assert(loads == 1, "a module runs once per state")
   assert(require("target") == 2)
-  for _, name in ipairs({ "../outside", "/etc/passwd", "linked", "linkdir.util", "nope",
+  for _, name in ipairs({ "../outside", "/etc/passwd", "notes", "nope",
                           "lib.broken", "lib.broken", "lib..util" }) do
     local ok, err = pcall(require, name)
     assert(not ok, name)
@@ -94,25 +96,61 @@ function main(rt)
 end
 )");
   REQUIRE(result.outcome == ScenarioOutcome::completed);
-  REQUIRE(r->log.size() == 8);
+  const std::string not_in_pack =
+      " is not a file of the pack at " + pack.string() +
+      " (files and directories whose names start with '.' are not part of a pack)";
+  REQUIRE(r->log.size() == 7);
   CHECK(r->log[0] ==
         "[scenario] require(\"../outside\"): module names cannot leave the "
         "pack root (\"..\")");
   CHECK(r->log[1] == "[scenario] require(\"/etc/passwd\"): module names cannot be absolute paths");
-  CHECK(r->log[2] ==
-        "[scenario] require(\"linked\") file \"linked.lua\": \"linked.lua\" "
-        "is a symlink; symlinks are refused inside a pack");
-  CHECK(r->log[3] ==
-        "[scenario] require(\"linkdir.util\") file \"linkdir/util.lua\": "
-        "\"linkdir\" is a symlink; symlinks are refused inside a pack");
-  CHECK(r->log[4] ==
-        "[scenario] require(\"nope\") file \"nope.lua\": \"nope.lua\" does "
-        "not exist in the pack root");
+  CHECK(r->log[2] == "[scenario] require(\"notes\") file \"notes.lua\"" + not_in_pack);
+  CHECK(r->log[3] == "[scenario] require(\"nope\") file \"nope.lua\"" + not_in_pack);
+  CHECK(r->log[4] == "[scenario] lib/broken.lua:1: module failed");
   CHECK(r->log[5] == "[scenario] lib/broken.lua:1: module failed");
-  CHECK(r->log[6] == "[scenario] lib/broken.lua:1: module failed");
-  CHECK(r->log[7] ==
+  CHECK(r->log[6] ==
         "[scenario] require(\"lib..util\"): module names cannot leave the "
         "pack root (\"..\")");
+}
+
+TEST_CASE("a pack holding a symlink does not load at all", "[runtime][confinement]") {
+  TempDir dir;
+  const auto pack = plain_pack(dir);
+  dir.write("p/target.lua", "return 2\n");
+  REQUIRE(::symlink("target.lua", (pack / "linked.lua").c_str()) == 0);
+  auto r = make_runtime();
+  auto loaded = r->rt->load_pack(pack, PackRole::candidate);
+  REQUIRE_FALSE(loaded);
+  REQUIRE(loaded.error().problems ==
+          std::vector<std::string>{"linked.lua: symlink to file \"target.lua\"; symlinks are not "
+                                   "allowed in a pack: copy the file in [symlink-to-file]"});
+  REQUIRE(r->sunk.empty());
+}
+
+TEST_CASE("code changed on disk after the pack was read never runs", "[runtime][confinement]") {
+  // The pin a trial checks covers the bytes PackFiles::read hashed; the
+  // runtime must run those bytes, not whatever the directory holds later.
+  TempDir dir;
+  const auto pack = plain_pack(dir, "assert(require('lib.mod') == 'hashed')");
+  dir.write("p/lib/mod.lua", "return 'hashed'\n");
+  dir.write("p/s.lua", "function main(rt) print(require('lib.late')) end\n");
+  dir.write("p/lib/late.lua", "return 'hashed late'\n");
+  auto files = forktrial::pack::PackFiles::read(pack);
+  REQUIRE(files);
+  const auto pin = files->bundle_hash();
+  dir.write("p/manifest.toml", "not a manifest at all");
+  dir.write("p/pack.lua", "error('swapped entry ran')\n");
+  dir.write("p/lib/mod.lua", "return 'swapped'\n");
+  dir.write("p/lib/late.lua", "return 'swapped late'\n");
+  dir.write("p/s.lua", "function main(rt) error('swapped scenario ran') end\n");
+  auto r = make_runtime();
+  REQUIRE(files->bundle_hash() == pin);
+  auto loaded = r->rt->load_pack(std::move(*files), PackRole::candidate);
+  if (!loaded) FAIL(loaded.error().message());
+  const auto result = r->rt->run_scenario("s.lua");
+  INFO(result.message);
+  REQUIRE(result.outcome == ScenarioOutcome::completed);
+  REQUIRE(r->log == std::vector<std::string>{"[scenario] hashed late"});
 }
 
 TEST_CASE("packs cannot see each other's globals", "[runtime][confinement]") {
@@ -122,7 +160,7 @@ TEST_CASE("packs cannot see each other's globals", "[runtime][confinement]") {
   extra.pack_lua = pack_header(extra) + "shared_secret = 42\nreturn pack\n";
   auto r = make_runtime();
   load_or_fail(*r, write_pack(dir, "extra", extra), PackRole::extra);
-  load_or_fail(*r, plain_pack(dir));
+  plain_pack(dir);
   REQUIRE(run(dir, *r, "function main(rt) assert(shared_secret == nil) end").outcome ==
           ScenarioOutcome::completed);
 }
@@ -132,7 +170,7 @@ TEST_CASE("a scenario allocating without bound hits the memory cap", "[runtime][
   auto config = test_config();
   config.lua_memory_cap_bytes = 8 << 20;
   auto r = make_runtime({}, config);
-  load_or_fail(*r, plain_pack(dir));
+  plain_pack(dir);
   const auto result = run(dir, *r, R"(
 function main(rt)
   local hoard = {}
@@ -159,7 +197,7 @@ pack:behavior{ name = "hoard", on = {"go"}, run = function()
 end }
 return pack
 )";
-  load_or_fail(*r, write_pack(dir, "p", spec));
+  write_pack(dir, "p", spec);
   const auto result = run(dir, *r, R"(
 function main(rt)
   rt:emit{ type = "go" }
@@ -180,7 +218,7 @@ TEST_CASE("math.random is seeded from the trial id", "[runtime][confinement]") {
     auto config = test_config();
     config.trial_id = trial_id;
     auto r = make_runtime({}, config);
-    load_or_fail(*r, plain_pack(dir));
+    plain_pack(dir);
     REQUIRE(run(dir, *r, R"(
 function main(rt)
   local first = { math.random(1000000), math.random(1000000), math.random() }

@@ -80,13 +80,13 @@ TEST_CASE("ids continue the run's counter and times tick from the fork tip",
   history.push_back(history_event(3, "note", "{}", "2024-05-01T12:00:06.999999Z"));
   history[2].id = forktrial::store::EventId("evt_005");  // an imported id in the way
   auto r = make_runtime(history);
-  load_or_fail(*r, pack);
   dir.write("p/s.lua", R"(
 function main(rt)
   rt:emit{ type = "a" }
   rt:emit{ type = "b" }
 end
 )");
+  load_or_fail(*r, pack);
   REQUIRE(r->rt->run_scenario("s.lua").outcome == ScenarioOutcome::completed);
   REQUIRE(r->sunk.size() == 3);
   REQUIRE(r->sunk[0].id.str() == "evt_004");  // pack.loaded
@@ -240,8 +240,8 @@ end }
   std::vector<forktrial::store::Event> history{history_event(
       1, "object.created", R"({"id":"node#4","type":"node","data":{"label":"old"}})")};
   auto r = make_runtime(history);
-  load_or_fail(*r, pack);
   dir.write("p/s.lua", "function main(rt) rt:emit{ type = 'go' } rt:run_until_idle() end");
+  load_or_fail(*r, pack);
   const auto result = r->rt->run_scenario("s.lua");
   REQUIRE(result.outcome == ScenarioOutcome::completed);
   REQUIRE(result.behavior_failures == 0);
@@ -293,8 +293,9 @@ end }
   spec.relation_types = {"edge"};
   spec.pack_lua = pack_header(spec) + spec.pack_lua.substr(spec.pack_lua.find('\n') + 1);
   auto r = make_runtime();
-  load_or_fail(*r, write_pack(dir, "p", spec));
+  const auto written = write_pack(dir, "p", spec);
   dir.write("p/s.lua", "function main(rt) rt:emit{ type = 'go' } rt:run_until_idle() end");
+  load_or_fail(*r, written);
   REQUIRE(r->rt->run_scenario("s.lua").outcome == ScenarioOutcome::completed);
   REQUIRE(r->log.size() == 11);
   CHECK(r->log[0] ==
@@ -345,7 +346,6 @@ end }
   std::vector<forktrial::store::Event> history{history_event(
       1, "in", R"({"list":[3,2,1],"int":41,"float":1.25,"text":"héllo","nothing":null})")};
   auto r = make_runtime(history);
-  load_or_fail(*r, pack);
   dir.write("p/s.lua", R"(
 function main(rt)
   local recorded = rt:events("in")[1]
@@ -354,6 +354,7 @@ function main(rt)
   rt:run_until_idle()
 end
 )");
+  load_or_fail(*r, pack);
   REQUIRE(r->rt->run_scenario("s.lua").outcome == ScenarioOutcome::completed);
   const auto out = r->of_type("out");
   REQUIRE(out.size() == 1);
@@ -411,7 +412,7 @@ end }
 TEST_CASE("conversion errors name the first bad member in key order", "[runtime][dispatch]") {
   TempDir dir;
   auto r = make_runtime();
-  load_or_fail(*r, write_pack(dir, "p", spec_with("candidate", {}, "")));
+  const auto written = write_pack(dir, "p", spec_with("candidate", {}, ""));
   dir.write("p/s.lua", R"(
 function main(rt)
   local payload = {}
@@ -423,6 +424,7 @@ function main(rt)
   print(select(2, pcall(rt.emit, rt, { type = "x", zz = 1, aa = 2, payload = {} })))
 end
 )");
+  load_or_fail(*r, written);
   REQUIRE(r->rt->run_scenario("s.lua").outcome == ScenarioOutcome::completed);
   REQUIRE(r->log.size() == 3);
   CHECK(

@@ -23,16 +23,37 @@ TEST_CASE("both nets are applied with the CPU net at wall clock + 5 s", "[sandbo
   CHECK(applied[RLIMIT_CPU].rlim_max == 9);
 }
 
-TEST_CASE("disabled nets are not applied", "[sandbox][nets]") {
+const char* const kMemoryOff =
+    "memory net off: max_rss_bytes is not set, so neither RLIMIT_AS nor the Lua allocator cap "
+    "bounds the trial's memory; the wall-clock kill, the CPU net and the event budget still bound "
+    "the trial";
+
+TEST_CASE("disabled nets are not applied, and no memory net is announced", "[sandbox][nets]") {
   TrialLimits limits;
   limits.wall_clock_seconds = 0;
+  limits.max_rss_bytes.reset();
   std::vector<int> resources;
   auto warnings = apply_nets(limits, [&](int resource, const rlimit&) {
     resources.push_back(resource);
     return 0;
   });
-  CHECK(warnings.empty());
+  CHECK(warnings == std::vector<std::string>{kMemoryOff});
   CHECK(resources == std::vector<int>{RLIMIT_CORE});
+  limits.max_rss_bytes = 0;
+  CHECK(apply_nets(limits, [](int, const rlimit&) { return 0; }) ==
+        std::vector<std::string>{kMemoryOff});
+}
+
+TEST_CASE("the memory net is on by default", "[sandbox][nets]") {
+  std::map<int, rlimit> applied;
+  auto warnings = apply_nets(TrialLimits{}, [&](int resource, const rlimit& limit) {
+    applied[resource] = limit;
+    return 0;
+  });
+  CHECK(warnings.empty());
+  REQUIRE(applied.count(RLIMIT_AS) == 1);
+  CHECK(applied[RLIMIT_AS].rlim_cur == TrialLimits::kDefaultMaxRssBytes);
+  CHECK(TrialLimits::kDefaultMaxRssBytes == std::uint64_t{1} << 30);
 }
 
 TEST_CASE("max_cpu_seconds overrides the CPU net derived from the wall clock", "[sandbox][nets]") {
@@ -67,8 +88,9 @@ TEST_CASE("the real setrlimit applies the CPU net to the calling process", "[san
   REQUIRE(::getrlimit(RLIMIT_CPU, &before) == 0);
   TrialLimits limits;
   limits.wall_clock_seconds = 3600;
+  limits.max_rss_bytes.reset();  // never cap this test process's own address space
   auto warnings = apply_nets(limits, system_setrlimit());
-  CHECK(warnings.empty());
+  CHECK(warnings == std::vector<std::string>{kMemoryOff});
   rlimit now{};
   REQUIRE(::getrlimit(RLIMIT_CPU, &now) == 0);
   CHECK(now.rlim_cur == 3605);

@@ -35,4 +35,41 @@ std::vector<store::Event> events_after(store::EventStore& store, const std::stri
   return snapshot.history(*info, after_seq + 1);
 }
 
+PackSpec scenario_only(const std::string& body) {
+  PackSpec spec;
+  spec.pack_lua =
+      R"(return forktrial.pack{ name = "candidate", version = "0.1.0", object_types = {},
+    relation_types = {}, tools = {}, settings_schema = "", capabilities = {} })";
+  spec.files["scenarios/main.lua"] = "function main(rt)\n" + body + "\nend\n";
+  return spec;
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+sandbox::PackSource TrialFixture::pack(const PackSpec& spec, const std::string& name) {
+  const auto root = dir.path() / "packs" / name;
+  return sandbox::PackSource{root.string(), write_pack(root, spec), true};
+}
+
+sandbox::TrialReport TrialFixture::trial(const sandbox::PackSource& candidate,
+                                         const std::string& scenario,
+                                         const sandbox::TrialLimits& limits,
+                                         const std::vector<sandbox::PackSource>& extras,
+                                         const sandbox::ChildOptions& options) {
+  return sandbox::run_forked_trial(store, recorded.run, recorded.last, candidate, scenario, limits,
+                                   "trial", extras, options);
+}
+
+std::vector<store::Event> TrialFixture::fork_events(const sandbox::TrialReport& report) {
+  return events_after(store, report.fork_run_id, 4);
+}
+
+std::vector<std::string> TrialFixture::types(const std::vector<store::Event>& events) {
+  std::vector<std::string> out;
+  for (const auto& e : events) out.push_back(e.type);
+  return out;
+}
+
 }  // namespace forktrial::testing

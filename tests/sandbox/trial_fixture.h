@@ -27,4 +27,27 @@ RecordedRun record_parent_run(store::EventStore& store);
 std::vector<store::Event> events_after(store::EventStore& store, const std::string& run,
                                        std::uint64_t after_seq);
 
+// A pack with no behaviors whose scenario scenarios/main.lua is `body` (the
+// inside of main(rt)).
+PackSpec scenario_only(const std::string& body);
+
+bool contains(const std::string& text, const std::string& part);
+
+// A temporary store holding the recorded run, packs written beside it, and
+// trials run on forks of the recorded run at its last event.
+struct TrialFixture {
+  TempDir dir;
+  store::EventStore store{dir.path() / "store"};
+  RecordedRun recorded = record_parent_run(store);
+
+  sandbox::PackSource pack(const PackSpec& spec, const std::string& name = "candidate");
+  sandbox::TrialReport trial(const sandbox::PackSource& candidate, const std::string& scenario,
+                             const sandbox::TrialLimits& limits = {},
+                             const std::vector<sandbox::PackSource>& extras = {},
+                             const sandbox::ChildOptions& options = {});
+  // The fork's own events (after the recorded run's four).
+  std::vector<store::Event> fork_events(const sandbox::TrialReport& report);
+  static std::vector<std::string> types(const std::vector<store::Event>& events);
+};
+
 }  // namespace forktrial::testing

@@ -38,7 +38,7 @@ TEST_CASE("a trial specification round-trips through canonical JSON", "[sandbox]
   CHECK(
       text ==
       R"({"at_event":"evt_003","candidate":{"expected_bundle_hash":")" + kPin +
-          R"(","manifest_required":true,"root_dir":"/packs/candidate"},"extra_packs":[{"expected_bundle_hash":null,"manifest_required":false,"root_dir":"/packs/trusted"}],"label":"candidate-7","limits":{"env_passthrough":["TZ"],"max_cpu_seconds":null,"max_events":50,"max_llm_calls":0,"max_rss_bytes":268435456,"wall_clock_seconds":2.5},"parent_run_id":"run_1","scenario":"scenarios/replay.lua::main","schema_version":1})");
+          R"(","manifest_required":true,"root_dir":"/packs/candidate"},"extra_packs":[{"expected_bundle_hash":null,"manifest_required":false,"root_dir":"/packs/trusted"}],"label":"candidate-7","limits":{"env_passthrough":["TZ"],"max_appended_bytes":67108864,"max_appended_events":100000,"max_cpu_seconds":null,"max_events":50,"max_llm_calls":0,"max_rss_bytes":268435456,"wall_clock_seconds":2.5},"parent_run_id":"run_1","scenario":"scenarios/replay.lua::main","schema_version":1})");
   auto parsed = parse_trial_specification(text);
   REQUIRE(parsed.has_value());
   CHECK(*parsed == spec);
@@ -76,8 +76,8 @@ TEST_CASE("wrong types are refused with the field named", "[sandbox][spec]") {
             "hex digits after \"sha256:\", found 2",
             "candidate.manifest_required: must be true or false, got a string",
             "extra_packs: must be an array, got an object",
-            "limits.wall_clock_seconds: must be a non-negative number of seconds (0 disables the "
-            "net), got a string",
+            "limits.wall_clock_seconds: must be a number of seconds (0 disables the net), got a "
+            "string",
             "limits.max_rss_bytes: must be a non-negative integer or null, got an integer",
             "limits.max_events: must be a non-negative integer, got a string",
             "limits.env_passthrough[1]: must be an environment variable name (letters, digits, "
