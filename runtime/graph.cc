@@ -1,6 +1,7 @@
 #include "runtime/graph.h"
 
 #include <charconv>
+#include <limits>
 
 namespace forktrial::runtime {
 namespace {
@@ -168,10 +169,15 @@ std::vector<const GraphRelation*> Graph::relations(std::optional<std::string_vie
   return in_creation_order(relation_order_, relations_, type);
 }
 
-std::string Graph::next_id(std::string_view type) const {
+std::expected<std::string, std::string> Graph::next_id(std::string_view type) const {
   const auto it = largest_.find(type);
-  const std::uint64_t n = (it == largest_.end() ? 0 : it->second) + 1;
-  return std::string(type) + "#" + std::to_string(n);
+  const std::uint64_t largest = it == largest_.end() ? 0 : it->second;
+  if (largest == std::numeric_limits<std::uint64_t>::max()) {
+    return std::unexpected("the id counter of type \"" + std::string(type) + "\" is exhausted (" +
+                           std::string(type) + "#" + std::to_string(largest) +
+                           " is taken); no new id of that type can be made");
+  }
+  return std::string(type) + "#" + std::to_string(largest + 1);
 }
 
 }  // namespace forktrial::runtime

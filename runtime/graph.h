@@ -63,8 +63,10 @@ class Graph {
   // Live relations (of `type`, when given) in creation order.
   std::vector<const GraphRelation*> relations(std::optional<std::string_view> type = {}) const;
 
-  // The id the next object or relation of `type` gets: "<type>#N".
-  std::string next_id(std::string_view type) const;
+  // The id the next object or relation of `type` gets: "<type>#N"; an error
+  // once N would pass 2^64 - 1 (the counter never wraps around to reuse
+  // small numbers).
+  std::expected<std::string, std::string> next_id(std::string_view type) const;
 
  private:
   void note_id(const std::string& id, const std::string& type);

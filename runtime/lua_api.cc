@@ -418,8 +418,9 @@ struct LuaApi {
     if (rt.sink_failure_) raise(L, what + ": the event sink failed; the trial stops");
     if (rt.write_budget_exhausted_) {
       raise(L, what + ": the write budget (max_appended_events = " +
-                   std::to_string(rt.config_.max_appended_events) + ", max_appended_bytes = " +
-                   std::to_string(rt.config_.max_appended_bytes) + ") is exhausted; the trial stops");
+                   std::to_string(rt.config_.max_appended_events) +
+                   ", max_appended_bytes = " + std::to_string(rt.config_.max_appended_bytes) +
+                   ") is exhausted; the trial stops");
     }
     if (rt.budget_exhausted_) {
       raise(L, what + ": the event budget (max_events = " + std::to_string(rt.config_.max_events) +
@@ -433,6 +434,13 @@ struct LuaApi {
     auto id = rt.append(type, payload, std::move(actor), rt.origin_.caused_by);
     if (!id) raise(L, what + ": " + id.error());
     return id->str();
+  }
+
+  static std::string new_id(lua_State* L, Runtime& rt, const std::string& type,
+                            const std::string& what) {
+    auto id = rt.graph_.next_id(type);
+    if (!id) raise(L, what + ": " + id.error());
+    return std::move(*id);
   }
 
   static const GraphObject& live_object(lua_State* L, Runtime& rt, const std::string& id,
@@ -460,7 +468,7 @@ struct LuaApi {
     const std::string type = luaL_checkstring(L, 2);
     check_declared(L, *self.host, self.host->registered.object_types, "object type", type, what);
     json data = object_argument(L, 3, what + " data");
-    const std::string id = rt.graph_.next_id(type);
+    const std::string id = new_id(L, rt, type, what);
     append_or_raise(L, rt, what, "object.created",
                     json{{"id", id}, {"type", type}, {"data", std::move(data)}}, rt.origin_.actor);
     push_string(L, id);
@@ -507,7 +515,7 @@ struct LuaApi {
     check_declared(L, *self.host, self.host->registered.relation_types, "relation type", type,
                    what);
     json data = object_argument(L, 5, what + " data");
-    const std::string id = rt.graph_.next_id(type);
+    const std::string id = new_id(L, rt, type, what);
     append_or_raise(
         L, rt, what, "relation.created",
         json{{"id", id}, {"src", src}, {"dst", dst}, {"type", type}, {"data", std::move(data)}},

@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <functional>
 #include <iostream>
 #include <iterator>
 #include <new>
@@ -61,13 +62,20 @@ void write_all(int fd, const std::string& bytes) {
   ::_exit(exit_code_of(tail.outcome));
 }
 
+std::string with_warnings(std::string detail, const std::vector<std::string>& warnings) {
+  for (const auto& warning : warnings) {
+    if (!detail.empty()) detail += "\n";
+    detail += "warning: " + warning;
+  }
+  return detail;
+}
+
 // The memory net stopped the child outside Lua: an allocation or the scratch
 // store's map growth failed under RLIMIT_AS.
-[[noreturn]] void finish_out_of_memory(const std::string& what) {
-  ChildTail tail;
+[[noreturn]] void finish_out_of_memory(ChildTail tail, const std::string& what) {
   tail.outcome = Outcome::limits_exceeded;
   tail.net = Net::memory;
-  tail.detail = "memory net: " + what;
+  tail.detail = with_warnings("memory net: " + what, tail.warnings);
   finish(tail);
 }
 
@@ -94,14 +102,6 @@ SetRlimit setter_for(const ChildSeams& seams) {
   };
 }
 
-std::string with_warnings(std::string detail, const std::vector<std::string>& warnings) {
-  for (const auto& warning : warnings) {
-    if (!detail.empty()) detail += "\n";
-    detail += "warning: " + warning;
-  }
-  return detail;
-}
-
 // Step 3: every pack read once — its hashes computed and its code kept in
 // the same read — then every pin and every manifest checked against those
 // bytes, before any pack code runs. The runtime later loads the same bytes.
@@ -111,11 +111,13 @@ std::expected<std::vector<pack::PackFiles>, std::string> materialize(
   for (const PackSource* pack : packs_in_load_order(spec)) {
     const std::string role = pack == &spec.candidate ? "candidate pack" : "extra pack";
     auto files = pack::PackFiles::read(pack->root_dir);
-    if (!files) return std::unexpected(role + " " + pack->root_dir + ": " + files.error().message());
+    if (!files)
+      return std::unexpected(role + " " + pack->root_dir + ": " + files.error().message());
     if (pack->expected_bundle_hash) {
       auto verified =
           pack::compare_pin(*pack->expected_bundle_hash, files->bundle_hash(), pack->root_dir);
-      if (!verified) return std::unexpected(role + " " + pack->root_dir + ": " + verified.error().message);
+      if (!verified)
+        return std::unexpected(role + " " + pack->root_dir + ": " + verified.error().message);
     }
     if (pack->manifest_required) {
       auto check = pack::check_pack(*files, pack::RuntimeRequirement::required);
@@ -128,6 +130,67 @@ std::expected<std::vector<pack::PackFiles>, std::string> materialize(
     materialized.push_back(std::move(*files));
   }
   return materialized;
+}
+
+// Steps 4 and 5 once the runtime holds the fork: load the packs, run the
+// scenario, finish with the outcome. `count` fills the tail's numbers.
+[[noreturn]] void run_trial(runtime::Runtime& rt, std::vector<pack::PackFiles>& packs,
+                            const TrialSpecification& spec, const runtime::RuntimeConfig& config,
+                            ChildTail& tail, const std::function<void()>& count) {
+  for (std::size_t i = 0; i < packs.size(); ++i) {
+    const bool candidate = i + 1 == packs.size();
+    auto loaded = rt.load_pack(std::move(packs[i]),
+                               candidate ? runtime::PackRole::candidate : runtime::PackRole::extra);
+    if (!loaded) {
+      count();
+      if (loaded.error().memory_cap_hit) {
+        tail.outcome = Outcome::limits_exceeded;
+        tail.net = Net::memory;
+      } else if (rt.write_budget_exhausted()) {
+        tail.outcome = Outcome::limits_exceeded;
+        tail.net = Net::write_budget;
+      } else {
+        tail.outcome = Outcome::materialization_failed;
+      }
+      tail.detail = with_warnings(loaded.error().message(), tail.warnings);
+      finish(tail);
+    }
+  }
+
+  runtime::ScenarioResult result = rt.run_scenario(spec.scenario);
+  count();
+  switch (result.outcome) {
+    case runtime::ScenarioOutcome::completed:
+      tail.outcome = Outcome::completed;
+      break;
+    case runtime::ScenarioOutcome::scenario_failed:
+      tail.outcome = Outcome::scenario_failed;
+      tail.detail = result.message;
+      if (!result.traceback.empty()) tail.detail += "\n" + result.traceback;
+      break;
+    case runtime::ScenarioOutcome::budget_exhausted:
+      tail.outcome = Outcome::limits_exceeded;
+      tail.net = Net::event_budget;
+      tail.detail =
+          "event budget exhausted: max_events = " + std::to_string(spec.limits.max_events) +
+          " events were dispatched (runtime.budget_exhausted is in the fork)";
+      break;
+    case runtime::ScenarioOutcome::write_budget_exhausted:
+      tail.outcome = Outcome::limits_exceeded;
+      tail.net = Net::write_budget;
+      tail.detail = "write budget exhausted: " + result.message;
+      break;
+    case runtime::ScenarioOutcome::memory_cap_hit:
+      tail.outcome = Outcome::limits_exceeded;
+      tail.net = Net::memory;
+      tail.detail = "memory net: the Lua allocator cap of " +
+                    std::to_string(config.lua_memory_cap_bytes) +
+                    " bytes (half of max_rss_bytes) was reached" +
+                    (result.message.empty() ? "" : ": " + result.message);
+      break;
+  }
+  tail.detail = with_warnings(tail.detail, tail.warnings);
+  finish(tail);
 }
 
 int run(int, char**) {
@@ -229,60 +292,15 @@ int run(int, char**) {
     tail.last_seq = head;
   };
 
-  for (std::size_t i = 0; i < packs->size(); ++i) {
-    const bool candidate = i + 1 == packs->size();
-    auto loaded = rt.load_pack(std::move((*packs)[i]),
-                               candidate ? runtime::PackRole::candidate : runtime::PackRole::extra);
-    if (!loaded) {
-      count();
-      if (loaded.error().memory_cap_hit) {
-        tail.outcome = Outcome::limits_exceeded;
-        tail.net = Net::memory;
-      } else if (rt.write_budget_exhausted()) {
-        tail.outcome = Outcome::limits_exceeded;
-        tail.net = Net::write_budget;
-      } else {
-        tail.outcome = Outcome::materialization_failed;
-      }
-      tail.detail = with_warnings(loaded.error().message(), tail.warnings);
-      finish(tail);
-    }
+  try {
+    run_trial(rt, *packs, spec, config, tail, count);
+  } catch (const std::bad_alloc&) {
+    count();
+    finish_out_of_memory(tail, "an allocation failed under RLIMIT_AS");
+  } catch (const store::StoreOutOfMemory& e) {
+    count();
+    finish_out_of_memory(tail, std::string("the scratch store could not grow (") + e.what() + ")");
   }
-
-  runtime::ScenarioResult result = rt.run_scenario(spec.scenario);
-  count();
-  switch (result.outcome) {
-    case runtime::ScenarioOutcome::completed:
-      tail.outcome = Outcome::completed;
-      break;
-    case runtime::ScenarioOutcome::scenario_failed:
-      tail.outcome = Outcome::scenario_failed;
-      tail.detail = result.message;
-      if (!result.traceback.empty()) tail.detail += "\n" + result.traceback;
-      break;
-    case runtime::ScenarioOutcome::budget_exhausted:
-      tail.outcome = Outcome::limits_exceeded;
-      tail.net = Net::event_budget;
-      tail.detail =
-          "event budget exhausted: max_events = " + std::to_string(spec.limits.max_events) +
-          " events were dispatched (runtime.budget_exhausted is in the fork)";
-      break;
-    case runtime::ScenarioOutcome::write_budget_exhausted:
-      tail.outcome = Outcome::limits_exceeded;
-      tail.net = Net::write_budget;
-      tail.detail = "write budget exhausted: " + result.message;
-      break;
-    case runtime::ScenarioOutcome::memory_cap_hit:
-      tail.outcome = Outcome::limits_exceeded;
-      tail.net = Net::memory;
-      tail.detail = "memory net: the Lua allocator cap of " +
-                    std::to_string(config.lua_memory_cap_bytes) +
-                    " bytes (half of max_rss_bytes) was reached" +
-                    (result.message.empty() ? "" : ": " + result.message);
-      break;
-  }
-  tail.detail = with_warnings(tail.detail, tail.warnings);
-  finish(tail);
 }
 
 }  // namespace
@@ -293,11 +311,11 @@ int main(int argc, char** argv) {
     return forktrial::sandbox::run(argc, argv);
   } catch (const std::bad_alloc&) {
     // The address-space net refused an allocation outside Lua.
-    forktrial::sandbox::finish_out_of_memory("an allocation failed under RLIMIT_AS");
+    forktrial::sandbox::finish_out_of_memory({}, "an allocation failed under RLIMIT_AS");
   } catch (const forktrial::store::StoreOutOfMemory& e) {
     // The scratch store's map could not grow under RLIMIT_AS.
-    forktrial::sandbox::finish_out_of_memory(std::string("the scratch store could not grow (") +
-                                             e.what() + ")");
+    forktrial::sandbox::finish_out_of_memory(
+        {}, std::string("the scratch store could not grow (") + e.what() + ")");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "forktrial-child: %s\n", e.what());
     return 1;

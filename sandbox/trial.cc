@@ -77,10 +77,10 @@ void append_line(std::string& detail, const std::string& line) {
 // What the parent accepts of the child's delta: the events it may record,
 // which are a prefix of what the child appended to its scratch store.
 struct DeltaScan {
-  std::uint64_t events = 0;     // leading events accepted
-  std::string last_timestamp;   // of the last accepted event ("" when none)
-  std::string cut;              // why the events after them were refused ("" when none were)
-  bool over_budget = false;     // the cut is the write budget's
+  std::uint64_t events = 0;    // leading events accepted
+  std::string last_timestamp;  // of the last accepted event ("" when none)
+  std::string cut;             // why the events after them were refused ("" when none were)
+  bool over_budget = false;    // the cut is the write budget's
 };
 
 // Parent-reserved records: the parent alone writes `trial.*` events (the
@@ -108,7 +108,8 @@ DeltaScan scan_delta(const store::Snapshot& scratch, const store::RunInfo& fork,
                                       : limits.max_appended_bytes + runtime::kClosingRecordBytes;
   scratch.for_each_event(fork, fork_seq + 1, [&](const store::EventView& view) {
     const store::Event event = view.to_event();
-    const std::string which = "event " + event.id.str() + " (seq " + std::to_string(event.seq) + ")";
+    const std::string which =
+        "event " + event.id.str() + " (seq " + std::to_string(event.seq) + ")";
     if (is_parent_record(view)) {
       scan.cut = "the child's " + which + " poses as a parent record (type \"" + event.type +
                  "\", actor \"" + event.actor.value_or("") +
@@ -124,9 +125,10 @@ DeltaScan scan_delta(const store::Snapshot& scratch, const store::RunInfo& fork,
     if (scan.events + 1 > max_events || bytes > max_bytes) {
       scan.over_budget = true;
       scan.cut = "write budget: the child's delta goes past max_appended_events = " +
-                 std::to_string(limits.max_appended_events) + " or max_appended_bytes = " +
-                 std::to_string(limits.max_appended_bytes) + " at " + which +
-                 "; the parent recorded the " + std::to_string(scan.events) + " events before it";
+                 std::to_string(limits.max_appended_events) +
+                 " or max_appended_bytes = " + std::to_string(limits.max_appended_bytes) + " at " +
+                 which + "; the parent recorded the " + std::to_string(scan.events) +
+                 " events before it";
       return false;
     }
     ++scan.events;
@@ -140,8 +142,8 @@ DeltaScan scan_delta(const store::Snapshot& scratch, const store::RunInfo& fork,
 // batches, never holding the delta whole. Returns the fork's new head.
 store::Result<std::uint64_t> copy_delta(store::Writer& writer, const store::RunId& fork_id,
                                         std::uint64_t head, const store::Snapshot& scratch,
-                                        const store::RunInfo& scratch_fork,
-                                        std::uint64_t fork_seq, std::uint64_t count) {
+                                        const store::RunInfo& scratch_fork, std::uint64_t fork_seq,
+                                        std::uint64_t count) {
   constexpr std::size_t kBatchEvents = 512;
   constexpr std::size_t kBatchBytes = std::size_t{4} << 20;
   std::vector<store::NewEvent> batch;
@@ -190,8 +192,10 @@ store::NewEvent wall_clock_event(const store::Writer& writer, const store::RunIn
     }
   }
   event.type = "trial.wall_clock_exhausted";
-  event.payload =
-      nlohmann::json{{"wall_clock_seconds", limit_seconds}, {"last_accepted_seq", fork.head}}.dump();
+  event.payload = nlohmann::json{
+      {"wall_clock_seconds", limit_seconds},
+      {"last_accepted_seq",
+       fork.head}}.dump();
   event.timestamp = runtime::format_timestamp(last + 1);
   event.actor = "forktrial.parent";
   return event;
@@ -346,14 +350,15 @@ TrialReport run_trial(store::EventStore& store, const TrialSpecification& spec,
       std::uint64_t head = fork->head;
       if (accepted > 0) {
         auto snapshot = scratch_reader->snapshot();
-        auto appended = copy_delta(writer, fork_id, head, snapshot, *snapshot.run(fork_id),
-                                   fork_seq, accepted);
+        auto appended =
+            copy_delta(writer, fork_id, head, snapshot, *snapshot.run(fork_id), fork_seq, accepted);
         if (!appended) return appended;
         head = *appended;
       }
       if (child.wall_clock_killed) {
         const std::string& last = accepted > 0 ? scan.last_timestamp : tip_timestamp;
-        auto event = wall_clock_event(writer, *writer.run(fork_id), last, limits.wall_clock_seconds);
+        auto event =
+            wall_clock_event(writer, *writer.run(fork_id), last, limits.wall_clock_seconds);
         auto appended = writer.append(fork_id, head, std::span(&event, 1));
         if (!appended) return appended;
         head = *appended;

@@ -169,8 +169,8 @@ void parse_limits(const json& value, TrialLimits& limits, std::vector<std::strin
   Fields f(value, "limits.", problems);
   if (const json* wall = f.get("wall_clock_seconds", false)) {
     if (!wall->is_number()) {
-      f.problem("wall_clock_seconds", "must be a number of seconds (0 disables the net), got " +
-                                          json_type(*wall));
+      f.problem("wall_clock_seconds",
+                "must be a number of seconds (0 disables the net), got " + json_type(*wall));
     } else {
       limits.wall_clock_seconds = wall->get<double>();
     }
@@ -231,9 +231,12 @@ std::vector<std::string> check_trial_limits(const TrialLimits& limits) {
   std::vector<std::string> problems;
   const double wall = limits.wall_clock_seconds;
   if (!std::isfinite(wall) || wall < 0) {
-    problems.push_back("limits.wall_clock_seconds: must be a finite, non-negative number of "
-                       "seconds (0 disables the net), got " +
-                       std::string(std::isnan(wall) ? "nan" : std::isinf(wall) ? (wall > 0 ? "inf" : "-inf") : seconds_text(wall)));
+    problems.push_back(
+        "limits.wall_clock_seconds: must be a finite, non-negative number of "
+        "seconds (0 disables the net), got " +
+        std::string(std::isnan(wall)   ? "nan"
+                    : std::isinf(wall) ? (wall > 0 ? "inf" : "-inf")
+                                       : seconds_text(wall)));
   } else if (wall > 0 && wall < kMinWallClockSeconds) {
     problems.push_back("limits.wall_clock_seconds: " + seconds_text(wall) +
                        " s is below the 1 ms the wall-clock net can measure; give at least " +

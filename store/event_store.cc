@@ -343,7 +343,7 @@ struct EventStore::Impl {
   lmdb::Txn begin(unsigned flags) {
     lmdb::Txn txn;
     int rc = txn.try_begin(env.get(), flags);
-    if (rc != MDB_SUCCESS) throw lmdb::LmdbError("mdb_txn_begin(\"" + path.string() + "\")", rc);
+    if (rc != MDB_SUCCESS) lmdb::check(rc, "mdb_txn_begin(\"" + path.string() + "\")");
     return txn;
   }
 
@@ -629,7 +629,8 @@ std::optional<std::string> invalid_event(const NewEvent& e) {
   if (auto problem = invalid_id("event id", e.id.str())) return problem;
   if (e.type.empty()) return "event " + e.id.str() + " has an empty type";
   if (e.timestamp.empty()) return "event " + e.id.str() + " has an empty timestamp";
-  if (auto deep = payload_depth_problem(e.payload)) return "event " + e.id.str() + " payload is " + *deep;
+  if (auto deep = payload_depth_problem(e.payload))
+    return "event " + e.id.str() + " payload is " + *deep;
   return std::nullopt;
 }
 
@@ -737,11 +738,10 @@ std::optional<std::string> event_problem(const NewEvent& event) {
 
 std::size_t event_text_bytes(const NewEvent& event) {
   const auto optional_size = [](const auto& text) { return text ? text->size() : 0; };
-  return event.id.str().size() + event.type.size() + event.payload.size() +
-         event.timestamp.size() + optional_size(event.actor) + optional_size(event.frame_id) +
+  return event.id.str().size() + event.type.size() + event.payload.size() + event.timestamp.size() +
+         optional_size(event.actor) + optional_size(event.frame_id) +
          (event.caused_by ? event.caused_by->str().size() : 0);
 }
-
 
 Result<RunInfo> Writer::create_run(const NewRun& run) {
   auto record = insert_run(state_.impl, state_.txn, run, std::nullopt);

@@ -88,7 +88,7 @@ std::span<std::byte> Txn::reserve(MDB_dbi dbi, MDB_val key, std::size_t size) {
   int rc = mdb_put(txn_, dbi, &key, &value, MDB_RESERVE);
   // The message is built only on failure: this is the append hot path.
   if (rc != MDB_SUCCESS) {
-    throw LmdbError("mdb_put(MDB_RESERVE, " + std::to_string(size) + " bytes)", rc);
+    check(rc, "mdb_put(MDB_RESERVE, " + std::to_string(size) + " bytes)");
   }
   return {static_cast<std::byte*>(value.mv_data), size};
 }
@@ -116,7 +116,7 @@ std::span<std::byte> Cursor::reserve(MDB_val key, std::size_t size, unsigned fla
   MDB_val value{size, nullptr};
   int rc = mdb_cursor_put(cursor_, &key, &value, MDB_RESERVE | flags);
   if (rc != MDB_SUCCESS) {
-    throw LmdbError("mdb_cursor_put(MDB_RESERVE, " + std::to_string(size) + " bytes)", rc);
+    check(rc, "mdb_cursor_put(MDB_RESERVE, " + std::to_string(size) + " bytes)");
   }
   return {static_cast<std::byte*>(value.mv_data), size};
 }

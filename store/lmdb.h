@@ -37,7 +37,8 @@ class LmdbError : public StoreError {
   int code_;
 };
 
-// Throws LmdbError("<call>: <mdb_strerror>") when rc != MDB_SUCCESS.
+// Throws LmdbError("<call>: <mdb_strerror>") when rc != MDB_SUCCESS, or
+// StoreOutOfMemory when rc is ENOMEM.
 void check(int rc, const char* call);
 void check(int rc, const std::string& call);
 

@@ -116,3 +116,16 @@ TEST_CASE("id counters continue after an inherited history", "[runtime][graph]")
   REQUIRE(graph.next_id("link") == "link#3");
   REQUIRE(graph.next_id("tag") == "tag#1");
 }
+
+TEST_CASE("an id counter at its largest value is exhausted, never wrapped", "[runtime][graph]") {
+  Graph graph;
+  apply_ok(graph, "object.created", {{"id", "note#18446744073709551614"}, {"type", "note"}});
+  REQUIRE(graph.next_id("note") == "note#18446744073709551615");
+  apply_ok(graph, "object.created", {{"id", "note#18446744073709551615"}, {"type", "note"}});
+  REQUIRE(graph.next_id("note").error() ==
+          "the id counter of type \"note\" is exhausted (note#18446744073709551615 is taken); no "
+          "new id of that type can be made");
+  // A number past 2^64 - 1 is not a counter value; it cannot collide.
+  apply_ok(graph, "object.created", {{"id", "tag#99999999999999999999"}, {"type", "tag"}});
+  REQUIRE(graph.next_id("tag") == "tag#1");
+}
