@@ -63,6 +63,11 @@ std::string last_bytes(const std::string& text, std::size_t n) {
   return text.size() <= n ? text : "..." + text.substr(text.size() - n);
 }
 
+std::string invalid_message(std::string head, const std::vector<std::string>& problems) {
+  for (const auto& problem : problems) head += "\n  " + problem;
+  return head;
+}
+
 std::string signal_text(int signal) {
   const char* name = ::sigabbrev_np(signal);
   return std::string("SIG") + (name != nullptr ? name : std::to_string(signal));
@@ -263,9 +268,8 @@ TrialReport run_trial(store::EventStore& store, const TrialSpecification& spec,
   // 0. What the caller got wrong is refused before anything is forked,
   // spawned or recorded: every problem at once.
   if (auto problems = check_trial_specification(spec); !problems.empty()) {
-    std::string message = "the trial specification is invalid:";
-    for (const auto& problem : problems) message += "\n  " + problem;
-    throw TrialSetupError(TrialSetupError::Kind::invalid_specification, message);
+    throw TrialSetupError(TrialSetupError::Kind::invalid_specification,
+                          invalid_message("the trial specification is invalid:", problems));
   }
   const store::RunId parent_run_id(spec.parent_run_id);
   const store::EventId at_event(spec.at_event);
@@ -452,6 +456,10 @@ TrialReport run_trial(store::EventStore& store, const TrialSpecification& spec,
 
 std::vector<std::string> preflight(const TrialLimits& limits, std::chrono::milliseconds timeout,
                                    const ChildOptions& options) {
+  if (auto problems = check_trial_limits(limits); !problems.empty()) {
+    throw TrialSetupError(TrialSetupError::Kind::invalid_specification,
+                          invalid_message("the limits to probe are invalid:", problems));
+  }
   ChildJob job;
   job.preflight = true;
   job.limits = limits;

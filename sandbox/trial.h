@@ -77,7 +77,8 @@ TrialLimits default_preflight_limits();
 
 // Starts a child with a null job that applies `limits` and starts the runtime.
 // Returns the degradation warnings (empty when every net applied), or throws
-// SandboxStartupError with the child's stderr tail when it cannot start.
+// SandboxStartupError with the child's stderr tail when it cannot start, and
+// TrialSetupError (before starting anything) for limits out of range.
 std::vector<std::string> preflight(const TrialLimits& limits = default_preflight_limits(),
                                    std::chrono::milliseconds timeout = std::chrono::seconds(30),
                                    const ChildOptions& options = {});

@@ -11,6 +11,10 @@
 
 namespace forktrial::tools {
 
+// The exit status of a command given options it cannot run with (what the
+// user typed is wrong, and nothing was done).
+inline constexpr int kUsageError = 2;
+
 class CommandFailed : public std::runtime_error {
  public:
   explicit CommandFailed(const std::string& message, int exit_code = 1)

@@ -17,7 +17,7 @@ using nlohmann::ordered_json;
 using sandbox::Outcome;
 
 // "268435456", "256M", "1G", "512K" (binary multiples) -> bytes.
-std::uint64_t parse_size(const std::string& text) {
+std::uint64_t parse_size(const std::string& text, const char* option) {
   std::size_t used = 0;
   unsigned long long value = 0;
   try {
@@ -36,8 +36,9 @@ std::uint64_t parse_size(const std::string& text) {
   else if (!suffix.empty())
     used = 0;
   if (used == 0 || text.empty() || text[0] == '-') {
-    throw CommandFailed("--max-rss " + text +
-                        ": not a size; give bytes or a number with K, M or G (e.g. 256M)");
+    throw CommandFailed(std::string(option) + " " + text +
+                            ": not a size; give bytes or a number with K, M or G (e.g. 256M)",
+                        kUsageError);
   }
   return value * scale;
 }
@@ -67,6 +68,8 @@ struct TrialOptions {
   std::string max_rss;
   std::uint64_t max_events = 2000;
   std::uint64_t max_cpu = 0;
+  std::uint64_t max_appended_events = sandbox::TrialLimits::kDefaultMaxAppendedEvents;
+  std::string max_appended_bytes;
   std::vector<std::string> env_pass;
   std::string label = "trial";
   bool json = false;
@@ -112,9 +115,13 @@ void print_report(const sandbox::TrialReport& r) {
 void run_trial_command(const TrialOptions& o) {
   sandbox::TrialLimits limits;
   limits.wall_clock_seconds = o.wall_clock;
-  if (!o.max_rss.empty()) limits.max_rss_bytes = parse_size(o.max_rss);
+  if (!o.max_rss.empty()) limits.max_rss_bytes = parse_size(o.max_rss, "--max-rss");
   limits.max_events = o.max_events;
   if (o.max_cpu > 0) limits.max_cpu_seconds = o.max_cpu;
+  limits.max_appended_events = o.max_appended_events;
+  if (!o.max_appended_bytes.empty()) {
+    limits.max_appended_bytes = parse_size(o.max_appended_bytes, "--max-appended-bytes");
+  }
   limits.env_passthrough = o.env_pass;
   sandbox::PackSource candidate{o.pack, std::nullopt, true};
   if (!o.expect.empty()) candidate.expected_bundle_hash = o.expect;
@@ -127,6 +134,12 @@ void run_trial_command(const TrialOptions& o) {
     report = sandbox::run_forked_trial(store, store::RunId(o.run), store::EventId(o.at), candidate,
                                        o.scenario, limits, o.label, extras);
   } catch (const sandbox::TrialSetupError& e) {
+    if (e.kind() == sandbox::TrialSetupError::Kind::invalid_specification) {
+      throw CommandFailed(std::string("cannot start the trial: ") + e.what() +
+                              "\nnothing was forked or recorded; fix the options above (see "
+                              "`forktrial trial --help`)",
+                          kUsageError);
+    }
     throw CommandFailed(std::string("cannot start the trial: ") + e.what() +
                         "; list runs with `forktrial run ls` and events with `forktrial run events "
                         "RUN`");
@@ -163,9 +176,16 @@ void add_trial_command(CLI::App& app) {
                   "file.lua or file.lua::fn inside the candidate (default: run until idle)");
   cmd->add_option("--wall-clock", o->wall_clock, "wall-clock limit in seconds (0: none)")
       ->capture_default_str();
-  cmd->add_option("--max-rss", o->max_rss, "memory cap: bytes, or 256M / 1G");
+  cmd->add_option("--max-rss", o->max_rss,
+                  "memory cap: bytes, or 256M / 1G (default 1G; 0 turns the net off, which the "
+                  "report then says)");
   cmd->add_option("--max-events", o->max_events, "event budget")->capture_default_str();
   cmd->add_option("--max-cpu", o->max_cpu, "CPU seconds (default: wall clock + 5)");
+  cmd->add_option("--max-appended-events", o->max_appended_events,
+                  "write budget: events the trial may append to its fork (0: none)")
+      ->capture_default_str();
+  cmd->add_option("--max-appended-bytes", o->max_appended_bytes,
+                  "write budget: bytes of event text the trial may append (default 64M)");
   cmd->add_option("--env-pass", o->env_pass, "an environment variable to pass to the child");
   cmd->add_option("--label", o->label, "label of the fork run")->capture_default_str();
   cmd->add_flag("--json", o->json, "print the report as JSON");
@@ -194,13 +214,17 @@ void add_preflight_command(CLI::App& app) {
   cmd->footer(examples_footer({"forktrial preflight", "forktrial preflight --max-rss 1G --json"}));
   cmd->callback([=] {
     sandbox::TrialLimits limits;
-    limits.max_rss_bytes = parse_size(*max_rss);
+    limits.max_rss_bytes = parse_size(*max_rss, "--max-rss");
     limits.wall_clock_seconds = *wall_clock;
     std::vector<std::string> warnings;
     try {
       warnings = sandbox::preflight(limits);
     } catch (const sandbox::SandboxStartupError& e) {
       throw CommandFailed(e.what());
+    } catch (const sandbox::TrialSetupError& e) {
+      throw CommandFailed(std::string(e.what()) + "\nfix the options above (see `forktrial "
+                                                  "preflight --help`)",
+                          kUsageError);
     }
     if (*json) {
       std::cout << ordered_json{{"ok", true}, {"warnings", warnings}}.dump(2) << '\n';

@@ -83,13 +83,40 @@ TEST_CASE("forktrial trial refuses bad input with what to do", "[trial][cli]") {
 
   auto bad_size = cli({"trial", "--store", store, "--run", "run_chat", "--at", "evt_001", "--pack",
                        kExamples + "/packs/greeter", "--max-rss", "lots"});
-  CHECK(bad_size.exit_code == 1);
+  CHECK(bad_size.exit_code == 2);
   CHECK(bad_size.err.find("--max-rss lots: not a size") != std::string::npos);
 
   auto no_store = cli({"trial", "--store", (dir.path() / "none").string(), "--run", "r", "--at",
                        "e", "--pack", kExamples + "/packs/greeter"});
   CHECK(no_store.exit_code == 1);
   CHECK(no_store.err.find("no store at") != std::string::npos);
+}
+
+TEST_CASE("a malformed pin or limit is a usage error and records nothing", "[trial][cli]") {
+  TempDir dir;
+  const auto store = imported_store(dir);
+  const auto runs = [&] { return cli({"run", "ls", "--store", store, "--json"}).out; };
+  const auto before = runs();
+  const std::vector<std::string> trial = {"trial", "--store", store, "--run", "run_chat", "--at",
+                                          "evt_010", "--pack", kExamples + "/packs/chat_echo"};
+  const auto with = [&](std::vector<std::string> extra) {
+    auto args = trial;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return cli(args);
+  };
+  // A pin shortened the way prose abbreviates it.
+  auto short_pin = with({"--expect", "sha256:042ff759"});
+  CHECK(short_pin.exit_code == 2);
+  CHECK(short_pin.out.empty());
+  CHECK(short_pin.err.find("malformed pin \"sha256:042ff759\"") != std::string::npos);
+  CHECK(short_pin.err.find("nothing was forked or recorded") != std::string::npos);
+  for (const char* wall : {"inf", "nan", "-1", "1e300", "1e-9"}) {
+    auto bad_wall = with({"--wall-clock", wall});
+    INFO(wall << ": " << bad_wall.err);
+    CHECK(bad_wall.exit_code == 2);
+    CHECK(bad_wall.err.find("limits.wall_clock_seconds") != std::string::npos);
+  }
+  CHECK(runs() == before);
 }
 
 TEST_CASE("forktrial preflight reports that children start here", "[trial][cli]") {
