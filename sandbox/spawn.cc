@@ -45,13 +45,29 @@ void keep_last(std::string& sink, std::size_t& total, const char* data, std::siz
   if (sink.size() > cap) sink.erase(0, sink.size() - cap);
 }
 
+// The descriptors a child gets: stdin, stdout, stderr and the tail.
+constexpr int kPassedDescriptors = 4;
+
 class SpawnActions {
  public:
   SpawnActions() { ::posix_spawn_file_actions_init(&actions_); }
   ~SpawnActions() { ::posix_spawn_file_actions_destroy(&actions_); }
   SpawnActions(const SpawnActions&) = delete;
   SpawnActions& operator=(const SpawnActions&) = delete;
-  void dup2(int from, int to) { ::posix_spawn_file_actions_adddup2(&actions_, from, to); }
+  void dup2(int from, int to) {
+    if (int rc = ::posix_spawn_file_actions_adddup2(&actions_, from, to); rc != 0) {
+      throw SystemError("posix_spawn_file_actions_adddup2(" + std::to_string(from) + ", " +
+                            std::to_string(to) + ")",
+                        rc);
+    }
+  }
+  // Closes every descriptor from `lowest` up in the child, after the dup2s.
+  void close_from(int lowest) {
+    if (int rc = ::posix_spawn_file_actions_addclosefrom_np(&actions_, lowest); rc != 0) {
+      throw SystemError("posix_spawn_file_actions_addclosefrom_np(" + std::to_string(lowest) + ")",
+                        rc);
+    }
+  }
   posix_spawn_file_actions_t* get() { return &actions_; }
 
  private:
@@ -141,6 +157,10 @@ ChildResult run_child(const SpawnRequest& request) {
   actions.dup2(out.write.get(), 1);
   actions.dup2(err.write.get(), 2);
   actions.dup2(tail.write.get(), 3);
+  // Nothing else crosses, whether or not it is close-on-exec: the caller's
+  // inheritable descriptors, those a library opened without O_CLOEXEC (LMDB's
+  // data file), and those other threads open while this child starts.
+  actions.close_from(kPassedDescriptors);
   posix_spawnattr_t attributes;
   ::posix_spawnattr_init(&attributes);
   // Its own process group, so the wall-clock kill reaches every descendant;

@@ -4,6 +4,10 @@
 // stdout/stderr captured with a size cap, under a wall-clock deadline that
 // kills the whole process group.
 //
+// The child holds descriptors 0 to 3 and no other: every descriptor of the
+// caller from 4 up is closed in the child before exec, close-on-exec or not,
+// including those other threads open while it starts.
+//
 // run_child blocks the calling thread until the child has exited and its
 // process group is gone; it is safe to call from several threads at once
 // (each call owns its descriptors and child). Memory used is bounded by the

@@ -1,10 +1,14 @@
 #include "sandbox/spawn.h"
 
+#include <fcntl.h>
 #include <signal.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
+#include <thread>
 
 #include "base/unique_fd.h"
+#include "tests/sandbox/child_probe.h"
 
 using namespace forktrial::sandbox;
 using namespace std::chrono_literals;
@@ -17,6 +21,19 @@ SpawnRequest shell(const std::string& script) {
   request.args = {"-c", script};
   request.env = {"PATH=/usr/bin:/bin"};
   return request;
+}
+
+SpawnRequest probe(std::vector<std::string> args = {}) {
+  SpawnRequest request;
+  request.program = FORKTRIAL_CHILD_PROBE;
+  request.args = std::move(args);
+  return request;
+}
+
+// The descriptor numbers a probe child held.
+std::string probed_descriptors(const ChildResult& result) {
+  return forktrial::testing::descriptor_numbers(
+      forktrial::testing::parse_descriptor_listing(result.stdout_tail));
 }
 
 }  // namespace
@@ -108,4 +125,44 @@ TEST_CASE("a child that exits without reading its job costs an EPIPE, not the ca
   sigemptyset(&pending);
   REQUIRE(::sigpending(&pending) == 0);
   CHECK(sigismember(&pending, SIGPIPE) == 0);
+}
+
+TEST_CASE("a child holds only descriptors 0 to 3 whatever the caller leaves inheritable",
+          "[sandbox][spawn]") {
+  // Descriptors without FD_CLOEXEC, one low and one far above the others.
+  forktrial::UniqueFd low(::open("/dev/null", O_RDONLY));
+  REQUIRE(low);
+  forktrial::UniqueFd high(::fcntl(low.get(), F_DUPFD, 900));
+  REQUIRE(high.get() >= 900);
+  auto result = run_child(probe());
+  REQUIRE(result.exit_code == 0);
+  const auto held = forktrial::testing::parse_descriptor_listing(result.stdout_tail);
+  CHECK(forktrial::testing::descriptor_numbers(held) == "0 1 2 3");
+  for (const auto& [fd, target] : held) {
+    INFO("fd " << fd << " -> " << target);
+    CHECK(target.starts_with("pipe:"));
+  }
+}
+
+TEST_CASE("a descriptor another thread opens while children start is never inherited",
+          "[sandbox][spawn]") {
+  // The other thread always holds at least one descriptor without
+  // FD_CLOEXEC, and keeps replacing it while the children start.
+  struct Opener {
+    std::atomic<bool> stop{false};
+    std::thread thread{[this] {
+      forktrial::UniqueFd held(::open("/dev/null", O_RDONLY));
+      while (!stop.load()) held = forktrial::UniqueFd(::open("/dev/null", O_RDONLY));
+    }};
+    ~Opener() {
+      stop = true;
+      thread.join();
+    }
+  };
+  std::vector<std::string> seen;
+  {
+    Opener opener;
+    for (int i = 0; i < 20; ++i) seen.push_back(probed_descriptors(run_child(probe())));
+  }
+  CHECK(seen == std::vector<std::string>(20, "0 1 2 3"));
 }
