@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <fstream>
 #include <thread>
 
 #include "base/unique_fd.h"
@@ -49,6 +50,7 @@ TEST_CASE("the child gets its job on stdin and its streams are kept apart", "[sa
   CHECK(result.tail == "the tail");
   CHECK_FALSE(result.tail_overflow);
   CHECK_FALSE(result.wall_clock_killed);
+  CHECK(result.idle_wakeups == 0);
 }
 
 TEST_CASE("a signal death keeps its signal", "[sandbox][spawn]") {
@@ -165,4 +167,71 @@ TEST_CASE("a descriptor another thread opens while children start is never inher
     for (int i = 0; i < 20; ++i) seen.push_back(probed_descriptors(run_child(probe())));
   }
   CHECK(seen == std::vector<std::string>(20, "0 1 2 3"));
+}
+
+namespace {
+
+// The state letter of /proc/<pid>/stat ('Z' for a zombie, 'S' sleeping), or
+// '-' when there is no such process.
+char process_state(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return '-';
+  const auto close = line.rfind(')');  // the command name may hold spaces
+  return close == std::string::npos || close + 2 >= line.size() ? '?' : line[close + 2];
+}
+
+}  // namespace
+
+TEST_CASE("the group is killed while its exited leader is still unreaped", "[sandbox][spawn]") {
+  auto request = shell("exit 5");
+  std::vector<char> states;
+  request.before_group_kill = [&](pid_t leader) { states.push_back(process_state(leader)); };
+  auto result = run_child(request);
+  CHECK(result.exit_code == 5);
+  CHECK(states == std::vector<char>{'Z'});  // a zombie still holds the process-group id
+}
+
+TEST_CASE("a wall-clock kill and the kill after it both find the leader unreaped",
+          "[sandbox][spawn]") {
+  auto request = shell("sleep 60");
+  request.wall_clock = 200ms;
+  std::vector<char> states;
+  request.before_group_kill = [&](pid_t leader) { states.push_back(process_state(leader)); };
+  auto result = run_child(request);
+  CHECK(result.wall_clock_killed);
+  CHECK(result.signal == SIGKILL);
+  // Running or asleep at the deadline, then a zombie once it died.
+  REQUIRE(states.size() == 2);
+  CHECK(states[0] != '-');
+  CHECK(states[0] != 'Z');
+  CHECK(states[1] == 'Z');
+}
+
+TEST_CASE("after a wall-clock kill the supervisor sleeps until the child is gone",
+          "[sandbox][spawn]") {
+  // A large address space makes the killed child take a while to die; a
+  // supervisor polling without a timeout meanwhile would wake up idle again
+  // and again. Only the deadline itself may wake it up with nothing to do.
+  auto request = probe({"hold", "256"});
+  request.wall_clock = 500ms;
+  auto result = run_child(request);
+  CHECK(result.wall_clock_killed);
+  CHECK(result.signal == SIGKILL);
+  CHECK(result.idle_wakeups == 1);
+}
+
+TEST_CASE("a caller that ignores SIGCHLD is refused before any child starts", "[sandbox][spawn]") {
+  // With SIGCHLD ignored the kernel reaps children at once: their status is
+  // lost and their pid, the group id, is free for reuse before the group kill.
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
+  struct sigaction previous {};
+  REQUIRE(::sigaction(SIGCHLD, &ignore, &previous) == 0);
+  struct Restore {
+    struct sigaction action;
+    ~Restore() { ::sigaction(SIGCHLD, &action, nullptr); }
+  } restore{previous};
+  CHECK_THROWS_WITH(run_child(shell("exit 0")),
+                    Catch::Contains("SIGCHLD is ignored") && Catch::Contains("SIG_DFL"));
 }
