@@ -215,6 +215,9 @@ std::vector<std::string> closed_environment(const std::vector<std::string>& pass
 ChildResult run_child(const SpawnRequest& request) {
   using Clock = std::chrono::steady_clock;
   require_children_kept();
+  if (request.cancellation != nullptr && request.cancellation->cancelled()) {
+    throw Cancelled("cancelled before " + request.program + " was started");
+  }
   const SigpipeBlock no_sigpipe;
   const auto started = Clock::now();
   Pipe in = make_pipe();
@@ -279,7 +282,7 @@ ChildResult run_child(const SpawnRequest& request) {
   char buffer[65536];
 
   for (;;) {
-    pollfd fds[5];
+    pollfd fds[6];
     int count = 0;
     auto add = [&](const UniqueFd& fd, short events) {
       if (fd) fds[count++] = {fd.get(), events, 0};
@@ -289,6 +292,9 @@ ChildResult run_child(const SpawnRequest& request) {
     add(tail.read, POLLIN);
     add(in.write, POLLOUT);
     if (!exited) add(pidfd, POLLIN);
+    // Readable once cancelled, so a cancel() from a signal handler or another
+    // thread wakes this poll whenever it comes; checked after every wake-up.
+    if (request.cancellation != nullptr) fds[count++] = {request.cancellation->fd(), POLLIN, 0};
     const bool streams_open = out.read || err.read || tail.read;
     if (exited && !streams_open) break;
 
@@ -307,6 +313,14 @@ ChildResult run_child(const SpawnRequest& request) {
     const int ready = ::poll(fds, static_cast<nfds_t>(count), timeout);
     if (ready < 0 && errno != EINTR) throw SystemError("poll", errno);
     if (ready == 0) ++result.idle_wakeups;
+    if (request.cancellation != nullptr && request.cancellation->cancelled()) {
+      if (!exited) {
+        child.kill_group();  // unreaped, so the group id is still the child's
+        child.reap();
+      }
+      throw Cancelled("cancelled while supervising " + request.program + " (pid " +
+                      std::to_string(pid) + "); its process group was killed");
+    }
 
     if (deadline && !exited && !result.wall_clock_killed && Clock::now() >= *deadline) {
       child.kill_group();  // the leader runs: its pid is still the group's
@@ -317,6 +331,7 @@ ChildResult run_child(const SpawnRequest& request) {
     for (int i = 0; i < count && ready > 0; ++i) {
       if (fds[i].revents == 0) continue;
       const int fd = fds[i].fd;
+      if (request.cancellation != nullptr && fd == request.cancellation->fd()) continue;
       if (fd == pidfd.get()) {
         if (auto status = child.exit_status()) {
           // Whatever the child left running in its group dies with it, killed

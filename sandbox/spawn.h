@@ -31,6 +31,8 @@
 #include <string>
 #include <vector>
 
+#include "sandbox/cancellation.h"
+
 namespace forktrial::sandbox {
 
 struct SpawnRequest {
@@ -41,6 +43,9 @@ struct SpawnRequest {
   std::size_t output_cap = 64 << 10;        // bytes kept of stdout and of stderr (the last ones)
   std::size_t tail_cap = 1 << 20;           // bytes kept of fd 3 (the first ones)
   std::chrono::milliseconds wall_clock{0};  // 0: no deadline
+  // When set and cancelled, before or during the run, run_child kills the
+  // child's group, reaps it and throws Cancelled. Must outlive the call.
+  const Cancellation* cancellation = nullptr;
   // Tests only: called with the leader's pid just before each kill of the
   // child's process group, on the calling thread; must not throw.
   std::function<void(pid_t)> before_group_kill;
@@ -63,10 +68,13 @@ struct ChildResult {
   std::size_t idle_wakeups = 0;
 };
 
-// Spawns and supervises the child. Throws SystemError when the child cannot be
-// started at all (e.g. the program does not exist), naming the program, or
-// when something else reaped it (the group is then left alone); throws
-// std::logic_error, before starting anything, when SIGCHLD is ignored.
+// Spawns and supervises the child. Throws Cancelled when the request's
+// Cancellation is set before the child starts (none is started) or while it
+// is supervised (its group killed and the leader reaped first). Throws
+// SystemError when the child cannot be started at all (e.g. the program does
+// not exist), naming the program, or when something else reaped it (the
+// group is then left alone); throws std::logic_error, before starting
+// anything, when SIGCHLD is ignored.
 ChildResult run_child(const SpawnRequest& request);
 
 // The closed environment of a trial child: PATH, HOME and LANG from `parent`

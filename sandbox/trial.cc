@@ -91,6 +91,7 @@ SpawnRequest child_request(const ChildOptions& options, const ChildJob& job,
   with_parent.parent_pid = ::getpid();
   request.stdin_data = encode_job(with_parent);
   request.wall_clock = wall_clock;
+  request.cancellation = options.cancellation;
   return request;
 }
 

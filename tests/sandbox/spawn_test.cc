@@ -5,11 +5,13 @@
 
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
 #include "base/unique_fd.h"
 #include "tests/sandbox/child_probe.h"
+#include "tests/support/temp_dir.h"
 
 using namespace forktrial::sandbox;
 using namespace std::chrono_literals;
@@ -234,4 +236,44 @@ TEST_CASE("a caller that ignores SIGCHLD is refused before any child starts", "[
   } restore{previous};
   CHECK_THROWS_WITH(run_child(shell("exit 0")),
                     Catch::Contains("SIGCHLD is ignored") && Catch::Contains("SIG_DFL"));
+}
+
+TEST_CASE("a cancellation set before the call starts no child", "[sandbox][spawn]") {
+  forktrial::testing::TempDir dir;
+  Cancellation cancellation;
+  cancellation.cancel();
+  auto request = shell("touch " + (dir.path() / "started").string());
+  request.cancellation = &cancellation;
+  CHECK_THROWS_AS(run_child(request), Cancelled);
+  CHECK_FALSE(std::filesystem::exists(dir.path() / "started"));
+}
+
+TEST_CASE("cancelling from another thread kills the group, reaps the leader, then throws",
+          "[sandbox][spawn]") {
+  forktrial::testing::TempDir dir;
+  const auto member_pid = dir.path() / "member";
+  // The leader waits on a group member; no deadline would ever end them.
+  auto request = shell("sleep 60 & echo $! > " + member_pid.string() + ".tmp; mv " +
+                       member_pid.string() + ".tmp " + member_pid.string() + "; wait");
+  Cancellation cancellation;
+  request.cancellation = &cancellation;
+  std::vector<char> states;
+  request.before_group_kill = [&](pid_t leader) { states.push_back(process_state(leader)); };
+  std::thread canceller([&] {
+    for (int i = 0; i < 400 && !std::filesystem::exists(member_pid); ++i) ::usleep(25'000);
+    cancellation.cancel();
+  });
+  CHECK_THROWS_WITH(run_child(request), Catch::StartsWith("cancelled while supervising /bin/sh"));
+  canceller.join();
+  REQUIRE(states.size() == 1);
+  CHECK(states[0] != '-');  // the leader was not reaped before its group was killed
+  std::ifstream in(member_pid);
+  pid_t member = 0;
+  REQUIRE(in >> member);
+  char state = process_state(member);
+  for (int i = 0; i < 400 && state != '-' && state != 'Z'; ++i) {  // dying takes a moment
+    ::usleep(25'000);
+    state = process_state(member);
+  }
+  CHECK((state == '-' || state == 'Z'));
 }

@@ -237,6 +237,43 @@ bool gone_within_10s(int pid) {
   return false;
 }
 
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// The ids of the runs in `store`.
+std::vector<std::string> run_ids(const std::string& store) {
+  auto listed = cli({"run", "ls", "--store", store, "--json"});
+  REQUIRE(listed.exit_code == 0);
+  std::vector<std::string> ids;
+  for (const auto& run : nlohmann::json::parse(listed.out)) ids.push_back(run["id"]);
+  return ids;
+}
+
+// SIGTERM or SIGINT to a running trial: it stops, removes its scratch
+// directory, records nothing and ends the way the signal would have.
+void check_stopped_by(int signal, const std::string& name) {
+  CliFixture f;
+  SpinningTrial trial(f);
+  const int child = trial.child();
+  REQUIRE(child != 0);
+  REQUIRE(names_in(f.tmpdir).size() == 1);  // its scratch directory
+
+  const int status = trial.stop(signal);
+  REQUIRE(status != -1);
+  CHECK(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == signal);  // a shell reports 128 + signal
+  CHECK(gone_within_10s(child));
+  CHECK(names_in(f.tmpdir) == std::vector<std::string>{});
+  CHECK(read_file(f.err) == "forktrial: trial interrupted by " + name +
+                                ": the trial was stopped, its scratch store removed, and nothing "
+                                "was recorded in the store\n");
+  CHECK(run_ids(f.store) == std::vector<std::string>{"run_chat"});
+}
+
 // Kills forktrial outright once its spinning trial's child runs, so that it
 // cannot kill its child itself; whether the child died with it.
 bool child_dies_with_killed_forktrial(const CliFixture& f) {
@@ -252,6 +289,14 @@ bool child_dies_with_killed_forktrial(const CliFixture& f) {
 TEST_CASE("a trial child dies with the forktrial process that supervises it", "[trial][cli]") {
   CliFixture f;
   CHECK(child_dies_with_killed_forktrial(f));
+}
+
+TEST_CASE("SIGTERM stops a trial and leaves no scratch directory and no record", "[trial][cli]") {
+  check_stopped_by(SIGTERM, "SIGTERM");
+}
+
+TEST_CASE("SIGINT stops a trial and leaves no scratch directory and no record", "[trial][cli]") {
+  check_stopped_by(SIGINT, "SIGINT");
 }
 
 TEST_CASE("the next trial sweeps the scratch directory of a killed forktrial but not a live one",

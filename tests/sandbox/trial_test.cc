@@ -483,3 +483,18 @@ TEST_CASE("a trial child holds only descriptors 0 to 3 and never the caller's st
     CHECK(target.starts_with("pipe:"));
   }
 }
+
+TEST_CASE("a cancelled trial removes its scratch directory and records nothing", "[trial]") {
+  Fixture f;
+  const auto scratch_parent = f.dir.path() / "scratch";
+  std::filesystem::create_directory(scratch_parent);
+  Cancellation cancellation;
+  cancellation.cancel();
+  ChildOptions options;
+  options.scratch_parent = scratch_parent;
+  options.cancellation = &cancellation;
+  const auto runs_before = f.store.snapshot().runs().size();
+  CHECK_THROWS_AS(f.trial(f.pack(greeter()), "scenarios/main.lua", {}, {}, options), Cancelled);
+  CHECK(std::filesystem::is_empty(scratch_parent));
+  CHECK(f.store.snapshot().runs().size() == runs_before);
+}
