@@ -8,7 +8,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
+#include <functional>
+#include <limits>
+#include <stdexcept>
+#include <utility>
 
 #include "base/unique_fd.h"
 
@@ -45,39 +50,119 @@ void keep_last(std::string& sink, std::size_t& total, const char* data, std::siz
   if (sink.size() > cap) sink.erase(0, sink.size() - cap);
 }
 
+// The descriptors a child gets: stdin, stdout, stderr and the tail.
+constexpr int kPassedDescriptors = 4;
+
 class SpawnActions {
  public:
   SpawnActions() { ::posix_spawn_file_actions_init(&actions_); }
   ~SpawnActions() { ::posix_spawn_file_actions_destroy(&actions_); }
   SpawnActions(const SpawnActions&) = delete;
   SpawnActions& operator=(const SpawnActions&) = delete;
-  void dup2(int from, int to) { ::posix_spawn_file_actions_adddup2(&actions_, from, to); }
+  void dup2(int from, int to) {
+    if (int rc = ::posix_spawn_file_actions_adddup2(&actions_, from, to); rc != 0) {
+      throw SystemError("posix_spawn_file_actions_adddup2(" + std::to_string(from) + ", " +
+                            std::to_string(to) + ")",
+                        rc);
+    }
+  }
+  // Closes every descriptor from `lowest` up in the child, after the dup2s.
+  void close_from(int lowest) {
+    if (int rc = ::posix_spawn_file_actions_addclosefrom_np(&actions_, lowest); rc != 0) {
+      throw SystemError("posix_spawn_file_actions_addclosefrom_np(" + std::to_string(lowest) + ")",
+                        rc);
+    }
+  }
   posix_spawn_file_actions_t* get() { return &actions_; }
 
  private:
   posix_spawn_file_actions_t actions_;
 };
 
-// Owns a started child: unless it was reaped, the destructor kills its whole
-// process group and reaps it, so no error path leaves a runaway behind.
+// How a child ended, as waitid reports it.
+struct ExitStatus {
+  bool exited = false;  // exit_code is valid; otherwise it was killed by `signal`
+  int exit_code = -1;
+  int signal = 0;
+};
+
+// Owns a started child, the leader of its own process group.
+//
+// The group is only ever killed while the leader is unreaped: a zombie
+// leader keeps its pid, which is the process-group id, from being reused, so
+// kill(-pid) cannot reach an unrelated group. Hence the order, here and in
+// run_child: see the exit without reaping (WNOWAIT), kill the group, reap.
+// Unless it was reaped, the destructor kills the group and reaps the leader,
+// so no error path leaves a runaway behind.
 class ChildHandle {
  public:
-  explicit ChildHandle(pid_t pid) : pid_(pid) {}
+  ChildHandle(pid_t pid, const std::function<void(pid_t)>& before_group_kill)
+      : pid_(pid), before_group_kill_(before_group_kill) {}
   ~ChildHandle() {
     if (pid_ > 0) {
-      ::kill(-pid_, SIGKILL);
-      int status = 0;
-      retry_eintr([&] { return ::waitpid(pid_, &status, 0); });
+      kill_group();
+      reap();
     }
   }
   ChildHandle(const ChildHandle&) = delete;
   ChildHandle& operator=(const ChildHandle&) = delete;
-  pid_t pid() const { return pid_; }
-  void reaped() { pid_ = -1; }
+
+  // The leader's status once it has exited, leaving it a zombie; nullopt
+  // while it runs. Throws SystemError when something else in this process
+  // reaped it, and then neither kills nor waits for the group any more.
+  std::optional<ExitStatus> exit_status() {
+    siginfo_t info{};
+    const int rc = retry_eintr([&] {
+      return ::waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT);
+    });
+    if (rc != 0) {
+      const int error = errno;
+      const pid_t lost = std::exchange(pid_, -1);
+      throw SystemError("waitid(P_PID, " + std::to_string(lost) +
+                            ", WEXITED | WNOHANG | WNOWAIT) for the child (did another waitpid in "
+                            "this process reap it?)",
+                        error);
+    }
+    if (info.si_pid == 0) return std::nullopt;
+    ExitStatus status;
+    status.exited = info.si_code == CLD_EXITED;
+    (status.exited ? status.exit_code : status.signal) = info.si_status;
+    return status;
+  }
+
+  // SIGKILL to the whole group; the leader must not have been reaped yet.
+  void kill_group() {
+    if (before_group_kill_) before_group_kill_(pid_);
+    ::kill(-pid_, SIGKILL);
+  }
+
+  // Waits for the leader's exit and reaps it; its pid is free afterwards.
+  void reap() {
+    siginfo_t info{};
+    retry_eintr([&] { return ::waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED); });
+    pid_ = -1;
+  }
 
  private:
   pid_t pid_;
+  const std::function<void(pid_t)>& before_group_kill_;
 };
+
+// Refuses a caller whose SIGCHLD is ignored: the kernel would then reap the
+// child the moment it exits, losing its status and freeing its pid, the
+// group id, before the group is killed.
+void require_children_kept() {
+  struct sigaction current {};
+  if (::sigaction(SIGCHLD, nullptr, &current) != 0) {
+    throw SystemError("sigaction(SIGCHLD, nullptr, &current)", errno);
+  }
+  if (current.sa_handler == SIG_IGN || (current.sa_flags & SA_NOCLDWAIT) != 0) {
+    throw std::logic_error(
+        "cannot supervise a child: SIGCHLD is ignored in this process (SIG_IGN or "
+        "SA_NOCLDWAIT), so the kernel would reap it at once, losing its exit status and freeing "
+        "its process-group id before the group is killed; set SIGCHLD to SIG_DFL or a handler");
+  }
+}
 
 // Blocks SIGPIPE in the calling thread while it feeds a child's stdin: a
 // child that exits without reading its job must cost an EPIPE, not the
@@ -129,6 +214,10 @@ std::vector<std::string> closed_environment(const std::vector<std::string>& pass
 
 ChildResult run_child(const SpawnRequest& request) {
   using Clock = std::chrono::steady_clock;
+  require_children_kept();
+  if (request.cancellation != nullptr && request.cancellation->cancelled()) {
+    throw Cancelled("cancelled before " + request.program + " was started");
+  }
   const SigpipeBlock no_sigpipe;
   const auto started = Clock::now();
   Pipe in = make_pipe();
@@ -141,6 +230,10 @@ ChildResult run_child(const SpawnRequest& request) {
   actions.dup2(out.write.get(), 1);
   actions.dup2(err.write.get(), 2);
   actions.dup2(tail.write.get(), 3);
+  // Nothing else crosses, whether or not it is close-on-exec: the caller's
+  // inheritable descriptors, those a library opened without O_CLOEXEC (LMDB's
+  // data file), and those other threads open while this child starts.
+  actions.close_from(kPassedDescriptors);
   posix_spawnattr_t attributes;
   ::posix_spawnattr_init(&attributes);
   // Its own process group, so the wall-clock kill reaches every descendant;
@@ -168,7 +261,7 @@ ChildResult run_child(const SpawnRequest& request) {
                                argv.data(), envp.data());
   ::posix_spawnattr_destroy(&attributes);
   if (rc != 0) throw SystemError("posix_spawn(\"" + request.program + "\")", rc);
-  ChildHandle child(pid);
+  ChildHandle child(pid, request.before_group_kill);
   in.read.reset();
   out.write.reset();
   err.write.reset();
@@ -189,7 +282,7 @@ ChildResult run_child(const SpawnRequest& request) {
   char buffer[65536];
 
   for (;;) {
-    pollfd fds[5];
+    pollfd fds[6];
     int count = 0;
     auto add = [&](const UniqueFd& fd, short events) {
       if (fd) fds[count++] = {fd.get(), events, 0};
@@ -199,22 +292,38 @@ ChildResult run_child(const SpawnRequest& request) {
     add(tail.read, POLLIN);
     add(in.write, POLLOUT);
     if (!exited) add(pidfd, POLLIN);
+    // Readable once cancelled, so a cancel() from a signal handler or another
+    // thread wakes this poll whenever it comes; checked after every wake-up.
+    if (request.cancellation != nullptr) fds[count++] = {request.cancellation->fd(), POLLIN, 0};
     const bool streams_open = out.read || err.read || tail.read;
     if (exited && !streams_open) break;
 
+    // Sleeps until something happens or the next deadline passes, and only
+    // then: after the wall-clock kill there is no deadline until the child's
+    // exit, however long its death takes. Rounded up, so that a wake-up on
+    // time finds the deadline passed instead of polling again for the rest.
     int timeout = -1;
     const auto now = Clock::now();
     auto until = [&](Clock::time_point t) {
-      auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t - now).count();
-      return static_cast<int>(std::max<long long>(0, ms));
+      const auto ms = std::chrono::ceil<std::chrono::milliseconds>(t - now).count();
+      return static_cast<int>(std::clamp<long long>(ms, 0, std::numeric_limits<int>::max()));
     };
-    if (deadline && !exited) timeout = until(*deadline);
+    if (deadline && !exited && !result.wall_clock_killed) timeout = until(*deadline);
     if (drain_until) timeout = until(*drain_until);
     const int ready = ::poll(fds, static_cast<nfds_t>(count), timeout);
     if (ready < 0 && errno != EINTR) throw SystemError("poll", errno);
+    if (ready == 0) ++result.idle_wakeups;
+    if (request.cancellation != nullptr && request.cancellation->cancelled()) {
+      if (!exited) {
+        child.kill_group();  // unreaped, so the group id is still the child's
+        child.reap();
+      }
+      throw Cancelled("cancelled while supervising " + request.program + " (pid " +
+                      std::to_string(pid) + "); its process group was killed");
+    }
 
-    if (deadline && !exited && Clock::now() >= *deadline && !result.wall_clock_killed) {
-      ::kill(-pid, SIGKILL);
+    if (deadline && !exited && !result.wall_clock_killed && Clock::now() >= *deadline) {
+      child.kill_group();  // the leader runs: its pid is still the group's
       result.wall_clock_killed = true;
     }
     if (drain_until && Clock::now() >= *drain_until) break;
@@ -222,16 +331,17 @@ ChildResult run_child(const SpawnRequest& request) {
     for (int i = 0; i < count && ready > 0; ++i) {
       if (fds[i].revents == 0) continue;
       const int fd = fds[i].fd;
+      if (request.cancellation != nullptr && fd == request.cancellation->fd()) continue;
       if (fd == pidfd.get()) {
-        int status = 0;
-        if (retry_eintr([&] { return ::waitpid(pid, &status, WNOHANG); }) == pid) {
-          child.reaped();
+        if (auto status = child.exit_status()) {
+          // Whatever the child left running in its group dies with it, killed
+          // while the zombie leader still holds the group id; then reaped.
+          child.kill_group();
+          child.reap();
           exited = true;
-          result.exited = WIFEXITED(status);
-          result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-          result.signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
-          // Whatever the child left running in its group dies with it.
-          ::kill(-pid, SIGKILL);
+          result.exited = status->exited;
+          result.exit_code = status->exit_code;
+          result.signal = status->signal;
           drain_until = Clock::now() + std::chrono::seconds(2);
         }
         continue;

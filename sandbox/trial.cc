@@ -16,6 +16,7 @@
 #include "runtime/clock.h"
 #include "runtime/runtime.h"
 #include "sandbox/rlimits.h"
+#include "sandbox/scratch.h"
 #include "sandbox/spawn.h"
 #include "sandbox/tail.h"
 
@@ -26,31 +27,6 @@ namespace {
 
 constexpr std::size_t kScratchInitialMap = std::size_t{32} << 20;
 constexpr std::size_t kStderrInDetail = 2048;
-
-// A scratch directory removed with everything in it when the trial is over.
-class ScratchDir {
- public:
-  explicit ScratchDir(const std::filesystem::path& parent) {
-    std::filesystem::path base = parent;
-    if (base.empty()) {
-      const char* tmp = ::getenv("TMPDIR");
-      base = tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
-    }
-    std::string pattern = (base / "forktrial-trial-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) throw SystemError("mkdtemp(" + pattern + ")", errno);
-    path_ = pattern;
-  }
-  ~ScratchDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
 
 store::StoreOptions scratch_options() {
   store::StoreOptions options;
@@ -218,6 +194,7 @@ SpawnRequest child_request(const ChildOptions& options, const ChildJob& job,
   with_parent.parent_pid = ::getpid();
   request.stdin_data = encode_job(with_parent);
   request.wall_clock = wall_clock;
+  request.cancellation = options.cancellation;
   return request;
 }
 

@@ -10,9 +10,12 @@
 // run_forked_trial never throws for what happens inside a trial — those are
 // outcomes in the TrialReport. It throws TrialSetupError, before anything is
 // forked, spawned or recorded, for what the caller got wrong (a limit out of
-// range, a malformed pin, an unknown run or fork point), and
-// SystemError/StoreError for a broken host or store. Thread-safe as long as
-// each call has its own EventStore access (EventStore itself is thread-safe).
+// range, a malformed pin, an unknown run or fork point), SystemError or
+// StoreError for a broken host or store, and Cancelled when
+// ChildOptions::cancellation is cancelled before the child is done: the
+// child's process group is then killed and reaped, the scratch directory
+// removed, and nothing recorded. Thread-safe as long as each call has its own
+// EventStore access (EventStore itself is thread-safe).
 #pragma once
 
 #include <chrono>
@@ -22,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "sandbox/cancellation.h"
 #include "sandbox/job.h"
 #include "sandbox/trial_types.h"
 #include "store/event_store.h"
@@ -55,6 +59,9 @@ struct ChildOptions {
   std::filesystem::path scratch_parent;  // empty: $TMPDIR or /tmp
   std::vector<std::string> extra_env;    // "NAME=value" added to the child's env (tests)
   ChildSeams seams;                      // test seams forwarded in the job
+  // Cancelling it stops the trial (run_trial and preflight throw Cancelled);
+  // not owned, must outlive the call. Signal handlers may cancel it.
+  const Cancellation* cancellation = nullptr;
 };
 
 // The forktrial-child next to the running executable, else the one built

@@ -422,6 +422,7 @@ EventStore::EventStore(const std::filesystem::path& path, StoreOptions options)
   unsigned flags = MDB_NOTLS | (impl.options.sync ? 0 : MDB_NOSYNC);
   lmdb::check(mdb_env_open(impl.env.get(), path.c_str(), flags, 0644),
               "mdb_env_open(\"" + path.string() + "\")");
+  impl.env.close_on_exec();
   MDB_envinfo info{};
   lmdb::check(mdb_env_info(impl.env.get(), &info), "mdb_env_info");
   impl.map_size = info.me_mapsize;

@@ -66,6 +66,17 @@ class Env {
 
   MDB_env* get() const { return env_; }
 
+  // After mdb_env_open: marks every descriptor this process holds on the
+  // environment's data and lock files close-on-exec, so no program this
+  // process executes inherits write access to the store. liblmdb 0.9.24
+  // opens the data file without O_CLOEXEC (the lock file and the
+  // synchronous-meta descriptor with it, but no version promises that).
+  // Found through /proc/self/fd; without /proc, only the data file's
+  // descriptor (mdb_env_get_fd) is marked. Throws SystemError or LmdbError
+  // naming the failed call. Another thread that executes a program between
+  // mdb_env_open and this call can still pass the descriptors on.
+  void close_on_exec() const;
+
  private:
   MDB_env* env_ = nullptr;
 };

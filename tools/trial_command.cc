@@ -1,6 +1,11 @@
 // `forktrial trial` and `forktrial preflight`: run one candidate pack against a
 // fork of a recorded run in an isolated child, and check that children can
 // start on this machine.
+#include <signal.h>
+#include <string.h>
+
+#include <atomic>
+#include <csignal>
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -112,6 +117,71 @@ void print_report(const sandbox::TrialReport& r) {
   }
 }
 
+// The trial a SIGTERM or SIGINT stops, and the signal that came. Written by
+// the handlers, hence atomics: a handler may run at any point of the command.
+std::atomic<sandbox::Cancellation*> stop_target{nullptr};
+volatile std::sig_atomic_t stop_signal = 0;
+
+extern "C" void on_stop_signal(int signal) {
+  stop_signal = signal;
+  if (sandbox::Cancellation* target = stop_target.load()) target->cancel();
+}
+
+// While alive, SIGTERM and SIGINT cancel `cancellation` instead of ending the
+// process, so that the trial can kill its child, remove its scratch
+// directory and record nothing before the command ends; the destructor puts
+// the previous dispositions back. A signal the command was started with
+// ignored (a shell's background job ignores SIGINT) stays ignored. No
+// SA_RESTART: a blocking call the signal interrupts returns.
+class StopSignals {
+ public:
+  explicit StopSignals(sandbox::Cancellation& cancellation) {
+    stop_target = &cancellation;
+    struct sigaction action {};
+    action.sa_handler = on_stop_signal;
+    sigemptyset(&action.sa_mask);
+    for (int signal : kSignals) sigaddset(&action.sa_mask, signal);
+    for (std::size_t i = 0; i < std::size(kSignals); ++i) {
+      const std::string name = std::string("SIG") + ::sigabbrev_np(kSignals[i]);
+      if (::sigaction(kSignals[i], nullptr, &previous_[i]) != 0) {
+        throw SystemError("sigaction(" + name + ", nullptr, &previous)", errno);
+      }
+      installed_[i] = previous_[i].sa_handler != SIG_IGN;
+      if (installed_[i] && ::sigaction(kSignals[i], &action, nullptr) != 0) {
+        throw SystemError("sigaction(" + name + ", on_stop_signal)", errno);
+      }
+    }
+  }
+  ~StopSignals() {
+    for (std::size_t i = 0; i < std::size(kSignals); ++i) {
+      if (installed_[i]) ::sigaction(kSignals[i], &previous_[i], nullptr);
+    }
+    stop_target = nullptr;
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+ private:
+  static constexpr int kSignals[] = {SIGTERM, SIGINT};
+  struct sigaction previous_[std::size(kSignals)]{};
+  bool installed_[std::size(kSignals)] = {};
+};
+
+// Ends the process the way `signal` would have, once nothing is left to clean
+// up: a shell then sees a death by that signal (status 128 + signal) and, for
+// SIGINT, stops the script that ran the command.
+[[noreturn]] void end_by(int signal) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  ::signal(signal, SIG_DFL);
+  sigset_t only;
+  sigemptyset(&only);
+  sigaddset(&only, signal);
+  ::sigprocmask(SIG_UNBLOCK, &only, nullptr);
+  ::raise(signal);
+  std::_Exit(128 + signal);
+}
+
 void run_trial_command(const TrialOptions& o) {
   sandbox::TrialLimits limits;
   limits.wall_clock_seconds = o.wall_clock;
@@ -128,21 +198,39 @@ void run_trial_command(const TrialOptions& o) {
   std::vector<sandbox::PackSource> extras;
   for (const auto& extra : o.extra_packs) extras.push_back(pack_source(extra, "--extra-pack"));
 
-  store::EventStore store = open_store(o.store, false);
+  sandbox::Cancellation cancellation;
+  sandbox::ChildOptions child_options;
+  child_options.cancellation = &cancellation;
   sandbox::TrialReport report;
-  try {
-    report = sandbox::run_forked_trial(store, store::RunId(o.run), store::EventId(o.at), candidate,
-                                       o.scenario, limits, o.label, extras);
-  } catch (const sandbox::TrialSetupError& e) {
-    if (e.kind() == sandbox::TrialSetupError::Kind::invalid_specification) {
+  bool stopped = false;
+  {
+    const StopSignals stop(cancellation);
+    store::EventStore store = open_store(o.store, false);
+    try {
+      report =
+          sandbox::run_forked_trial(store, store::RunId(o.run), store::EventId(o.at), candidate,
+                                    o.scenario, limits, o.label, extras, child_options);
+    } catch (const sandbox::Cancelled&) {
+      stopped = true;
+    } catch (const sandbox::TrialSetupError& e) {
+      if (e.kind() == sandbox::TrialSetupError::Kind::invalid_specification) {
+        throw CommandFailed(std::string("cannot start the trial: ") + e.what() +
+                                "\nnothing was forked or recorded; fix the options above (see "
+                                "`forktrial trial --help`)",
+                            kUsageError);
+      }
       throw CommandFailed(std::string("cannot start the trial: ") + e.what() +
-                              "\nnothing was forked or recorded; fix the options above (see "
-                              "`forktrial trial --help`)",
-                          kUsageError);
+                          "; list runs with `forktrial run ls` and events with `forktrial run "
+                          "events RUN`");
     }
-    throw CommandFailed(std::string("cannot start the trial: ") + e.what() +
-                        "; list runs with `forktrial run ls` and events with `forktrial run events "
-                        "RUN`");
+  }
+  const int signal = stop_signal;
+  if (stopped) {
+    std::fprintf(stderr,
+                 "forktrial: trial interrupted by SIG%s: the trial was stopped, its scratch store "
+                 "removed, and nothing was recorded in the store\n",
+                 ::sigabbrev_np(signal));
+    end_by(signal);
   }
   if (o.json) {
     std::cout << report_json(report).dump(2) << '\n';
@@ -150,6 +238,13 @@ void run_trial_command(const TrialOptions& o) {
     print_report(report);
   }
   std::fflush(stdout);
+  if (signal != 0) {
+    // The signal came after the trial was recorded: it is reported above,
+    // and the command still ends as the signal asked.
+    std::fprintf(stderr, "forktrial: trial interrupted by SIG%s after it was recorded\n",
+                 ::sigabbrev_np(signal));
+    end_by(signal);
+  }
   if (report.outcome != Outcome::completed) throw ExitStatus(exit_status(report.outcome));
 }
 

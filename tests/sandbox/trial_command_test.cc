@@ -1,20 +1,27 @@
 // `forktrial trial` and `forktrial preflight` as a user runs them.
+#include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "base/unique_fd.h"
+#include "tests/sandbox/dir_listing.h"
 #include "tests/support/pack_writer.h"
 #include "tests/support/temp_dir.h"
 
 extern char** environ;
 
+using forktrial::UniqueFd;
+using forktrial::testing::names_in;
 using forktrial::testing::run_command;
 using forktrial::testing::TempDir;
 
@@ -155,48 +162,187 @@ std::vector<int> children_of(int parent) {
   return found;
 }
 
+// A store holding the recorded chat run, and an empty directory to be the
+// TMPDIR of the trials run on it, so that their scratch directories land
+// there and nowhere else.
+struct CliFixture {
+  TempDir dir;
+  std::string store = imported_store(dir);
+  std::filesystem::path tmpdir = dir.path() / "tmp";
+  std::filesystem::path err = dir.path() / "stderr";
+  CliFixture() { std::filesystem::create_directory(tmpdir); }
+};
+
+// `forktrial trial` on a candidate that spins forever (the CPU and memory
+// nets bound it should a test fail), started in the background the way a
+// shell starts a command: default dispositions for SIGINT and SIGTERM, TMPDIR
+// set to the fixture's, stderr to its `err`. Killed and reaped if the test
+// ends before it.
+class SpinningTrial {
+ public:
+  explicit SpinningTrial(const CliFixture& f) {
+    forktrial::testing::PackSpec spinner;
+    spinner.pack_lua = forktrial::testing::pack_header(spinner) + "return pack\n";
+    spinner.files["spin.lua"] = "function main(rt) while true do end end\n";
+    const auto pack = forktrial::testing::write_pack(f.dir, "spinner", spinner);
+    std::vector<std::string> argv = {
+        FORKTRIAL_BINARY, "trial",   "--store",   f.store,       "--run",      "run_chat",
+        "--at",           "evt_010", "--pack",    pack.string(), "--scenario", "spin.lua",
+        "--wall-clock",   "600",     "--max-cpu", "30",          "--max-rss",  "256M"};
+    std::vector<std::string> env = {"TMPDIR=" + f.tmpdir.string()};
+    for (char** entry = environ; *entry != nullptr; ++entry) {
+      if (!std::string_view(*entry).starts_with("TMPDIR=")) env.emplace_back(*entry);
+    }
+    auto pointers = [](std::vector<std::string>& strings) {
+      std::vector<char*> out;
+      for (auto& s : strings) out.push_back(s.data());
+      out.push_back(nullptr);
+      return out;
+    };
+    posix_spawn_file_actions_t actions;
+    ::posix_spawn_file_actions_init(&actions);
+    ::posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+    ::posix_spawn_file_actions_addopen(&actions, 2, f.err.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                       0600);
+    posix_spawnattr_t attributes;
+    ::posix_spawnattr_init(&attributes);
+    sigset_t stops;
+    sigemptyset(&stops);
+    sigaddset(&stops, SIGINT);
+    sigaddset(&stops, SIGTERM);
+    ::posix_spawnattr_setsigdefault(&attributes, &stops);
+    ::posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGDEF);
+    auto args = pointers(argv);
+    auto envp = pointers(env);
+    const int rc =
+        ::posix_spawn(&pid_, FORKTRIAL_BINARY, &actions, &attributes, args.data(), envp.data());
+    ::posix_spawnattr_destroy(&attributes);
+    ::posix_spawn_file_actions_destroy(&actions);
+    if (rc != 0) throw std::runtime_error("posix_spawn forktrial failed");
+  }
+  ~SpinningTrial() {
+    if (pid_ > 0 && ::kill(pid_, SIGKILL) == 0) ::waitpid(pid_, nullptr, 0);
+  }
+  SpinningTrial(const SpinningTrial&) = delete;
+  SpinningTrial& operator=(const SpinningTrial&) = delete;
+
+  // The pid of its trial child once that runs (its scratch directory exists
+  // by then), or 0 after 10 s.
+  int child() const {
+    for (int i = 0; i < 400; ++i) {
+      if (auto children = children_of(pid_); children.size() == 1) return children[0];
+      ::usleep(25'000);
+    }
+    return 0;
+  }
+
+  // Sends `signal` and returns the wait status, or -1 if it did not end
+  // within 30 s (it is then killed when the test ends).
+  int stop(int signal) {
+    ::kill(pid_, signal);
+    for (int i = 0; i < 1200; ++i) {
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = 0;
+        return status;
+      }
+      ::usleep(25'000);
+    }
+    return -1;
+  }
+
+ private:
+  pid_t pid_ = 0;
+};
+
+// Waits up to 10 s for `pid` to be gone; whether it is.
+bool gone_within_10s(int pid) {
+  for (int i = 0; i < 400; ++i) {
+    if (::kill(pid, 0) != 0) return true;
+    ::usleep(25'000);
+  }
+  return false;
+}
+
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// The ids of the runs in `store`.
+std::vector<std::string> run_ids(const std::string& store) {
+  auto listed = cli({"run", "ls", "--store", store, "--json"});
+  REQUIRE(listed.exit_code == 0);
+  std::vector<std::string> ids;
+  for (const auto& run : nlohmann::json::parse(listed.out)) ids.push_back(run["id"]);
+  return ids;
+}
+
+// SIGTERM or SIGINT to a running trial: it stops, removes its scratch
+// directory, records nothing and ends the way the signal would have.
+void check_stopped_by(int signal, const std::string& name) {
+  CliFixture f;
+  SpinningTrial trial(f);
+  const int child = trial.child();
+  REQUIRE(child != 0);
+  REQUIRE(names_in(f.tmpdir).size() == 1);  // its scratch directory
+
+  const int status = trial.stop(signal);
+  REQUIRE(status != -1);
+  CHECK(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == signal);  // a shell reports 128 + signal
+  CHECK(gone_within_10s(child));
+  CHECK(names_in(f.tmpdir) == std::vector<std::string>{});
+  CHECK(read_file(f.err) == "forktrial: trial interrupted by " + name +
+                                ": the trial was stopped, its scratch store removed, and nothing "
+                                "was recorded in the store\n");
+  CHECK(run_ids(f.store) == std::vector<std::string>{"run_chat"});
+}
+
+// Kills forktrial outright once its spinning trial's child runs, so that it
+// cannot kill its child itself; whether the child died with it.
+bool child_dies_with_killed_forktrial(const CliFixture& f) {
+  SpinningTrial trial(f);
+  const int child = trial.child();
+  REQUIRE(child != 0);
+  REQUIRE(trial.stop(SIGKILL) != -1);
+  return gone_within_10s(child);
+}
+
 }  // namespace
 
 TEST_CASE("a trial child dies with the forktrial process that supervises it", "[trial][cli]") {
-  TempDir dir;
-  const auto store = imported_store(dir);
-  // forktrial runs a spinning candidate under a long wall clock (the CPU and
-  // memory nets bound it should the test fail), in the background; it is then
-  // killed outright, before it can kill its child.
-  forktrial::testing::PackSpec spinner;
-  spinner.pack_lua = forktrial::testing::pack_header(spinner) + "return pack\n";
-  spinner.files["spin.lua"] = "function main(rt) while true do end end\n";
-  const auto pack = forktrial::testing::write_pack(dir, "spinner", spinner);
-  const std::string script = std::string("exec ") + FORKTRIAL_BINARY + " trial --store " + store +
-                             " --run run_chat --at evt_010 --pack " + pack.string() +
-                             " --scenario spin.lua --wall-clock 600 --max-cpu 30 --max-rss 256M";
-  pid_t cli_pid = 0;
-  {
-    std::vector<std::string> argv = {"/bin/sh", "-c", script};
-    std::vector<char*> args;
-    for (auto& a : argv) args.push_back(a.data());
-    args.push_back(nullptr);
-    REQUIRE(::posix_spawn(&cli_pid, "/bin/sh", nullptr, nullptr, args.data(), environ) == 0);
-  }
-  struct KillOnExit {  // a failed REQUIRE must not leave the trial running
-    pid_t pid;
-    ~KillOnExit() {
-      if (pid > 0 && ::kill(pid, SIGKILL) == 0) ::waitpid(pid, nullptr, 0);
-    }
-  } guard{cli_pid};
-  std::vector<int> children;
-  for (int i = 0; i < 400 && children.empty(); ++i) {  // up to 10 s
-    ::usleep(25'000);
-    children = children_of(cli_pid);
-  }
-  REQUIRE(children.size() == 1);
-  ::kill(cli_pid, SIGKILL);
-  ::waitpid(cli_pid, nullptr, 0);
-  guard.pid = 0;
-  bool gone = false;
-  for (int i = 0; i < 400 && !gone; ++i) {
-    gone = ::kill(children[0], 0) != 0;
-    if (!gone) ::usleep(25'000);
-  }
-  CHECK(gone);
+  CliFixture f;
+  CHECK(child_dies_with_killed_forktrial(f));
+}
+
+TEST_CASE("SIGTERM stops a trial and leaves no scratch directory and no record", "[trial][cli]") {
+  check_stopped_by(SIGTERM, "SIGTERM");
+}
+
+TEST_CASE("SIGINT stops a trial and leaves no scratch directory and no record", "[trial][cli]") {
+  check_stopped_by(SIGINT, "SIGINT");
+}
+
+TEST_CASE("the next trial sweeps the scratch directory of a killed forktrial but not a live one",
+          "[trial][cli]") {
+  CliFixture f;
+  REQUIRE(child_dies_with_killed_forktrial(f));
+  REQUIRE(names_in(f.tmpdir).size() == 1);  // SIGKILL leaves the scratch directory behind
+
+  // A scratch directory whose owner is alive: this test holds its lock.
+  const auto live = f.tmpdir / "forktrial-scratch-live01";
+  std::filesystem::create_directory(live);
+  UniqueFd lock(::open(live.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  REQUIRE(lock);
+  REQUIRE(::flock(lock.get(), LOCK_EX | LOCK_NB) == 0);
+
+  auto next = run_command({"env", "TMPDIR=" + f.tmpdir.string(), FORKTRIAL_BINARY, "trial",
+                           "--store", f.store, "--run", "run_chat", "--at", "evt_010", "--pack",
+                           kExamples + "/packs/chat_echo", "--scenario", "scenarios/replay.lua"});
+  INFO(next.err);
+  CHECK(next.exit_code == 0);
+  CHECK(names_in(f.tmpdir) == std::vector<std::string>{"forktrial-scratch-live01"});
 }

@@ -2,6 +2,7 @@
 // test per behaviour of the trial contract.
 #include "sandbox/trial.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -13,7 +14,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "base/unique_fd.h"
 #include "pack/bundle_hash.h"
+#include "tests/sandbox/child_probe.h"
 #include "tests/sandbox/trial_fixture.h"
 
 using namespace forktrial;
@@ -479,4 +482,41 @@ TEST_CASE("an unknown parent run or fork point is a setup error, not an outcome"
       TrialSetupError);
   CHECK_THROWS_AS(run_forked_trial(f.store, f.recorded.run, store::EventId("evt_999"), candidate),
                   TrialSetupError);
+}
+
+TEST_CASE("a trial child holds only descriptors 0 to 3 and never the caller's store", "[trial]") {
+  Fixture f;  // its authoritative store is open in this process
+  UniqueFd inheritable(
+      ::open((f.dir.path() / "caller-file").c_str(), O_RDWR | O_CREAT, 0600));  // no O_CLOEXEC
+  REQUIRE(inheritable);
+  const auto listing = f.dir.path() / "child-descriptors";
+  ChildOptions options;
+  options.child_path = FORKTRIAL_CHILD_PROBE;
+  options.extra_env = {"FORKTRIAL_PROBE_FDS=" + listing.string()};
+  auto report = f.trial(f.pack(greeter()), "scenarios/main.lua", {}, {}, options);
+  CHECK(report.outcome == Outcome::crashed);  // the probe writes no tail
+  std::ifstream in(listing);
+  std::stringstream text;
+  text << in.rdbuf();
+  const auto held = testing::parse_descriptor_listing(text.str());
+  CHECK(testing::descriptor_numbers(held) == "0 1 2 3");
+  for (const auto& [fd, target] : held) {
+    INFO("fd " << fd << " -> " << target);
+    CHECK(target.starts_with("pipe:"));
+  }
+}
+
+TEST_CASE("a cancelled trial removes its scratch directory and records nothing", "[trial]") {
+  Fixture f;
+  const auto scratch_parent = f.dir.path() / "scratch";
+  std::filesystem::create_directory(scratch_parent);
+  Cancellation cancellation;
+  cancellation.cancel();
+  ChildOptions options;
+  options.scratch_parent = scratch_parent;
+  options.cancellation = &cancellation;
+  const auto runs_before = f.store.snapshot().runs().size();
+  CHECK_THROWS_AS(f.trial(f.pack(greeter()), "scenarios/main.lua", {}, {}, options), Cancelled);
+  CHECK(std::filesystem::is_empty(scratch_parent));
+  CHECK(f.store.snapshot().runs().size() == runs_before);
 }

@@ -1,8 +1,10 @@
 #include "store/event_store.h"
 
+#include <fcntl.h>
 #include <lmdb.h>
 
 #include <catch2/catch.hpp>
+#include <map>
 #include <thread>
 
 #include "tests/store/store_test_support.h"
@@ -413,6 +415,42 @@ TEST_CASE("a full store says so and stays readable", "[store][map]") {
   std::vector<std::byte> big(3 << 20, std::byte{2});
   Digest d = reopened.put_blob(big);
   CHECK(reopened.snapshot().blob(d)->size() == big.size());
+}
+
+// The descriptors this process holds: fd -> readlink target.
+std::map<int, std::string> held_descriptors() {
+  std::map<int, std::string> held;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    auto target = std::filesystem::read_symlink(entry.path(), ec);
+    held[std::stoi(entry.path().filename().string())] = ec ? "?" : target.string();
+  }
+  return held;
+}
+
+TEST_CASE("every descriptor an open store adds to the process is close-on-exec", "[store]") {
+  forktrial::testing::TempDir dir;
+  const auto before = held_descriptors();
+  EventStore store(dir.path() / "s", fixed_options());
+  RunInfo run = must(store.create_run({}));
+  REQUIRE(store.append(run.id, 0, events("e", 3)) == 3u);
+  auto snap = store.snapshot();
+  REQUIRE(snap.history(*snap.run(run.id)).size() == 3);
+
+  std::vector<std::string> added;
+  std::vector<std::string> inheritable;
+  for (const auto& [fd, target] : held_descriptors()) {
+    if (auto it = before.find(fd); it != before.end() && it->second == target) continue;
+    const int flags = ::fcntl(fd, F_GETFD);
+    if (flags < 0) continue;  // the listing's own descriptor, closed by now
+    const auto name = std::filesystem::path(target).filename().string();
+    added.push_back(name);
+    if ((flags & FD_CLOEXEC) == 0) inheritable.push_back(std::to_string(fd) + " " + target);
+  }
+  // LMDB's files are among them, so the check below sees what it is about.
+  CHECK(std::count(added.begin(), added.end(), "data.mdb") >= 1);
+  CHECK(std::count(added.begin(), added.end(), "lock.mdb") == 1);
+  CHECK(inheritable == std::vector<std::string>{});
 }
 
 }  // namespace
