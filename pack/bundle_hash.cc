@@ -290,8 +290,10 @@ std::expected<TreeHashes, WalkViolations> hash_tree(const std::filesystem::path&
   }
 
   Walker walker;
-  UniqueFd walk_fd(::dup(root_fd.get()));
-  if (!walk_fd) throw SystemError("dup(" + std::to_string(root_fd.get()) + ")", errno);
+  UniqueFd walk_fd(::fcntl(root_fd.get(), F_DUPFD_CLOEXEC, 0));
+  if (!walk_fd) {
+    throw SystemError("fcntl(" + std::to_string(root_fd.get()) + ", F_DUPFD_CLOEXEC)", errno);
+  }
   walker.walk(std::move(walk_fd), "");
   if (!walker.violations.empty()) {
     return std::unexpected(make_violations(root, std::move(walker.violations)));
