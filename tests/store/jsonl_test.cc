@@ -104,6 +104,54 @@ TEST_CASE("a timestamp that is not ISO-8601 UTC is refused", "[store][jsonl]") {
   CHECK(is_utc_timestamp("2026-01-01T00:00:00.123+00:00"));
 }
 
+// A line whose text field `field` holds `json_string` (JSON string syntax,
+// quotes included); every other field is valid.
+std::string line_with(const std::string& field, const std::string& json_string) {
+  std::string line = R"({"payload":{},"timestamp":"2026-01-01T00:00:00Z")";
+  for (const char* name : {"id", "type", "actor", "frame_id", "caused_by"}) {
+    line += ",\"" + std::string(name) + "\":" + (field == name ? json_string : "\"x\"");
+  }
+  return line + "}";
+}
+
+TEST_CASE("a text field with a control character is refused naming its line and field",
+          "[store][jsonl]") {
+  for (const char* field : {"id", "type", "actor", "frame_id", "caused_by"}) {
+    INFO(field);
+    CHECK_THAT(error_on_line_2(line_with(field, R"("\u001b[2J")")),
+               Catch::StartsWith("line 2: field \"" + std::string(field) + "\"") &&
+                   Catch::Contains("contains the control character U+001B at offset 0"));
+    CHECK_THAT(error_on_line_2(line_with(field, R"("a\u0000b")")),
+               Catch::Contains("contains the control character U+0000 at offset 1"));
+    CHECK_THAT(error_on_line_2(line_with(field, R"("csi \u009b")")),
+               Catch::Contains("contains the control character U+009B at offset 4"));
+  }
+}
+
+TEST_CASE("a text field beyond its length bound is refused naming its line and field",
+          "[store][jsonl]") {
+  for (const char* field : {"type", "actor", "frame_id"}) {
+    INFO(field);
+    CHECK_THAT(error_on_line_2(line_with(field, "\"" + std::string(1025, 'x') + "\"")),
+               Catch::StartsWith("line 2: field \"" + std::string(field) + "\"") &&
+                   Catch::Contains("is 1025 bytes long; the limit is 1024"));
+  }
+  for (const char* field : {"id", "caused_by"}) {
+    INFO(field);
+    CHECK_THAT(error_on_line_2(line_with(field, "\"" + std::string(251, 'x') + "\"")),
+               Catch::StartsWith("line 2: field \"" + std::string(field) + "\"") &&
+                   Catch::Contains("is 251 bytes long; the limit is 250"));
+  }
+}
+
+TEST_CASE("text that is not valid UTF-8 is refused naming its line", "[store][jsonl]") {
+  // The JSON parser itself refuses such bytes (and lone surrogate escapes).
+  CHECK_THAT(error_on_line_2(line_with("actor", "\"caf\xe9\"")),
+             Catch::StartsWith("line 2: not valid JSON"));
+  CHECK_THAT(error_on_line_2(line_with("type", R"("\ud800")")),
+             Catch::StartsWith("line 2: not valid JSON"));
+}
+
 TEST_CASE("a repeated event id is refused naming both lines", "[store][jsonl]") {
   auto result =
       parse(kGood + "\n" +
