@@ -150,4 +150,11 @@ std::string quoted_excerpt(std::string_view text) {
   return "\"" + escape_controls(head) + (head.size() < text.size() ? "...\"" : "\"");
 }
 
+std::optional<std::string> named_text_problem(std::string_view name, std::string_view text,
+                                              std::size_t max_bytes) {
+  auto problem = plain_text_problem(text, max_bytes);
+  if (!problem) return std::nullopt;
+  return std::string(name) + " " + quoted_excerpt(text) + " " + *problem;
+}
+
 }  // namespace forktrial

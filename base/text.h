@@ -90,4 +90,10 @@ std::optional<std::string> plain_text_problem(std::string_view text, std::size_t
 // out, in double quotes.
 std::string quoted_excerpt(std::string_view text);
 
+// plain_text_problem for a named value, as a whole phrase: `name`, the
+// value's quoted_excerpt and the problem, e.g. `field "actor" "\x1b[2J"
+// contains the control character U+001B at offset 0`.
+std::optional<std::string> named_text_problem(std::string_view name, std::string_view text,
+                                              std::size_t max_bytes);
+
 }  // namespace forktrial

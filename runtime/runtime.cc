@@ -8,6 +8,7 @@
 #include "runtime/confined_file.h"
 #include "runtime/lua_api.h"
 #include "runtime/pack_host.h"
+#include "runtime/reserved_names.h"
 #include "runtime/scenario.h"
 #include "runtime/surface_check.h"
 
@@ -16,9 +17,6 @@ namespace forktrial::runtime {
 using nlohmann::json;
 
 namespace {
-
-constexpr const char* kRuntimeActor = "runtime";
-constexpr const char* kScenarioActor = "scenario";
 
 // Lifecycle events are records about the loop, not work for it.
 bool is_dispatched(std::string_view type) {

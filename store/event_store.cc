@@ -114,10 +114,7 @@ struct Range {
 std::optional<std::string> text_field_problem(std::string_view name, std::string_view value,
                                               std::size_t limit, bool required) {
   if (required && value.empty()) return std::string(name) + " is empty";
-  if (auto problem = plain_text_problem(value, limit)) {
-    return std::string(name) + " " + quoted_excerpt(value) + " " + *problem;
-  }
-  return std::nullopt;
+  return named_text_problem(name, value, limit);
 }
 
 Refusal refuse(Refused kind, std::string message) {

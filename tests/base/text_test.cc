@@ -134,3 +134,12 @@ TEST_CASE("excerpts are short, escaped and quoted", "[base][text]") {
   CHECK(quoted_excerpt(std::string(39, 'x') + "\xE2\x9C\x93") ==
         "\"" + std::string(39, 'x') + "...\"");
 }
+
+TEST_CASE("a named text problem quotes the value between the name and the problem",
+          "[base][text]") {
+  CHECK_FALSE(named_text_problem("label", "fine", 64).has_value());
+  CHECK(named_text_problem("field \"actor\"", "\x1b[2J", 64) ==
+        "field \"actor\" \"\\x1b[2J\" contains the control character U+001B at offset 0");
+  CHECK(named_text_problem("run id", std::string(100, 'r'), 50) ==
+        "run id \"" + std::string(40, 'r') + "...\" is 100 bytes long; the limit is 50");
+}
