@@ -28,6 +28,56 @@ std::string marker(std::size_t cut) {
   return " [... " + std::to_string(cut) + " bytes cut]";
 }
 
+void append_sanitized(std::string& out, std::int32_t c, std::string_view bytes) {
+  out += c < 0 ? kReplacement : bytes;
+}
+
+void append_escaped(std::string& out, std::int32_t c, std::string_view bytes) {
+  if (c == '\n') {
+    out += "\\n";
+  } else if (c == '\r') {
+    out += "\\r";
+  } else if (c == '\t') {
+    out += "\\t";
+  } else if (c < 0 || (is_control(c) && c < 0x80)) {
+    append_hex(out, "\\x%02x", static_cast<unsigned char>(bytes.front()));
+  } else if (is_control(c) || breaks_display(c)) {
+    append_hex(out, "\\u{%x}", static_cast<unsigned>(c));
+  } else {
+    out += bytes;
+  }
+}
+
+// `text` rendered code point by code point through append(out, c, bytes),
+// and cut to `max_bytes` with the marker when the rendering does not fit.
+// The marker's size depends on the count it holds, at most text.size(), so
+// the cut keeps room for that many digits.
+template <typename Append>
+std::string render_bounded(std::string_view text, std::size_t max_bytes, Append append) {
+  const std::size_t reserved = marker(text.size()).size();
+  const std::size_t budget = max_bytes > reserved ? max_bytes - reserved : 0;
+  std::string out;
+  std::size_t consumed = 0;
+  std::size_t kept_bytes = 0;     // of `out`, the longest rendering within budget
+  std::size_t kept_consumed = 0;  // the bytes of `text` it renders
+  while (consumed < text.size()) {
+    const CodePoint point = decode_utf8(text.substr(consumed));
+    append(out, point.value, text.substr(consumed, point.size));
+    if (out.size() > max_bytes) {
+      out.resize(kept_bytes);
+      return out + marker(text.size() - kept_consumed);
+    }
+    consumed += point.size;
+    if (out.size() <= budget) {
+      kept_bytes = out.size();
+      kept_consumed = consumed;
+    }
+  }
+  return out;
+}
+
+constexpr std::size_t kUnbounded = static_cast<std::size_t>(-1);
+
 }  // namespace
 
 CodePoint decode_utf8(std::string_view text) {
@@ -59,11 +109,7 @@ bool is_control(std::int32_t c) {
 
 std::string sanitize_utf8(std::string_view text) {
   if (is_valid_utf8(text)) return std::string(text);
-  std::string out;
-  out.reserve(text.size() + text.size() / 2);
-  for_each_code_point(
-      text, [&](std::int32_t c, std::string_view bytes) { out += c < 0 ? kReplacement : bytes; });
-  return out;
+  return render_bounded(text, kUnbounded, append_sanitized);
 }
 
 std::string_view utf8_prefix(std::string_view text, std::size_t max_bytes) {
@@ -77,48 +123,16 @@ std::string_view utf8_prefix(std::string_view text, std::size_t max_bytes) {
 }
 
 std::string bounded_text(std::string_view text, std::size_t max_bytes) {
-  // Sanitizing only ever grows text (one byte becomes three), so only text
-  // that fits before can fit after.
-  if (text.size() <= max_bytes) {
-    std::string whole = sanitize_utf8(text);
-    if (whole.size() <= max_bytes) return whole;
-  }
-  // The marker's size depends on the count it holds; the count is at most
-  // text.size(), so reserving room for that many digits is enough.
-  const std::size_t reserved = marker(text.size()).size();
-  const std::size_t budget = max_bytes > reserved ? max_bytes - reserved : 0;
-  std::string out;
-  std::size_t consumed = 0;
-  while (consumed < text.size()) {
-    const CodePoint point = decode_utf8(text.substr(consumed));
-    const std::string_view piece =
-        point.value < 0 ? kReplacement : text.substr(consumed, point.size);
-    if (out.size() + piece.size() > budget) break;
-    out += piece;
-    consumed += point.size;
-  }
-  return out + marker(text.size() - consumed);
+  if (text.size() <= max_bytes && is_valid_utf8(text)) return std::string(text);
+  return render_bounded(text, max_bytes, append_sanitized);
 }
 
 std::string escape_controls(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for_each_code_point(text, [&](std::int32_t c, std::string_view bytes) {
-    if (c == '\n') {
-      out += "\\n";
-    } else if (c == '\r') {
-      out += "\\r";
-    } else if (c == '\t') {
-      out += "\\t";
-    } else if (c < 0 || (is_control(c) && c < 0x80)) {
-      append_hex(out, "\\x%02x", static_cast<unsigned char>(bytes.front()));
-    } else if (is_control(c) || breaks_display(c)) {
-      append_hex(out, "\\u{%x}", static_cast<unsigned>(c));
-    } else {
-      out += bytes;
-    }
-  });
-  return out;
+  return render_bounded(text, kUnbounded, append_escaped);
+}
+
+std::string bounded_escaped(std::string_view text, std::size_t max_bytes) {
+  return render_bounded(text, max_bytes, append_escaped);
 }
 
 std::optional<std::string> plain_text_problem(std::string_view text, std::size_t max_bytes) {
@@ -129,14 +143,13 @@ std::optional<std::string> plain_text_problem(std::string_view text, std::size_t
   std::size_t offset = 0;
   while (offset < text.size()) {
     const CodePoint point = decode_utf8(text.substr(offset));
-    std::string problem;
     if (point.value < 0) {
-      problem = "is not valid UTF-8 (byte ";
+      std::string problem = "is not valid UTF-8 (byte ";
       append_hex(problem, "0x%02X", static_cast<unsigned char>(text[offset]));
       return problem + " at offset " + std::to_string(offset) + ")";
     }
     if (is_control(point.value)) {
-      problem = "contains the control character ";
+      std::string problem = "contains the control character ";
       append_hex(problem, "U+%04X", static_cast<unsigned>(point.value));
       return problem + " at offset " + std::to_string(offset);
     }

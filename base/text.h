@@ -77,6 +77,10 @@ std::string bounded_text(std::string_view text, std::size_t max_bytes);
 // characters; a backslash already in `text` is kept as it is.
 std::string escape_controls(std::string_view text);
 
+// escape_controls(text), cut like bounded_text: at most `max_bytes` bytes,
+// ending with " [... N bytes cut]" (N counting bytes of `text`) when cut.
+std::string bounded_escaped(std::string_view text, std::size_t max_bytes);
+
 // Why `text` is not plain text of at most `max_bytes` bytes (valid UTF-8
 // without control characters), as a phrase to follow the text's name:
 // "is 2048 bytes long; the limit is 1024", "is not valid UTF-8 (byte 0xFF at

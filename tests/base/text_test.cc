@@ -143,3 +143,15 @@ TEST_CASE("a named text problem quotes the value between the name and the proble
   CHECK(named_text_problem("run id", std::string(100, 'r'), 50) ==
         "run id \"" + std::string(40, 'r') + "...\" is 100 bytes long; the limit is 50");
 }
+
+TEST_CASE("bounded escaping fits its bound and counts the bytes of the text cut", "[base][text]") {
+  CHECK(bounded_escaped("a\nb", 64) == "a\\nb");
+  const std::string text = std::string(1000, '\x1b') + "tail";
+  const std::string escaped = bounded_escaped(text, 200);
+  CHECK(escaped.size() <= 200);
+  const auto cut_at = escaped.find(" [... ");
+  REQUIRE(cut_at != std::string::npos);
+  CHECK(cut_at % 4 == 0);  // whole escapes only
+  CHECK(escaped.substr(0, 8) == "\\x1b\\x1b");
+  CHECK(escaped.substr(cut_at) == " [... " + std::to_string(1004 - cut_at / 4) + " bytes cut]");
+}
