@@ -135,6 +135,17 @@ std::string bounded_escaped(std::string_view text, std::size_t max_bytes) {
   return render_bounded(text, max_bytes, append_escaped);
 }
 
+std::vector<std::string_view> split_lines(std::string_view text) {
+  std::vector<std::string_view> lines;
+  while (!text.empty()) {
+    const std::size_t end = text.find('\n');
+    lines.push_back(text.substr(0, end));
+    if (end == std::string_view::npos) break;
+    text.remove_prefix(end + 1);
+  }
+  return lines;
+}
+
 std::optional<std::string> plain_text_problem(std::string_view text, std::size_t max_bytes) {
   if (text.size() > max_bytes) {
     return "is " + std::to_string(text.size()) + " bytes long; the limit is " +

@@ -23,6 +23,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace forktrial {
 
@@ -80,6 +81,10 @@ std::string escape_controls(std::string_view text);
 // escape_controls(text), cut like bounded_text: at most `max_bytes` bytes,
 // ending with " [... N bytes cut]" (N counting bytes of `text`) when cut.
 std::string bounded_escaped(std::string_view text, std::size_t max_bytes);
+
+// The lines of `text`, split at "\n" and without it; a final "\n" does not
+// start an empty line. The views point into `text`.
+std::vector<std::string_view> split_lines(std::string_view text);
 
 // Why `text` is not plain text of at most `max_bytes` bytes (valid UTF-8
 // without control characters), as a phrase to follow the text's name:

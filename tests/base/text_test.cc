@@ -155,3 +155,12 @@ TEST_CASE("bounded escaping fits its bound and counts the bytes of the text cut"
   CHECK(escaped.substr(0, 8) == "\\x1b\\x1b");
   CHECK(escaped.substr(cut_at) == " [... " + std::to_string(1004 - cut_at / 4) + " bytes cut]");
 }
+
+TEST_CASE("text splits into lines at newlines only", "[base][text]") {
+  using Lines = std::vector<std::string_view>;
+  CHECK(split_lines("").empty());
+  CHECK(split_lines("one") == Lines{"one"});
+  CHECK(split_lines("a\nb\n") == Lines{"a", "b"});
+  CHECK(split_lines("a\n\nb\r") == Lines{"a", "", "b\r"});
+  CHECK(split_lines("\n") == Lines{""});
+}
