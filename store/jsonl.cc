@@ -160,7 +160,10 @@ std::string to_line(const EventView& event) {
   line["frame_id"] = nullable(event.frame_id);
   line["caused_by"] = nullable(event.caused_by);
   line["timestamp"] = event.timestamp;
-  return line.dump();
+  // The store keeps its text fields valid UTF-8 (store/event.h), but a store
+  // written before that rule may not have: such bytes are written as U+FFFD
+  // rather than failing the export.
+  return line.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 }  // namespace forktrial::store::jsonl

@@ -40,7 +40,9 @@ bool is_utc_timestamp(std::string_view text);
 
 // One event as a JSON Lines line (no trailing newline), fields in the order
 // id, type, payload, actor, frame_id, caused_by, timestamp. Throws
-// StoreError when the stored payload is not valid JSON.
+// StoreError when the stored payload is not valid JSON; a text field that is
+// not valid UTF-8 (only a store older than the text rule can hold one) is
+// written with U+FFFD.
 std::string to_line(const EventView& event);
 
 }  // namespace forktrial::store::jsonl

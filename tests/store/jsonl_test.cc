@@ -1,6 +1,7 @@
 #include "store/jsonl.h"
 
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "store/event_store.h"
@@ -178,6 +179,21 @@ TEST_CASE("an exported line parses back into the same event", "[store][jsonl]") 
   NewEvent back = parsed->at(0);
   Event expected = view.to_event();
   CHECK(back == static_cast<const NewEvent&>(expected));
+}
+
+TEST_CASE("an exported line is written whatever bytes an older store holds", "[store][jsonl]") {
+  EventView view;
+  view.id = "evt_1";
+  view.type = "bad \xff type";
+  view.payload = "{}";
+  view.timestamp = "2026-01-02T03:04:05Z";
+  view.actor = "\xc3";
+  view.seq = 1;
+  std::string line;
+  REQUIRE_NOTHROW(line = to_line(view));
+  auto parsed = nlohmann::json::parse(line);
+  CHECK(parsed["type"] == "bad \xEF\xBF\xBD type");
+  CHECK(parsed["actor"] == "\xEF\xBF\xBD");
 }
 
 }  // namespace
