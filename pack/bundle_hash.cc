@@ -11,6 +11,7 @@
 #include <cstring>
 #include <memory>
 
+#include "base/text.h"
 #include "base/unique_fd.h"
 #include "pack/manifest.h"
 
@@ -33,31 +34,11 @@ std::string join(const std::string& dir, std::string_view name) {
   return out;
 }
 
-// Walks `text` one UTF-8 sequence at a time: `visit(codepoint, bytes)` gets
-// the decoded code point and its bytes, or -1 and the single byte that does
-// not start a valid sequence.
-template <typename Visit>
-void for_each_code_point(std::string_view text, Visit&& visit) {
-  const auto* bytes = reinterpret_cast<const utf8proc_uint8_t*>(text.data());
-  std::size_t offset = 0;
-  while (offset < text.size()) {
-    utf8proc_int32_t codepoint = 0;
-    utf8proc_ssize_t consumed = utf8proc_iterate(
-        bytes + offset, static_cast<utf8proc_ssize_t>(text.size() - offset), &codepoint);
-    if (consumed <= 0) {
-      codepoint = -1;
-      consumed = 1;
-    }
-    visit(codepoint, text.substr(offset, static_cast<std::size_t>(consumed)));
-    offset += static_cast<std::size_t>(consumed);
-  }
-}
-
 // Valid UTF-8 text with every non-ASCII code point spelled \u{XXXX}, so that
 // composed and decomposed forms look different in a message.
 std::string code_points(std::string_view text) {
   std::string out;
-  for_each_code_point(text, [&](utf8proc_int32_t codepoint, std::string_view sequence) {
+  for_each_code_point(text, [&](std::int32_t codepoint, std::string_view sequence) {
     if (codepoint >= 0 && codepoint < 0x80) {
       out += sequence;
     } else {
@@ -71,19 +52,10 @@ std::string code_points(std::string_view text) {
 
 // Rule 3: the relative path must be valid UTF-8 and NFC-normalized.
 std::optional<WalkViolation> check_path_text(const std::string& path) {
-  const auto* bytes = reinterpret_cast<const utf8proc_uint8_t*>(path.data());
-  auto remaining = static_cast<utf8proc_ssize_t>(path.size());
-  std::size_t offset = 0;
-  while (remaining > 0) {
-    utf8proc_int32_t codepoint = 0;
-    utf8proc_ssize_t consumed = utf8proc_iterate(bytes + offset, remaining, &codepoint);
-    if (consumed < 0) {
-      return WalkViolation{path, WalkRule::non_utf8_path,
-                           "path is not valid UTF-8 (bad byte at offset " + std::to_string(offset) +
-                               "); rename it with a UTF-8 name"};
-    }
-    offset += static_cast<std::size_t>(consumed);
-    remaining -= consumed;
+  if (const auto offset = first_invalid_utf8(path)) {
+    return WalkViolation{path, WalkRule::non_utf8_path,
+                         "path is not valid UTF-8 (bad byte at offset " + std::to_string(*offset) +
+                             "); rename it with a UTF-8 name"};
   }
   std::unique_ptr<utf8proc_uint8_t, decltype(&std::free)> normalized(
       utf8proc_NFC(reinterpret_cast<const utf8proc_uint8_t*>(path.c_str())), &std::free);
@@ -205,7 +177,7 @@ void put_u64_be(std::uint64_t value, unsigned char* out) {
 // not part of valid UTF-8 become \xNN.
 std::string printable(std::string_view raw) {
   std::string out;
-  for_each_code_point(raw, [&](utf8proc_int32_t codepoint, std::string_view sequence) {
+  for_each_code_point(raw, [&](std::int32_t codepoint, std::string_view sequence) {
     if (codepoint < 0x20 || codepoint == 0x7f) {
       char escaped[5];
       std::snprintf(escaped, sizeof escaped, "\\x%02X",

@@ -5,8 +5,10 @@
 #include <string>
 #include <vector>
 
+#include "base/text.h"
 #include "runtime/lua_json.h"
 #include "runtime/pack_host.h"
+#include "runtime/reserved_names.h"
 #include "runtime/runtime.h"
 
 namespace forktrial::runtime {
@@ -18,6 +20,9 @@ namespace {
 constexpr const char* kGraphMeta = "forktrial.graph";
 constexpr const char* kRtMeta = "forktrial.rt";
 constexpr const char* kModules = "forktrial.modules";
+// A behavior's actor is "<pack>/<behavior>", an event text field; pack names
+// are at most 64 bytes (docs/pack-format.md).
+constexpr std::size_t kMaxBehaviorNameBytes = store::kMaxEventTextBytes - 65;
 
 struct GraphHandle {
   PackHost* host;
@@ -193,10 +198,14 @@ std::string joined(const std::vector<std::string>& list) {
   return out;
 }
 
-// True for event types only the runtime writes.
-bool is_reserved_type(std::string_view type) {
-  return type.starts_with("runtime.") || type.starts_with("behavior.") || type == "pack.loaded" ||
-         Graph::changes_state(type);
+// Raises unless `value`, the event text field `field`, is plain text of at
+// most `limit` bytes: the store's rule (store/event.h), checked here so that
+// the candidate gets a Lua error instead of a trial stopped by the store.
+void require_event_text(lua_State* L, const std::string& what, std::string_view field,
+                        std::string_view value, std::size_t limit, std::string_view why = {}) {
+  if (auto problem = named_text_problem("field \"" + std::string(field) + "\"", value, limit)) {
+    raise(L, what + ": " + *problem + std::string(why));
+  }
 }
 
 }  // namespace
@@ -278,6 +287,9 @@ struct LuaApi {
     check_keys(L, 2, {"name", "on", "run", "llm"}, what);
     BehaviorDef behavior;
     behavior.name = *string_field(L, 2, "name", what, true);
+    require_event_text(L, what, "name", behavior.name, kMaxBehaviorNameBytes,
+                       " (a behavior's name is part of its actor \"<pack>/<behavior>\", which "
+                       "must be plain text)");
     const std::string named = what + " \"" + behavior.name + "\"";
     for (const auto& existing : host.behaviors) {
       if (existing.name == behavior.name) raise(L, named + " is registered twice");
@@ -573,16 +585,20 @@ struct LuaApi {
     require_table(L, spec, what);
     check_keys(L, spec, {"type", "payload", "actor"}, what);
     const std::string type = *string_field(L, spec, "type", what, true);
-    if (is_reserved_type(type)) {
-      raise(L, what + ": event type \"" + type +
-                   "\" is written only by the runtime (runtime.*, behavior.*, pack.loaded and "
-                   "the graph's types; change the graph through the graph methods)");
-    }
+    require_event_text(L, what, "type", type, store::kMaxEventTextBytes);
+    if (auto reserved = reserved_type(type)) raise(L, what + ": " + *reserved);
     lua_getfield(L, spec, "payload");
     json payload = object_argument(L, lua_gettop(L), what + " payload");
     lua_pop(L, 1);
-    const std::string actor = string_field(L, spec, "actor", what, false).value_or(default_actor);
-    return append_or_raise(L, rt, what, type, payload, actor);
+    const std::optional<std::string> actor = string_field(L, spec, "actor", what, false);
+    if (actor) {
+      require_event_text(L, what, "actor", *actor, store::kMaxEventTextBytes);
+      const bool scenario = rt.origin_.invocation == 0;
+      if (auto reserved = reserved_actor(*actor, rt.origin_.pack->name, scenario)) {
+        raise(L, what + ": " + *reserved);
+      }
+    }
+    return append_or_raise(L, rt, what, type, payload, actor.value_or(default_actor));
   }
 
   static int graph_emit(lua_State* L) {
@@ -649,9 +665,11 @@ struct LuaApi {
     PackHost& host = rt_self(L, "run_goal");
     const std::string what = "rt:run_goal";
     Runtime& rt = scenario_runtime(L, host, what);
-    const std::string goal = luaL_checkstring(L, 2);
+    luaL_checkstring(L, 2);
+    auto goal = to_json(L, 2, what + " goal");  // a payload string: valid UTF-8
+    if (!goal) raise(L, goal.error());
     const std::string id =
-        append_or_raise(L, rt, what, "goal.created", json{{"goal", goal}}, rt.origin_.actor);
+        append_or_raise(L, rt, what, "goal.created", json{{"goal", *goal}}, rt.origin_.actor);
     drain(L, rt, what);
     push_string(L, id);
     return 1;

@@ -1,12 +1,12 @@
 #include "runtime/lua_json.h"
 
-#include <utf8proc.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <lua.hpp>
 #include <vector>
+
+#include "base/text.h"
 
 namespace forktrial::runtime {
 namespace {
@@ -181,19 +181,6 @@ void push_json(lua_State* L, const json& value) {
 
 std::expected<json, std::string> to_json(lua_State* L, int index, std::string_view where) {
   return convert(L, lua_absindex(L, index), std::string(where), 0);
-}
-
-bool is_valid_utf8(std::string_view text) {
-  const auto* bytes = reinterpret_cast<const utf8proc_uint8_t*>(text.data());
-  auto remaining = static_cast<utf8proc_ssize_t>(text.size());
-  while (remaining > 0) {
-    utf8proc_int32_t code = 0;
-    const utf8proc_ssize_t used = utf8proc_iterate(bytes, remaining, &code);
-    if (used <= 0) return false;
-    bytes += used;
-    remaining -= used;
-  }
-  return true;
 }
 
 }  // namespace forktrial::runtime

@@ -30,7 +30,4 @@ void push_json(lua_State* L, const nlohmann::json& value);
 
 std::expected<nlohmann::json, std::string> to_json(lua_State* L, int index, std::string_view where);
 
-// True when `text` is well-formed UTF-8.
-bool is_valid_utf8(std::string_view text);
-
 }  // namespace forktrial::runtime

@@ -5,9 +5,11 @@
 #include <iostream>
 #include <lua.hpp>
 
+#include "base/text.h"
 #include "pack/pack_check.h"
 #include "runtime/lua_api.h"
 #include "runtime/pack_host.h"
+#include "runtime/reserved_names.h"
 #include "runtime/scenario.h"
 #include "runtime/surface_check.h"
 #include "store/payload.h"
@@ -17,9 +19,6 @@ namespace forktrial::runtime {
 using nlohmann::json;
 
 namespace {
-
-constexpr const char* kRuntimeActor = "runtime";
-constexpr const char* kScenarioActor = "scenario";
 
 // Lifecycle events are records about the loop, not work for it.
 bool is_dispatched(std::string_view type) {
@@ -78,7 +77,9 @@ Runtime::Runtime(RuntimeConfig config, EventSink sink, LogSink log)
       sink_(std::move(sink)),
       log_(std::move(log)),
       memory_(config_.lua_memory_cap_bytes) {
-  if (!log_) log_ = [](std::string_view line) { std::cerr << line << '\n'; };
+  // Candidate output goes to stdout, leaving stderr to the host's own
+  // diagnostics (forktrial-child's).
+  if (!log_) log_ = [](std::string_view line) { std::cout << line << '\n' << std::flush; };
 }
 
 Runtime::~Runtime() = default;
@@ -207,7 +208,9 @@ bool Runtime::refuse_over_write_budget(std::uint64_t bytes) {
 }
 
 void Runtime::log_line(std::string_view origin, std::string_view message) {
-  log_("[" + std::string(origin) + "] " + std::string(message));
+  // Escaped, so that whatever the text holds one call is one line starting
+  // with its origin: candidate output cannot pose as anything else.
+  log_("[" + escape_controls(origin) + "] " + bounded_escaped(message, kMaxLogLineBytes));
 }
 
 Runtime::Drain Runtime::run_until_idle() {
@@ -262,13 +265,14 @@ void Runtime::run_behavior(PackHost& pack, std::size_t behavior, std::size_t eve
   if (!failure || sink_failure_) return;
   if (failure->out_of_memory()) memory_exhausted_ = true;
   ++behavior_failures_;
+  // The error text is the candidate's: it may be any bytes, of any length.
   append("behavior.failed",
          json{{"behavior", def.name},
               {"pack", pack.name},
               {"event_id", trigger.str()},
               {"error_type", failure->error_type()},
-              {"message", failure->message},
-              {"traceback", failure->traceback}},
+              {"message", bounded_text(failure->message, kMaxErrorTextBytes)},
+              {"traceback", bounded_text(failure->traceback, kMaxErrorTextBytes)}},
          kRuntimeActor, trigger);
 }
 

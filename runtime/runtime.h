@@ -68,9 +68,18 @@ inline constexpr std::uint64_t kClosingRecordBytes = 4096;
 
 // Called once per new event, in order.
 using EventSink = std::function<void(const store::NewEvent&)>;
-// Receives each line a pack logs (ctx.log, print), prefixed with its origin.
-// The default writes to stderr.
+// Receives one line per ctx.log or print call: "[<origin>] <text>", origin and
+// text with control characters and invalid UTF-8 rendered visibly (\n, \x1b,
+// \u{9b}: base/text.h escape_controls), so a call can never produce a line
+// that starts with anything else; the text is cut to kMaxLogLineBytes with a
+// marker saying how much was cut. The default writes each line to stdout.
 using LogSink = std::function<void(std::string_view line)>;
+
+// Bounds on text a candidate controls, each cut with a marker saying how much
+// was left out (base/text.h bounded_text): the message and the traceback of a
+// behavior.failed event (also made valid UTF-8), and the text of a log line.
+inline constexpr std::size_t kMaxErrorTextBytes = 64 << 10;
+inline constexpr std::size_t kMaxLogLineBytes = 16 << 10;
 
 enum class PackRole {
   extra,      // trusted packs loaded first, in order

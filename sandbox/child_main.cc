@@ -26,6 +26,7 @@
 #include <new>
 #include <string>
 
+#include "base/text.h"
 #include "base/unique_fd.h"
 #include "pack/bundle_hash.h"
 #include "pack/pack_check.h"
@@ -52,6 +53,17 @@ void write_all(int fd, const std::string& bytes) {
     if (n <= 0) return;  // the parent went away; the exit code still tells
     done += static_cast<std::size_t>(n);
   }
+}
+
+// The child's own diagnostics: stderr, every line prefixed and escaped, so
+// they stand apart from the candidate's output, which the runtime writes to
+// stdout one "[origin] text" line per call.
+void diagnose(std::string_view message) {
+  std::string out;
+  for (std::string_view line : split_lines(message)) {
+    out += "forktrial-child: " + escape_controls(line) + "\n";
+  }
+  write_all(STDERR_FILENO, out);
 }
 
 [[noreturn]] void finish(ChildTail tail) {
@@ -206,7 +218,7 @@ int run(int, char**) {
   std::string input(std::istreambuf_iterator<char>(std::cin), {});
   auto job = decode_job(input);
   if (!job) {
-    std::fprintf(stderr, "forktrial-child: %s\n", job.error().c_str());
+    diagnose(job.error());
     return kCannotStart;
   }
 
@@ -317,7 +329,7 @@ int main(int argc, char** argv) {
     forktrial::sandbox::finish_out_of_memory(
         {}, std::string("the scratch store could not grow (") + e.what() + ")");
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "forktrial-child: %s\n", e.what());
+    forktrial::sandbox::diagnose(e.what());
     return 1;
   }
 }

@@ -4,8 +4,11 @@
 #include <capnp/serialize.h>
 #include <kj/exception.h>
 
+#include <algorithm>
 #include <cstring>
+#include <string>
 
+#include "base/text.h"
 #include "schema/trial.capnp.h"
 
 namespace forktrial::sandbox {
@@ -79,6 +82,10 @@ std::optional<Net> from_schema(schema::Net net) {
   return std::nullopt;
 }
 
+std::string_view text_of(capnp::Text::Reader text) {
+  return std::string_view(text.begin(), text.size());
+}
+
 }  // namespace
 
 std::string_view net_name(Net net) {
@@ -107,9 +114,18 @@ std::string encode_tail(const ChildTail& tail) {
   root.setEventsAppended(tail.events_appended);
   root.setBehaviorFailures(tail.behavior_failures);
   root.setLastSeq(tail.last_seq);
-  root.setDetail(tail.detail);
-  auto warnings = root.initWarnings(static_cast<unsigned>(tail.warnings.size()));
-  for (unsigned i = 0; i < tail.warnings.size(); ++i) warnings.set(i, tail.warnings[i]);
+  root.setDetail(bounded_text(tail.detail, kMaxTailDetailBytes));
+  // At most kMaxTailWarnings; when there are more, the last says how many.
+  const std::size_t count = std::min(tail.warnings.size(), kMaxTailWarnings);
+  const std::size_t kept = count < tail.warnings.size() ? count - 1 : count;
+  auto warnings = root.initWarnings(static_cast<unsigned>(count));
+  for (unsigned i = 0; i < kept; ++i) {
+    warnings.set(i, bounded_text(tail.warnings[i], kMaxTailWarningBytes));
+  }
+  if (kept < count) {
+    warnings.set(static_cast<unsigned>(kept),
+                 "[... " + std::to_string(tail.warnings.size() - kept) + " warnings cut]");
+  }
   auto words = capnp::messageToFlatArray(message);
   auto bytes = words.asBytes();
   return std::string(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
@@ -142,8 +158,9 @@ std::expected<ChildTail, std::string> decode_tail(std::string_view bytes) {
     tail.events_appended = root.getEventsAppended();
     tail.behavior_failures = root.getBehaviorFailures();
     tail.last_seq = root.getLastSeq();
-    tail.detail = root.getDetail();
-    for (auto warning : root.getWarnings()) tail.warnings.emplace_back(warning);
+    tail.detail = sanitize_utf8(text_of(root.getDetail()));
+    for (auto warning : root.getWarnings())
+      tail.warnings.push_back(sanitize_utf8(text_of(warning)));
     return tail;
   } catch (const kj::Exception& e) {
     return std::unexpected("the tail is not a valid message: " +

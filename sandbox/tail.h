@@ -5,6 +5,7 @@
 // parent re-reads the store for every number.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <expected>
 #include <string>
@@ -30,9 +31,22 @@ struct ChildTail {
   friend bool operator==(const ChildTail&, const ChildTail&) = default;
 };
 
+// The detail and the warnings hold text a candidate controls (its error
+// messages), so the tail carries them bounded: the detail cut at
+// kMaxTailDetailBytes, each warning at kMaxTailWarningBytes, each made valid
+// UTF-8 and ending with " [... N bytes cut]" when cut (base/text.h
+// bounded_text), and at most kMaxTailWarnings warnings, the last then saying
+// how many more were cut. An encoded tail therefore always fits the parent's
+// cap on fd 3 (SpawnRequest::tail_cap, 1 MiB).
+inline constexpr std::size_t kMaxTailDetailBytes = 256 << 10;
+inline constexpr std::size_t kMaxTailWarningBytes = 4 << 10;
+inline constexpr std::size_t kMaxTailWarnings = 32;
+
 std::string encode_tail(const ChildTail& tail);
 // Decodes bytes read from fd 3; a truncated or malformed message is an error
-// value naming what was wrong (the parent then reports `crashed`).
+// value naming what was wrong (the parent then reports `crashed`). Detail and
+// warnings come back as valid UTF-8 (invalid bytes become U+FFFD), whoever
+// wrote them.
 std::expected<ChildTail, std::string> decode_tail(std::string_view bytes);
 
 }  // namespace forktrial::sandbox

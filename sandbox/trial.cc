@@ -11,9 +11,11 @@
 #include <system_error>
 #include <unordered_set>
 
+#include "base/text.h"
 #include "base/unique_fd.h"
 #include "pack/bundle_hash.h"
 #include "runtime/clock.h"
+#include "runtime/reserved_names.h"
 #include "runtime/runtime.h"
 #include "sandbox/rlimits.h"
 #include "sandbox/scratch.h"
@@ -27,6 +29,8 @@ namespace {
 
 constexpr std::size_t kScratchInitialMap = std::size_t{32} << 20;
 constexpr std::size_t kStderrInDetail = 2048;
+constexpr std::size_t kOutputLinesInDetail = 20;
+constexpr std::size_t kOutputBytesInDetail = 2048;
 
 store::StoreOptions scratch_options() {
   store::StoreOptions options;
@@ -68,8 +72,8 @@ struct DeltaScan {
 // wall-clock kill), as actor forktrial.parent. A child's delta holding one
 // is forged, whatever produced it.
 bool is_parent_record(const store::EventView& event) {
-  return event.type.starts_with("trial.") || event.type.starts_with("forktrial.") ||
-         (event.actor && event.actor->starts_with("forktrial"));
+  return runtime::is_parent_type(event.type) || runtime::is_forktrial_type(event.type) ||
+         (event.actor && runtime::is_forktrial_actor(*event.actor));
 }
 
 // Reads the child's delta in the scratch store one event at a time (never
@@ -198,10 +202,38 @@ SpawnRequest child_request(const ChildOptions& options, const ChildJob& job,
   return request;
 }
 
+// The last `max_lines` lines within the last `max_bytes` of `text` (a line
+// cut by the byte limit is dropped, unless it is the only one).
+std::string last_lines(std::string_view text, std::size_t max_lines, std::size_t max_bytes) {
+  if (text.ends_with('\n')) text.remove_suffix(1);
+  if (text.size() > max_bytes) {
+    text = text.substr(text.size() - max_bytes);
+    const std::size_t newline = text.find('\n');
+    if (newline == std::string_view::npos) return "..." + std::string(text);
+    text.remove_prefix(newline + 1);
+  }
+  std::size_t cut = text.size();
+  for (std::size_t lines = 0; lines < max_lines; ++lines) {
+    const std::size_t newline = cut == 0 ? std::string_view::npos : text.rfind('\n', cut - 1);
+    if (newline == std::string_view::npos) return std::string(text);
+    cut = newline;
+  }
+  return std::string(text.substr(cut + 1));
+}
+
+// The child's two streams, labelled: its own diagnostics go to stderr, the
+// candidate's output (one "[origin] text" line per print or ctx.log) to
+// stdout, so a candidate cannot pose as the child.
 std::string child_problem_detail(const ChildResult& child) {
   std::string detail;
   if (!child.stderr_tail.empty()) {
-    detail = "child stderr (last bytes):\n" + last_bytes(child.stderr_tail, kStderrInDetail);
+    detail = "child diagnostics (stderr, last bytes):\n" +
+             sanitize_utf8(last_bytes(child.stderr_tail, kStderrInDetail));
+  }
+  if (const std::string output =
+          last_lines(child.stdout_tail, kOutputLinesInDetail, kOutputBytesInDetail);
+      !output.empty()) {
+    append_line(detail, "candidate output (stdout, last lines):\n" + sanitize_utf8(output));
   }
   return detail;
 }

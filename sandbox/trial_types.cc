@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/digest.h"
+#include "store/event.h"
 
 namespace forktrial::sandbox {
 namespace {
@@ -274,7 +275,12 @@ std::vector<std::string> check_trial_specification(const TrialSpecification& spe
   std::vector<std::string> problems;
   if (spec.parent_run_id.empty()) problems.push_back("parent_run_id: must not be empty");
   if (spec.at_event.empty()) problems.push_back("at_event: must not be empty");
-  if (spec.label.empty()) problems.push_back("label: must not be empty");
+  if (spec.label.empty()) {
+    problems.push_back("label: must not be empty");
+  } else if (auto bad = store::run_text_problem(store::NewRun{.label = spec.label})) {
+    // The fork's label: refused here rather than by the store after the run.
+    problems.push_back(bad->message);
+  }
   auto check_pack = [&](const PackSource& pack, const std::string& field) {
     if (pack.root_dir.empty()) problems.push_back(field + ".root_dir: must not be empty");
     if (pack.expected_bundle_hash) {

@@ -7,6 +7,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "base/text.h"
 #include "store/jsonl.h"
 
 namespace forktrial::store {
@@ -135,6 +136,10 @@ Result<std::vector<ImportedRun>> read_runs(SqliteFile& file) {
     run.id = RunId(*id);
     run.label = column_text(s, 1).value_or("");
     run.created_at = column_text(s, 2);
+    if (auto problem = run_text_problem(NewRun{run.id, run.label, run.created_at})) {
+      return invalid(file.path().string() + ": " +
+                     (problem->field == "id" ? "" : "run " + *id + ": ") + problem->message);
+    }
     if (auto parent = column_text(s, 3)) run.parent = RunId(*parent);
     if (auto at = column_text(s, 4)) run.forked_at = EventId(*at);
     if (run.parent && !run.forked_at) {
@@ -160,27 +165,25 @@ Result<std::vector<ImportedRun>> read_runs(SqliteFile& file) {
       std::string where = file.path().string() + ": run " + run.id.str() + ", event at seq " +
                           std::to_string(sqlite3_column_int64(s, 7));
       NewEvent event;
-      auto id = column_text(s, 0);
-      auto type = column_text(s, 1);
-      auto payload = column_text(s, 2);
-      auto timestamp = column_text(s, 3);
-      if (!id || id->empty()) return invalid(where + ": empty id");
-      where += " (" + *id + ")";
-      if (!type || type->empty()) return invalid(where + ": empty type");
-      if (!payload) return invalid(where + ": payload is NULL");
-      auto normalized = jsonl::normalize_payload(*payload);
-      if (!normalized) return invalid(where + ": payload is " + normalized.error());
-      if (!timestamp || !jsonl::is_utc_timestamp(*timestamp)) {
-        return invalid(where + ": timestamp \"" + timestamp.value_or("NULL") +
-                       "\" is not an ISO-8601 UTC time");
-      }
-      event.id = EventId(*id);
-      event.type = *type;
-      event.payload = *normalized;
-      event.timestamp = *timestamp;
+      event.id = EventId(column_text(s, 0).value_or(""));
+      event.type = column_text(s, 1).value_or("");
+      event.timestamp = column_text(s, 3).value_or("");
       event.actor = column_text(s, 4);
       event.frame_id = column_text(s, 5);
       if (auto cause = column_text(s, 6)) event.caused_by = EventId(*cause);
+      auto text_problem = event_text_problem(event);
+      // The row is named by its id once the id is known to be fit to print.
+      if (!text_problem || text_problem->field != "id") where += " (" + event.id.str() + ")";
+      if (text_problem) return invalid(where + ": " + text_problem->message);
+      auto payload = column_text(s, 2);
+      if (!payload) return invalid(where + ": payload is NULL");
+      auto normalized = jsonl::normalize_payload(*payload);
+      if (!normalized) return invalid(where + ": payload is " + normalized.error());
+      event.payload = *normalized;
+      if (!jsonl::is_utc_timestamp(event.timestamp)) {
+        return invalid(where + ": timestamp " + quoted_excerpt(event.timestamp) +
+                       " is not an ISO-8601 UTC time");
+      }
       run.events.push_back(std::move(event));
     }
     if (rc != SQLITE_DONE) {

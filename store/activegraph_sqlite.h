@@ -15,8 +15,10 @@
 namespace forktrial::store {
 
 // Refused with invalid_input (unreadable file, missing table or column, bad
-// payload or timestamp, unknown parent or fork event, cyclic lineage; each
-// message names the run, event and column involved), or with run_exists if a
+// payload or timestamp, text breaking the store's text rule (store/event.h)
+// in a run's id, label or created_at or an event's text fields, unknown
+// parent or fork event, cyclic lineage; each message names the run, event and
+// column involved), or with run_exists if a
 // run id of the file is already in the store. Returns the imported runs,
 // parents before their forks.
 Result<std::vector<RunInfo>> import_activegraph_sqlite(EventStore& store,

@@ -4,6 +4,7 @@
 // event shape; the encoded form is schema/event.capnp.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -12,6 +13,10 @@
 #include "store/ids.h"
 
 namespace forktrial::store {
+
+// The longest event type, actor, frame id or timestamp, and the longest run
+// label or creation time, the store accepts (ids: kMaxIdBytes).
+inline constexpr std::size_t kMaxEventTextBytes = 1024;
 
 // An event as a writer hands it to the store; the store assigns `seq`.
 struct NewEvent {
@@ -83,5 +88,29 @@ struct NewRun {
   std::string label = {};
   std::optional<std::string> created_at = std::nullopt;
 };
+
+// The rule every text field of an event and of a run follows
+// (docs/store-format.md, "Text fields"): valid UTF-8 without control
+// characters (C0, DEL, C1), ids at most kMaxIdBytes and other text at most
+// kMaxEventTextBytes; an event's id, type and timestamp and a run's id are
+// never empty. Candidates and imported runs choose this text, and everything
+// that shows or serializes it relies on the rule.
+struct TextProblem {
+  // The field: "id", "type", "actor", "frame_id", "caused_by" or "timestamp"
+  // of an event; "id", "label" or "created_at" of a run.
+  std::string field;
+  // The field, a short escaped excerpt of its value and what is wrong:
+  // `field "actor" "\x1b[2J" contains the control character U+001B at
+  // offset 0` (events), `label "caf\xe9" is not valid UTF-8 (byte 0xE9 at
+  // offset 3)` (runs). The caller names the event or run, unless its id is
+  // the bad field.
+  std::string message;
+};
+// The first field of `event` that breaks the rule, in the order id, type,
+// actor, frame_id, caused_by, timestamp; nullopt when none does.
+std::optional<TextProblem> event_text_problem(const NewEvent& event);
+// The same for a new run: its id (when given), label and created_at (when
+// given).
+std::optional<TextProblem> run_text_problem(const NewRun& run);
 
 }  // namespace forktrial::store

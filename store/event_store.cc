@@ -15,6 +15,7 @@
 #include <shared_mutex>
 #include <utility>
 
+#include "base/text.h"
 #include "base/unique_fd.h"
 #include "store/codec.h"
 #include "store/lmdb.h"
@@ -109,13 +110,12 @@ struct Range {
   std::uint64_t upper;
 };
 
-std::optional<std::string> invalid_id(std::string_view what, std::string_view id) {
-  if (id.empty()) return std::string(what) + " is empty";
-  if (id.size() > kMaxIdBytes) {
-    return std::string(what) + " \"" + std::string(id.substr(0, 40)) + "...\" is " +
-           std::to_string(id.size()) + " bytes long; the limit is " + std::to_string(kMaxIdBytes);
-  }
-  return std::nullopt;
+// Why the text field `name` holding `value` breaks the text rule
+// (event.h); `required` fields must not be empty.
+std::optional<std::string> text_field_problem(std::string_view name, std::string_view value,
+                                              std::size_t limit, bool required) {
+  if (required && value.empty()) return std::string(name) + " is empty";
+  return named_text_problem(name, value, limit);
 }
 
 Refusal refuse(Refused kind, std::string message) {
@@ -317,6 +317,49 @@ Event EventView::to_event() const {
   if (caused_by) e.caused_by = EventId(std::string(*caused_by));
   e.seq = seq;
   return e;
+}
+
+std::optional<TextProblem> event_text_problem(const NewEvent& e) {
+  struct Field {
+    const char* name;
+    const std::string* value;  // null: the field is absent
+    std::size_t limit;
+    bool required;
+  };
+  const Field fields[] = {
+      {"id", &e.id.str(), kMaxIdBytes, true},
+      {"type", &e.type, kMaxEventTextBytes, true},
+      {"actor", e.actor ? &*e.actor : nullptr, kMaxEventTextBytes, false},
+      {"frame_id", e.frame_id ? &*e.frame_id : nullptr, kMaxEventTextBytes, false},
+      {"caused_by", e.caused_by ? &e.caused_by->str() : nullptr, kMaxIdBytes, false},
+      {"timestamp", &e.timestamp, kMaxEventTextBytes, true},
+  };
+  for (const Field& field : fields) {
+    if (field.value == nullptr) continue;
+    if (auto problem = text_field_problem("field \"" + std::string(field.name) + "\"", *field.value,
+                                          field.limit, field.required)) {
+      return TextProblem{field.name, std::move(*problem)};
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<TextProblem> run_text_problem(const NewRun& run) {
+  if (run.id) {
+    if (auto problem = text_field_problem("run id", run.id->str(), kMaxIdBytes, true)) {
+      return TextProblem{"id", std::move(*problem)};
+    }
+  }
+  if (auto problem = text_field_problem("label", run.label, kMaxEventTextBytes, false)) {
+    return TextProblem{"label", std::move(*problem)};
+  }
+  if (run.created_at) {
+    if (auto problem =
+            text_field_problem("created_at", *run.created_at, kMaxEventTextBytes, false)) {
+      return TextProblem{"created_at", std::move(*problem)};
+    }
+  }
+  return std::nullopt;
 }
 
 SchemaVersionMismatch::SchemaVersionMismatch(const std::filesystem::path& path, std::uint32_t found)
@@ -592,6 +635,9 @@ namespace {
 
 Result<codec::RunRecord> insert_run(EventStore::Impl& impl, lmdb::Txn& txn, const NewRun& run,
                                     std::optional<ForkPoint> fork_of) {
+  if (auto problem = run_text_problem(run)) {
+    return std::unexpected(refuse(Refused::invalid_input, problem->message));
+  }
   TxnReader reader(impl.dbis, txn.get());
   codec::RunRecord record;
   record.id = run.id ? *run.id : impl.options.new_run_id();
@@ -600,7 +646,8 @@ Result<codec::RunRecord> insert_run(EventStore::Impl& impl, lmdb::Txn& txn, cons
   for (int draw = 0; !run.id && draw < 8 && reader.record(record.id); ++draw) {
     record.id = impl.options.new_run_id();
   }
-  if (auto problem = invalid_id("run id", record.id.str())) {
+  // A generated id follows the rule too: StoreOptions::new_run_id is injected.
+  if (auto problem = text_field_problem("run id", record.id.str(), kMaxIdBytes, true)) {
     return std::unexpected(refuse(Refused::invalid_input, *problem));
   }
   if (reader.record(record.id)) {
@@ -627,11 +674,13 @@ Result<codec::RunRecord> insert_run(EventStore::Impl& impl, lmdb::Txn& txn, cons
 }
 
 std::optional<std::string> invalid_event(const NewEvent& e) {
-  if (auto problem = invalid_id("event id", e.id.str())) return problem;
-  if (e.type.empty()) return "event " + e.id.str() + " has an empty type";
-  if (e.timestamp.empty()) return "event " + e.id.str() + " has an empty timestamp";
-  if (auto deep = payload_depth_problem(e.payload))
+  if (auto problem = event_text_problem(e)) {
+    return problem->field == "id" ? problem->message
+                                  : "event " + e.id.str() + ": " + problem->message;
+  }
+  if (auto deep = payload_depth_problem(e.payload)) {
     return "event " + e.id.str() + " payload is " + *deep;
+  }
   return std::nullopt;
 }
 

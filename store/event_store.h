@@ -50,9 +50,10 @@ enum class Refused {
   run_exists,          // a run with that id is already stored
   head_moved,          // the run's head is not the one the append expected
   duplicate_event_id,  // the event id is already in the run's history (or the batch)
-  invalid_event,       // empty id/type/timestamp, or an id longer than kMaxIdBytes
+  invalid_event,       // a text field breaking the text rule (store/event.h)
   invalid_segment,     // segment bytes that are not a canonical segment
-  invalid_input,       // a malformed run id or import file, or a request that does not apply
+  invalid_input,       // a run id, label or created_at breaking the text rule (store/event.h),
+                       // a malformed import file, or a request that does not apply
 };
 
 struct Refusal {

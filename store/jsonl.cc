@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
+#include "base/text.h"
 #include "store/event_store.h"
 #include "store/payload.h"
 
@@ -47,10 +48,6 @@ std::expected<NewEvent, std::string> event_from(const json& object) {
   NewEvent event;
   auto id = required_string(object, "id");
   if (!id) return std::unexpected(id.error());
-  if (id->size() > kMaxIdBytes) {
-    return std::unexpected("event id is " + std::to_string(id->size()) + " bytes; the limit is " +
-                           std::to_string(kMaxIdBytes));
-  }
   event.id = EventId(*id);
   auto type = required_string(object, "type");
   if (!type) return std::unexpected(type.error());
@@ -65,8 +62,8 @@ std::expected<NewEvent, std::string> event_from(const json& object) {
   auto timestamp = required_string(object, "timestamp");
   if (!timestamp) return std::unexpected(timestamp.error());
   if (!is_utc_timestamp(*timestamp)) {
-    return std::unexpected("field \"timestamp\" is \"" + *timestamp +
-                           "\", not an ISO-8601 UTC time such as 2026-01-02T03:04:05.123456Z");
+    return std::unexpected("field \"timestamp\" is " + quoted_excerpt(*timestamp) +
+                           ", not an ISO-8601 UTC time such as 2026-01-02T03:04:05.123456Z");
   }
   event.timestamp = *timestamp;
   auto actor = nullable_string(object, "actor");
@@ -78,6 +75,7 @@ std::expected<NewEvent, std::string> event_from(const json& object) {
   auto cause = nullable_string(object, "caused_by");
   if (!cause) return std::unexpected(cause.error());
   if (*cause) event.caused_by = EventId(**cause);
+  if (auto problem = event_text_problem(event)) return std::unexpected(problem->message);
   return event;
 }
 
@@ -176,7 +174,10 @@ std::string to_line(const EventView& event) {
   line["frame_id"] = nullable(event.frame_id);
   line["caused_by"] = nullable(event.caused_by);
   line["timestamp"] = event.timestamp;
-  return line.dump();
+  // The store keeps its text fields valid UTF-8 (store/event.h), but a store
+  // written before that rule may not have: such bytes are written as U+FFFD
+  // rather than failing the export.
+  return line.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 }  // namespace forktrial::store::jsonl

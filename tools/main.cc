@@ -4,6 +4,7 @@
 
 #include "tools/cli_support.h"
 #include "tools/commands.h"
+#include "tools/terminal.h"
 
 int main(int argc, char** argv) {
   CLI::App app{
@@ -31,10 +32,12 @@ int main(int argc, char** argv) {
   } catch (const forktrial::tools::ExitStatus& e) {
     return e.code();
   } catch (const forktrial::tools::CommandFailed& e) {
-    std::fprintf(stderr, "forktrial: %s\n", e.what());
+    // Messages quote paths, labels and file contents: never raw to a terminal.
+    std::fprintf(stderr, "forktrial: %s\n", forktrial::tools::terminal_text(e.what()).c_str());
     return e.exit_code();
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "forktrial: error: %s\n", e.what());
+    std::fprintf(stderr, "forktrial: error: %s\n",
+                 forktrial::tools::terminal_text(e.what()).c_str());
     return 1;
   }
   return 0;

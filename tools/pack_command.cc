@@ -6,6 +6,7 @@
 #include "pack/pack_check.h"
 #include "tools/cli_support.h"
 #include "tools/commands.h"
+#include "tools/terminal.h"
 
 namespace forktrial::tools {
 namespace {
@@ -19,7 +20,7 @@ struct PackOptions {
 };
 
 void print_json(const nlohmann::json& value) {
-  std::printf("%s\n", value.dump(2).c_str());
+  std::printf("%s\n", json_text(value, 2).c_str());
 }
 
 void run_hash(const PackOptions& o) {
@@ -50,7 +51,7 @@ void run_verify(const PackOptions& o) {
     return;
   }
   if (!verified) throw CommandFailed(verified.error().message);
-  std::printf("ok: %s matches %s\n", o.dir.c_str(), verified->str().c_str());
+  std::printf("ok: %s matches %s\n", terminal_safe(o.dir).c_str(), verified->str().c_str());
 }
 
 void run_check(const PackOptions& o) {
@@ -70,11 +71,13 @@ void run_check(const PackOptions& o) {
     print_json(out);
   } else {
     for (const auto& warning : check.warnings) {
-      std::fprintf(stderr, "warning: %s\n", warning.c_str());
+      std::fprintf(stderr, "warning: %s\n", terminal_text(warning).c_str());
     }
     if (check.ok()) {
-      std::printf("ok: %s (%s %s), content hash %s\n", o.dir.c_str(), check.manifest->name.c_str(),
-                  check.manifest->version.c_str(), check.content_hash->str().c_str());
+      std::printf("ok: %s (%s %s), content hash %s\n", terminal_safe(o.dir).c_str(),
+                  terminal_safe(check.manifest->name).c_str(),
+                  terminal_safe(check.manifest->version).c_str(),
+                  check.content_hash->str().c_str());
     }
   }
   if (!check.ok()) {

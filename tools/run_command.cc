@@ -8,12 +8,14 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "base/text.h"
 #include "store/activegraph_sqlite.h"
 #include "store/event_store.h"
 #include "store/jsonl.h"
 #include "tools/cli_support.h"
 #include "tools/commands.h"
 #include "tools/store_access.h"
+#include "tools/terminal.h"
 
 namespace forktrial::tools {
 namespace {
@@ -94,15 +96,18 @@ std::string fork_text(const RunInfo& run) {
 
 void print_created(const RunInfo& run, bool json) {
   if (json) {
-    std::cout << run_json(run).dump() << '\n';
+    std::cout << json_text(run_json(run)) << '\n';
   } else {
-    std::cout << run.id.str() << '\n';
+    std::cout << terminal_safe(run.id.str()) << '\n';
   }
 }
 
-std::string shorten(std::string_view text, std::size_t limit) {
-  if (text.size() <= limit) return std::string(text);
-  return std::string(text.substr(0, limit - 3)) + "...";
+// A table column: `text` escaped, then cut to `limit` bytes (at a code-point
+// boundary, ending in "..." when cut).
+std::string column(std::string_view text, std::size_t limit) {
+  std::string shown = terminal_safe(text);
+  if (shown.size() <= limit) return shown;
+  return std::string(utf8_prefix(shown, limit - 3)) + "...";
 }
 
 void add_new(CLI::App& run_app) {
@@ -135,14 +140,14 @@ void add_ls(CLI::App& run_app) {
     if (common->json) {
       ordered_json all = ordered_json::array();
       for (const RunInfo& run : runs) all.push_back(run_json(run));
-      std::cout << all.dump() << '\n';
+      std::cout << json_text(all) << '\n';
       return;
     }
     std::printf("%-24s %8s  %-27s  %-20s  %s\n", "RUN", "EVENTS", "CREATED", "LABEL", "FORK OF");
     for (const RunInfo& run : runs) {
-      std::printf("%-24s %8llu  %-27s  %-20s  %s\n", run.id.str().c_str(),
-                  static_cast<unsigned long long>(run.head), run.created_at.c_str(),
-                  shorten(run.label, 20).c_str(), fork_text(run).c_str());
+      std::printf("%-24s %8llu  %-27s  %-20s  %s\n", terminal_safe(run.id.str()).c_str(),
+                  static_cast<unsigned long long>(run.head), terminal_safe(run.created_at).c_str(),
+                  column(run.label, 20).c_str(), terminal_safe(fork_text(run)).c_str());
     }
   });
 }
@@ -175,12 +180,12 @@ void add_show(CLI::App& run_app) {
       for (const RunInfo& ancestor : lineage) chain.push_back(run_json(ancestor));
       j["lineage"] = chain;
       j["behavior_failures"] = failures.size();
-      std::cout << j.dump() << '\n';
+      std::cout << json_text(j) << '\n';
       return;
     }
-    std::printf("run        %s\n", run.id.str().c_str());
-    std::printf("label      %s\n", run.label.c_str());
-    std::printf("created    %s\n", run.created_at.c_str());
+    std::printf("run        %s\n", terminal_safe(run.id.str()).c_str());
+    std::printf("label      %s\n", terminal_safe(run.label).c_str());
+    std::printf("created    %s\n", terminal_safe(run.created_at).c_str());
     std::printf("events     %llu (%llu inherited, %llu own)\n",
                 static_cast<unsigned long long>(run.head),
                 static_cast<unsigned long long>(inherited),
@@ -189,10 +194,11 @@ void add_show(CLI::App& run_app) {
     if (!run.fork_of) {
       std::printf("lineage    root run\n");
     } else {
-      std::printf("lineage    %s\n", fork_text(run).c_str());
+      std::printf("lineage    %s\n", terminal_safe(fork_text(run)).c_str());
       for (const RunInfo& ancestor : lineage) {
-        std::printf("           %s%s\n", ancestor.id.str().c_str(),
-                    ancestor.fork_of ? (" forked from " + fork_text(ancestor)).c_str() : " (root)");
+        const std::string origin =
+            ancestor.fork_of ? " forked from " + fork_text(ancestor) : std::string(" (root)");
+        std::printf("           %s\n", terminal_safe(ancestor.id.str() + origin).c_str());
       }
     }
   });
@@ -230,12 +236,12 @@ void add_events(CLI::App& run_app) {
       if (common->json) {
         auto line = ordered_json::parse(store::jsonl::to_line(e));
         line["seq"] = e.seq;
-        std::cout << line.dump() << '\n';
+        std::cout << json_text(line) << '\n';
       } else {
         std::printf("%8llu  %-16s  %-24s  %-12s  %-32s  %s\n",
-                    static_cast<unsigned long long>(e.seq), shorten(e.id, 16).c_str(),
-                    shorten(e.type, 24).c_str(), shorten(e.actor.value_or("-"), 12).c_str(),
-                    std::string(e.timestamp).c_str(), shorten(e.payload, 60).c_str());
+                    static_cast<unsigned long long>(e.seq), column(e.id, 16).c_str(),
+                    column(e.type, 24).c_str(), column(e.actor.value_or("-"), 12).c_str(),
+                    terminal_safe(e.timestamp).c_str(), column(e.payload, 60).c_str());
       }
       return *limit == 0 || ++printed < *limit;
     });
@@ -340,10 +346,11 @@ void add_import(CLI::App& run_app) {
       throw CommandFailed(*input + ": " + events.error().message + "; nothing was imported");
     }
     EventStore store = open_store(common->store, true);
-    auto run = accepted(
-        store.import_run(spec->spec(*input == "-" ? "stdin" : fs::path(*input).filename().string()),
-                         *events),
-        "cannot import " + *input);
+    // The default label is the file name, which may be any bytes: a label is
+    // plain text (store/event.h), so it is the name as a terminal shows it.
+    const std::string label =
+        *input == "-" ? "stdin" : terminal_safe(fs::path(*input).filename().string());
+    auto run = accepted(store.import_run(spec->spec(label), *events), "cannot import " + *input);
     print_created(run, common->json);
   });
 }
@@ -369,12 +376,12 @@ void add_import_sqlite(CLI::App& run_app) {
     if (common->json) {
       ordered_json all = ordered_json::array();
       for (const RunInfo& run : runs) all.push_back(run_json(run));
-      std::cout << all.dump() << '\n';
+      std::cout << json_text(all) << '\n';
       return;
     }
     for (const RunInfo& run : runs) {
-      std::printf("%s  %llu events  %s\n", run.id.str().c_str(),
-                  static_cast<unsigned long long>(run.head), fork_text(run).c_str());
+      std::printf("%s  %llu events  %s\n", terminal_safe(run.id.str()).c_str(),
+                  static_cast<unsigned long long>(run.head), terminal_safe(fork_text(run)).c_str());
     }
   });
 }

@@ -14,6 +14,7 @@
 #include "tools/cli_support.h"
 #include "tools/commands.h"
 #include "tools/store_access.h"
+#include "tools/terminal.h"
 
 namespace forktrial::tools {
 namespace {
@@ -96,24 +97,20 @@ ordered_json report_json(const sandbox::TrialReport& r) {
   return j;
 }
 
+// The detail and the warnings hold the candidate's error text: each line is
+// escaped, so none can rewrite the lines above it.
 void print_report(const sandbox::TrialReport& r) {
   std::printf("outcome            %s\n", std::string(sandbox::outcome_name(r.outcome)).c_str());
-  std::printf("fork run           %s\n", r.fork_run_id.c_str());
+  std::printf("fork run           %s\n", terminal_safe(r.fork_run_id).c_str());
   std::printf("events appended    %llu\n", static_cast<unsigned long long>(r.events_appended));
   std::printf("behavior failures  %llu\n", static_cast<unsigned long long>(r.behavior_failures));
   std::printf("child exit code    %d\n", r.exit_code);
-  for (const auto& warning : r.warnings) std::printf("warning            %s\n", warning.c_str());
+  for (const auto& warning : r.warnings) {
+    std::printf("warning            %s\n", terminal_safe(warning).c_str());
+  }
   if (!r.detail.empty()) {
     std::printf("detail\n");
-    std::string line;
-    for (char c : r.detail + "\n") {
-      if (c == '\n') {
-        std::printf("  %s\n", line.c_str());
-        line.clear();
-      } else {
-        line += c;
-      }
-    }
+    for (const auto& line : terminal_lines(r.detail)) std::printf("  %s\n", line.c_str());
   }
 }
 
@@ -233,7 +230,7 @@ void run_trial_command(const TrialOptions& o) {
     end_by(signal);
   }
   if (o.json) {
-    std::cout << report_json(report).dump(2) << '\n';
+    std::cout << json_text(report_json(report), 2) << '\n';
   } else {
     print_report(report);
   }
@@ -317,17 +314,18 @@ void add_preflight_command(CLI::App& app) {
     } catch (const sandbox::SandboxStartupError& e) {
       throw CommandFailed(e.what());
     } catch (const sandbox::TrialSetupError& e) {
-      throw CommandFailed(std::string(e.what()) + "\nfix the options above (see `forktrial "
-                                                  "preflight --help`)",
+      throw CommandFailed(std::string(e.what()) +
+                              "\nfix the options above (see `forktrial "
+                              "preflight --help`)",
                           kUsageError);
     }
     if (*json) {
-      std::cout << ordered_json{{"ok", true}, {"warnings", warnings}}.dump(2) << '\n';
+      std::cout << json_text(ordered_json{{"ok", true}, {"warnings", warnings}}, 2) << '\n';
     } else if (warnings.empty()) {
       std::printf("ok: a trial child starts here and every net applies\n");
     } else {
       std::printf("ok, with degraded nets:\n");
-      for (const auto& w : warnings) std::printf("  %s\n", w.c_str());
+      for (const auto& w : warnings) std::printf("  %s\n", terminal_safe(w).c_str());
     }
   });
 }

@@ -119,3 +119,27 @@ TEST_CASE("forktrial --help and every pack subcommand's --help carry an example"
     CHECK(result.out.find("Examples:") != std::string::npos);
   }
 }
+
+TEST_CASE("pack commands print hostile paths and manifest text safely", "[pack][cli]") {
+  TempDir dir;
+  const auto root = dir.path() / "caf\xe9";
+  dir.write("caf\xe9/manifest.toml", "[pack]\nname = \"\\u001b[31mred\"\nversion = \"1.0.0\"\n");
+  auto as_json = forktrial_cli({"pack", "check", "--json", root.string()});
+  INFO(as_json.err);
+  CHECK(as_json.exit_code != 0);
+  auto parsed = nlohmann::json::parse(as_json.out);
+  CHECK(parsed["ok"] == false);
+  CHECK(parsed["path"].get<std::string>().ends_with("caf\xEF\xBF\xBD"));
+  bool named = false;
+  for (const auto& problem : parsed["problems"]) {
+    named = named || problem.get<std::string>().find("\x1b[31mred") != std::string::npos;
+  }
+  CHECK(named);
+
+  auto as_text = forktrial_cli({"pack", "check", root.string()});
+  CHECK(as_text.exit_code != 0);
+  CHECK(as_text.err.find('\x1b') == std::string::npos);
+  CHECK(as_text.err.find("\xe9") == std::string::npos);
+  CHECK(as_text.err.find("\"\\x1b[31mred\"") != std::string::npos);
+  CHECK(as_text.err.find("caf\\xe9") != std::string::npos);
+}

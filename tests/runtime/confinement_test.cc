@@ -48,7 +48,7 @@ end
 )");
   REQUIRE(result.outcome == ScenarioOutcome::completed);
   REQUIRE(result.message.empty());
-  REQUIRE(r->log == std::vector<std::string>{"[scenario] visible\t1\tnil"});
+  REQUIRE(r->log == std::vector<std::string>{"[scenario] visible\\t1\\tnil"});
 }
 
 TEST_CASE("load accepts text and refuses binary chunks", "[runtime][confinement]") {

@@ -1,6 +1,8 @@
 // The dispatch loop: order, FIFO, failures, budget, idle, ids, clock, and the
 // graph API's validation, driven through real packs and scenarios.
 #include <catch2/catch.hpp>
+#include <iostream>
+#include <sstream>
 
 #include "tests/runtime/runtime_test_support.h"
 
@@ -440,4 +442,111 @@ end
       r->log[1].ends_with("rt:emit payload.k01: a function cannot be converted to JSON (only "
                           "nil, booleans, numbers, strings and tables can)"));
   CHECK(r->log[2].ends_with("rt:emit: unknown field \"aa\" (known fields: type, payload, actor)"));
+}
+
+TEST_CASE("a behavior error that is not valid UTF-8 is recorded with U+FFFD and the loop goes on",
+          "[runtime][dispatch]") {
+  TempDir dir;
+  const auto pack = write_pack(dir, "p", spec_with("candidate", {"garble", "count"}, R"(
+pack:behavior{ name = "garble", on = {"job"}, run = function(event, graph, ctx)
+  error("bad \255\254 bytes")
+end }
+pack:behavior{ name = "count", on = {"job"}, run = function(event, graph, ctx)
+  graph:emit{ type = "counted", payload = { n = event.payload.n } }
+end }
+)"));
+  auto r = make_runtime();
+  dir.write("p/s.lua",
+            "function main(rt) rt:emit{ type = 'job', payload = { n = 1 } } "
+            "rt:run_until_idle() end");
+  load_or_fail(*r, pack);
+  const auto result = r->rt->run_scenario("s.lua");
+  INFO(result.message);
+  REQUIRE(result.outcome == ScenarioOutcome::completed);
+  REQUIRE(result.behavior_failures == 1);
+  const auto failed = r->of_type("behavior.failed");
+  REQUIRE(failed.size() == 1);
+  CHECK(payload_of(failed[0])["message"] == "pack.lua:4: bad \xEF\xBF\xBD\xEF\xBF\xBD bytes");
+  CHECK(r->types() == std::vector<std::string>{"pack.loaded", "job", "behavior.failed", "counted",
+                                               "runtime.idle"});
+}
+
+TEST_CASE("a behavior error beyond the bound is recorded truncated, saying how much was cut",
+          "[runtime][dispatch]") {
+  TempDir dir;
+  const auto pack = write_pack(dir, "p", spec_with("candidate", {"shout"}, R"(
+pack:behavior{ name = "shout", on = {"job"}, run = function(event, graph, ctx)
+  error(string.rep("x", 2 << 20))
+end }
+)"));
+  auto r = make_runtime();
+  dir.write("p/s.lua", "function main(rt) rt:emit{ type = 'job' } rt:run_until_idle() end");
+  load_or_fail(*r, pack);
+  REQUIRE(r->rt->run_scenario("s.lua").outcome == ScenarioOutcome::completed);
+  const auto failed = r->of_type("behavior.failed");
+  REQUIRE(failed.size() == 1);
+  const std::string message = payload_of(failed[0])["message"];
+  const std::string original = "pack.lua:4: " + std::string(2 << 20, 'x');
+  CHECK(message.size() <= 64 * 1024);
+  const auto marker = message.rfind(" [... ");
+  REQUIRE(marker != std::string::npos);
+  CHECK(message.ends_with(" bytes cut]"));
+  const std::string kept = message.substr(0, marker);
+  CHECK(original.starts_with(kept));
+  const auto cut = std::stoull(message.substr(marker + 6));
+  CHECK(kept.size() + cut == original.size());
+  CHECK(payload_of(failed[0])["traceback"].get<std::string>().starts_with("stack traceback:"));
+}
+
+TEST_CASE("print and ctx.log write one escaped, bounded line per call", "[runtime][dispatch]") {
+  TempDir dir;
+  const auto pack = write_pack(dir, "p", spec_with("candidate", {"talk"}, R"(
+pack:behavior{ name = "talk", on = {"go"}, run = function(event, graph, ctx)
+  ctx.log("x\r\ny\0z")
+  ctx.log(string.rep("y", 1 << 20))
+end }
+)"));
+  auto r = make_runtime();
+  dir.write("p/s.lua", R"(
+function main(rt)
+  print("a\nforktrial-child: b", "\27[31mred")
+  print("\255 invalid \194\155")
+  rt:emit{ type = "go" }
+  rt:run_until_idle()
+end
+)");
+  load_or_fail(*r, pack);
+  REQUIRE(r->rt->run_scenario("s.lua").outcome == ScenarioOutcome::completed);
+  REQUIRE(r->log.size() == 4);
+  CHECK(r->log[0] == "[scenario] a\\nforktrial-child: b\\t\\x1b[31mred");
+  CHECK(r->log[1] == "[scenario] \\xff invalid \\u{9b}");
+  CHECK(r->log[2] == "[candidate/talk] x\\r\\ny\\x00z");
+  CHECK(r->log[3].starts_with("[candidate/talk] yyyy"));
+  CHECK(r->log[3].ends_with(" bytes cut]"));
+  CHECK(r->log[3].size() <= 16 * 1024 + 32);
+  for (const auto& line : r->log) CHECK(line.find_first_of("\n\r") == std::string::npos);
+}
+
+TEST_CASE("the default log sink writes candidate output to stdout, never stderr",
+          "[runtime][dispatch]") {
+  TempDir dir;
+  const auto pack = write_pack(dir, "p", spec_with("candidate", {}, ""));
+  dir.write("p/s.lua", "function main(rt) print('hello', 'world') end");
+  std::ostringstream out;
+  std::ostringstream err;
+  struct Restore {
+    std::streambuf* out;
+    std::streambuf* err;
+    ~Restore() {
+      std::cout.rdbuf(out);
+      std::cerr.rdbuf(err);
+    }
+  } restore{std::cout.rdbuf(out.rdbuf()), std::cerr.rdbuf(err.rdbuf())};
+  auto rt = forktrial::runtime::Runtime::create(test_config(), {},
+                                                [](const forktrial::store::NewEvent&) {});
+  REQUIRE(rt);
+  REQUIRE((*rt)->load_pack(pack, PackRole::candidate));
+  REQUIRE((*rt)->run_scenario("s.lua").outcome == ScenarioOutcome::completed);
+  CHECK(out.str() == "[scenario] hello\\tworld\n");
+  CHECK(err.str().empty());
 }

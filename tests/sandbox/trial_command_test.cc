@@ -346,3 +346,60 @@ TEST_CASE("the next trial sweeps the scratch directory of a killed forktrial but
   CHECK(next.exit_code == 0);
   CHECK(names_in(f.tmpdir) == std::vector<std::string>{"forktrial-scratch-live01"});
 }
+
+TEST_CASE("forktrial trial reports hostile error text safely, as JSON and as text",
+          "[trial][cli]") {
+  TempDir dir;
+  const auto store = imported_store(dir);
+  forktrial::testing::PackSpec spec;
+  spec.pack_lua = forktrial::testing::pack_header(spec) + "return pack\n";
+  spec.files["main.lua"] =
+      "function main(rt)\n"
+      "  error('\\27[2K\\r\\27[1Aoutcome            completed\\n\\194\\155 \\255 end')\n"
+      "end\n";
+  const auto pack = forktrial::testing::write_pack(dir, "hostile", spec);
+  const std::vector<std::string> args = {"trial",    "--store",    store,     "--run",
+                                         "run_chat", "--at",       "evt_010", "--pack",
+                                         pack,       "--scenario", "main.lua"};
+
+  auto with_json = args;
+  with_json.push_back("--json");
+  auto json = cli(with_json);
+  INFO(json.err);
+  CHECK(json.exit_code == 30);
+  auto report = nlohmann::json::parse(json.out);
+  CHECK(report["outcome"] == "scenario_failed");
+  CHECK(report["detail"].get<std::string>().find("\x1b[1Aoutcome            completed\n"
+                                                 "\xC2\x9B \xEF\xBF\xBD end") != std::string::npos);
+
+  auto text = cli(args);
+  CHECK(text.exit_code == 30);
+  CHECK(text.out.find_first_of("\x1b\r") == std::string::npos);
+  CHECK(text.out.find("\xC2\x9B") == std::string::npos);
+  int outcome_lines = 0;
+  for (const auto& line : forktrial::testing::lines_of(text.out)) {
+    if (line.starts_with("outcome")) {
+      ++outcome_lines;
+      CHECK(line == "outcome            scenario_failed");
+    }
+  }
+  CHECK(outcome_lines == 1);
+  // The detail keeps its line structure; each line is escaped and indented.
+  CHECK(text.out.find("detail\n  main.lua:2: \\x1b[2K\\r\\x1b[1Aoutcome            completed\n"
+                      "  \\u{9b} \xEF\xBF\xBD end\n") != std::string::npos);
+}
+
+TEST_CASE("forktrial trial refuses a label that is not plain text before running anything",
+          "[trial][cli]") {
+  TempDir dir;
+  const auto store = imported_store(dir);
+  auto result = cli({"trial", "--store", store, "--run", "run_chat", "--at", "evt_010", "--pack",
+                     kExamples + "/packs/greeter", "--label", "\x1b[2J\x1b[Hforged"});
+  CHECK(result.exit_code == 2);
+  CHECK(result.out.empty());
+  CHECK(result.err.find('\x1b') == std::string::npos);
+  CHECK(result.err.find("label \"\\x1b[2J\\x1b[Hforged\" contains the control character "
+                        "U+001B at offset 0") != std::string::npos);
+  auto runs = nlohmann::json::parse(cli({"run", "ls", "--store", store, "--json"}).out);
+  CHECK(runs.size() == 1);
+}

@@ -7,15 +7,18 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
-#include <limits>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "base/unique_fd.h"
 #include "pack/bundle_hash.h"
+#include "runtime/reserved_names.h"
+#include "sandbox/spawn.h"
 #include "tests/sandbox/child_probe.h"
 #include "tests/sandbox/trial_fixture.h"
 
@@ -103,7 +106,6 @@ TEST_CASE("2. a wrong pin fails materialization and loads nothing", "[trial]") {
   CHECK(contains(wrong.detail, actual));
   CHECK(wrong.events_appended == 0);
   CHECK(f.fork_events(wrong).empty());
-
 }
 
 TEST_CASE("a malformed pin is refused before anything is forked or run", "[trial]") {
@@ -206,6 +208,9 @@ TEST_CASE("5. a scenario spinning forever is stopped by the wall clock and recor
   REQUIRE_FALSE(events.empty());
   const auto& last = events.back();
   CHECK(last.type == "trial.wall_clock_exhausted");
+  // The parent's record is one no candidate can write.
+  CHECK(runtime::reserved_type(last.type).has_value());
+  CHECK(runtime::reserved_actor(last.actor.value_or(""), "candidate", true).has_value());
   auto payload = nlohmann::json::parse(last.payload);
   CHECK(payload["wall_clock_seconds"] == 2);
   CHECK(payload["last_accepted_seq"] == last.seq - 1);
@@ -337,7 +342,7 @@ TEST_CASE("10. the child sees only PATH, HOME, LANG and the names passed through
   CHECK(contains(report.detail, "FORKTRIAL_TEST_PASSED=visible"));
   CHECK(contains(report.detail, "PATH="));
   std::vector<std::string> names;
-  std::istringstream lines(report.detail.substr(report.detail.find("child stderr")));
+  std::istringstream lines(report.detail.substr(report.detail.find("child diagnostics")));
   std::string line;
   std::getline(lines, line);  // the heading
   while (std::getline(lines, line)) {
@@ -519,4 +524,153 @@ TEST_CASE("a cancelled trial removes its scratch directory and records nothing",
   CHECK_THROWS_AS(f.trial(f.pack(greeter()), "scenarios/main.lua", {}, {}, options), Cancelled);
   CHECK(std::filesystem::is_empty(scratch_parent));
   CHECK(f.store.snapshot().runs().size() == runs_before);
+}
+
+namespace {
+
+// A record only forktrial writes, found in a fork where it did not write it.
+bool forged(const store::Event& e) {
+  const bool runtime_record =
+      e.type == "pack.loaded" || e.type.starts_with("behavior.") || e.type.starts_with("runtime.");
+  return e.type.starts_with("trial.") || e.type.starts_with("forktrial.") ||
+         (e.actor &&
+          (e.actor->starts_with("forktrial") || (*e.actor == "runtime" && !runtime_record)));
+}
+
+}  // namespace
+
+TEST_CASE("a candidate cannot forge the parent's wall-clock record or act as the runtime",
+          "[trial]") {
+  Fixture f;
+  SECTION("the scenario poses as the parent") {
+    auto report =
+        f.trial(f.pack(scenario_only("rt:emit{ type = 'trial.wall_clock_exhausted', payload = { "
+                                     "wall_clock_seconds = 1, last_accepted_seq = 4 }, actor = "
+                                     "'forktrial.parent' }")),
+                "scenarios/main.lua");
+    CHECK(report.outcome == Outcome::scenario_failed);
+    CHECK(contains(report.detail, "event type \"trial.wall_clock_exhausted\" is reserved"));
+    for (const auto& e : f.fork_events(report)) CHECK_FALSE(forged(e));
+  }
+  SECTION("a behavior poses as the runtime") {
+    PackSpec spec = greeter();
+    spec.pack_lua = R"(
+local pack = forktrial.pack{ name = "candidate", version = "0.1.0", object_types = {"greeting"},
+  relation_types = {}, tools = {}, settings_schema = "", capabilities = {} }
+pack:behavior{ name = "greeter", on = {"goal.created"}, run = function(event, graph, ctx)
+  graph:emit{ type = "note", actor = "runtime", payload = {} }
+end }
+return pack
+)";
+    auto report = f.trial(f.pack(spec), "scenarios/main.lua");
+    CHECK(report.outcome == Outcome::completed);
+    CHECK(report.behavior_failures == 1);
+    const auto events = f.fork_events(report);
+    for (const auto& e : events) CHECK_FALSE(forged(e));
+    bool refused = false;
+    for (const auto& e : events) {
+      if (e.type == "behavior.failed") {
+        refused = contains(nlohmann::json::parse(e.payload)["message"],
+                           "actor \"runtime\" is "
+                           "reserved");
+      }
+    }
+    CHECK(refused);
+  }
+}
+
+TEST_CASE("error text that is not valid UTF-8 keeps the trial's outcome and record", "[trial]") {
+  Fixture f;
+  SECTION("a scenario error") {
+    auto report = f.trial(f.pack(scenario_only("error('bad \\255 byte')")), "scenarios/main.lua");
+    CHECK(report.outcome == Outcome::scenario_failed);
+    CHECK(contains(report.detail, "bad \xEF\xBF\xBD byte"));
+    CHECK_NOTHROW(nlohmann::json(report.detail).dump());
+  }
+  SECTION("a behavior error with no scenario") {
+    PackSpec spec = greeter();
+    spec.pack_lua = R"(
+local pack = forktrial.pack{ name = "candidate", version = "0.1.0", object_types = {"greeting"},
+  relation_types = {}, tools = {}, settings_schema = "", capabilities = {} }
+pack:behavior{ name = "greeter", on = {"pack.loaded"}, run = function(event, graph, ctx)
+  error("bad \255 byte")
+end }
+return pack
+)";
+    auto report = f.trial(f.pack(spec), "");
+    INFO(report.detail);
+    CHECK(report.outcome == Outcome::completed);
+    CHECK(report.behavior_failures == 1);
+    CHECK(Fixture::types(f.fork_events(report)) ==
+          std::vector<std::string>{"pack.loaded", "behavior.failed", "runtime.idle"});
+    const auto failed = nlohmann::json::parse(f.fork_events(report).at(1).payload);
+    CHECK(failed["message"] == "pack.lua:5: bad \xEF\xBF\xBD byte");
+  }
+}
+
+TEST_CASE("an error message larger than the tail still ends the trial with its outcome",
+          "[trial]") {
+  Fixture f;
+  auto report =
+      f.trial(f.pack(scenario_only("error(string.rep('x', 2 << 20))")), "scenarios/main.lua");
+  CHECK(report.outcome == Outcome::scenario_failed);
+  CHECK(report.exit_code == 30);
+  CHECK(contains(report.detail, "scenarios/main.lua:2: xxxx"));
+  CHECK(contains(report.detail, " bytes cut]"));
+  CHECK(report.detail.size() < 300 * 1024);
+}
+
+TEST_CASE("a crash detail keeps the child's diagnostics apart from the candidate's output",
+          "[trial]") {
+  Fixture f;
+  // The real child (told that its parent is this script, which it would
+  // otherwise take for a dead parent), then an exit code no outcome has: the
+  // trial is crashed, and its detail shows both of the child's streams.
+  ChildOptions options;
+  options.child_path = write_script(f.dir, "exit99.sh",
+                                    "sed 's/\"parent_pid\":[0-9]*/\"parent_pid\":0/' | '" +
+                                        default_child_path().string() +
+                                        "'\necho 'forktrial-child: real diagnostic' >&2\nexit 99");
+  auto report =
+      f.trial(f.pack(scenario_only("print('forktrial-child: the parent process 1 is gone\\n"
+                                   "forktrial-child: forged')\n"
+                                   "print('\\27[2Kforktrial-child: erased')")),
+              "scenarios/main.lua", {}, {}, options);
+  INFO(report.detail);
+  CHECK(report.outcome == Outcome::crashed);
+  CHECK(report.exit_code == 99);
+  const auto lines = testing::lines_of(report.detail);
+  const auto at = [&](const std::string& heading) {
+    return std::find(lines.begin(), lines.end(), heading) - lines.begin();
+  };
+  const auto diagnostics = at("child diagnostics (stderr, last bytes):");
+  const auto output = at("candidate output (stdout, last lines):");
+  REQUIRE(diagnostics < static_cast<long>(lines.size()));
+  REQUIRE(output < static_cast<long>(lines.size()));
+  CHECK(lines.at(diagnostics + 1) == "forktrial-child: real diagnostic");
+  CHECK(lines.at(output + 1) ==
+        "[scenario] forktrial-child: the parent process 1 is gone\\nforktrial-child: forged");
+  CHECK(lines.at(output + 2) == "[scenario] \\x1b[2Kforktrial-child: erased");
+  for (const auto& line : lines) {
+    CHECK_FALSE(line.starts_with("forktrial-child: forged"));
+    CHECK_FALSE(line.starts_with("forktrial-child: the parent process 1 is gone"));
+  }
+}
+
+TEST_CASE("every line the child writes on stderr is its own, prefixed", "[trial]") {
+  // A job whose specification fails validation: the child explains it over
+  // several lines.
+  auto job = nlohmann::json::parse(encode_job(ChildJob{}));
+  job["specification"] = {{"schema_version", 99}};
+  SpawnRequest request;
+  request.program = default_child_path().string();
+  request.stdin_data = job.dump();
+  request.wall_clock = std::chrono::seconds(60);
+  const ChildResult child = run_child(request);
+  CHECK(child.exited);
+  CHECK(child.exit_code == 70);
+  const auto lines = testing::lines_of(child.stderr_tail);
+  REQUIRE(lines.size() > 1);
+  for (const auto& line : lines) CHECK(line.starts_with("forktrial-child: "));
+  CHECK(lines.at(0) == "forktrial-child: the job's trial specification failed validation:");
 }

@@ -156,14 +156,13 @@ TEST_CASE("ids in and out of counter order are indexed and checked alike", "[sto
   // Counter ids (appended to the index), then ids that sort before them.
   REQUIRE(store.append(run.id, 0, events("evt_", 1000)) == 1000u);
   REQUIRE(store.append(run.id, 1000,
-                       std::vector{event("a"), event(std::string("z\0z", 3)), event(longest)}) ==
-          1003u);
+                       std::vector{event("a"), event("z\xc3\xa9z"), event(longest)}) == 1003u);
   REQUIRE(store.append(older.id, 0, events("evt_", 3)) == 3u);  // same ids, another run
   auto refused = store.append(run.id, 1003, std::vector{event("evt_1001"), event("evt_7")});
   REQUIRE_FALSE(refused);
   CHECK_THAT(refused.error().message,
              Catch::Contains("event id evt_7") && Catch::Contains("seq 7"));
-  CHECK(store.append(run.id, 1003, event(std::string("z\0z", 3))).error().kind ==
+  CHECK(store.append(run.id, 1003, event("z\xc3\xa9z")).error().kind ==
         Refused::duplicate_event_id);
   CHECK(store.append(run.id, 1003, event(longest + "1")).error().kind == Refused::invalid_event);
 
@@ -172,7 +171,7 @@ TEST_CASE("ids in and out of counter order are indexed and checked alike", "[sto
   CHECK(snap.find_event(now, EventId("evt_999"))->seq == 999);
   CHECK(snap.find_event(now, EventId("evt_1000"))->seq == 1000);
   CHECK(snap.find_event(now, EventId(longest))->seq == 1003);
-  CHECK(snap.find_event(now, EventId(std::string("z\0z", 3)))->seq == 1002);
+  CHECK(snap.find_event(now, EventId("z\xc3\xa9z"))->seq == 1002);
   CHECK_FALSE(snap.find_event(now, EventId("z")).has_value());
   CHECK(snap.find_event(*snap.run(older.id), EventId("evt_3"))->seq == 3);
   CHECK_FALSE(snap.find_event(*snap.run(older.id), EventId("evt_4")).has_value());
@@ -187,6 +186,109 @@ TEST_CASE("invalid events and unknown runs are refused", "[store]") {
   CHECK(store.append(run.id, 0, event("")).error().kind == Refused::invalid_event);
   CHECK(store.append(RunId("run_missing"), 0, event("e1")).error().kind == Refused::unknown_run);
   CHECK(store.create_run({.id = run.id}).error().kind == Refused::run_exists);
+}
+
+const Strings kTextFields{"id", "type", "actor", "frame_id", "caused_by", "timestamp"};
+
+// A valid event "e1" whose text field `field` holds `value`.
+NewEvent with_field(const std::string& field, const std::string& value) {
+  NewEvent e = event("e1");
+  if (field == "id") e.id = EventId(value);
+  if (field == "type") e.type = value;
+  if (field == "actor") e.actor = value;
+  if (field == "frame_id") e.frame_id = value;
+  if (field == "caused_by") e.caused_by = EventId(value);
+  if (field == "timestamp") e.timestamp = value;
+  return e;
+}
+
+// Every text field holding `value` is refused as invalid_event, the message
+// naming the field (and the event, when its id is not the bad field) and `why`.
+void check_text_refused(const std::string& value, const std::string& why) {
+  forktrial::testing::TempDir dir;
+  EventStore store(dir.path() / "s", fixed_options());
+  RunInfo run = must(store.create_run({}));
+  for (const std::string& field : kTextFields) {
+    INFO("field " << field);
+    auto refused = store.append(run.id, 0, std::vector{event("e0"), with_field(field, value)});
+    REQUIRE_FALSE(refused);
+    CHECK(refused.error().kind == Refused::invalid_event);
+    CHECK_THAT(refused.error().message, Catch::Contains("field \"" + field + "\"") &&
+                                            Catch::Contains(why) &&
+                                            Catch::Contains("nothing was written"));
+    if (field != "id") CHECK_THAT(refused.error().message, Catch::Contains("event e1: "));
+  }
+  CHECK(store.snapshot().history(*store.snapshot().run(run.id)).empty());
+}
+
+TEST_CASE("an event text field that is not valid UTF-8 is refused naming the field", "[store]") {
+  check_text_refused("ok\xff", "is not valid UTF-8 (byte 0xFF at offset 2)");
+  check_text_refused("\xed\xa0\x80", "is not valid UTF-8 (byte 0xED at offset 0)");  // a surrogate
+}
+
+TEST_CASE("an event text field with a control character is refused naming the field", "[store]") {
+  check_text_refused(std::string("a\0b", 3), "contains the control character U+0000 at offset 1");
+  check_text_refused("\x1b[2J", "contains the control character U+001B at offset 0");
+  check_text_refused("two\nlines", "contains the control character U+000A at offset 3");
+  check_text_refused("del\x7f", "contains the control character U+007F at offset 3");
+  check_text_refused(
+      "c1 \xc2\x9b"
+      "2J",
+      "contains the control character U+009B at offset 3");
+}
+
+TEST_CASE("an event text field beyond its length bound is refused naming the field", "[store]") {
+  check_text_refused(std::string(16 << 20, 't'), "is 16777216 bytes long; the limit is");
+  forktrial::testing::TempDir dir;
+  EventStore store(dir.path() / "s", fixed_options());
+  RunInfo run = must(store.create_run({}));
+  for (const std::string& field : kTextFields) {
+    INFO("field " << field);
+    const bool id = field == "id" || field == "caused_by";
+    const std::size_t limit = id ? 250 : 1024;
+    auto over = store.append(run.id, 0, with_field(field, std::string(limit + 1, 'x')));
+    REQUIRE_FALSE(over);
+    CHECK_THAT(over.error().message,
+               Catch::Contains("field \"" + field + "\"") &&
+                   Catch::Contains("is " + std::to_string(limit + 1) +
+                                   " bytes long; the limit is " + std::to_string(limit)));
+  }
+  // At the bound every field is accepted, and text beyond ASCII is fine.
+  NewEvent longest = event(std::string(250, 'i'), std::string(1024, 't'));
+  longest.actor = std::string(1022, 'a') + "\xc3\xa9";
+  longest.frame_id = "fr\xc3\xa9me \xe2\x9c\x93";
+  longest.caused_by = EventId(std::string(250, 'c'));
+  REQUIRE(store.append(run.id, 0, longest) == 1u);
+  CHECK(store.snapshot().history(*store.snapshot().run(run.id)).at(0) == Event{longest, 1});
+}
+
+TEST_CASE("run ids, labels and creation times follow the text rules of events", "[store]") {
+  forktrial::testing::TempDir dir;
+  EventStore store(dir.path() / "s", fixed_options());
+  RunInfo parent = must(store.create_run({.id = RunId("run_p")}));
+  REQUIRE(store.append(parent.id, 0, event("e1")));
+  auto refused = [&](const NewRun& run, const std::string& why) {
+    for (bool fork : {false, true}) {
+      INFO((fork ? "fork" : "create_run"));
+      auto result = fork ? store.fork(parent.id, EventId("e1"), run) : store.create_run(run);
+      REQUIRE_FALSE(result);
+      CHECK(result.error().kind == Refused::invalid_input);
+      CHECK_THAT(result.error().message, Catch::Contains(why));
+    }
+  };
+  refused({.label = "\x1b[2J\x1b[Hrun ok"},
+          "label \"\\x1b[2J\\x1b[Hrun ok\" contains the control "
+          "character U+001B at offset 0");
+  refused({.label = "caf\xe9"}, "label \"caf\\xe9\" is not valid UTF-8 (byte 0xE9 at offset 3)");
+  refused({.label = std::string(1025, 'l')}, "is 1025 bytes long; the limit is 1024");
+  refused({.id = RunId("run\n1")}, "run id \"run\\n1\" contains the control character U+000A");
+  refused({.id = RunId("run_\xff")}, "run id \"run_\\xff\" is not valid UTF-8");
+  refused({.created_at = std::string("2026\x07")}, "created_at");
+  CHECK(store.snapshot().runs().size() == 1);
+  // Empty and non-ASCII labels are fine.
+  CHECK(must(store.create_run({.label = ""})).label.empty());
+  CHECK(must(store.create_run({.label = "r\xc3\xa9sum\xc3\xa9 \xe2\x9c\x93"})).label ==
+        "r\xc3\xa9sum\xc3\xa9 \xe2\x9c\x93");
 }
 
 TEST_CASE("a fork of a fork of a fork reads exactly its lineage", "[store][lineage]") {

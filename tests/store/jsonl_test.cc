@@ -1,6 +1,7 @@
 #include "store/jsonl.h"
 
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "store/event_store.h"
@@ -104,6 +105,54 @@ TEST_CASE("a timestamp that is not ISO-8601 UTC is refused", "[store][jsonl]") {
   CHECK(is_utc_timestamp("2026-01-01T00:00:00.123+00:00"));
 }
 
+// A line whose text field `field` holds `json_string` (JSON string syntax,
+// quotes included); every other field is valid.
+std::string line_with(const std::string& field, const std::string& json_string) {
+  std::string line = R"({"payload":{},"timestamp":"2026-01-01T00:00:00Z")";
+  for (const char* name : {"id", "type", "actor", "frame_id", "caused_by"}) {
+    line += ",\"" + std::string(name) + "\":" + (field == name ? json_string : "\"x\"");
+  }
+  return line + "}";
+}
+
+TEST_CASE("a text field with a control character is refused naming its line and field",
+          "[store][jsonl]") {
+  for (const char* field : {"id", "type", "actor", "frame_id", "caused_by"}) {
+    INFO(field);
+    CHECK_THAT(error_on_line_2(line_with(field, R"("\u001b[2J")")),
+               Catch::StartsWith("line 2: field \"" + std::string(field) + "\"") &&
+                   Catch::Contains("contains the control character U+001B at offset 0"));
+    CHECK_THAT(error_on_line_2(line_with(field, R"("a\u0000b")")),
+               Catch::Contains("contains the control character U+0000 at offset 1"));
+    CHECK_THAT(error_on_line_2(line_with(field, R"("csi \u009b")")),
+               Catch::Contains("contains the control character U+009B at offset 4"));
+  }
+}
+
+TEST_CASE("a text field beyond its length bound is refused naming its line and field",
+          "[store][jsonl]") {
+  for (const char* field : {"type", "actor", "frame_id"}) {
+    INFO(field);
+    CHECK_THAT(error_on_line_2(line_with(field, "\"" + std::string(1025, 'x') + "\"")),
+               Catch::StartsWith("line 2: field \"" + std::string(field) + "\"") &&
+                   Catch::Contains("is 1025 bytes long; the limit is 1024"));
+  }
+  for (const char* field : {"id", "caused_by"}) {
+    INFO(field);
+    CHECK_THAT(error_on_line_2(line_with(field, "\"" + std::string(251, 'x') + "\"")),
+               Catch::StartsWith("line 2: field \"" + std::string(field) + "\"") &&
+                   Catch::Contains("is 251 bytes long; the limit is 250"));
+  }
+}
+
+TEST_CASE("text that is not valid UTF-8 is refused naming its line", "[store][jsonl]") {
+  // The JSON parser itself refuses such bytes (and lone surrogate escapes).
+  CHECK_THAT(error_on_line_2(line_with("actor", "\"caf\xe9\"")),
+             Catch::StartsWith("line 2: not valid JSON"));
+  CHECK_THAT(error_on_line_2(line_with("type", R"("\ud800")")),
+             Catch::StartsWith("line 2: not valid JSON"));
+}
+
 TEST_CASE("a repeated event id is refused naming both lines", "[store][jsonl]") {
   auto result =
       parse(kGood + "\n" +
@@ -130,6 +179,21 @@ TEST_CASE("an exported line parses back into the same event", "[store][jsonl]") 
   NewEvent back = parsed->at(0);
   Event expected = view.to_event();
   CHECK(back == static_cast<const NewEvent&>(expected));
+}
+
+TEST_CASE("an exported line is written whatever bytes an older store holds", "[store][jsonl]") {
+  EventView view;
+  view.id = "evt_1";
+  view.type = "bad \xff type";
+  view.payload = "{}";
+  view.timestamp = "2026-01-02T03:04:05Z";
+  view.actor = "\xc3";
+  view.seq = 1;
+  std::string line;
+  REQUIRE_NOTHROW(line = to_line(view));
+  auto parsed = nlohmann::json::parse(line);
+  CHECK(parsed["type"] == "bad \xEF\xBF\xBD type");
+  CHECK(parsed["actor"] == "\xEF\xBF\xBD");
 }
 
 }  // namespace

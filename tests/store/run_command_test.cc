@@ -208,3 +208,73 @@ TEST_CASE("run import-sqlite imports an activegraph store", "[store][cli]") {
 }
 
 }  // namespace
+
+namespace {
+
+TEST_CASE("run labels and ids with control characters are refused", "[store][cli]") {
+  Cli cli;
+  auto input = cli.dir.write("session.jsonl", kInput);
+  cli.ok({"run", "import", input.string(), "--id", "run_ok"});
+  const std::vector<std::vector<std::string>> attempts = {
+      {"run", "new", "--label", "\x1b[2J\x1b[Hforged"},
+      {"run", "new", "--id", "run\x1b[2J"},
+      {"run", "import", input.string(), "--label", "\x1b[2J\x1b[Hforged"},
+      {"run", "fork", "run_ok", "--at", "evt_001", "--label", "\x1b[2J\x1b[Hforged"},
+  };
+  for (const auto& args : attempts) {
+    INFO(args[1] << " " << args.back());
+    CommandResult r = cli.run(args);
+    CHECK(r.exit_code != 0);
+    CHECK(r.out.empty());
+    CHECK_THAT(r.err, Catch::Contains("contains the control character U+001B at offset"));
+    CHECK(r.err.find('\x1b') == std::string::npos);
+  }
+  CommandResult id = cli.run({"run", "new", "--id", "run\n2"});
+  CHECK_THAT(id.err, Catch::Contains("run id \"run\\n2\" contains the control character U+000A"));
+  json runs = json::parse(cli.ok({"run", "ls", "--json"}));
+  REQUIRE(runs.size() == 1);
+  CHECK(runs[0]["id"] == "run_ok");
+}
+
+TEST_CASE("run import labels a run after a file name that is not valid UTF-8 safely",
+          "[store][cli]") {
+  Cli cli;
+  auto input = cli.dir.write("caf\xe9.jsonl", kInput);
+  cli.ok({"run", "import", input.string(), "--id", "run_cafe"});
+  json runs = json::parse(cli.ok({"run", "ls", "--json"}));
+  REQUIRE(runs.size() == 1);
+  CHECK(runs[0]["label"] == "caf\\xe9.jsonl");
+}
+
+TEST_CASE("run events, ls and show render control and bidi characters visibly", "[store][cli]") {
+  Cli cli;
+  const std::string line =
+      R"({"id":"evt_001","type":"chat\u202emessage","payload":{"text":"\u009b2J\u001b[31m"},)"
+      R"("actor":"user\u2066","timestamp":"2026-01-02T03:04:05Z"})"
+      "\n";
+  auto input = cli.dir.write("bidi.jsonl", line);
+  cli.ok({"run", "import", input.string(), "--id", "run_bidi", "--label", "evil\u202etxt.exe"});
+  auto hostile = [](const std::string& text) {
+    INFO(text);
+    CHECK(text.find('\x1b') == std::string::npos);
+    CHECK(text.find("\xc2\x9b") == std::string::npos);
+    CHECK(text.find("\xe2\x80\xae") == std::string::npos);
+    CHECK(text.find("\xe2\x81\xa6") == std::string::npos);
+  };
+  std::string events = cli.ok({"run", "events", "run_bidi"});
+  hostile(events);
+  CHECK_THAT(events, Catch::Contains("chat\\u{202e}message") && Catch::Contains("user\\u{2066}") &&
+                         Catch::Contains(R"({"text":"\u{9b}2J\u001b[31m"})"));
+  std::string ls = cli.ok({"run", "ls"});
+  hostile(ls);
+  CHECK_THAT(ls, Catch::Contains("evil\\u{202e}txt.exe"));
+  std::string show = cli.ok({"run", "show", "run_bidi"});
+  hostile(show);
+  CHECK_THAT(show, Catch::Contains("label      evil\\u{202e}txt.exe\n"));
+  // JSON keeps the text as it is: JSON itself escapes what needs escaping.
+  json event = json::parse(cli.ok({"run", "events", "run_bidi", "--json"}));
+  CHECK(event["type"] == "chat\u202emessage");
+  CHECK(event["payload"]["text"] == "\u009b2J\u001b[31m");
+}
+
+}  // namespace

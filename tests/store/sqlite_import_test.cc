@@ -197,5 +197,62 @@ TEST_CASE("malformed activegraph stores are refused naming the problem, importin
   }
 }
 
+TEST_CASE("hostile text in an activegraph store is refused naming the run, row and column",
+          "[store][sqlite]") {
+  forktrial::testing::TempDir dir;
+  EventStore store(dir.path() / "s");
+  auto refused_with = [&](const std::string& sql, const std::string& where,
+                          const std::string& why) {
+    auto path = make_activegraph_db(dir.path() / "hostile.db");
+    exec_on(path, sql);
+    auto result = import_activegraph_sqlite(store, path);
+    std::filesystem::remove(path);
+    REQUIRE_FALSE(result);
+    CHECK(result.error().kind == Refused::invalid_input);
+    CHECK_THAT(result.error().message, Catch::Contains(where) && Catch::Contains(why));
+    CHECK(store.snapshot().runs().empty());
+  };
+  SECTION("a type with an escape sequence") {
+    refused_with(
+        "UPDATE events SET type = char(27) || '[2J' WHERE id = 'evt_003' AND run_id = "
+        "'run_root'",
+        "run run_root, event at seq 3 (evt_003): field \"type\"",
+        "contains the control character U+001B at offset 0");
+  }
+  SECTION("an actor that is not valid UTF-8") {
+    refused_with("UPDATE events SET actor = CAST(X'6361FF' AS TEXT) WHERE id = 'evt_001'",
+                 "run run_root, event at seq 1 (evt_001): field \"actor\"",
+                 "is not valid UTF-8 (byte 0xFF at offset 2)");
+  }
+  SECTION("an event id with a newline") {
+    refused_with(
+        "UPDATE events SET id = 'evt' || char(10) || '4' WHERE id = 'evt_004' AND "
+        "run_id = 'run_fork'",
+        "run run_fork, event at seq 2: field \"id\"",
+        "contains the control character U+000A at offset 3");
+  }
+  SECTION("a frame id beyond the length bound") {
+    refused_with(
+        "UPDATE events SET frame_id = replace(hex(zeroblob(1000)), '0', 'f') WHERE id = "
+        "'evt_002'",
+        "run run_root, event at seq 2 (evt_002): field \"frame_id\"",
+        "is 2000 bytes long; the limit is 1024");
+  }
+  SECTION("a label with a control character") {
+    refused_with("UPDATE runs SET label = 'ok' || char(13) || 'forged' WHERE id = 'run_root'",
+                 "run run_root: label", "contains the control character U+000D at offset 2");
+  }
+  SECTION("a creation time with a control character") {
+    refused_with("UPDATE runs SET created_at = char(27) || '[31m' WHERE id = 'run_fork'",
+                 "run run_fork: created_at", "contains the control character U+001B");
+  }
+  SECTION("a run id that is not valid UTF-8") {
+    refused_with(
+        "UPDATE runs SET id = CAST(X'72756EFF' AS TEXT) WHERE id = 'run_fork';"
+        "UPDATE events SET run_id = CAST(X'72756EFF' AS TEXT) WHERE run_id = 'run_fork'",
+        "run id \"run\\xff\"", "is not valid UTF-8 (byte 0xFF at offset 3)");
+  }
+}
+
 }  // namespace
 }  // namespace forktrial::store

@@ -11,6 +11,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include "base/text.h"
+
 extern char** environ;
 
 namespace forktrial::testing {
@@ -96,6 +98,11 @@ CommandResult run_command(const std::vector<std::string>& argv) {
 CommandResult run_forktrial(std::vector<std::string> args) {
   args.insert(args.begin(), FORKTRIAL_BINARY);
   return run_command(args);
+}
+
+std::vector<std::string> lines_of(std::string_view text) {
+  const auto lines = split_lines(text);
+  return std::vector<std::string>(lines.begin(), lines.end());
 }
 
 }  // namespace forktrial::testing

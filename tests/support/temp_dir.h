@@ -37,4 +37,8 @@ CommandResult run_command(const std::vector<std::string>& argv);
 // Runs the built `forktrial` command with `args`, as a user would.
 CommandResult run_forktrial(std::vector<std::string> args);
 
+// The lines of `text` (command output, a report's detail), without their
+// newlines.
+std::vector<std::string> lines_of(std::string_view text);
+
 }  // namespace forktrial::testing

@@ -1,0 +1,68 @@
+#include "runtime/reserved_names.h"
+
+#include "base/text.h"
+#include "runtime/graph.h"
+
+namespace forktrial::runtime {
+
+bool is_parent_type(std::string_view type) {
+  return type.starts_with("trial.");
+}
+
+bool is_forktrial_type(std::string_view type) {
+  return type.starts_with("forktrial.");
+}
+
+bool is_runtime_type(std::string_view type) {
+  return type.starts_with("runtime.") || type.starts_with("behavior.") || type == "pack.loaded" ||
+         Graph::changes_state(type);
+}
+
+bool is_forktrial_actor(std::string_view actor) {
+  return actor.starts_with("forktrial");
+}
+
+std::optional<std::string> reserved_type(std::string_view type) {
+  const std::string named = "event type " + quoted_excerpt(type);
+  if (is_parent_type(type)) {
+    return named +
+           " is reserved: types starting with \"trial.\" are written only by the trial's "
+           "parent process";
+  }
+  if (is_forktrial_type(type)) {
+    return named + " is reserved: types starting with \"forktrial.\" are written only by forktrial";
+  }
+  if (is_runtime_type(type)) {
+    return named +
+           " is written only by the runtime (runtime.*, behavior.*, pack.loaded and the graph's "
+           "types; change the graph through the graph methods)";
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> reserved_actor(std::string_view actor, std::string_view pack,
+                                          bool scenario) {
+  const std::string named = "actor " + quoted_excerpt(actor) + " is reserved: ";
+  if (actor == kRuntimeActor) {
+    return named +
+           "it names the runtime, which writes pack.loaded, behavior.failed and "
+           "runtime.* events";
+  }
+  if (actor == kScenarioActor && !scenario) {
+    return named + "it names the scenario of the trial, and only the scenario may use it";
+  }
+  if (is_forktrial_actor(actor)) {
+    return named + "actors starting with \"forktrial\" name forktrial itself";
+  }
+  if (const auto slash = actor.find('/'); slash != std::string_view::npos) {
+    const std::string_view owner = actor.substr(0, slash);
+    if (owner != pack) {
+      const std::string named_pack = "pack " + quoted_excerpt(owner);
+      return named + "an actor \"<pack>/<behavior>\" names a behavior of " + named_pack +
+             ", and only " + named_pack + " may use it";
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace forktrial::runtime

@@ -1,0 +1,54 @@
+// The event types and actors only forktrial writes, which a candidate may
+// therefore never emit: its records would be indistinguishable from the
+// runtime's or the trial parent's. docs/pack-authoring.md ("What a pack may
+// emit") states the same rules for authors.
+//
+// Reserved event types:
+//   - written by the runtime: "pack.loaded", "behavior.*", "runtime.*" and
+//     the five graph types (which change the graph only through its methods);
+//   - written by the trial's parent process: "trial.*" (e.g.
+//     trial.wall_clock_exhausted);
+//   - "forktrial.*", kept for forktrial's own records.
+// Reserved actors:
+//   - "runtime" (pack.loaded, behavior.failed, runtime.*) and "scenario"
+//     (the scenario's default actor, which only the scenario may use);
+//   - anything starting with "forktrial" (e.g. "forktrial.parent");
+//   - "<pack>/<behavior>" (any actor with a '/') naming a pack other than
+//     the one emitting.
+//
+// The trial's parent writes its records (trial.wall_clock_exhausted) with
+// actor "forktrial.parent": is_parent_type and is_forktrial_actor recognise
+// them wherever they must not come from a child.
+//
+// Pure functions; thread-safe.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace forktrial::runtime {
+
+inline constexpr const char* kRuntimeActor = "runtime";
+inline constexpr const char* kScenarioActor = "scenario";
+
+// "trial.*": records of the trial's parent process.
+bool is_parent_type(std::string_view type);
+// "forktrial.*": reserved for forktrial's own records.
+bool is_forktrial_type(std::string_view type);
+// pack.loaded, behavior.*, runtime.* and the graph's types.
+bool is_runtime_type(std::string_view type);
+// Actors starting with "forktrial".
+bool is_forktrial_actor(std::string_view actor);
+
+// Why a pack may not emit an event of `type`, as a sentence naming the type;
+// nullopt when it may.
+std::optional<std::string> reserved_type(std::string_view type);
+
+// Why `emitter` — the scenario (`pack` is the candidate, `scenario` true) or
+// a behavior of `pack` — may not name `actor` explicitly; nullopt when it
+// may.
+std::optional<std::string> reserved_actor(std::string_view actor, std::string_view pack,
+                                          bool scenario);
+
+}  // namespace forktrial::runtime
