@@ -74,7 +74,7 @@ Runtime::Runtime(RuntimeConfig config, EventSink sink, LogSink log)
     : config_(std::move(config)),
       sink_(std::move(sink)),
       log_(std::move(log)),
-      memory_(config_.lua_memory_cap_bytes) {
+      host_(config_.lua_memory_cap_bytes) {
   if (!log_) log_ = [](std::string_view line) { std::cerr << line << '\n'; };
 }
 
@@ -142,6 +142,7 @@ std::expected<store::EventId, std::string> Runtime::append(
     sink_(event);
   } catch (...) {
     sink_failure_ = std::current_exception();
+    host_.stop("the event sink failed");
     return std::unexpected("the event sink failed to take " + event.id.str());
   }
   const store::EventId id = event.id;
@@ -206,13 +207,12 @@ void Runtime::run_behavior(PackHost& pack, std::size_t behavior, std::size_t eve
   });
   origin_ = saved;
   if (!failure || sink_failure_) return;
-  if (failure->out_of_memory()) memory_exhausted_ = true;
   ++behavior_failures_;
   append("behavior.failed",
          json{{"behavior", def.name},
               {"pack", pack.name},
               {"event_id", trigger.str()},
-              {"error_type", failure->error_type()},
+              {"error_type", memory_cap_hit() ? "memory_error" : failure->error_type()},
               {"message", failure->message},
               {"traceback", failure->traceback}},
          kRuntimeActor, trigger);
@@ -230,7 +230,10 @@ std::expected<LoadedPack, LoadError> Runtime::load_pack(const std::filesystem::p
         "the candidate pack is already loaded; extra packs load before it and there is "
         "only one candidate");
   }
-  if (stopped()) return fail("the runtime has stopped (memory cap or event sink failure)");
+  if (stopped()) {
+    error.memory_cap_hit = memory_cap_hit();
+    return fail("the runtime has stopped (memory ran out or the event sink failed)");
+  }
 
   auto manifest = pack::load_manifest(dir, pack::RuntimeRequirement::required);
   if (!manifest) return fail(manifest.error().message());
@@ -251,16 +254,15 @@ std::expected<LoadedPack, LoadError> Runtime::load_pack(const std::filesystem::p
   host->root = dir;
   host->manifest = *manifest;
   host->entry = manifest->runtime->entry;
-  auto state = new_confined_state(memory_, seed_from(config_.trial_id + '\0' + manifest->name));
+  auto state = new_confined_state(host_, seed_from(config_.trial_id + '\0' + manifest->name));
   if (!state) {
-    error.memory_cap_hit = memory_.refusals() > 0;
+    error.memory_cap_hit = memory_cap_hit();
     return fail(state.error());
   }
   host->state = std::move(*state);
 
   auto source = read_confined_file(dir, host->entry, "entry file");
   if (!source) return fail(source.error());
-  const std::uint64_t refusals_before = memory_.refusals();
   auto failure = run_protected(host->state.get(), [&](lua_State* L) {
     install_pack_api(L, *host);
     const std::string chunk_name = "@" + host->entry;
@@ -272,7 +274,7 @@ std::expected<LoadedPack, LoadError> Runtime::load_pack(const std::filesystem::p
   });
   if (sink_failure_) std::rethrow_exception(sink_failure_);
   if (failure) {
-    error.memory_cap_hit = failure->out_of_memory() || memory_.refusals() > refusals_before;
+    error.memory_cap_hit = memory_cap_hit();
     return fail(host->entry + " failed while loading: " + with_traceback(*failure));
   }
 
@@ -318,7 +320,6 @@ std::expected<LoadedPack, LoadError> Runtime::load_pack(const std::filesystem::p
 ScenarioResult Runtime::run_scenario(std::string_view spec) {
   std::optional<LuaFailure> failure;
   std::string refusal;
-  const std::uint64_t refusals_before = memory_.refusals();
   if (spec.empty()) {
     run_until_idle();
   } else if (!candidate_loaded_) {
@@ -368,13 +369,13 @@ ScenarioResult Runtime::run_scenario(std::string_view spec) {
   ScenarioResult result;
   result.events_appended = events_appended();
   result.behavior_failures = behavior_failures_;
-  const bool memory =
-      memory_exhausted_ ||
-      (failure && (failure->out_of_memory() || memory_.refusals() > refusals_before));
-  if (memory) {
+  if (memory_cap_hit()) {
     result.outcome = ScenarioOutcome::memory_cap_hit;
-    result.message = "the Lua memory cap of " + std::to_string(memory_.limit()) +
-                     " bytes was reached" + (failure ? ": " + failure->message : "");
+    result.message = host_.memory_problem();
+    // The stop error Lua code got afterwards would only repeat it.
+    if (failure && !failure->message.ends_with(host_.stop_message())) {
+      result.message += ": " + failure->message;
+    }
   } else if (budget_exhausted_) {
     result.outcome = ScenarioOutcome::budget_exhausted;
     result.message = "the event budget ran out after " + std::to_string(dispatched_) +

@@ -68,7 +68,7 @@ enum class PackRole {
 struct LoadError {
   std::filesystem::path pack_dir;
   std::vector<std::string> problems;  // every problem found, each a complete sentence
-  bool memory_cap_hit = false;        // the Lua memory cap stopped the load
+  bool memory_cap_hit = false;        // memory ran out (see Runtime::memory_cap_hit)
   // "cannot load the pack at DIR:" followed by one problem per line.
   std::string message() const;
 };
@@ -83,7 +83,8 @@ enum class ScenarioOutcome {
   completed,         // the scenario returned
   scenario_failed,   // it raised, or could not be found (message says which)
   budget_exhausted,  // max_events ran out (runtime.budget_exhausted was emitted)
-  memory_cap_hit,    // the Lua memory cap was reached
+  memory_cap_hit,    // memory ran out: the Lua cap, or C++ memory on Lua's behalf (LuaHost);
+                     // message says which
 };
 std::string_view outcome_name(ScenarioOutcome outcome);
 
@@ -126,7 +127,9 @@ class Runtime {
   std::uint64_t events_appended() const { return events_.size() - history_size_; }
   std::uint64_t behavior_failures() const { return behavior_failures_; }
   bool budget_exhausted() const { return budget_exhausted_; }
-  bool memory_cap_hit() const { return memory_exhausted_ || memory_.refusals() > 0; }
+  // Memory ran out for real (the Lua cap, or memory outside it; see
+  // LuaHost): sticky, however the Lua code reacted.
+  bool memory_cap_hit() const { return host_.memory_exhausted(); }
   const RuntimeConfig& config() const { return config_; }
 
  private:
@@ -154,13 +157,14 @@ class Runtime {
   store::EventId next_event_id();
   Drain run_until_idle();
   void run_behavior(PackHost& pack, std::size_t behavior, std::size_t event_index);
-  bool stopped() const { return memory_exhausted_ || sink_failure_ != nullptr; }
+  // Memory ran out or the sink failed: no more Lua code runs (LuaHost).
+  bool stopped() const { return host_.stopped(); }
   void log_line(std::string_view origin, std::string_view message);
 
   RuntimeConfig config_;
   EventSink sink_;
   LogSink log_;
-  MemoryCap memory_;
+  LuaHost host_;  // before packs_: every pack's state is closed before it
 
   std::vector<store::Event> events_;
   std::vector<nlohmann::json> payloads_;  // events_[i].payload, parsed
@@ -182,7 +186,6 @@ class Runtime {
   std::deque<std::size_t> queue_;  // indices into events_, FIFO
   std::uint64_t dispatched_ = 0;
   bool budget_exhausted_ = false;
-  bool memory_exhausted_ = false;
   bool draining_ = false;
   std::exception_ptr sink_failure_;
   std::uint64_t behavior_failures_ = 0;

@@ -60,6 +60,15 @@ void write_all(int fd, const std::string& bytes) {
   ::_exit(exit_code_of(tail.outcome));
 }
 
+// Memory ran out outside the runtime's accounting: the memory net.
+[[noreturn]] void finish_out_of_memory(const std::string& what) {
+  ChildTail tail;
+  tail.outcome = Outcome::limits_exceeded;
+  tail.net = Net::memory;
+  tail.detail = "memory net: " + what;
+  finish(tail);
+}
+
 SetRlimit setter_for(const ChildSeams& seams) {
   std::vector<std::string> refuse = seams.refuse_nets;
 #ifdef FORKTRIAL_SANITIZED
@@ -250,10 +259,7 @@ int run(int, char**) {
     case runtime::ScenarioOutcome::memory_cap_hit:
       tail.outcome = Outcome::limits_exceeded;
       tail.net = Net::memory;
-      tail.detail = "memory net: the Lua allocator cap of " +
-                    std::to_string(config.lua_memory_cap_bytes) +
-                    " bytes (half of max_rss_bytes) was reached" +
-                    (result.message.empty() ? "" : ": " + result.message);
+      tail.detail = "memory net: " + result.message;
       break;
   }
   tail.detail = with_warnings(tail.detail, tail.warnings);
@@ -268,11 +274,10 @@ int main(int argc, char** argv) {
     return forktrial::sandbox::run(argc, argv);
   } catch (const std::bad_alloc&) {
     // The address-space net refused an allocation outside Lua.
-    forktrial::sandbox::ChildTail tail;
-    tail.outcome = forktrial::sandbox::Outcome::limits_exceeded;
-    tail.net = forktrial::sandbox::Net::memory;
-    tail.detail = "memory net: an allocation failed under RLIMIT_AS";
-    forktrial::sandbox::finish(tail);
+    forktrial::sandbox::finish_out_of_memory("an allocation failed under RLIMIT_AS");
+  } catch (const forktrial::store::StoreOutOfMemory& e) {
+    forktrial::sandbox::finish_out_of_memory(std::string("the scratch store could not grow: ") +
+                                             e.what());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "forktrial-child: %s\n", e.what());
     return 1;

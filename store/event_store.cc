@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <ctime>
@@ -21,6 +22,13 @@
 
 namespace forktrial::store {
 namespace {
+
+// Checks a call that maps the store into memory: ENOMEM means the address
+// space ran out, not that the store is broken.
+void check_map(int rc, const std::string& call) {
+  if (rc == ENOMEM) throw StoreOutOfMemory(lmdb::LmdbError(call, rc).what());
+  lmdb::check(rc, call);
+}
 
 constexpr std::uint64_t kNoLimit = std::numeric_limits<std::uint64_t>::max();
 constexpr std::string_view kSchemaVersionKey = "schema_version";
@@ -378,8 +386,8 @@ struct EventStore::Impl {
                       "(StoreOptions::max_map_size)");
     }
     std::size_t next = std::min(options.max_map_size, map_size * 2);
-    lmdb::check(mdb_env_set_mapsize(env.get(), next),
-                "mdb_env_set_mapsize(" + std::to_string(next) + ")");
+    check_map(mdb_env_set_mapsize(env.get(), next),
+              "mdb_env_set_mapsize(" + std::to_string(next) + ")");
     map_size = next;
   }
 };
@@ -419,8 +427,8 @@ EventStore::EventStore(const std::filesystem::path& path, StoreOptions options)
   lmdb::check(mdb_env_set_mapsize(impl.env.get(), impl.options.initial_map_size),
               "mdb_env_set_mapsize(" + std::to_string(impl.options.initial_map_size) + ")");
   unsigned flags = MDB_NOTLS | (impl.options.sync ? 0 : MDB_NOSYNC);
-  lmdb::check(mdb_env_open(impl.env.get(), path.c_str(), flags, 0644),
-              "mdb_env_open(\"" + path.string() + "\")");
+  check_map(mdb_env_open(impl.env.get(), path.c_str(), flags, 0644),
+            "mdb_env_open(\"" + path.string() + "\")");
   MDB_envinfo info{};
   lmdb::check(mdb_env_info(impl.env.get(), &info), "mdb_env_info");
   impl.map_size = info.me_mapsize;

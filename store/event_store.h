@@ -78,6 +78,14 @@ class StoreFull : public StoreError {
   using StoreError::StoreError;
 };
 
+// The store could not be mapped, or its map could not grow: the process has
+// no address space left for it (ENOMEM, e.g. under RLIMIT_AS). Nothing of a
+// failed write was kept.
+class StoreOutOfMemory : public StoreError {
+ public:
+  using StoreError::StoreError;
+};
+
 // The store was written with a schema version this build does not read.
 class SchemaVersionMismatch : public StoreError {
  public:

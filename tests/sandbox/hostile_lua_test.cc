@@ -1,0 +1,173 @@
+// Hostile candidates against a real forktrial-child: Lua code that catches
+// its own memory errors, and memory that runs out outside the Lua cap. Each
+// trial asserts the exact outcome and the net that ended it.
+#include "tests/support/hostile_lua.h"
+
+#include <signal.h>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "sandbox/trial.h"
+#include "tests/sandbox/trial_fixture.h"
+
+using namespace forktrial;
+using namespace forktrial::sandbox;
+using forktrial::testing::kHoardLua;
+using forktrial::testing::PackSpec;
+using forktrial::testing::TempDir;
+
+namespace {
+
+const char* kPackHeader =
+    R"(local pack = forktrial.pack{ name = "candidate", version = "0.1.0", object_types = {},
+  relation_types = {}, tools = {}, settings_schema = "", capabilities = {} }
+)";
+
+// A candidate without behaviors whose scenarios/main.lua is `prelude` and
+// then `body` as the inside of main(rt).
+PackSpec scenario(const std::string& prelude, const std::string& body) {
+  PackSpec spec;
+  spec.pack_lua = std::string(kPackHeader) + "return pack\n";
+  spec.files["scenarios/main.lua"] = prelude + "\nfunction main(rt)\n" + body + "\nend\n";
+  return spec;
+}
+
+TrialLimits limits_with(std::optional<std::uint64_t> max_rss, double wall_clock = 30) {
+  TrialLimits limits;
+  limits.max_rss_bytes = max_rss;
+  limits.wall_clock_seconds = wall_clock;
+  return limits;
+}
+
+constexpr std::uint64_t k256MiB = std::uint64_t{256} << 20;
+
+struct Hostile {
+  TempDir dir;
+  store::EventStore store{dir.path() / "store"};
+  testing::RecordedRun recorded = testing::record_parent_run(store);
+
+  TrialReport trial(const PackSpec& spec, const TrialLimits& limits,
+                    const ChildOptions& options = {}) {
+    const auto root = dir.path() / "packs" / std::to_string(++packs);
+    PackSource candidate{root.string(), testing::write_pack(root, spec), true};
+    return run_forked_trial(store, recorded.run, recorded.last, candidate, "scenarios/main.lua",
+                            limits, "hostile", {}, options);
+  }
+  // The types of the events the trial appended to its fork.
+  std::vector<std::string> fork_types(const TrialReport& report) {
+    std::vector<std::string> types;
+    for (const auto& event : testing::events_after(store, report.fork_run_id, recorded_seq)) {
+      types.push_back(event.type);
+    }
+    return types;
+  }
+  int packs = 0;
+  std::uint64_t recorded_seq = 4;
+};
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+bool has(const std::vector<std::string>& items, const std::string& item) {
+  return std::find(items.begin(), items.end(), item) != items.end();
+}
+
+// The outcome every memory exhaustion must end in: the memory net, never the
+// wall clock, a crash or a scenario failure.
+void require_memory_net(const TrialReport& report) {
+  INFO(report.detail);
+  CHECK(report.outcome == Outcome::limits_exceeded);
+  CHECK(report.exit_code == 40);
+  CHECK(contains(report.detail, "memory net"));
+  CHECK_FALSE(contains(report.detail, "wall clock"));
+}
+
+}  // namespace
+
+TEST_CASE("a scenario that catches its memory error is limits_exceeded by the memory net",
+          "[trial][hostile]") {
+  Hostile h;
+  auto report = h.trial(scenario(kHoardLua,
+                                 "local ok = pcall(hoard)\n"
+                                 "rt:emit{ type = 'survived', payload = { ok = ok } }"),
+                        limits_with(k256MiB));
+  require_memory_net(report);
+  CHECK_FALSE(has(h.fork_types(report), "survived"));
+}
+
+TEST_CASE("a behavior that catches its memory error is limits_exceeded by the memory net",
+          "[trial][hostile]") {
+  Hostile h;
+  PackSpec spec;
+  spec.behaviors = {"hoarder"};
+  spec.pack_lua = std::string(kPackHeader) + kHoardLua + R"(
+pack:behavior{ name = "hoarder", on = {"go"}, run = function(event, graph, ctx)
+  pcall(hoard)
+  graph:emit{ type = "survived", payload = {} }
+end }
+return pack
+)";
+  spec.files["scenarios/main.lua"] =
+      "function main(rt) rt:emit{ type = 'go', payload = {} } rt:run_until_idle() end\n";
+  auto report = h.trial(spec, limits_with(k256MiB));
+  require_memory_net(report);
+  const auto types = h.fork_types(report);
+  CHECK_FALSE(has(types, "survived"));
+  CHECK(has(types, "behavior.failed"));
+}
+
+TEST_CASE("loops catching errors after memory ran out end by the memory net, not the wall clock",
+          "[trial][hostile]") {
+  Hostile h;
+  SECTION("a pcall loop") {
+    require_memory_net(
+        h.trial(scenario(kHoardLua, "while true do pcall(hoard) end"), limits_with(k256MiB, 20)));
+  }
+  SECTION("nested pcall loops") {
+    require_memory_net(
+        h.trial(scenario(kHoardLua,
+                         "while true do pcall(function() while true do pcall(hoard) end end) end"),
+                limits_with(k256MiB, 20)));
+  }
+  SECTION("a coroutine that catches and yields, resumed in a loop") {
+    require_memory_net(h.trial(scenario(kHoardLua,
+                                        "local co = coroutine.wrap(function()\n"
+                                        "  while true do pcall(hoard) coroutine.yield() end\n"
+                                        "end)\n"
+                                        "while true do pcall(co) end"),
+                               limits_with(k256MiB, 20)));
+  }
+  SECTION("a coroutine that never yields") {
+    require_memory_net(h.trial(
+        scenario(kHoardLua, "coroutine.wrap(function() while true do pcall(hoard) end end)()"),
+        limits_with(k256MiB, 20)));
+  }
+}
+
+// These two need RLIMIT_AS, which sanitizer builds cannot apply (the child
+// announces the memory net as degraded there).
+#ifndef FORKTRIAL_SANITIZED
+TEST_CASE("emitting events until memory runs out is limits_exceeded by the memory net",
+          "[trial][hostile]") {
+  // 64 KiB payloads exhaust the address space as the scratch store grows its
+  // map; 1 MiB payloads as the runtime keeps the events it wrote.
+  const std::string payload_bytes = GENERATE("64 << 10", "1 << 20");
+  INFO(payload_bytes);
+  Hostile h;
+  require_memory_net(h.trial(
+      scenario("", "local s = string.rep('p', " + payload_bytes +
+                       ")\n"
+                       "for i = 1, math.maxinteger do\n"
+                       "  pcall(rt.emit, rt, { type = 'big', payload = { data = s, i = i } })\n"
+                       "end"),
+      limits_with(k256MiB, 60)));
+}
+
+TEST_CASE("a max_rss too small for the scratch store is limits_exceeded by the memory net",
+          "[trial][hostile]") {
+  Hostile h;
+  require_memory_net(h.trial(scenario("", ""), limits_with(std::uint64_t{24} << 20)));
+}
+#endif
