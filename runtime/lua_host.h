@@ -135,9 +135,9 @@ class LuaHost final : private MemoryCap::Observer {
   // Lua prefixes to it).
   std::string stop_message() const;
 
-  // Reports memory that ran out outside the Lua cap, such as a C++
-  // allocation that failed on Lua's behalf; `what` says what ran out (the
-  // first report is kept). Stops the host.
+  // Reports memory that ran out outside the Lua cap: a C++ allocation that
+  // failed on Lua's behalf, a conversion past its limits. `what` says which
+  // (the first report is kept). Stops the host.
   void out_of_memory(std::string what);
   // Stops the host for another reason (a static string, e.g. "the event sink
   // failed"); the first reason is kept.

@@ -307,6 +307,22 @@ end
   CHECK_FALSE(r->rt->memory_cap_hit());
 }
 
+TEST_CASE("a payload that expands past the conversion limits ends the trial as memory_cap_hit",
+          "[runtime][confinement][memory]") {
+  // 20 levels that each point twice at the level below: 2^20 JSON values.
+  const std::string emit = GENERATE("rt:emit{ type = 'dag', payload = dag(20) }",
+                                    "pcall(rt.emit, rt, { type = 'dag', payload = dag(20) })");
+  const std::size_t cap = GENERATE(std::size_t{0}, std::size_t{8} << 20);
+  INFO(emit << " with a cap of " << cap);
+  TempDir dir;
+  auto r = capped_runtime(cap);
+  const auto result = run_main(dir, *r, kDagLua, emit);
+  CHECK(result.outcome == ScenarioOutcome::memory_cap_hit);
+  CHECK(result.message.find("more than 100000 values") != std::string::npos);
+  CHECK(r->of_type("dag").empty());
+  CHECK(r->log.empty());
+}
+
 TEST_CASE("ordinary coroutine use passes the guarded coroutine functions unchanged",
           "[runtime][confinement][coroutines]") {
   TempDir dir;
@@ -364,4 +380,34 @@ end
   CHECK(r->log[7] == "[scenario] false\tcannot close a running coroutine");
   CHECK(r->log[8] ==
         "[scenario] false\tbad argument #1 to 'coroutine.resume' (thread expected, got number)");
+}
+
+TEST_CASE("a history payload nested deeper than 256 levels reaches Lua as an error",
+          "[runtime][confinement]") {
+  std::string deep;
+  for (int i = 0; i < 10000; ++i) deep += "{\"a\":";
+  deep += "1" + std::string(10000, '}');
+  std::string fits;
+  for (int i = 0; i < 255; ++i) fits += "[";
+  fits = "{\"a\":" + fits + "1" + std::string(255, ']') + "}";
+  TempDir dir;
+  auto r = make_runtime({history_event(1, "fits", fits), history_event(2, "deep", deep)});
+  load_or_fail(*r, plain_pack(dir));
+  const auto result = run(dir, *r, R"(
+function main(rt)
+  local fits = rt:events("fits")[1].payload
+  local depth = 0
+  local node = fits.a
+  while type(node) == "table" do depth, node = depth + 1, node[1] end
+  print(depth, node)
+  print(pcall(rt.events, rt, "deep"))
+end
+)");
+  INFO(result.message);
+  REQUIRE(result.outcome == ScenarioOutcome::completed);
+  REQUIRE(r->log.size() == 2);
+  CHECK(r->log[0] == "[scenario] 255\t1");
+  CHECK(r->log[1] ==
+        "[scenario] false\ta JSON value nests deeper than 256 levels; values handed to Lua nest at "
+        "most 256 levels deep");
 }

@@ -48,7 +48,8 @@ nlohmann::json payload_of(const store::NewEvent& event);
 
 std::filesystem::path examples_dir();
 
-// One confined Lua state with a host of its own, for tests of the host.
+// One confined Lua state with a host of its own, for tests of the host and of
+// the conversions.
 struct HostedLua {
   explicit HostedLua(std::size_t cap_bytes = 0);
   runtime::LuaHost host;

@@ -1,6 +1,8 @@
 // Hostile candidates against a real forktrial-child: Lua code that catches
-// its own memory errors, and memory that runs out outside the Lua cap. Each
-// trial asserts the exact outcome and the net that ended it.
+// its own memory errors, memory that runs out outside the Lua cap (payloads
+// that expand, the scratch store), and history payloads nested deeper than
+// the C stack allows. Each trial asserts the exact outcome and the net that
+// ended it.
 #include "tests/support/hostile_lua.h"
 
 #include <signal.h>
@@ -13,6 +15,7 @@
 
 using namespace forktrial;
 using namespace forktrial::sandbox;
+using forktrial::testing::kDagLua;
 using forktrial::testing::kHoardLua;
 using forktrial::testing::PackSpec;
 using forktrial::testing::TempDir;
@@ -146,6 +149,33 @@ TEST_CASE("loops catching errors after memory ran out end by the memory net, not
   }
 }
 
+TEST_CASE("a payload that expands to 2^40 JSON values is limits_exceeded by the memory net",
+          "[trial][hostile]") {
+  Hostile h;
+  const std::string emit = "rt:emit{ type = 'dag', payload = dag(40) }";
+  const std::string caught =
+      "pcall(rt.emit, rt, { type = 'dag', payload = dag(40) })\n"
+      "rt:emit{ type = 'survived', payload = {} }";
+  SECTION("under max_rss") {
+    require_memory_net(h.trial(scenario(kDagLua, emit), limits_with(k256MiB)));
+  }
+  SECTION("under max_rss, caught") {
+    auto report = h.trial(scenario(kDagLua, caught), limits_with(k256MiB));
+    require_memory_net(report);
+    CHECK_FALSE(has(h.fork_types(report), "survived"));
+  }
+  // Without max_rss there is neither a Lua cap nor RLIMIT_AS: only the
+  // conversion's own limits stand between the payload and the host's memory.
+  SECTION("without max_rss") {
+    require_memory_net(h.trial(scenario(kDagLua, emit), limits_with(std::nullopt, 5)));
+  }
+  SECTION("without max_rss, caught") {
+    auto report = h.trial(scenario(kDagLua, caught), limits_with(std::nullopt, 5));
+    require_memory_net(report);
+    CHECK_FALSE(has(h.fork_types(report), "survived"));
+  }
+}
+
 // These two need RLIMIT_AS, which sanitizer builds cannot apply (the child
 // announces the memory net as degraded there).
 #ifndef FORKTRIAL_SANITIZED
@@ -171,3 +201,31 @@ TEST_CASE("a max_rss too small for the scratch store is limits_exceeded by the m
   require_memory_net(h.trial(scenario("", ""), limits_with(std::uint64_t{24} << 20)));
 }
 #endif
+
+TEST_CASE("a history payload nested 50,000 levels deep reaches Lua as an error, not a crash",
+          "[trial][hostile]") {
+  Hostile h;
+  store::NewEvent deep;
+  deep.id = store::EventId("evt_005");
+  deep.type = "deep.payload";
+  deep.payload.clear();
+  for (int i = 0; i < 50000; ++i) deep.payload += "{\"a\":";
+  deep.payload += "1" + std::string(50000, '}');
+  deep.timestamp = "2026-01-05T10:00:04.000Z";
+  deep.actor = "importer";
+  REQUIRE(h.store.append(h.recorded.run, 4, std::span(&deep, 1)));
+  h.recorded.last = deep.id;
+  h.recorded_seq = 5;
+  auto report = h.trial(scenario("", R"lua(
+local ok, err = pcall(rt.events, rt)
+rt:emit{ type = "events.refused", payload = { ok = ok, error = tostring(err) } }
+)lua"),
+                        limits_with(k256MiB));
+  INFO(report.detail);
+  CHECK(report.outcome == Outcome::completed);
+  const auto events = testing::events_after(h.store, report.fork_run_id, h.recorded_seq);
+  REQUIRE(events.size() >= 2);
+  const auto refused = nlohmann::json::parse(events[1].payload);
+  CHECK(refused["ok"] == false);
+  CHECK(contains(refused["error"], "deeper than 256 levels"));
+}

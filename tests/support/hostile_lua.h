@@ -13,4 +13,14 @@ local function hoard()
 end
 )";
 
+// Defines the local function dag(levels): a table whose every level points
+// twice at the level below, small in Lua but 2^levels values as JSON.
+inline constexpr const char* kDagLua = R"(
+local function dag(levels)
+  local node = { leaf = "x" }
+  for i = 1, levels do node = { a = node, b = node } end
+  return node
+end
+)";
+
 }  // namespace forktrial::testing
