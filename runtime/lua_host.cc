@@ -67,6 +67,32 @@ struct HostAccess {
     lua_State* coroutine_;
   };
 
+  // A thread reset in progress, counted when `counts`; refuses (and stops
+  // the host) beyond kMaxResetNesting.
+  class Reset {
+   public:
+    Reset(lua_State* L, bool counts, const char* what) : host_(host(L)), counts_(counts) {
+      if (!counts_) return;
+      if (host_.reset_nesting_ >= LuaHost::kMaxResetNesting) {
+        host_.out_of_memory(std::string(what) + " nested more than " +
+                            std::to_string(LuaHost::kMaxResetNesting) +
+                            " levels deep inside __close handlers; Lua 5.4.4 does not bound the "
+                            "C stack across such resets, so the trial stops");
+        refuse_when_stopped(L, what);
+      }
+      ++host_.reset_nesting_;
+    }
+    ~Reset() {
+      if (counts_) --host_.reset_nesting_;
+    }
+    Reset(const Reset&) = delete;
+    Reset& operator=(const Reset&) = delete;
+
+   private:
+    LuaHost& host_;
+    bool counts_;
+  };
+
   // The library's own function, kept as upvalue `index`, called on this
   // frame: no extra C call is stacked, so Lua's C-stack accounting is as it
   // was without the guard.
@@ -81,9 +107,11 @@ struct HostAccess {
     return call_library(L, 1);
   }
 
+  // Resets the coroutine: counted.
   static int close(lua_State* L) {
     lua_State* coroutine = lua_tothread(L, 1);
     if (coroutine != nullptr) refuse_when_stopped(L, "coroutine.close");
+    Reset reset(L, coroutine != nullptr, "coroutine.close");
     Running running(L, coroutine);
     return call_library(L, 1);
   }
@@ -99,9 +127,14 @@ struct HostAccess {
     return 1;
   }
 
+  // Resumes the coroutine; called on a coroutine that died by an error, the
+  // library function resets it with a stale C-call count: counted.
   static int wrapped(lua_State* L) {
     lua_State* coroutine = lua_tothread(L, lua_upvalueindex(1));
     refuse_when_stopped(L, "a coroutine.wrap function");
+    const int status = lua_status(coroutine);
+    Reset reset(L, status != LUA_OK && status != LUA_YIELD,
+                "coroutine.wrap function calls on coroutines that died by an error");
     Running running(L, coroutine);
     return call_library(L, 2);
   }

@@ -100,8 +100,8 @@ class MemoryCap {
 };
 
 // What every Lua state of one runtime shares: the memory cap, the stop that
-// ends their Lua code. Created before the states (new_confined_state
-// registers each) and destroyed after them.
+// ends their Lua code, and the guard on thread resets. Created before the
+// states (new_confined_state registers each) and destroyed after them.
 //
 // Stopping. Once memory runs out (the cap is exhausted, or out_of_memory()
 // reports memory outside it) or stop() is called, no more Lua code runs in
@@ -115,8 +115,21 @@ class MemoryCap {
 // succeeds. Coroutines not running at that moment cannot start again: those
 // three functions raise once the host has stopped, and new coroutines
 // inherit the hook of the thread that creates them.
+//
+// Thread resets. Lua 5.4.4's lua_resetthread (coroutine.close, and a
+// coroutine.wrap function called on a coroutine that died by an error) runs
+// the coroutine's pending __close handlers without carrying the C-call count
+// of the caller, so nesting them grows the C stack unchecked until the
+// process crashes. The host counts such resets in progress and refuses one
+// nested deeper than kMaxResetNesting: the refusal is a memory limit (the C
+// stack) and stops the runtime.
 class LuaHost final : private MemoryCap::Observer {
  public:
+  // Resets nested deeper than this are refused. Lua itself allows about 200
+  // C calls per reset, so the C stack holds kMaxResetNesting of those on top
+  // of each other.
+  static constexpr int kMaxResetNesting = 8;
+
   explicit LuaHost(std::size_t memory_cap_bytes);
   LuaHost(const LuaHost&) = delete;
   LuaHost& operator=(const LuaHost&) = delete;
@@ -136,8 +149,8 @@ class LuaHost final : private MemoryCap::Observer {
   std::string stop_message() const;
 
   // Reports memory that ran out outside the Lua cap: a C++ allocation that
-  // failed on Lua's behalf, a conversion past its limits. `what` says which
-  // (the first report is kept). Stops the host.
+  // failed on Lua's behalf, a conversion past its limits, the C-stack guard.
+  // `what` says which (the first report is kept). Stops the host.
   void out_of_memory(std::string what);
   // Stops the host for another reason (a static string, e.g. "the event sink
   // failed"); the first reason is kept.
@@ -155,6 +168,7 @@ class LuaHost final : private MemoryCap::Observer {
   const char* stop_reason_ = nullptr;
   std::vector<lua_State*> main_threads_;  // of every live state
   std::vector<lua_State*> running_;       // coroutines entered through the guarded functions
+  int reset_nesting_ = 0;
 };
 
 struct LuaStateCloser {

@@ -83,8 +83,8 @@ enum class ScenarioOutcome {
   completed,         // the scenario returned
   scenario_failed,   // it raised, or could not be found (message says which)
   budget_exhausted,  // max_events ran out (runtime.budget_exhausted was emitted)
-  memory_cap_hit,    // memory ran out: the Lua cap, C++ memory on Lua's behalf or the limits
-                     // of a JSON conversion (LuaHost); message says which
+  memory_cap_hit,    // memory ran out: the Lua cap, C++ memory on Lua's behalf, the limits of
+                     // a JSON conversion or the C-stack guard (LuaHost); message says which
 };
 std::string_view outcome_name(ScenarioOutcome outcome);
 

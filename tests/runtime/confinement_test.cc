@@ -323,7 +323,23 @@ TEST_CASE("a payload that expands past the conversion limits ends the trial as m
   CHECK(r->log.empty());
 }
 
-TEST_CASE("ordinary coroutine use passes the guarded coroutine functions unchanged",
+TEST_CASE("coroutine resets nested beyond the guard end as memory_cap_hit",
+          "[runtime][confinement][coroutines]") {
+  // What resets the coroutines, and the chain that nests the resets 50 deep.
+  const auto [resets, chain] = GENERATE(values<std::pair<std::string, std::string>>({
+      {"coroutine.close", close_chain(50)},
+      {"coroutine.wrap", wrap_chain(50)},
+  }));
+  INFO(resets);
+  TempDir dir;
+  auto r = make_runtime();
+  const auto result = run_main(dir, *r, "", chain);
+  CHECK(result.outcome == ScenarioOutcome::memory_cap_hit);
+  CHECK(result.message.starts_with(resets));
+  CHECK(r->log.empty());
+}
+
+TEST_CASE("ordinary coroutine use passes the nesting guard unchanged",
           "[runtime][confinement][coroutines]") {
   TempDir dir;
   auto r = make_runtime();

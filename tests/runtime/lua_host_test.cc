@@ -1,5 +1,6 @@
 // The Lua host: when the memory cap counts as exhausted, the stop that ends
-// every state's Lua code and the C++/Lua boundary.
+// every state's Lua code, the C++/Lua boundary and the guard on nested
+// thread resets.
 #include "runtime/lua_host.h"
 
 #include <catch2/catch.hpp>
@@ -205,4 +206,36 @@ TEST_CASE("std::bad_alloc crossing into Lua stops the host as out of memory",
   CHECK(lua.host.memory_exhausted());
   CHECK(lua.host.memory_problem() == "a C++ allocation failed (std::bad_alloc) in a Lua API call");
   CHECK(lua.global("survived") == "nil");
+}
+
+TEST_CASE("thread resets nest eight deep and the ninth stops the host",
+          "[runtime][host][coroutines]") {
+  const int levels = GENERATE(8, 9);
+  HostedLua lua;
+  auto failure = lua.run("levels = " + std::to_string(levels) + R"(
+closed = 0
+local function chain(n)
+  local co = coroutine.create(function()
+    local cc <close> = setmetatable({}, { __close = function()
+      closed = closed + 1
+      if n < levels then assert(coroutine.close(chain(n + 1))) end
+    end })
+    coroutine.yield()
+  end)
+  coroutine.resume(co)
+  return co
+end
+assert(coroutine.close(chain(1)))
+)");
+  if (levels == 8) {
+    CHECK_FALSE(failure);
+    CHECK(lua.global("closed") == "8");
+    CHECK_FALSE(lua.host.stopped());
+  } else {
+    CHECK(failure);
+    CHECK(lua.global("closed") == "8");
+    CHECK(lua.host.memory_problem() ==
+          "coroutine.close nested more than 8 levels deep inside __close handlers; Lua 5.4.4 "
+          "does not bound the C stack across such resets, so the trial stops");
+  }
 }

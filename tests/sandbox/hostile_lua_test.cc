@@ -1,8 +1,8 @@
 // Hostile candidates against a real forktrial-child: Lua code that catches
 // its own memory errors, memory that runs out outside the Lua cap (payloads
-// that expand, the scratch store), and history payloads nested deeper than
-// the C stack allows. Each trial asserts the exact outcome and the net that
-// ended it.
+// that expand, the scratch store), history payloads nested deeper than the C
+// stack allows, and coroutine nesting that overflows Lua 5.4.4's C stack.
+// Each trial asserts the exact outcome and the net that ended it.
 #include "tests/support/hostile_lua.h"
 
 #include <signal.h>
@@ -201,6 +201,95 @@ TEST_CASE("a max_rss too small for the scratch store is limits_exceeded by the m
   require_memory_net(h.trial(scenario("", ""), limits_with(std::uint64_t{24} << 20)));
 }
 #endif
+
+// Lua 5.4.4's lua_resetthread runs a coroutine's pending __close handlers
+// with the C-call count of the coroutine's last resume, not of its caller, so
+// closes nested inside __close handlers grow the C stack without a check
+// (fixed upstream in 5.4.6 by lua_closethread).
+TEST_CASE("coroutine resets nested inside __close handlers are limits_exceeded, not a crash",
+          "[trial][hostile]") {
+  // coroutine.close, and a coroutine.wrap function called on its coroutine
+  // after that died by an error, both reset the coroutine.
+  const auto chain = GENERATE(values<std::pair<std::string, std::string>>({
+      {"coroutine.close", testing::close_chain(20000)},
+      {"coroutine.wrap", testing::wrap_chain(20000)},
+  }));
+  INFO(chain.first);
+  Hostile h;
+  auto report = h.trial(scenario("", chain.second + "rt:emit{ type = 'survived', payload = {} }"),
+                        limits_with(k256MiB));
+  require_memory_net(report);
+  CHECK(contains(report.detail, "memory net: " + chain.first));
+  CHECK_FALSE(has(h.fork_types(report), "survived"));
+}
+
+TEST_CASE("a few nested closes each recursing to Lua's limit are limits_exceeded, not a crash",
+          "[trial][hostile]") {
+  Hostile h;
+  // Lua checks the C stack per segment; every close starts a fresh segment,
+  // so the depth of the close chain must stay small, not only its length.
+  const std::string deep = R"lua(
+local function deep(n, f)
+  if n == 0 then return f() end
+  local ok, e = pcall(deep, n - 1, f)
+  if not ok then error(e, 0) end
+end
+)lua";
+  const std::string close_deep = R"lua(
+local depth = 190
+while depth > 0 and not pcall(deep, depth, function() coroutine.close(previous) end) do
+  depth = depth - 10
+end)lua";
+  auto report = h.trial(scenario(deep, testing::close_chain(400, close_deep) +
+                                           "rt:emit{ type = 'survived', payload = {} }"),
+                        limits_with(k256MiB));
+  require_memory_net(report);
+  CHECK_FALSE(has(h.fork_types(report), "survived"));
+}
+
+// Crashes listed for Lua 5.4.4 at lua.org/bugs.html that Debian's build
+// already carries fixes for, and classic overflow patterns: each must end as
+// an ordinary Lua error inside the trial.
+TEST_CASE("known interpreter-crash patterns end as Lua errors, not crashes", "[trial][hostile]") {
+  Hostile h;
+  auto report = h.trial(scenario("", R"lua(
+local results = {}
+local function try(name, f, ...)
+  local ok = pcall(f, ...)
+  results[#results + 1] = name .. "=" .. tostring(ok)
+end
+local function loop() assert(pcall(loop)) end
+try("xpcall_recursive_handler", function() return xpcall(loop, loop) end)
+local function add(x) return 1 + add(x) end
+try("xpcall_overflowing_handler", function() return xpcall(add, add) end)
+local mt = {}
+mt.__tostring = function(self) error(setmetatable({}, mt)) end
+try("recursive_tostring_error", function() error(setmetatable({}, mt)) end)
+try("env_const", load("local _ENV <const> = 45; AA = 10"))
+try("index_chain", function() local t = setmetatable({}, { __index = function(s, k) return s[k .. "x"] end }) return t.a end)
+try("concat_chain", function() local c = setmetatable({}, {}) getmetatable(c).__concat = function(a, b) return a .. b end return c .. "x" end)
+try("deep_parse", load, string.rep("(", 100000) .. "1" .. string.rep(")", 100000))
+try("string_rep", string.rep, "x", math.maxinteger)
+try("unpack", table.unpack, {}, 1, 1e8)
+try("format_width", string.format, "%99999d", 1)
+try("nested_wrap", function() local function body(n) return coroutine.wrap(body)(n + 1) end return body(1) end)
+try("pattern", string.match, string.rep("a", 100000), string.rep(".?", 100000))
+rt:emit{ type = "results", payload = { list = results } }
+)lua"),
+                        limits_with(k256MiB));
+  INFO(report.detail);
+  CHECK(report.outcome == Outcome::completed);
+  const auto events = testing::events_after(h.store, report.fork_run_id, h.recorded_seq);
+  std::vector<std::string> results;
+  for (const auto& event : events) {
+    if (event.type == "results") results = nlohmann::json::parse(event.payload)["list"];
+  }
+  CHECK(results == std::vector<std::string>{
+                       "xpcall_recursive_handler=true", "xpcall_overflowing_handler=true",
+                       "recursive_tostring_error=false", "env_const=false", "index_chain=false",
+                       "concat_chain=false", "deep_parse=true", "string_rep=false", "unpack=false",
+                       "format_width=false", "nested_wrap=false", "pattern=false"});
+}
 
 TEST_CASE("a history payload nested 50,000 levels deep reaches Lua as an error, not a crash",
           "[trial][hostile]") {
