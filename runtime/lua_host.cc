@@ -1,5 +1,7 @@
 #include "runtime/lua_host.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <lua.hpp>
@@ -13,6 +15,10 @@ namespace forktrial::runtime {
 // main thread; it is created with the state and deleted after lua_close.
 struct StateContext {
   LuaHost* host = nullptr;
+  std::string origin;
+  std::string warning;  // the pieces of a warning issued so far
+  bool warning_continues = false;
+  bool warning_cut = false;
 };
 
 namespace {
@@ -25,8 +31,8 @@ constexpr const char* kMemoryRanOut = "memory ran out";
 
 }  // namespace
 
-// The parts of the host that run inside Lua: the stop hook and the guarded
-// coroutine functions.
+// The parts of the host that run inside Lua: the stop hook, the guarded
+// coroutine functions and the warning function.
 struct HostAccess {
   static LuaHost& host(lua_State* L) { return *context_of(L).host; }
 
@@ -145,6 +151,47 @@ struct HostAccess {
   }
 
   static void detach(LuaHost& h, lua_State* L) { std::erase(h.main_threads_, L); }
+
+  // lua_WarnFunction. Control messages ("@on", "@off") are ignored: every
+  // warning goes to the host's sink. Called from inside Lua, so nothing may
+  // escape; a warning that cannot be delivered is dropped.
+  static void warn(void* ud, const char* message, int to_continue) noexcept {
+    auto& context = *static_cast<StateContext*>(ud);
+    try {
+      const std::string_view piece(message);
+      const bool control = !context.warning_continues && !to_continue && piece.starts_with('@');
+      context.warning_continues = to_continue != 0;
+      if (control) return;
+      const std::size_t room = LuaHost::kMaxWarningBytes - context.warning.size();
+      context.warning.append(piece.substr(0, room));
+      context.warning_cut = context.warning_cut || piece.size() > room;
+      if (to_continue) return;
+      std::string text = std::move(context.warning);
+      const bool cut = context.warning_cut;
+      context.warning.clear();
+      context.warning_cut = false;
+      deliver(context, text, cut);
+    } catch (...) {
+      context.warning.clear();
+      context.warning_cut = false;
+    }
+  }
+
+  // One sink call per line, so that no line of a warning can pose as
+  // anything but a warning.
+  static void deliver(const StateContext& context, std::string_view text, bool cut) {
+    const auto& sink = context.host->warnings_;
+    if (!sink) return;
+    std::vector<std::string> lines;
+    for (std::size_t start = 0; start < text.size();) {
+      const std::size_t end = std::min(text.find_first_of("\r\n", start), text.size());
+      if (end > start) lines.emplace_back(text.substr(start, end - start));
+      start = end + 1;
+    }
+    if (lines.empty()) lines.emplace_back();
+    if (cut) lines.back() += " [cut at " + std::to_string(LuaHost::kMaxWarningBytes) + " bytes]";
+    for (const auto& line : lines) sink(context.origin, line);
+  }
 };
 
 namespace {
@@ -309,6 +356,17 @@ void open_libraries(lua_State* L, std::uint64_t random_seed) {
   lua_pop(L, 1);
 }
 
+// The panic function: the error message may be the candidate's text, and the
+// child's stderr is for its own diagnostics, so a fixed line goes there. Lua
+// aborts when this returns.
+int panic(lua_State*) {
+  static constexpr char kLine[] =
+      "forktrial: the Lua interpreter panicked: an error was raised outside every protected "
+      "call; aborting\n";
+  [[maybe_unused]] const auto written = ::write(STDERR_FILENO, kLine, sizeof kLine - 1);
+  return 0;
+}
+
 }  // namespace
 
 void* MemoryCap::allocate(void* ud, void* ptr, std::size_t old_size,
@@ -367,7 +425,8 @@ bool MemoryCap::exhausted_below_cap() const {
   return pending_.has_value() && pending_by_system_;
 }
 
-LuaHost::LuaHost(std::size_t memory_cap_bytes) : memory_(memory_cap_bytes, this) {}
+LuaHost::LuaHost(std::size_t memory_cap_bytes, WarningSink warnings)
+    : memory_(memory_cap_bytes, this), warnings_(std::move(warnings)) {}
 
 LuaHost::~LuaHost() = default;
 
@@ -443,16 +502,19 @@ std::string LuaFailure::error_type() const {
   }
 }
 
-std::expected<LuaStatePtr, std::string> new_confined_state(LuaHost& host,
-                                                           std::uint64_t random_seed) {
+std::expected<LuaStatePtr, std::string> new_confined_state(LuaHost& host, std::uint64_t random_seed,
+                                                           std::string origin) {
   auto context = std::make_unique<StateContext>();
   context->host = &host;
+  context->origin = std::move(origin);
   lua_State* L = lua_newstate(&MemoryCap::allocate, &host.memory());
   if (L == nullptr) {
     return std::unexpected("cannot create a Lua state within the memory cap of " +
                            std::to_string(host.memory().limit()) + " bytes");
   }
   *static_cast<StateContext**>(lua_getextraspace(L)) = context.get();
+  lua_setwarnf(L, HostAccess::warn, context.get());
+  lua_atpanic(L, panic);
   LuaStatePtr state(L);
   context.release();  // owned by the state from here on
   HostAccess::attach(host, L);

@@ -8,8 +8,9 @@
 // string (without string.dump), math, utf8 and coroutine. There is no io, os,
 // debug or package library. math.random is seeded from the given seed, and
 // math.randomseed() without arguments restores that seed instead of reading
-// the time. `require`, `print` and the `forktrial` table are installed by the
-// runtime, which knows the pack.
+// the time. `warn` writes to the host's warning sink, never to stderr; a Lua
+// panic writes a fixed line to stderr and aborts. `require`, `print` and the
+// `forktrial` table are installed by the runtime, which knows the pack.
 //
 // Nothing here is thread-safe: the states of one host run on one thread.
 #pragma once
@@ -100,8 +101,9 @@ class MemoryCap {
 };
 
 // What every Lua state of one runtime shares: the memory cap, the stop that
-// ends their Lua code, and the guard on thread resets. Created before the
-// states (new_confined_state registers each) and destroyed after them.
+// ends their Lua code, the guard on thread resets, and the sink for
+// warnings. Created before the states (new_confined_state registers each)
+// and destroyed after them.
 //
 // Stopping. Once memory runs out (the cap is exhausted, or out_of_memory()
 // reports memory outside it) or stop() is called, no more Lua code runs in
@@ -125,12 +127,19 @@ class MemoryCap {
 // stack) and stops the runtime.
 class LuaHost final : private MemoryCap::Observer {
  public:
+  // Receives each warning a state issues through `warn`, one line at a time
+  // (a warning with line breaks arrives as several), with the origin given
+  // to new_confined_state.
+  using WarningSink = std::function<void(std::string_view origin, std::string_view line)>;
+
   // Resets nested deeper than this are refused. Lua itself allows about 200
   // C calls per reset, so the C stack holds kMaxResetNesting of those on top
   // of each other.
   static constexpr int kMaxResetNesting = 8;
+  // A warning is cut after this many bytes (the rest of it is dropped).
+  static constexpr std::size_t kMaxWarningBytes = 4096;
 
-  explicit LuaHost(std::size_t memory_cap_bytes);
+  LuaHost(std::size_t memory_cap_bytes, WarningSink warnings);
   LuaHost(const LuaHost&) = delete;
   LuaHost& operator=(const LuaHost&) = delete;
   ~LuaHost();
@@ -164,6 +173,7 @@ class LuaHost final : private MemoryCap::Observer {
   void set_stop_hooks(bool on) noexcept;
 
   MemoryCap memory_;
+  WarningSink warnings_;
   std::optional<std::string> outside_cap_;
   const char* stop_reason_ = nullptr;
   std::vector<lua_State*> main_threads_;  // of every live state
@@ -186,10 +196,11 @@ struct LuaFailure {
   std::string error_type() const;
 };
 
-// Creates a confined state of `host`, allocating from its cap. Fails when the
-// cap does not leave room for the standard libraries.
-std::expected<LuaStatePtr, std::string> new_confined_state(LuaHost& host,
-                                                           std::uint64_t random_seed);
+// Creates a confined state of `host`, allocating from its cap; `origin`
+// names the state in warnings. Fails when the cap does not leave room for the
+// standard libraries.
+std::expected<LuaStatePtr, std::string> new_confined_state(LuaHost& host, std::uint64_t random_seed,
+                                                           std::string origin);
 
 // Runs `body` on `L` in protected mode. Lua errors raised in it (including
 // memory errors on the cap) and std::exceptions thrown by it are returned as

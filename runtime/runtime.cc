@@ -74,7 +74,9 @@ Runtime::Runtime(RuntimeConfig config, EventSink sink, LogSink log)
     : config_(std::move(config)),
       sink_(std::move(sink)),
       log_(std::move(log)),
-      host_(config_.lua_memory_cap_bytes) {
+      host_(config_.lua_memory_cap_bytes, [this](std::string_view origin, std::string_view line) {
+        log_line(origin, "warning: " + std::string(line));
+      }) {
   if (!log_) log_ = [](std::string_view line) { std::cerr << line << '\n'; };
 }
 
@@ -254,7 +256,8 @@ std::expected<LoadedPack, LoadError> Runtime::load_pack(const std::filesystem::p
   host->root = dir;
   host->manifest = *manifest;
   host->entry = manifest->runtime->entry;
-  auto state = new_confined_state(host_, seed_from(config_.trial_id + '\0' + manifest->name));
+  auto state = new_confined_state(host_, seed_from(config_.trial_id + '\0' + manifest->name),
+                                  manifest->name);
   if (!state) {
     error.memory_cap_hit = memory_cap_hit();
     return fail(state.error());

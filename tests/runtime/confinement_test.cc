@@ -398,6 +398,25 @@ end
         "[scenario] false\tbad argument #1 to 'coroutine.resume' (thread expected, got number)");
 }
 
+TEST_CASE("warn writes to the runtime's log, one line per line of the warning",
+          "[runtime][confinement]") {
+  TempDir dir;
+  auto r = make_runtime();
+  load_or_fail(*r, plain_pack(dir));
+  const auto result = run(dir, *r, R"(
+function main(rt)
+  warn("@on")
+  warn("one ", "message in ", "pieces")
+  warn("@off")
+  warn("two\nlines")
+end
+)");
+  REQUIRE(result.outcome == ScenarioOutcome::completed);
+  CHECK(r->log == std::vector<std::string>{"[candidate] warning: one message in pieces",
+                                           "[candidate] warning: two",
+                                           "[candidate] warning: lines"});
+}
+
 TEST_CASE("a history payload nested deeper than 256 levels reaches Lua as an error",
           "[runtime][confinement]") {
   std::string deep;

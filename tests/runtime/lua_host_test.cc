@@ -1,7 +1,11 @@
 // The Lua host: when the memory cap counts as exhausted, the stop that ends
-// every state's Lua code, the C++/Lua boundary and the guard on nested
-// thread resets.
+// every state's Lua code, the C++/Lua boundary, the guard on nested thread
+// resets, warnings and the panic function.
 #include "runtime/lua_host.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <lua.hpp>
@@ -115,7 +119,7 @@ for i = 1, 20000 do local garbage = { string.rep("g", 1000) .. i, string.rep("h"
 
 TEST_CASE("a stopped host runs no more Lua code in any of its states", "[runtime][host]") {
   HostedLua lua;
-  auto second = forktrial::runtime::new_confined_state(lua.host, 2);
+  auto second = forktrial::runtime::new_confined_state(lua.host, 2, "second");
   REQUIRE(second);
   CHECK(lua_gethook(lua.state.get()) == nullptr);  // nothing is hooked before a stop
 
@@ -238,4 +242,46 @@ assert(coroutine.close(chain(1)))
           "coroutine.close nested more than 8 levels deep inside __close handlers; Lua 5.4.4 "
           "does not bound the C stack across such resets, so the trial stops");
   }
+}
+
+TEST_CASE("warnings reach the sink, cut at the bound", "[runtime][host]") {
+  HostedLua lua;
+  REQUIRE_FALSE(lua.run(R"(
+warn("@on")
+warn(string.rep("w", 5000))
+warn("")
+warn("a\r\nb", "c")
+)"));
+  REQUIRE(lua.warnings.size() == 4);
+  CHECK(lua.warnings[0] == "test: " + std::string(4096, 'w') + " [cut at 4096 bytes]");
+  CHECK(lua.warnings[1] == "test: ");
+  CHECK(lua.warnings[2] == "test: a");
+  CHECK(lua.warnings[3] == "test: bc");
+}
+
+TEST_CASE("a Lua panic writes a fixed line to stderr and aborts", "[runtime][host]") {
+  int out[2];
+  REQUIRE(::pipe(out) == 0);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    ::signal(SIGABRT, SIG_DFL);  // not the test framework's handler
+    ::dup2(out[1], STDERR_FILENO);
+    HostedLua lua;
+    lua_pushliteral(lua.state.get(), "candidate text");
+    lua_error(lua.state.get());  // outside any protected call
+    ::_exit(0);
+  }
+  ::close(out[1]);
+  std::string written;
+  char buffer[512];
+  for (ssize_t n; (n = ::read(out[0], buffer, sizeof buffer)) > 0;) written.append(buffer, n);
+  ::close(out[0]);
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  CHECK(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGABRT);
+  CHECK(written ==
+        "forktrial: the Lua interpreter panicked: an error was raised outside every protected "
+        "call; aborting\n");
 }

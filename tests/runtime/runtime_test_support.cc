@@ -65,8 +65,11 @@ std::filesystem::path examples_dir() {
   return std::filesystem::path(FORKTRIAL_SOURCE_DIR) / "examples" / "packs";
 }
 
-HostedLua::HostedLua(std::size_t cap_bytes) : host(cap_bytes) {
-  auto created = runtime::new_confined_state(host, 1);
+HostedLua::HostedLua(std::size_t cap_bytes)
+    : host(cap_bytes, [this](std::string_view origin, std::string_view line) {
+        warnings.push_back(std::string(origin) + ": " + std::string(line));
+      }) {
+  auto created = runtime::new_confined_state(host, 1, "test");
   if (!created) FAIL("cannot create a confined state: " << created.error());
   state = std::move(*created);
 }

@@ -49,9 +49,10 @@ nlohmann::json payload_of(const store::NewEvent& event);
 std::filesystem::path examples_dir();
 
 // One confined Lua state with a host of its own, for tests of the host and of
-// the conversions.
+// the conversions; warnings are recorded as "origin: line".
 struct HostedLua {
   explicit HostedLua(std::size_t cap_bytes = 0);
+  std::vector<std::string> warnings;
   runtime::LuaHost host;
   runtime::LuaStatePtr state;
 

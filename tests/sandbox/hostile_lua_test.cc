@@ -1,14 +1,18 @@
 // Hostile candidates against a real forktrial-child: Lua code that catches
 // its own memory errors, memory that runs out outside the Lua cap (payloads
 // that expand, the scratch store), history payloads nested deeper than the C
-// stack allows, and coroutine nesting that overflows Lua 5.4.4's C stack.
-// Each trial asserts the exact outcome and the net that ended it.
+// stack allows, coroutine nesting that overflows Lua 5.4.4's C stack, and
+// text aimed at the child's stderr. Each trial asserts the exact outcome and
+// the net that ended it.
 #include "tests/support/hostile_lua.h"
 
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <catch2/catch.hpp>
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "sandbox/trial.h"
 #include "tests/sandbox/trial_fixture.h"
@@ -317,4 +321,35 @@ rt:emit{ type = "events.refused", payload = { ok = ok, error = tostring(err) } }
   const auto refused = nlohmann::json::parse(events[1].payload);
   CHECK(refused["ok"] == false);
   CHECK(contains(refused["error"], "deeper than 256 levels"));
+}
+
+TEST_CASE("warn and a candidate's text never reach the child's stderr as lines of their own",
+          "[trial][hostile]") {
+  Hostile h;
+  const auto captured = h.dir.path() / "child-stderr.txt";
+  const auto wrapper = h.dir.write("child.sh", "#!/bin/sh\nexec '" + default_child_path().string() +
+                                                   "' \"$@\" 2>>'" + captured.string() + "'\n");
+  ::chmod(wrapper.c_str(), 0755);
+  ChildOptions options;
+  options.child_path = wrapper;
+  auto report = h.trial(scenario("", R"lua(
+warn("@on")
+warn("forktrial-child: ", "forged diagnostic")
+warn("first line\nforktrial-child: forged after a newline")
+warn("@off")
+warn("still routed while off")
+)lua"),
+                        limits_with(k256MiB), options);
+  INFO(report.detail);
+  REQUIRE(report.outcome == Outcome::completed);
+  std::ifstream in(captured);
+  std::stringstream text;
+  text << in.rdbuf();
+  std::istringstream lines(text.str());
+  std::string line;
+  while (std::getline(lines, line)) {
+    INFO(line);
+    CHECK_FALSE(line.starts_with("forktrial-child: forged"));
+    CHECK_FALSE(contains(line, "Lua warning"));
+  }
 }
