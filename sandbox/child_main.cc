@@ -260,6 +260,9 @@ int run(int, char**) {
       tail.outcome = Outcome::limits_exceeded;
       tail.net = Net::memory;
       tail.detail = "memory net: " + result.message;
+      if (config.lua_memory_cap_bytes != 0) {
+        tail.detail += " (the Lua memory cap is half of max_rss_bytes)";
+      }
       break;
   }
   tail.detail = with_warnings(tail.detail, tail.warnings);
@@ -276,8 +279,8 @@ int main(int argc, char** argv) {
     // The address-space net refused an allocation outside Lua.
     forktrial::sandbox::finish_out_of_memory("an allocation failed under RLIMIT_AS");
   } catch (const forktrial::store::StoreOutOfMemory& e) {
-    forktrial::sandbox::finish_out_of_memory(std::string("the scratch store could not grow: ") +
-                                             e.what());
+    forktrial::sandbox::finish_out_of_memory(
+        std::string("the scratch store ran out of address space: ") + e.what());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "forktrial-child: %s\n", e.what());
     return 1;
