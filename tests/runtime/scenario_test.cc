@@ -80,7 +80,7 @@ TEST_CASE("scenario paths outside the candidate's root are refused", "[runtime][
   REQUIRE(missing.events_appended == 1);  // pack.loaded only
 }
 
-TEST_CASE("file.lua::fn selects the function; a missing one is named", "[runtime][scenario]") {
+TEST_CASE("file.lua::fn selects the function, and a missing one is named", "[runtime][scenario]") {
   TempDir dir;
   auto r = make_runtime();
   load_or_fail(*r, candidate(dir));
