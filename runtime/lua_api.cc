@@ -265,7 +265,7 @@ struct LuaApi {
     lua_createtable(L, 0, 1);  // metatable
     lua_createtable(L, 0, 1);  // methods
     lua_pushlightuserdata(L, &host);
-    lua_pushcclosure(L, pack_behavior, 1);
+    lua_pushcclosure(L, cxx_boundary<pack_behavior>, 1);
     lua_setfield(L, -2, "behavior");
     lua_setfield(L, -2, "__index");
     lua_setmetatable(L, pack);
@@ -426,7 +426,7 @@ struct LuaApi {
   }
 
   static void refuse_when_stopped(lua_State* L, Runtime& rt, const std::string& what) {
-    if (rt.memory_exhausted_) raise(L, what + ": the Lua memory cap was reached; the trial stops");
+    if (rt.memory_cap_hit()) raise(L, what + ": memory ran out; the trial stops");
     if (rt.sink_failure_) raise(L, what + ": the event sink failed; the trial stops");
     if (rt.write_budget_exhausted_) {
       raise(L, what + ": the write budget (max_appended_events = " +
@@ -682,26 +682,26 @@ void install_pack_api(lua_State* L, PackHost& host) {
 
   lua_createtable(L, 0, 1);
   lua_pushlightuserdata(L, &host);
-  lua_pushcclosure(L, LuaApi::forktrial_pack, 1);
+  lua_pushcclosure(L, cxx_boundary<LuaApi::forktrial_pack>, 1);
   lua_setfield(L, -2, "pack");
   lua_setglobal(L, "forktrial");
 
   lua_pushlightuserdata(L, &host);
-  lua_pushcclosure(L, LuaApi::require, 1);
+  lua_pushcclosure(L, cxx_boundary<LuaApi::require>, 1);
   lua_setglobal(L, "require");
   lua_pushlightuserdata(L, &host);
-  lua_pushcclosure(L, LuaApi::print, 1);
+  lua_pushcclosure(L, cxx_boundary<LuaApi::print>, 1);
   lua_setglobal(L, "print");
 
   const luaL_Reg graph_methods[] = {
-      {"add_object", LuaApi::graph_add_object},
-      {"patch_object", LuaApi::graph_patch_object},
-      {"remove_object", LuaApi::graph_remove_object},
-      {"add_relation", LuaApi::graph_add_relation},
-      {"remove_relation", LuaApi::graph_remove_relation},
-      {"get", LuaApi::graph_get},
-      {"objects", LuaApi::graph_objects},
-      {"emit", LuaApi::graph_emit},
+      {"add_object", cxx_boundary<LuaApi::graph_add_object>},
+      {"patch_object", cxx_boundary<LuaApi::graph_patch_object>},
+      {"remove_object", cxx_boundary<LuaApi::graph_remove_object>},
+      {"add_relation", cxx_boundary<LuaApi::graph_add_relation>},
+      {"remove_relation", cxx_boundary<LuaApi::graph_remove_relation>},
+      {"get", cxx_boundary<LuaApi::graph_get>},
+      {"objects", cxx_boundary<LuaApi::graph_objects>},
+      {"emit", cxx_boundary<LuaApi::graph_emit>},
       {nullptr, nullptr},
   };
   luaL_newmetatable(L, kGraphMeta);
@@ -766,7 +766,7 @@ void push_ctx(lua_State* L, PackHost& host, int event) {
   lua_pushvalue(L, event);
   lua_setfield(L, ctx, "event");
   lua_pushlightuserdata(L, &host);
-  lua_pushcclosure(L, LuaApi::ctx_log, 1);
+  lua_pushcclosure(L, cxx_boundary<LuaApi::ctx_log>, 1);
   lua_setfield(L, ctx, "log");
 }
 
@@ -777,10 +777,10 @@ void push_rt(lua_State* L, PackHost& host) {
   push_graph(L, host, 0);
   lua_setfield(L, rt, "graph");
   const luaL_Reg methods[] = {
-      {"events", LuaApi::rt_events},
-      {"emit", LuaApi::rt_emit},
-      {"run_until_idle", LuaApi::rt_run_until_idle},
-      {"run_goal", LuaApi::rt_run_goal},
+      {"events", cxx_boundary<LuaApi::rt_events>},
+      {"emit", cxx_boundary<LuaApi::rt_emit>},
+      {"run_until_idle", cxx_boundary<LuaApi::rt_run_until_idle>},
+      {"run_goal", cxx_boundary<LuaApi::rt_run_goal>},
       {nullptr, nullptr},
   };
   lua_pushlightuserdata(L, &host);

@@ -76,7 +76,9 @@ Runtime::Runtime(RuntimeConfig config, EventSink sink, LogSink log)
     : config_(std::move(config)),
       sink_(std::move(sink)),
       log_(std::move(log)),
-      memory_(config_.lua_memory_cap_bytes) {
+      host_(config_.lua_memory_cap_bytes, [this](std::string_view origin, std::string_view line) {
+        log_line(origin, "warning: " + std::string(line));
+      }) {
   // Candidate output goes to stdout, leaving stderr to the host's own
   // diagnostics (forktrial-child's).
   if (!log_) log_ = [](std::string_view line) { std::cout << line << '\n' << std::flush; };
@@ -142,10 +144,10 @@ std::expected<store::EventId, std::string> Runtime::append(
   const std::uint64_t bytes = type.size() + text.size() + (actor ? actor->size() : 0) +
                               (caused_by ? caused_by->str().size() : 0) + 48;
   if (refuse_over_write_budget(bytes)) {
-    return std::unexpected("the write budget (max_appended_events = " +
-                           std::to_string(config_.max_appended_events) +
-                           ", max_appended_bytes = " + std::to_string(config_.max_appended_bytes) +
-                           ") is exhausted; the trial stops");
+    return std::unexpected(
+        "the write budget (max_appended_events = " + std::to_string(config_.max_appended_events) +
+        ", max_appended_bytes = " + std::to_string(config_.max_appended_bytes) +
+        ") is exhausted; the trial stops");
   }
   if (auto applied = graph_.apply(type, payload); !applied) return std::unexpected(applied.error());
   appended_bytes_ += bytes;
@@ -164,6 +166,7 @@ std::expected<store::EventId, std::string> Runtime::append(
     sink_(event);
   } catch (...) {
     sink_failure_ = std::current_exception();
+    host_.stop("the event sink failed");
     return std::unexpected("the event sink failed to take " + event.id.str());
   }
   const store::EventId id = event.id;
@@ -182,6 +185,7 @@ bool Runtime::refuse_over_write_budget(std::uint64_t bytes) {
       config_.max_appended_bytes != 0 && appended_bytes_ + bytes > config_.max_appended_bytes;
   if (!over_events && !over_bytes) return false;
   write_budget_exhausted_ = true;
+  host_.stop("the write budget ran out");
   // The closing record: beyond the budget by design, so the fork says why it
   // ends. It is written straight to the sink (not projected, not queued).
   store::Event event;
@@ -200,6 +204,7 @@ bool Runtime::refuse_over_write_budget(std::uint64_t bytes) {
     sink_(event);
   } catch (...) {
     sink_failure_ = std::current_exception();
+    host_.stop("the event sink failed");
     return true;
   }
   payloads_.push_back(json::parse(event.payload));
@@ -263,14 +268,13 @@ void Runtime::run_behavior(PackHost& pack, std::size_t behavior, std::size_t eve
   });
   origin_ = saved;
   if (!failure || sink_failure_) return;
-  if (failure->out_of_memory()) memory_exhausted_ = true;
   ++behavior_failures_;
   // The error text is the candidate's: it may be any bytes, of any length.
   append("behavior.failed",
          json{{"behavior", def.name},
               {"pack", pack.name},
               {"event_id", trigger.str()},
-              {"error_type", failure->error_type()},
+              {"error_type", memory_cap_hit() ? "memory_error" : failure->error_type()},
               {"message", bounded_text(failure->message, kMaxErrorTextBytes)},
               {"traceback", bounded_text(failure->traceback, kMaxErrorTextBytes)}},
          kRuntimeActor, trigger);
@@ -302,7 +306,10 @@ std::expected<LoadedPack, LoadError> Runtime::load_pack(pack::PackFiles files, P
         "only one candidate");
   }
   if (stopped()) {
-    return fail("the runtime has stopped (memory cap, write budget or event sink failure)");
+    error.memory_cap_hit = memory_cap_hit();
+    return fail(
+        "the runtime has stopped (memory ran out, the write budget ran out or the event "
+        "sink failed)");
   }
 
   const std::string* manifest_text = files.code(pack::kManifestFile);
@@ -331,16 +338,16 @@ std::expected<LoadedPack, LoadError> Runtime::load_pack(pack::PackFiles files, P
   host->files = std::move(files);
   host->manifest = *manifest;
   host->entry = manifest->runtime->entry;
-  auto state = new_confined_state(memory_, seed_from(config_.trial_id + '\0' + manifest->name));
+  auto state = new_confined_state(host_, seed_from(config_.trial_id + '\0' + manifest->name),
+                                  manifest->name);
   if (!state) {
-    error.memory_cap_hit = memory_.refusals() > 0;
+    error.memory_cap_hit = memory_cap_hit();
     return fail(state.error());
   }
   host->state = std::move(*state);
 
   auto source = host->files.lua_file(host->entry, "entry file");
   if (!source) return fail(source.error());
-  const std::uint64_t refusals_before = memory_.refusals();
   auto failure = run_protected(host->state.get(), [&](lua_State* L) {
     install_pack_api(L, *host);
     const std::string chunk_name = "@" + host->entry;
@@ -352,7 +359,7 @@ std::expected<LoadedPack, LoadError> Runtime::load_pack(pack::PackFiles files, P
   });
   if (sink_failure_) std::rethrow_exception(sink_failure_);
   if (failure) {
-    error.memory_cap_hit = failure->out_of_memory() || memory_.refusals() > refusals_before;
+    error.memory_cap_hit = memory_cap_hit();
     return fail(host->entry + " failed while loading: " + with_traceback(*failure));
   }
 
@@ -398,7 +405,6 @@ std::expected<LoadedPack, LoadError> Runtime::load_pack(pack::PackFiles files, P
 ScenarioResult Runtime::run_scenario(std::string_view spec) {
   std::optional<LuaFailure> failure;
   std::string refusal;
-  const std::uint64_t refusals_before = memory_.refusals();
   if (spec.empty()) {
     run_until_idle();
   } else if (!candidate_loaded_) {
@@ -406,8 +412,7 @@ ScenarioResult Runtime::run_scenario(std::string_view spec) {
               "\" has no pack root to resolve in";
   } else if (auto parsed = parse_scenario_spec(spec); !parsed) {
     refusal = parsed.error();
-  } else if (auto source = packs_.back()->files.lua_file(parsed->path, "scenario path");
-             !source) {
+  } else if (auto source = packs_.back()->files.lua_file(parsed->path, "scenario path"); !source) {
     refusal = source.error();
   } else {
     PackHost& candidate = *packs_.back();
@@ -448,20 +453,20 @@ ScenarioResult Runtime::run_scenario(std::string_view spec) {
   ScenarioResult result;
   result.events_appended = events_appended();
   result.behavior_failures = behavior_failures_;
-  const bool memory =
-      memory_exhausted_ ||
-      (failure && (failure->out_of_memory() || memory_.refusals() > refusals_before));
-  if (memory) {
+  if (memory_cap_hit()) {
     result.outcome = ScenarioOutcome::memory_cap_hit;
-    result.message = "the Lua memory cap of " + std::to_string(memory_.limit()) +
-                     " bytes was reached" + (failure ? ": " + failure->message : "");
+    result.message = host_.memory_problem();
+    // The stop error Lua code got afterwards would only repeat it.
+    if (failure && !failure->message.ends_with(host_.stop_message())) {
+      result.message += ": " + failure->message;
+    }
   } else if (write_budget_exhausted_) {
     result.outcome = ScenarioOutcome::write_budget_exhausted;
-    result.message = "the write budget ran out after " + std::to_string(events_appended() - 1) +
-                     " appended events (max_appended_events = " +
-                     std::to_string(config_.max_appended_events) + ", max_appended_bytes = " +
-                     std::to_string(config_.max_appended_bytes) +
-                     "); runtime.budget_exhausted was emitted";
+    result.message =
+        "the write budget ran out after " + std::to_string(events_appended() - 1) +
+        " appended events (max_appended_events = " + std::to_string(config_.max_appended_events) +
+        ", max_appended_bytes = " + std::to_string(config_.max_appended_bytes) +
+        "); runtime.budget_exhausted was emitted";
   } else if (budget_exhausted_) {
     result.outcome = ScenarioOutcome::budget_exhausted;
     result.message = "the event budget ran out after " + std::to_string(dispatched_) +

@@ -89,7 +89,7 @@ enum class PackRole {
 struct LoadError {
   std::filesystem::path pack_dir;
   std::vector<std::string> problems;  // every problem found, each a complete sentence
-  bool memory_cap_hit = false;        // the Lua memory cap stopped the load
+  bool memory_cap_hit = false;        // memory ran out (see Runtime::memory_cap_hit)
   // "cannot load the pack at DIR:" followed by one problem per line.
   std::string message() const;
 };
@@ -101,11 +101,12 @@ struct LoadedPack {
 };
 
 enum class ScenarioOutcome {
-  completed,         // the scenario returned
-  scenario_failed,   // it raised, or could not be found (message says which)
-  budget_exhausted,  // max_events ran out (runtime.budget_exhausted was emitted)
+  completed,               // the scenario returned
+  scenario_failed,         // it raised, or could not be found (message says which)
+  budget_exhausted,        // max_events ran out (runtime.budget_exhausted was emitted)
   write_budget_exhausted,  // max_appended_events or _bytes ran out (likewise recorded)
-  memory_cap_hit,    // the Lua memory cap was reached
+  memory_cap_hit,          // memory ran out: the Lua cap, C++ memory on Lua's behalf, the limits of
+                           // a JSON conversion or the C-stack guard (LuaHost); message says which
 };
 std::string_view outcome_name(ScenarioOutcome outcome);
 
@@ -154,7 +155,9 @@ class Runtime {
   std::uint64_t behavior_failures() const { return behavior_failures_; }
   bool budget_exhausted() const { return budget_exhausted_; }
   bool write_budget_exhausted() const { return write_budget_exhausted_; }
-  bool memory_cap_hit() const { return memory_exhausted_ || memory_.refusals() > 0; }
+  // Memory ran out for real (the Lua cap, or memory outside it; see
+  // LuaHost): sticky, however the Lua code reacted.
+  bool memory_cap_hit() const { return host_.memory_exhausted(); }
   const RuntimeConfig& config() const { return config_; }
 
  private:
@@ -182,9 +185,9 @@ class Runtime {
   store::EventId next_event_id();
   Drain run_until_idle();
   void run_behavior(PackHost& pack, std::size_t behavior, std::size_t event_index);
-  bool stopped() const {
-    return memory_exhausted_ || write_budget_exhausted_ || sink_failure_ != nullptr;
-  }
+  // Memory ran out, the write budget ran out or the sink failed: no more Lua
+  // code runs (LuaHost).
+  bool stopped() const { return host_.stopped(); }
   // Whether appending `bytes` more would go past the write budget; if so,
   // records the exhaustion (the closing record) and stops the runtime.
   bool refuse_over_write_budget(std::uint64_t bytes);
@@ -193,7 +196,7 @@ class Runtime {
   RuntimeConfig config_;
   EventSink sink_;
   LogSink log_;
-  MemoryCap memory_;
+  LuaHost host_;  // before packs_: every pack's state is closed before it
 
   std::vector<store::Event> events_;
   std::vector<nlohmann::json> payloads_;  // events_[i].payload, parsed
@@ -217,7 +220,6 @@ class Runtime {
   bool budget_exhausted_ = false;
   bool write_budget_exhausted_ = false;
   std::uint64_t appended_bytes_ = 0;  // what the write budget counts so far
-  bool memory_exhausted_ = false;
   bool draining_ = false;
   std::exception_ptr sink_failure_;
   std::uint64_t behavior_failures_ = 0;

@@ -195,10 +195,10 @@ std::expected<std::vector<pack::PackFiles>, std::string> materialize(
     case runtime::ScenarioOutcome::memory_cap_hit:
       tail.outcome = Outcome::limits_exceeded;
       tail.net = Net::memory;
-      tail.detail = "memory net: the Lua allocator cap of " +
-                    std::to_string(config.lua_memory_cap_bytes) +
-                    " bytes (half of max_rss_bytes) was reached" +
-                    (result.message.empty() ? "" : ": " + result.message);
+      tail.detail = "memory net: " + result.message;
+      if (config.lua_memory_cap_bytes != 0) {
+        tail.detail += " (the Lua memory cap is half of max_rss_bytes)";
+      }
       break;
   }
   tail.detail = with_warnings(tail.detail, tail.warnings);
@@ -311,7 +311,8 @@ int run(int, char**) {
     finish_out_of_memory(tail, "an allocation failed under RLIMIT_AS");
   } catch (const store::StoreOutOfMemory& e) {
     count();
-    finish_out_of_memory(tail, std::string("the scratch store could not grow (") + e.what() + ")");
+    finish_out_of_memory(
+        tail, std::string("the scratch store ran out of address space (") + e.what() + ")");
   }
 }
 
@@ -327,7 +328,7 @@ int main(int argc, char** argv) {
   } catch (const forktrial::store::StoreOutOfMemory& e) {
     // The scratch store's map could not grow under RLIMIT_AS.
     forktrial::sandbox::finish_out_of_memory(
-        {}, std::string("the scratch store could not grow (") + e.what() + ")");
+        {}, std::string("the scratch store ran out of address space (") + e.what() + ")");
   } catch (const std::exception& e) {
     forktrial::sandbox::diagnose(e.what());
     return 1;

@@ -79,9 +79,10 @@ class StoreFull : public StoreError {
   using StoreError::StoreError;
 };
 
-// LMDB could not get the memory it needed (ENOMEM): most often the map could
-// not grow because the process's address space is capped (RLIMIT_AS). Nothing
-// of the failed write was kept.
+// LMDB could not get the memory it needed (ENOMEM): the store could not be
+// mapped, its map could not grow, or an allocation failed, most often because
+// the process's address space is capped (RLIMIT_AS). Nothing of a failed
+// write was kept.
 class StoreOutOfMemory : public StoreError {
  public:
   using StoreError::StoreError;

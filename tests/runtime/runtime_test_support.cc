@@ -1,6 +1,7 @@
 #include "tests/runtime/runtime_test_support.h"
 
 #include <catch2/catch.hpp>
+#include <lua.hpp>
 
 namespace forktrial::testing {
 store::Event history_event(std::uint64_t seq, std::string type, std::string payload,
@@ -62,6 +63,34 @@ nlohmann::json payload_of(const store::NewEvent& event) {
 
 std::filesystem::path examples_dir() {
   return std::filesystem::path(FORKTRIAL_SOURCE_DIR) / "examples" / "packs";
+}
+
+HostedLua::HostedLua(std::size_t cap_bytes)
+    : host(cap_bytes, [this](std::string_view origin, std::string_view line) {
+        warnings.push_back(std::string(origin) + ": " + std::string(line));
+      }) {
+  auto created = runtime::new_confined_state(host, 1, "test");
+  if (!created) FAIL("cannot create a confined state: " << created.error());
+  state = std::move(*created);
+}
+
+std::optional<runtime::LuaFailure> HostedLua::run(std::string_view code) {
+  return runtime::run_protected(state.get(), [&](lua_State* L) {
+    if (luaL_loadbufferx(L, code.data(), code.size(), "=test", "t") != LUA_OK) lua_error(L);
+    lua_call(L, 0, 0);
+  });
+}
+
+std::string HostedLua::global(const char* name) {
+  std::string text;
+  auto failure = runtime::run_protected(state.get(), [&](lua_State* L) {
+    lua_getglobal(L, name);
+    std::size_t length = 0;
+    const char* data = luaL_tolstring(L, -1, &length);
+    text.assign(data, length);
+  });
+  if (failure) FAIL("cannot read the global " << name << ": " << failure->message);
+  return text;
 }
 
 }  // namespace forktrial::testing

@@ -4,10 +4,12 @@
 
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "runtime/lua_host.h"
 #include "runtime/runtime.h"
 #include "store/event.h"
 #include "tests/support/pack_writer.h"
@@ -45,5 +47,19 @@ void load_or_fail(Recorded& r, const std::filesystem::path& dir,
 nlohmann::json payload_of(const store::NewEvent& event);
 
 std::filesystem::path examples_dir();
+
+// One confined Lua state with a host of its own, for tests of the host and of
+// the conversions; warnings are recorded as "origin: line".
+struct HostedLua {
+  explicit HostedLua(std::size_t cap_bytes = 0);
+  std::vector<std::string> warnings;
+  runtime::LuaHost host;
+  runtime::LuaStatePtr state;
+
+  // Runs `code` as a Lua chunk named "=test"; the failure if it raised.
+  std::optional<runtime::LuaFailure> run(std::string_view code);
+  // tostring() of the global `name`.
+  std::string global(const char* name);
+};
 
 }  // namespace forktrial::testing
