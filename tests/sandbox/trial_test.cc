@@ -282,7 +282,8 @@ TEST_CASE("8. recorded-segment replay answers each message in order", "[trial]")
   CHECK(replayed_actors == std::vector<std::string>(3, "trial.replay"));
 }
 
-TEST_CASE("9. extra packs load first and interact; a bad extra pin fails the trial", "[trial]") {
+TEST_CASE("9. extra packs load first and interact, and a bad extra pin fails the trial",
+          "[trial]") {
   Fixture f;
   PackSpec trusted;
   trusted.name = "trusted";
@@ -354,7 +355,8 @@ TEST_CASE("10. the child sees only PATH, HOME, LANG and the names passed through
   }
 }
 
-TEST_CASE("11. unbounded allocation hits the memory net; a refused net is one warning", "[trial]") {
+TEST_CASE("11. unbounded allocation hits the memory net, and a refused net is one warning",
+          "[trial]") {
   Fixture f;
   SECTION("memory net") {
     TrialLimits limits;
@@ -405,7 +407,7 @@ TEST_CASE("13. a candidate flooding its output cannot exhaust the parent or forg
   CHECK(report.detail.size() < 10000);
 }
 
-TEST_CASE("14. scenario paths are confined; ::fn selects; a missing fn is named", "[trial]") {
+TEST_CASE("14. scenario paths are confined, ::fn selects, and a missing fn is named", "[trial]") {
   Fixture f;
   PackSpec spec = scenario_only("rt:emit{ type = 'ran.main', payload = {} }");
   spec.files["scenarios/main.lua"] +=
