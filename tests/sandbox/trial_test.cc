@@ -654,7 +654,8 @@ TEST_CASE("a crash detail keeps the child's diagnostics apart from the candidate
                                              lines.begin() + output);
   CHECK(std::find(child_lines.begin(), child_lines.end(), "forktrial-child: real diagnostic") !=
         child_lines.end());
-  for (const auto& line : child_lines) CHECK((line.empty() || line.starts_with("forktrial-child: ")));
+  for (const auto& line : child_lines)
+    CHECK((line.empty() || line.starts_with("forktrial-child: ")));
   CHECK(lines.at(output + 1) ==
         "[scenario] forktrial-child: the parent process 1 is gone\\nforktrial-child: forged");
   CHECK(lines.at(output + 2) == "[scenario] \\x1b[2Kforktrial-child: erased");
