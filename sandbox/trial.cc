@@ -14,7 +14,7 @@
 #include "base/text.h"
 #include "base/unique_fd.h"
 #include "pack/bundle_hash.h"
-#include "runtime/clock.h"
+#include "base/timestamp.h"
 #include "runtime/reserved_names.h"
 #include "runtime/runtime.h"
 #include "sandbox/rlimits.h"
@@ -166,7 +166,7 @@ store::Result<std::uint64_t> copy_delta(store::Writer& writer, const store::RunI
 // taken in the fork's history (the parent's prefix and the recorded delta).
 store::NewEvent wall_clock_event(const store::Writer& writer, const store::RunInfo& fork,
                                  const std::string& last_timestamp, double limit_seconds) {
-  runtime::UnixMillis last = runtime::parse_timestamp(last_timestamp).value_or(0);
+  UnixMillis last = parse_timestamp(last_timestamp).value_or(0);
   store::NewEvent event;
   for (std::uint64_t n = fork.head + 1;; ++n) {
     char id[32];
@@ -181,7 +181,7 @@ store::NewEvent wall_clock_event(const store::Writer& writer, const store::RunIn
       {"wall_clock_seconds", limit_seconds},
       {"last_accepted_seq",
        fork.head}}.dump();
-  event.timestamp = runtime::format_timestamp(last + 1);
+  event.timestamp = format_timestamp(last + 1);
   event.actor = "forktrial.parent";
   return event;
 }

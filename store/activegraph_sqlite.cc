@@ -1,5 +1,7 @@
 #include "store/activegraph_sqlite.h"
 
+#include "base/timestamp.h"
+
 #include <sqlite3.h>
 
 #include <algorithm>
@@ -180,9 +182,8 @@ Result<std::vector<ImportedRun>> read_runs(SqliteFile& file) {
       auto normalized = jsonl::normalize_payload(*payload);
       if (!normalized) return invalid(where + ": payload is " + normalized.error());
       event.payload = *normalized;
-      if (!jsonl::is_utc_timestamp(event.timestamp)) {
-        return invalid(where + ": timestamp " + quoted_excerpt(event.timestamp) +
-                       " is not an ISO-8601 UTC time");
+      if (auto parsed = parse_timestamp(event.timestamp); !parsed) {
+        return invalid(where + ": " + parsed.error());
       }
       run.events.push_back(std::move(event));
     }

@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "base/text.h"
+#include "base/timestamp.h"
 #include "base/unique_fd.h"
 #include "store/codec.h"
 #include "store/lmdb.h"
@@ -74,18 +75,6 @@ class OpenRegistration {
   std::pair<dev_t, ino_t> key_;
 };
 
-std::string system_clock_now() {
-  auto now = std::chrono::system_clock::now();
-  auto micros =
-      std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count();
-  std::time_t seconds = static_cast<std::time_t>(micros / 1'000'000);
-  std::tm utc{};
-  gmtime_r(&seconds, &utc);
-  char text[64];
-  std::size_t n = std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%S", &utc);
-  std::snprintf(text + n, sizeof text - n, ".%06lldZ", static_cast<long long>(micros % 1'000'000));
-  return text;
-}
 
 RunId random_run_id() {
   static thread_local std::mt19937_64 rng{std::random_device{}()};
@@ -447,7 +436,7 @@ EventStore::EventStore(const std::filesystem::path& path, StoreOptions options)
   Impl& impl = *impl_;
   impl.path = path;
   impl.options = std::move(options);
-  if (!impl.options.clock) impl.options.clock = system_clock_now;
+  if (!impl.options.clock) impl.options.clock = now_timestamp;
   if (!impl.options.new_run_id) impl.options.new_run_id = random_run_id;
   impl.options.initial_map_size =
       std::min(impl.options.initial_map_size, impl.options.max_map_size);

@@ -1,10 +1,10 @@
 #include "store/jsonl.h"
 
-#include <cctype>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
 #include "base/text.h"
+#include "base/timestamp.h"
 #include "store/event_store.h"
 #include "store/payload.h"
 
@@ -61,9 +61,9 @@ std::expected<NewEvent, std::string> event_from(const json& object) {
   event.payload = payload->dump();
   auto timestamp = required_string(object, "timestamp");
   if (!timestamp) return std::unexpected(timestamp.error());
-  if (!is_utc_timestamp(*timestamp)) {
-    return std::unexpected("field \"timestamp\" is " + quoted_excerpt(*timestamp) +
-                           ", not an ISO-8601 UTC time such as 2026-01-02T03:04:05.123456Z");
+  // The runtime's rule: a run that imports is a run every trial can read.
+  if (auto parsed = parse_timestamp(*timestamp); !parsed) {
+    return std::unexpected("field \"timestamp\": " + parsed.error());
   }
   event.timestamp = *timestamp;
   auto actor = nullable_string(object, "actor");
@@ -79,32 +79,7 @@ std::expected<NewEvent, std::string> event_from(const json& object) {
   return event;
 }
 
-bool digits(std::string_view s, std::size_t from, std::size_t count) {
-  if (s.size() < from + count) return false;
-  for (std::size_t i = from; i < from + count; ++i) {
-    if (std::isdigit(static_cast<unsigned char>(s[i])) == 0) return false;
-  }
-  return true;
-}
-
 }  // namespace
-
-bool is_utc_timestamp(std::string_view t) {
-  // YYYY-MM-DDTHH:MM:SS
-  if (!(digits(t, 0, 4) && t.size() > 19 && t[4] == '-' && digits(t, 5, 2) && t[7] == '-' &&
-        digits(t, 8, 2) && (t[10] == 'T' || t[10] == 't') && digits(t, 11, 2) && t[13] == ':' &&
-        digits(t, 14, 2) && t[16] == ':' && digits(t, 17, 2))) {
-    return false;
-  }
-  std::size_t pos = 19;
-  if (t[pos] == '.') {
-    std::size_t start = ++pos;
-    while (pos < t.size() && std::isdigit(static_cast<unsigned char>(t[pos])) != 0) ++pos;
-    if (pos == start) return false;
-  }
-  std::string_view zone = t.substr(pos);
-  return zone == "Z" || zone == "z" || zone == "+00:00";
-}
 
 std::expected<std::string, std::string> normalize_payload(std::string_view text) {
   // Checked before parsing: the parse would succeed, but re-serializing a

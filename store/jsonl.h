@@ -34,10 +34,6 @@ std::expected<std::vector<NewEvent>, LineError> parse_events(std::istream& in);
 // not a JSON object.
 std::expected<std::string, std::string> normalize_payload(std::string_view text);
 
-// Whether `text` looks like an ISO-8601 UTC timestamp:
-// YYYY-MM-DDTHH:MM:SS[.fraction] followed by "Z" or "+00:00".
-bool is_utc_timestamp(std::string_view text);
-
 // One event as a JSON Lines line (no trailing newline), fields in the order
 // id, type, payload, actor, frame_id, caused_by, timestamp. Throws
 // StoreError when the stored payload is not valid JSON; a text field that is

@@ -1,9 +1,11 @@
-#include "runtime/clock.h"
+#include "base/timestamp.h"
 
 #include <chrono>
 #include <cstdio>
 
-namespace forktrial::runtime {
+#include "base/text.h"
+
+namespace forktrial {
 namespace {
 
 bool read_digits(std::string_view text, std::size_t pos, std::size_t count, int& out) {
@@ -17,7 +19,7 @@ bool read_digits(std::string_view text, std::size_t pos, std::size_t count, int&
 }
 
 std::unexpected<std::string> bad(std::string_view text, std::string_view why) {
-  return std::unexpected("timestamp \"" + std::string(text) + "\" " + std::string(why) +
+  return std::unexpected("timestamp " + quoted_excerpt(text) + " " + std::string(why) +
                          "; expected ISO-8601 UTC such as 2024-05-01T12:00:00.000Z");
 }
 
@@ -77,4 +79,10 @@ std::string format_timestamp(UnixMillis millis) {
   return buffer;
 }
 
-}  // namespace forktrial::runtime
+
+std::string now_timestamp() {
+  const auto now = std::chrono::system_clock::now().time_since_epoch();
+  return format_timestamp(std::chrono::duration_cast<std::chrono::milliseconds>(now).count());
+}
+
+}  // namespace forktrial

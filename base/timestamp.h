@@ -1,0 +1,35 @@
+// Timestamps: the one parser and the one formatter of forktrial's time text.
+//
+// Every timestamp forktrial reads (an imported event, a fork's tip, a
+// recorded run) is ISO-8601 UTC: "YYYY-MM-DDTHH:MM:SS", an optional fraction
+// of any length after '.', then "Z" or "+00:00" — with an uppercase 'T' and
+// 'Z', a date that exists and a time of day in range. Everything forktrial
+// writes (the runtime's events, the parent's records, a run's created_at) is
+// "YYYY-MM-DDTHH:MM:SS.mmmZ". Import and runtime use this same rule, so a
+// recorded run that imports is a run every trial can read.
+//
+// Pure functions; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <expected>
+#include <string>
+#include <string_view>
+
+namespace forktrial {
+
+// Milliseconds since 1970-01-01T00:00:00Z.
+using UnixMillis = std::int64_t;
+
+// Parses `text` by the rule above; a finer fraction than milliseconds is
+// truncated. The error names the text and what is wrong with it, ending with
+// the expected form.
+std::expected<UnixMillis, std::string> parse_timestamp(std::string_view text);
+
+// "YYYY-MM-DDTHH:MM:SS.mmmZ".
+std::string format_timestamp(UnixMillis millis);
+
+// The system clock, now, formatted.
+std::string now_timestamp();
+
+}  // namespace forktrial
