@@ -124,10 +124,8 @@ std::expected<std::unique_ptr<Runtime>, std::string> Runtime::create(
 
 store::EventId Runtime::next_event_id() {
   for (;;) {
-    char buffer[32];
-    std::snprintf(buffer, sizeof buffer, "evt_%03llu",
-                  static_cast<unsigned long long>(next_event_number_++));
-    if (used_event_ids_.insert(buffer).second) return store::EventId(buffer);
+    store::EventId id = store::numbered_event_id(next_event_number_++);
+    if (used_event_ids_.insert(id.str()).second) return id;
   }
 }
 

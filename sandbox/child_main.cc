@@ -42,9 +42,6 @@ namespace {
 
 constexpr int kTailFd = 3;
 constexpr int kCannotStart = 70;
-// The scratch store maps only what one fork needs; it starts small because
-// the map counts against RLIMIT_AS.
-constexpr std::size_t kScratchInitialMap = std::size_t{32} << 20;
 
 void write_all(int fd, const std::string& bytes) {
   std::size_t done = 0;
@@ -264,10 +261,7 @@ int run(int, char**) {
     finish(tail);
   }
 
-  store::StoreOptions options;
-  options.sync = false;  // scratch: a process crash still keeps committed events
-  options.initial_map_size = kScratchInitialMap;
-  store::EventStore scratch(job->scratch_store, options);
+  store::EventStore scratch(job->scratch_store, scratch_store_options());
   const store::RunId fork_id(job->fork_run_id);
   std::vector<store::Event> history;
   std::uint64_t head = 0;

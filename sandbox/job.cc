@@ -16,6 +16,13 @@ std::string invalid(const std::string& what, const std::vector<std::string>& pro
 
 }  // namespace
 
+store::StoreOptions scratch_store_options() {
+  store::StoreOptions options;
+  options.sync = false;
+  options.initial_map_size = std::size_t{32} << 20;
+  return options;
+}
+
 std::string encode_job(const ChildJob& job) {
   json out{
       {"preflight", job.preflight},

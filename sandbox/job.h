@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "sandbox/trial_types.h"
+#include "store/event_store.h"
 
 namespace forktrial::sandbox {
 
@@ -35,6 +36,12 @@ struct ChildJob {
   ChildSeams seams;
   friend bool operator==(const ChildJob&, const ChildJob&) = default;
 };
+
+// The options parent and child both open the scratch store with: no fsync (a
+// crash of the child still keeps every committed event, and the store is
+// thrown away after the trial), and a small initial map, since the map counts
+// against the child's RLIMIT_AS; it grows as the trial writes.
+store::StoreOptions scratch_store_options();
 
 std::string encode_job(const ChildJob& job);
 std::expected<ChildJob, std::string> decode_job(std::string_view text);

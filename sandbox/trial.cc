@@ -27,17 +27,9 @@ extern char** environ;
 namespace forktrial::sandbox {
 namespace {
 
-constexpr std::size_t kScratchInitialMap = std::size_t{32} << 20;
 constexpr std::size_t kStderrInDetail = 2048;
 constexpr std::size_t kOutputLinesInDetail = 20;
 constexpr std::size_t kOutputBytesInDetail = 2048;
-
-store::StoreOptions scratch_options() {
-  store::StoreOptions options;
-  options.sync = false;
-  options.initial_map_size = kScratchInitialMap;
-  return options;
-}
 
 std::string last_bytes(const std::string& text, std::size_t n) {
   return text.size() <= n ? text : "..." + text.substr(text.size() - n);
@@ -169,12 +161,8 @@ store::NewEvent wall_clock_event(const store::Writer& writer, const store::RunIn
   UnixMillis last = parse_timestamp(last_timestamp).value_or(0);
   store::NewEvent event;
   for (std::uint64_t n = fork.head + 1;; ++n) {
-    char id[32];
-    std::snprintf(id, sizeof id, "evt_%03llu", static_cast<unsigned long long>(n));
-    if (!writer.find_event(fork, store::EventId(id))) {
-      event.id = store::EventId(id);
-      break;
-    }
+    event.id = store::numbered_event_id(n);
+    if (!writer.find_event(fork, event.id)) break;
   }
   event.type = "trial.wall_clock_exhausted";
   event.payload = nlohmann::json{
@@ -315,7 +303,7 @@ TrialReport run_trial(store::EventStore& store, const TrialSpecification& spec,
   ScratchDir scratch(options.scratch_parent);
   const auto scratch_store = scratch.path() / "store";
   {
-    store::EventStore seed(scratch_store, scratch_options());
+    store::EventStore seed(scratch_store, scratch_store_options());
     auto snapshot = store.snapshot();
     auto loaded =
         seed.load_segment(snapshot.segment(*snapshot.run(parent_run_id), fork_seq), fork_record);
@@ -348,7 +336,7 @@ TrialReport run_trial(store::EventStore& store, const TrialSpecification& spec,
   std::optional<store::EventStore> scratch_reader;
   DeltaScan scan;
   try {
-    scratch_reader.emplace(scratch_store, scratch_options());
+    scratch_reader.emplace(scratch_store, scratch_store_options());
     auto snapshot = scratch_reader->snapshot();
     if (auto run = snapshot.run(fork_id)) scan = scan_delta(snapshot, *run, fork_seq, limits);
   } catch (const std::exception& e) {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <compare>
+#include <cstdint>
 #include <cstddef>
 #include <functional>
 #include <string>
@@ -38,6 +39,11 @@ class StringId {
 
 using RunId = StringId<struct RunIdTag>;
 using EventId = StringId<struct EventIdTag>;
+
+// The id of event number `n` of a run's counter, as activegraph writes it:
+// "evt_" and the number, zero-padded to at least three digits ("evt_007",
+// "evt_1234").
+EventId numbered_event_id(std::uint64_t n);
 
 }  // namespace forktrial::store
 

@@ -7,9 +7,7 @@ namespace forktrial::testing {
 store::Event history_event(std::uint64_t seq, std::string type, std::string payload,
                            std::string timestamp) {
   store::Event event;
-  char id[32];
-  std::snprintf(id, sizeof id, "evt_%03llu", static_cast<unsigned long long>(seq));
-  event.id = store::EventId(id);
+  event.id = store::numbered_event_id(seq);
   event.type = std::move(type);
   event.payload = std::move(payload);
   event.timestamp = std::move(timestamp);
