@@ -104,8 +104,9 @@ TEST_CASE("a malformed pin or limit is a usage error and records nothing", "[tri
   const auto store = imported_store(dir);
   const auto runs = [&] { return cli({"run", "ls", "--store", store, "--json"}).out; };
   const auto before = runs();
-  const std::vector<std::string> trial = {"trial", "--store", store, "--run", "run_chat", "--at",
-                                          "evt_010", "--pack", kExamples + "/packs/chat_echo"};
+  const std::vector<std::string> trial = {"trial",   "--store",  store,
+                                          "--run",   "run_chat", "--at",
+                                          "evt_010", "--pack",   kExamples + "/packs/chat_echo"};
   const auto with = [&](std::vector<std::string> extra) {
     auto args = trial;
     args.insert(args.end(), extra.begin(), extra.end());
@@ -402,4 +403,31 @@ TEST_CASE("forktrial trial refuses a label that is not plain text before running
                         "U+001B at offset 0") != std::string::npos);
   auto runs = nlohmann::json::parse(cli({"run", "ls", "--store", store, "--json"}).out);
   CHECK(runs.size() == 1);
+}
+
+TEST_CASE("the helper that runs commands for these tests stops one that hangs", "[cli]") {
+  TempDir dir;
+  const auto marker = dir.path() / "member-pid";
+  // A command that never ends, with a member of its group that would outlive
+  // a kill of the command alone.
+  const std::string script = "sleep 60 & echo $! > '" + marker.string() + "'; wait";
+  CHECK_THROWS_WITH(run_command({"/bin/sh", "-c", script}, std::chrono::seconds(1)),
+                    Catch::StartsWith("the command did not finish within 1 s and was killed"));
+  std::ifstream in(marker);
+  pid_t member = 0;
+  in >> member;
+  REQUIRE(member > 0);
+  // SIGKILL was sent to the whole group; the member may take a moment to die.
+  const auto dead = [&] {
+    std::ifstream stat("/proc/" + std::to_string(member) + "/stat");
+    std::string line;
+    return !std::getline(stat, line) || line.substr(line.rfind(')') + 2, 1) == "Z";
+  };
+  bool gone = dead();
+  for (int i = 0; i < 100 && !gone; ++i) {
+    ::usleep(100'000);
+    gone = dead();
+  }
+  CHECK(gone);
+  if (!gone) ::kill(member, SIGKILL);
 }

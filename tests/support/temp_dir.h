@@ -2,6 +2,7 @@
 // scope, and small helpers to build file trees and run commands.
 #pragma once
 
+#include <chrono>
 #include <filesystem>
 #include <string>
 #include <string_view>
@@ -31,8 +32,11 @@ struct CommandResult {
 };
 
 // Runs `argv[0]` with arguments through posix_spawn (no shell), capturing
-// stdout and stderr.
-CommandResult run_command(const std::vector<std::string>& argv);
+// stdout and stderr. A command still running after `timeout` is killed, with
+// every process of its own process group, and the call throws naming it, so
+// a hung command fails its test instead of hanging the suite.
+CommandResult run_command(const std::vector<std::string>& argv,
+                          std::chrono::seconds timeout = std::chrono::seconds(120));
 
 // Runs the built `forktrial` command with `args`, as a user would.
 CommandResult run_forktrial(std::vector<std::string> args);
