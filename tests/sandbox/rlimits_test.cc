@@ -1,5 +1,8 @@
 #include "sandbox/rlimits.h"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <cerrno>
 #include <map>
@@ -81,18 +84,34 @@ TEST_CASE("a net the host refuses yields exactly one warning naming it", "[sandb
         "cap, the wall-clock kill and the event budget still bound the trial");
 }
 
-TEST_CASE("the real setrlimit applies the CPU net to the calling process", "[sandbox][nets]") {
-  // Lowering a limit is always allowed; check the system call path end to end
-  // on a limit far above what this test uses, then restore it.
+TEST_CASE("the real setrlimit applies the nets to the calling process", "[sandbox][nets]") {
+  // In a forked copy of this process: lowering a hard limit cannot be undone
+  // without privilege, and this test process must keep its own limits. The
+  // copy reports what it saw through its exit status.
   rlimit before{};
   REQUIRE(::getrlimit(RLIMIT_CPU, &before) == 0);
-  TrialLimits limits;
-  limits.wall_clock_seconds = 3600;
-  limits.max_rss_bytes.reset();  // never cap this test process's own address space
-  auto warnings = apply_nets(limits, system_setrlimit());
-  CHECK(warnings == std::vector<std::string>{kMemoryOff});
-  rlimit now{};
-  REQUIRE(::getrlimit(RLIMIT_CPU, &now) == 0);
-  CHECK(now.rlim_cur == 3605);
-  ::setrlimit(RLIMIT_CPU, &before);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    TrialLimits limits;
+    limits.wall_clock_seconds = 3600;
+    limits.max_rss_bytes = std::uint64_t{1} << 40;
+    const auto warnings = apply_nets(limits, system_setrlimit());
+    rlimit cpu{};
+    rlimit as{};
+    rlimit core{};
+    const bool applied = ::getrlimit(RLIMIT_CPU, &cpu) == 0 && cpu.rlim_cur == 3605 &&
+                         cpu.rlim_max == 3606 && ::getrlimit(RLIMIT_AS, &as) == 0 &&
+                         as.rlim_cur == (rlim_t{1} << 40) && ::getrlimit(RLIMIT_CORE, &core) == 0 &&
+                         core.rlim_cur == 0;
+    ::_exit(!warnings.empty() ? 2 : applied ? 0 : 1);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  rlimit after{};
+  REQUIRE(::getrlimit(RLIMIT_CPU, &after) == 0);
+  CHECK(after.rlim_cur == before.rlim_cur);
+  CHECK(after.rlim_max == before.rlim_max);
 }

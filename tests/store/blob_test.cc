@@ -60,8 +60,10 @@ long max_rss_bytes() {
   return usage.ru_maxrss * 1024L;
 }
 
+// Slow (it writes and hashes 320 MiB twice): hidden from the default run,
+// run by scripts/test-slow.
 TEST_CASE("a several-hundred-MiB file is streamed into a blob and read back in place",
-          "[store][blob]") {
+          "[store][blob][.slow]") {
   constexpr int kMiB = 320;
   forktrial::testing::TempDir dir;
   auto file = dir.path() / "big.bin";
