@@ -229,13 +229,18 @@ std::string child_problem_detail(const ChildResult& child) {
 }  // namespace
 
 std::filesystem::path default_child_path() {
-  std::error_code ec;
-  auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (!ec) {
-    auto sibling = self.parent_path() / "forktrial-child";
-    if (std::filesystem::exists(sibling, ec)) return sibling;
+  if (const char* chosen = ::getenv("FORKTRIAL_CHILD"); chosen != nullptr && *chosen != '\0') {
+    return chosen;
   }
-  return FORKTRIAL_CHILD_PATH;
+  std::error_code ec;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return "forktrial-child";
+  const auto dir = self.parent_path();
+  for (const auto& candidate :
+       {dir / "forktrial-child", dir.parent_path() / "libexec" / "forktrial" / "forktrial-child"}) {
+    if (std::filesystem::exists(candidate, ec)) return candidate;
+  }
+  return dir / "forktrial-child";
 }
 
 TrialLimits default_preflight_limits() {

@@ -64,8 +64,13 @@ struct ChildOptions {
   const Cancellation* cancellation = nullptr;
 };
 
-// The forktrial-child next to the running executable, else the one built
-// alongside this library.
+// Where the trial child is: $FORKTRIAL_CHILD when it is set; else
+// forktrial-child beside the running executable (the build tree, or bin/ of
+// an installation that keeps both there); else
+// ../libexec/forktrial/forktrial-child from it (what `cmake --install` lays
+// out). When none exists, the path beside the executable, so that the spawn's
+// error names where the child was expected. No build-tree path is compiled
+// in: an installed forktrial finds its own child.
 std::filesystem::path default_child_path();
 
 TrialReport run_forked_trial(store::EventStore& store, const store::RunId& parent_run_id,

@@ -302,7 +302,7 @@ void add_preflight_command(CLI::App& app) {
       "nets that degraded here (none: every net applies), or the child's startup error.");
   cmd->add_option("--max-rss", *max_rss, "memory cap to probe")->capture_default_str();
   cmd->add_option("--wall-clock", *wall_clock, "wall clock to probe")->capture_default_str();
-  cmd->add_flag("--json", *json, "print {\"ok\", \"warnings\"} as JSON");
+  cmd->add_flag("--json", *json, "print {\"ok\", \"child\", \"warnings\"} as JSON");
   cmd->footer(examples_footer({"forktrial preflight", "forktrial preflight --max-rss 1G --json"}));
   cmd->callback([=] {
     sandbox::TrialLimits limits;
@@ -319,14 +319,18 @@ void add_preflight_command(CLI::App& app) {
                               "preflight --help`)",
                           kUsageError);
     }
+    const std::string child = sandbox::default_child_path().string();
     if (*json) {
-      std::cout << json_text(ordered_json{{"ok", true}, {"warnings", warnings}}, 2) << '\n';
+      std::cout << json_text(ordered_json{{"ok", true}, {"child", child}, {"warnings", warnings}},
+                             2)
+                << '\n';
     } else if (warnings.empty()) {
       std::printf("ok: a trial child starts here and every net applies\n");
     } else {
       std::printf("ok, with degraded nets:\n");
       for (const auto& w : warnings) std::printf("  %s\n", terminal_safe(w).c_str());
     }
+    if (!*json) std::printf("child: %s\n", terminal_safe(child).c_str());
   });
 }
 

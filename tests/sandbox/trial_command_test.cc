@@ -431,3 +431,28 @@ TEST_CASE("the helper that runs commands for these tests stops one that hangs", 
   CHECK(gone);
   if (!gone) ::kill(member, SIGKILL);
 }
+
+TEST_CASE("an installed forktrial finds its own child, not the build tree's", "[cli][install]") {
+  TempDir dir;
+  const auto prefix = dir.path() / "prefix";
+  auto installed = run_command(
+      {FORKTRIAL_CMAKE, "--install", FORKTRIAL_BUILD_DIR, "--prefix", prefix.string()});
+  INFO(installed.out << installed.err);
+  REQUIRE(installed.exit_code == 0);
+  const auto forktrial = prefix / "bin" / "forktrial";
+  const auto child = prefix / "libexec" / "forktrial" / "forktrial-child";
+  REQUIRE(std::filesystem::exists(forktrial));
+  REQUIRE(std::filesystem::exists(child));
+  // Without the tests' pointer to the build tree's child.
+  auto result = run_command({"/usr/bin/env", "-u", "FORKTRIAL_CHILD", forktrial.string(),
+                             "preflight", "--json"});
+  INFO(result.err);
+  REQUIRE(result.exit_code == 0);
+  auto report = nlohmann::json::parse(result.out);
+  CHECK(report["ok"] == true);
+  CHECK(report["child"] == child.string());
+  // And FORKTRIAL_CHILD chooses another one.
+  auto chosen = run_command({"/usr/bin/env", "FORKTRIAL_CHILD=" + child.string(),
+                             (prefix / "bin" / "forktrial").string(), "preflight", "--json"});
+  CHECK(nlohmann::json::parse(chosen.out)["child"] == child.string());
+}
