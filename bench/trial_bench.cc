@@ -103,10 +103,8 @@ int main(int argc, char** argv) {
     (void)store.create_run(store::NewRun{.id = run, .label = "bench"});
     std::vector<store::NewEvent> events;
     for (int i = 1; i <= 20; ++i) {
-      char id[16];
-      std::snprintf(id, sizeof id, "evt_%03d", i);
       store::NewEvent e;
-      e.id = store::EventId(id);
+      e.id = store::numbered_event_id(static_cast<std::uint64_t>(i));
       e.type = "chat.message";
       e.payload = R"({"text":"hello"})";
       e.timestamp = "2026-01-05T10:00:00.000Z";
@@ -114,11 +112,13 @@ int main(int argc, char** argv) {
     }
     (void)store.append(run, 0, events);
 
-    sandbox::PackSource source{pack_dir.string(), pin, true};
-    sandbox::TrialLimits limits;
+    sandbox::TrialSpecification spec;
+    spec.parent_run_id = run;
+    spec.at_event = store::numbered_event_id(20);
+    spec.candidate = sandbox::PackSource{pack_dir.string(), Digest::parse(pin), true};
     bool all_completed = true;
     auto trial_ms = time_runs(trials, [&] {
-      auto report = sandbox::run_forked_trial(store, run, store::EventId("evt_020"), source);
+      auto report = sandbox::run_trial(store, spec);
       all_completed = all_completed && report.outcome == sandbox::Outcome::completed;
     });
     auto spawn = [](std::vector<std::string> command) {

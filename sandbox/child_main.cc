@@ -123,8 +123,8 @@ std::expected<std::vector<pack::PackFiles>, std::string> materialize(
     if (!files)
       return std::unexpected(role + " " + pack->root_dir + ": " + files.error().message());
     if (pack->expected_bundle_hash) {
-      auto verified =
-          pack::compare_pin(*pack->expected_bundle_hash, files->bundle_hash(), pack->root_dir);
+      auto verified = pack::compare_pin(pack->expected_bundle_hash->str(), files->bundle_hash(),
+                                        pack->root_dir);
       if (!verified)
         return std::unexpected(role + " " + pack->root_dir + ": " + verified.error().message);
     }

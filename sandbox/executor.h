@@ -38,7 +38,7 @@ class TrialExecutor {
   virtual ~TrialExecutor() = default;
   virtual const IsolationGuarantees& isolation() const = 0;
   // Runs one trial against `store` (which holds the parent run) and returns
-  // its report. Throws only for setup problems (see run_forked_trial).
+  // its report. Throws only for setup problems (see run_trial).
   virtual TrialReport execute(store::EventStore& store, const TrialSpecification& spec) = 0;
 };
 

@@ -249,22 +249,6 @@ TrialLimits default_preflight_limits() {
   return limits;
 }
 
-TrialReport run_forked_trial(store::EventStore& store, const store::RunId& parent_run_id,
-                             const store::EventId& at_event, const PackSource& candidate,
-                             const std::string& scenario, const TrialLimits& limits,
-                             const std::string& label, const std::vector<PackSource>& extra_packs,
-                             const ChildOptions& options) {
-  TrialSpecification spec;
-  spec.parent_run_id = parent_run_id.str();
-  spec.at_event = at_event.str();
-  spec.label = label;
-  spec.candidate = candidate;
-  spec.extra_packs = extra_packs;
-  spec.scenario = scenario;
-  spec.limits = limits;
-  return run_trial(store, spec, options);
-}
-
 TrialReport run_trial(store::EventStore& store, const TrialSpecification& spec,
                       const ChildOptions& options) {
   // 0. What the caller got wrong is refused before anything is forked,
@@ -273,8 +257,8 @@ TrialReport run_trial(store::EventStore& store, const TrialSpecification& spec,
     throw TrialSetupError(TrialSetupError::Kind::invalid_specification,
                           invalid_message("the trial specification is invalid:", problems));
   }
-  const store::RunId parent_run_id(spec.parent_run_id);
-  const store::EventId at_event(spec.at_event);
+  const store::RunId& parent_run_id = spec.parent_run_id;
+  const store::EventId& at_event = spec.at_event;
   const TrialLimits& limits = spec.limits;
 
   // 1. The parent forks. The fork point is resolved and checked here; the

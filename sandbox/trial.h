@@ -1,4 +1,4 @@
-// run_forked_trial and preflight: activegraph.sandbox's contract in C++.
+// run_trial and preflight: activegraph.sandbox's contract in C++.
 //
 // Division of authority: the parent (this code) forks the run in its store
 // and records the lineage; a fresh `forktrial-child` process gets only a
@@ -7,7 +7,7 @@
 // re-reads the counts from there. The store is the record: its numbers win
 // every disagreement with the child's tail, and the report says so.
 //
-// run_forked_trial never throws for what happens inside a trial — those are
+// run_trial never throws for what happens inside a trial — those are
 // outcomes in the TrialReport. It throws TrialSetupError, before anything is
 // forked, spawned or recorded, for what the caller got wrong (a limit out of
 // range, a malformed pin, an unknown run or fork point), SystemError or
@@ -73,14 +73,9 @@ struct ChildOptions {
 // in: an installed forktrial finds its own child.
 std::filesystem::path default_child_path();
 
-TrialReport run_forked_trial(store::EventStore& store, const store::RunId& parent_run_id,
-                             const store::EventId& at_event, const PackSource& candidate,
-                             const std::string& scenario = "", const TrialLimits& limits = {},
-                             const std::string& label = "trial",
-                             const std::vector<PackSource>& extra_packs = {},
-                             const ChildOptions& options = {});
-
-// The same, from a TrialSpecification.
+// Runs the trial `spec` describes: forks spec.parent_run_id at spec.at_event
+// in `store`, runs the candidate in a fresh child, records the fork with what
+// the parent accepts of its delta, and reports.
 TrialReport run_trial(store::EventStore& store, const TrialSpecification& spec,
                       const ChildOptions& options = {});
 

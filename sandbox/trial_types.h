@@ -13,15 +13,19 @@
 #include <string_view>
 #include <vector>
 
+#include "base/digest.h"
+#include "store/ids.h"
+
 namespace forktrial::sandbox {
 
 // Where a pack is materialized from. `expected_bundle_hash` is the external
-// pin (the §4 walk with manifest.toml); the child verifies it before reading
-// any code. `manifest_required` additionally validates the manifest and checks
-// the registered surface against it two-way.
+// pin (the §4 walk with manifest.toml), a parsed digest, so a malformed pin
+// never gets this far; the child verifies it against the bytes it runs.
+// `manifest_required` additionally validates the manifest and checks the
+// registered surface against it two-way.
 struct PackSource {
   std::string root_dir;
-  std::optional<std::string> expected_bundle_hash;
+  std::optional<Digest> expected_bundle_hash;
   bool manifest_required = true;
   friend bool operator==(const PackSource&, const PackSource&) = default;
 };
@@ -87,8 +91,8 @@ struct TrialReport {
 // same bytes, so its digest can key caches.
 struct TrialSpecification {
   static constexpr int kSchemaVersion = 1;
-  std::string parent_run_id;
-  std::string at_event;
+  store::RunId parent_run_id;
+  store::EventId at_event;
   std::string label = "trial";
   PackSource candidate;
   std::vector<PackSource> extra_packs;

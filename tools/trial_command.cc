@@ -10,6 +10,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "pack/bundle_hash.h"
 #include "sandbox/trial.h"
 #include "tools/cli_support.h"
 #include "tools/commands.h"
@@ -49,12 +50,26 @@ std::uint64_t parse_size(const std::string& text, const char* option) {
   return value * scale;
 }
 
+// A pin given on the command line, refused before anything runs when it is
+// not a whole "sha256:" + 64 lowercase hex digits.
+Digest parse_pin(const std::string& text, const std::string& option) {
+  if (auto malformed = pack::check_pin_form(text)) {
+    throw CommandFailed(option + ": " + malformed->message +
+                            "\nnothing was forked or recorded; fix the option (see `forktrial "
+                            "trial --help`)",
+                        kUsageError);
+  }
+  return *Digest::parse(text);
+}
+
 sandbox::PackSource pack_source(const std::string& arg, const char* option) {
   sandbox::PackSource source;
   auto eq = arg.find("=sha256:");
   if (eq == std::string::npos) eq = arg.rfind('=');
   source.root_dir = arg.substr(0, eq);
-  if (eq != std::string::npos) source.expected_bundle_hash = arg.substr(eq + 1);
+  if (eq != std::string::npos) {
+    source.expected_bundle_hash = parse_pin(arg.substr(eq + 1), std::string(option) + " " + arg);
+  }
   if (source.root_dir.empty()) {
     throw CommandFailed(std::string(option) + " " + arg + ": no directory given; write DIR or " +
                         "DIR=sha256:<pin>");
@@ -190,10 +205,17 @@ void run_trial_command(const TrialOptions& o) {
     limits.max_appended_bytes = parse_size(o.max_appended_bytes, "--max-appended-bytes");
   }
   limits.env_passthrough = o.env_pass;
-  sandbox::PackSource candidate{o.pack, std::nullopt, true};
-  if (!o.expect.empty()) candidate.expected_bundle_hash = o.expect;
-  std::vector<sandbox::PackSource> extras;
-  for (const auto& extra : o.extra_packs) extras.push_back(pack_source(extra, "--extra-pack"));
+  sandbox::TrialSpecification spec;
+  spec.parent_run_id = store::RunId(o.run);
+  spec.at_event = store::EventId(o.at);
+  spec.label = o.label;
+  spec.candidate = sandbox::PackSource{o.pack, std::nullopt, true};
+  if (!o.expect.empty()) spec.candidate.expected_bundle_hash = parse_pin(o.expect, "--expect");
+  for (const auto& extra : o.extra_packs) {
+    spec.extra_packs.push_back(pack_source(extra, "--extra-pack"));
+  }
+  spec.scenario = o.scenario;
+  spec.limits = limits;
 
   sandbox::Cancellation cancellation;
   sandbox::ChildOptions child_options;
@@ -204,9 +226,7 @@ void run_trial_command(const TrialOptions& o) {
     const StopSignals stop(cancellation);
     store::EventStore store = open_store(o.store, false);
     try {
-      report =
-          sandbox::run_forked_trial(store, store::RunId(o.run), store::EventId(o.at), candidate,
-                                    o.scenario, limits, o.label, extras, child_options);
+      report = sandbox::run_trial(store, spec, child_options);
     } catch (const sandbox::Cancelled&) {
       stopped = true;
     } catch (const sandbox::TrialSetupError& e) {

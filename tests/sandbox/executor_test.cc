@@ -33,9 +33,9 @@ TEST_CASE("the local executor runs a specification in a child", "[sandbox][execu
   pack.files["s.lua"] = "function main(rt) rt:emit{ type = 'hello', payload = {} } end\n";
   const auto root = dir.path() / "pack";
   TrialSpecification spec;
-  spec.parent_run_id = recorded.run.str();
-  spec.at_event = "evt_002";
-  spec.candidate = {root.string(), testing::write_pack(root, pack), true};
+  spec.parent_run_id = recorded.run;
+  spec.at_event = store::EventId("evt_002");
+  spec.candidate = {root.string(), Digest::parse(testing::write_pack(root, pack)), true};
   spec.scenario = "s.lua";
   LocalSubprocessExecutor executor;
   auto report = executor.execute(store, spec);
@@ -53,8 +53,8 @@ TEST_CASE("the recording executor records specifications and answers as told",
   store::EventStore store(dir.path() / "store");
   RecordingExecutor executor;
   TrialSpecification spec;
-  spec.parent_run_id = "r";
-  spec.at_event = "e";
+  spec.parent_run_id = store::RunId("r");
+  spec.at_event = store::EventId("e");
   TrialReport scripted;
   scripted.outcome = Outcome::scenario_failed;
   scripted.detail = "scripted";

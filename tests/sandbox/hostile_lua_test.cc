@@ -57,9 +57,10 @@ struct Hostile {
   TrialReport trial(const PackSpec& spec, const TrialLimits& limits,
                     const ChildOptions& options = {}) {
     const auto root = dir.path() / "packs" / std::to_string(++packs);
-    PackSource candidate{root.string(), testing::write_pack(root, spec), true};
-    return run_forked_trial(store, recorded.run, recorded.last, candidate, "scenarios/main.lua",
-                            limits, "hostile", {}, options);
+    PackSource candidate{root.string(), Digest::parse(testing::write_pack(root, spec)), true};
+    auto trial = testing::specification(recorded, candidate, "scenarios/main.lua", limits);
+    trial.label = "hostile";
+    return run_trial(store, trial, options);
   }
   // The types of the events the trial appended to its fork.
   std::vector<std::string> fork_types(const TrialReport& report) {

@@ -116,7 +116,8 @@ TEST_CASE("a malformed pin or limit is a usage error and records nothing", "[tri
   auto short_pin = with({"--expect", "sha256:042ff759"});
   CHECK(short_pin.exit_code == 2);
   CHECK(short_pin.out.empty());
-  CHECK(short_pin.err.find("malformed pin \"sha256:042ff759\"") != std::string::npos);
+  CHECK(short_pin.err.find("--expect: malformed bundle pin \"sha256:042ff759\"") !=
+        std::string::npos);
   CHECK(short_pin.err.find("nothing was forked or recorded") != std::string::npos);
   for (const char* wall : {"inf", "nan", "-1", "1e300", "1e-9"}) {
     auto bad_wall = with({"--wall-clock", wall});

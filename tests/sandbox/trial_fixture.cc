@@ -48,9 +48,24 @@ bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
+sandbox::TrialSpecification specification(const RecordedRun& recorded,
+                                          const sandbox::PackSource& candidate,
+                                          const std::string& scenario,
+                                          const sandbox::TrialLimits& limits,
+                                          const std::vector<sandbox::PackSource>& extras) {
+  sandbox::TrialSpecification spec;
+  spec.parent_run_id = recorded.run;
+  spec.at_event = recorded.last;
+  spec.candidate = candidate;
+  spec.extra_packs = extras;
+  spec.scenario = scenario;
+  spec.limits = limits;
+  return spec;
+}
+
 sandbox::PackSource TrialFixture::pack(const PackSpec& spec, const std::string& name) {
   const auto root = dir.path() / "packs" / name;
-  return sandbox::PackSource{root.string(), write_pack(root, spec), true};
+  return sandbox::PackSource{root.string(), Digest::parse(write_pack(root, spec)), true};
 }
 
 sandbox::TrialReport TrialFixture::trial(const sandbox::PackSource& candidate,
@@ -58,8 +73,8 @@ sandbox::TrialReport TrialFixture::trial(const sandbox::PackSource& candidate,
                                          const sandbox::TrialLimits& limits,
                                          const std::vector<sandbox::PackSource>& extras,
                                          const sandbox::ChildOptions& options) {
-  return sandbox::run_forked_trial(store, recorded.run, recorded.last, candidate, scenario, limits,
-                                   "trial", extras, options);
+  return sandbox::run_trial(store, specification(recorded, candidate, scenario, limits, extras),
+                            options);
 }
 
 std::vector<store::Event> TrialFixture::fork_events(const sandbox::TrialReport& report) {

@@ -33,6 +33,13 @@ PackSpec scenario_only(const std::string& body);
 
 bool contains(const std::string& text, const std::string& part);
 
+// A trial of `candidate` on a fork of `recorded` at its last event.
+sandbox::TrialSpecification specification(const RecordedRun& recorded,
+                                          const sandbox::PackSource& candidate,
+                                          const std::string& scenario,
+                                          const sandbox::TrialLimits& limits = {},
+                                          const std::vector<sandbox::PackSource>& extras = {});
+
 // A temporary store holding the recorded run, packs written beside it, and
 // trials run on forks of the recorded run at its last event.
 struct TrialFixture {

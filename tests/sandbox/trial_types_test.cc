@@ -11,10 +11,10 @@ const std::string kPin = "sha256:" + std::string(64, 'b');
 
 TrialSpecification sample() {
   TrialSpecification spec;
-  spec.parent_run_id = "run_1";
-  spec.at_event = "evt_003";
+  spec.parent_run_id = forktrial::store::RunId("run_1");
+  spec.at_event = forktrial::store::EventId("evt_003");
   spec.label = "candidate-7";
-  spec.candidate = {"/packs/candidate", kPin, true};
+  spec.candidate = {"/packs/candidate", forktrial::Digest::parse(kPin), true};
   spec.extra_packs = {{"/packs/trusted", std::nullopt, false}};
   spec.scenario = "scenarios/replay.lua::main";
   spec.limits.wall_clock_seconds = 2.5;
