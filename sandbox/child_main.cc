@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <iostream>
 #include <iterator>
@@ -88,11 +89,25 @@ std::string with_warnings(std::string detail, const std::vector<std::string>& wa
   finish(tail);
 }
 
-SetRlimit setter_for(const ChildSeams& seams) {
-  std::vector<std::string> refuse = seams.refuse_nets;
+// The real setrlimit, except where a net cannot apply: under a sanitizer, whose
+// shadow memory cannot live under an address-space cap, RLIMIT_AS is refused
+// (ENOTSUP) and announced like a host's refusal. A test build of this program
+// (FORKTRIAL_CHILD_TEST_SEAMS, tests/sandbox) also refuses the nets named in
+// $FORKTRIAL_TEST_REFUSE_NETS ("memory", "cpu") with EPERM, the way some hosts
+// do; the forktrial-child that runs trials has no such switch.
+SetRlimit net_setter() {
+  std::vector<std::string> refuse;
 #ifdef FORKTRIAL_SANITIZED
-  // The sanitizer's shadow memory cannot live under an address-space cap.
   refuse.push_back("memory-sanitized");
+#endif
+#ifdef FORKTRIAL_CHILD_TEST_SEAMS
+  if (const char* names = std::getenv("FORKTRIAL_TEST_REFUSE_NETS")) {
+    for (std::string_view rest = names; !rest.empty();) {
+      const auto comma = rest.find(',');
+      refuse.emplace_back(rest.substr(0, comma));
+      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    }
+  }
 #endif
   return [real = system_setrlimit(), refuse](int resource, const rlimit& limit) {
     auto refused = [&](const char* net) {
@@ -225,7 +240,7 @@ int run(int, char**) {
   }
 
   ChildTail tail;
-  tail.warnings = apply_nets(job->limits, setter_for(job->seams));
+  tail.warnings = apply_nets(job->limits, net_setter());
   for (const auto& warning : tail.warnings)
     std::fprintf(stderr, "forktrial-child: %s\n", warning.c_str());
 
@@ -293,7 +308,7 @@ int run(int, char**) {
   }
   runtime::Runtime& rt = **created;
   auto count = [&] {
-    tail.events_appended = rt.events_appended() + job->seams.misreport_events;
+    tail.events_appended = rt.events_appended();
     tail.behavior_failures = rt.behavior_failures();
     tail.last_seq = head;
   };

@@ -27,27 +27,4 @@ TrialReport LocalSubprocessExecutor::execute(store::EventStore& store,
   return run_trial(store, spec, options_);
 }
 
-TrialReport RecordingExecutor::execute(store::EventStore&, const TrialSpecification& spec) {
-  std::lock_guard lock(mutex_);
-  executed_.push_back(spec);
-  if (queued_.empty()) {
-    TrialReport report;
-    report.outcome = Outcome::completed;
-    return report;
-  }
-  TrialReport report = std::move(queued_.front());
-  queued_.pop_front();
-  return report;
-}
-
-void RecordingExecutor::queue_report(TrialReport report) {
-  std::lock_guard lock(mutex_);
-  queued_.push_back(std::move(report));
-}
-
-std::vector<TrialSpecification> RecordingExecutor::executed() const {
-  std::lock_guard lock(mutex_);
-  return executed_;
-}
-
 }  // namespace forktrial::sandbox

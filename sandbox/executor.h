@@ -8,8 +8,6 @@
 // (each execute() call owns its child and scratch store).
 #pragma once
 
-#include <deque>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -52,24 +50,6 @@ class LocalSubprocessExecutor final : public TrialExecutor {
  private:
   ChildOptions options_;
   IsolationGuarantees isolation_;
-};
-
-// A test double: records every specification it is given and answers with
-// the reports queued by the test (or a `completed` report when none is
-// queued). Thread-safe.
-class RecordingExecutor final : public TrialExecutor {
- public:
-  const IsolationGuarantees& isolation() const override { return isolation_; }
-  TrialReport execute(store::EventStore& store, const TrialSpecification& spec) override;
-
-  void queue_report(TrialReport report);
-  std::vector<TrialSpecification> executed() const;
-
- private:
-  IsolationGuarantees isolation_;  // a double provides nothing
-  mutable std::mutex mutex_;
-  std::vector<TrialSpecification> executed_;  // guarded by mutex_
-  std::deque<TrialReport> queued_;            // guarded by mutex_
 };
 
 }  // namespace forktrial::sandbox

@@ -24,17 +24,14 @@ store::StoreOptions scratch_store_options() {
 }
 
 std::string encode_job(const ChildJob& job) {
-  json out{
-      {"preflight", job.preflight},
-      {"limits", json::parse(to_canonical_json(job.limits))},
-      {"specification", job.spec ? json::parse(to_canonical_json(*job.spec)) : json(nullptr)},
-      {"fork_run_id", job.fork_run_id},
-      {"fork_seq", job.fork_seq},
-      {"scratch_store", job.scratch_store},
-      {"trial_id", job.trial_id},
-      {"parent_pid", job.parent_pid},
-      {"seams",
-       {{"refuse_nets", job.seams.refuse_nets}, {"misreport_events", job.seams.misreport_events}}}};
+  json out{{"preflight", job.preflight},
+           {"limits", json::parse(to_canonical_json(job.limits))},
+           {"specification", job.spec ? json::parse(to_canonical_json(*job.spec)) : json(nullptr)},
+           {"fork_run_id", job.fork_run_id},
+           {"fork_seq", job.fork_seq},
+           {"scratch_store", job.scratch_store},
+           {"trial_id", job.trial_id},
+           {"parent_pid", job.parent_pid}};
   return out.dump();
 }
 
@@ -59,9 +56,6 @@ std::expected<ChildJob, std::string> decode_job(std::string_view text) {
     job.scratch_store = doc.at("scratch_store").get<std::string>();
     job.trial_id = doc.at("trial_id").get<std::string>();
     job.parent_pid = doc.at("parent_pid").get<int>();
-    const json& seams = doc.at("seams");
-    job.seams.refuse_nets = seams.at("refuse_nets").get<std::vector<std::string>>();
-    job.seams.misreport_events = seams.at("misreport_events").get<std::uint64_t>();
     return job;
   } catch (const json::exception& e) {
     return std::unexpected("the job on stdin is malformed: " + std::string(e.what()));

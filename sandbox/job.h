@@ -1,10 +1,7 @@
 // The job a parent hands a trial child on stdin: the trial specification, the
 // fork the child works on, and where that fork's scratch store lives. JSON,
 // since it crosses one pipe once and is read before any candidate code runs.
-//
-// `seams` exist for the test suite only: each one makes the child misbehave
-// in one precise way that is otherwise hard to provoke (a host refusing a
-// net, a lying tail). Candidate code cannot reach the job.
+// Candidate code cannot reach the job.
 #pragma once
 
 #include <expected>
@@ -18,12 +15,6 @@
 
 namespace forktrial::sandbox {
 
-struct ChildSeams {
-  std::vector<std::string> refuse_nets;  // "memory", "cpu": setrlimit fails with EPERM
-  std::uint64_t misreport_events = 0;    // added to the tail's events_appended
-  friend bool operator==(const ChildSeams&, const ChildSeams&) = default;
-};
-
 struct ChildJob {
   bool preflight = false;  // a null job: apply the nets, start the runtime, report
   TrialLimits limits;      // the nets to apply (a trial's are those of its specification)
@@ -33,7 +24,6 @@ struct ChildJob {
   std::string scratch_store;   // directory of the scratch store holding only the fork
   std::string trial_id;        // seeds the runtime's randomness
   int parent_pid = 0;          // the supervising process; the child exits if it is gone
-  ChildSeams seams;
   friend bool operator==(const ChildJob&, const ChildJob&) = default;
 };
 

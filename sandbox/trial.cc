@@ -12,9 +12,9 @@
 #include <unordered_set>
 
 #include "base/text.h"
+#include "base/timestamp.h"
 #include "base/unique_fd.h"
 #include "pack/bundle_hash.h"
-#include "base/timestamp.h"
 #include "runtime/reserved_names.h"
 #include "runtime/runtime.h"
 #include "sandbox/rlimits.h"
@@ -308,7 +308,6 @@ TrialReport run_trial(store::EventStore& store, const TrialSpecification& spec,
   job.fork_seq = fork_seq;
   job.scratch_store = scratch_store.string();
   job.trial_id = fork_id.str();
-  job.seams = options.seams;
 
   // 3. A fresh child process, closed environment, job on stdin, tail on fd 3.
   std::chrono::milliseconds wall_clock{0};
@@ -449,7 +448,6 @@ std::vector<std::string> preflight(const TrialLimits& limits, std::chrono::milli
   ChildJob job;
   job.preflight = true;
   job.limits = limits;
-  job.seams = options.seams;
   ChildResult child;
   try {
     child = run_child(child_request(options, job, timeout));

@@ -58,7 +58,6 @@ struct ChildOptions {
   std::filesystem::path child_path;      // empty: default_child_path()
   std::filesystem::path scratch_parent;  // empty: $TMPDIR or /tmp
   std::vector<std::string> extra_env;    // "NAME=value" added to the child's env (tests)
-  ChildSeams seams;                      // test seams forwarded in the job
   // Cancelling it stops the trial (run_trial and preflight throw Cancelled);
   // not owned, must outlive the call. Signal handlers may cancel it.
   const Cancellation* cancellation = nullptr;

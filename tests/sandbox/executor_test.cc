@@ -2,6 +2,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "tests/sandbox/recording_executor.h"
 #include "tests/sandbox/trial_fixture.h"
 
 using namespace forktrial;
@@ -51,7 +52,7 @@ TEST_CASE("the recording executor records specifications and answers as told",
           "[sandbox][executor]") {
   testing::TempDir dir;
   store::EventStore store(dir.path() / "store");
-  RecordingExecutor executor;
+  testing::RecordingExecutor executor;
   TrialSpecification spec;
   spec.parent_run_id = store::RunId("r");
   spec.at_event = store::EventId("e");

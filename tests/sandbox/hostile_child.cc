@@ -8,6 +8,7 @@
 //          record of the parent's, then another ordinary event
 //   flood  50 events more than max_appended_events
 //   bytes  1 MiB payloads until max_appended_bytes is passed
+//   misreport  two ordinary events, and a tail claiming seven more
 #include <unistd.h>
 
 #include <cstdio>
@@ -63,6 +64,10 @@ int main() {
       append("blob", payload, "scenario");
       ++written;
     }
+  } else if (mode == "misreport") {
+    append("chat.message", R"({"text":"one"})", "scenario");
+    append("chat.message", R"({"text":"two"})", "scenario");
+    written = 2 + 7;
   } else {
     return 2;
   }

@@ -436,8 +436,8 @@ TEST_CASE("the helper that runs commands for these tests stops one that hangs", 
 TEST_CASE("an installed forktrial finds its own child, not the build tree's", "[cli][install]") {
   TempDir dir;
   const auto prefix = dir.path() / "prefix";
-  auto installed = run_command(
-      {FORKTRIAL_CMAKE, "--install", FORKTRIAL_BUILD_DIR, "--prefix", prefix.string()});
+  auto installed =
+      run_command({FORKTRIAL_CMAKE, "--install", FORKTRIAL_BUILD_DIR, "--prefix", prefix.string()});
   INFO(installed.out << installed.err);
   REQUIRE(installed.exit_code == 0);
   const auto forktrial = prefix / "bin" / "forktrial";
@@ -445,8 +445,8 @@ TEST_CASE("an installed forktrial finds its own child, not the build tree's", "[
   REQUIRE(std::filesystem::exists(forktrial));
   REQUIRE(std::filesystem::exists(child));
   // Without the tests' pointer to the build tree's child.
-  auto result = run_command({"/usr/bin/env", "-u", "FORKTRIAL_CHILD", forktrial.string(),
-                             "preflight", "--json"});
+  auto result = run_command(
+      {"/usr/bin/env", "-u", "FORKTRIAL_CHILD", forktrial.string(), "preflight", "--json"});
   INFO(result.err);
   REQUIRE(result.exit_code == 0);
   auto report = nlohmann::json::parse(result.out);

@@ -351,7 +351,8 @@ TEST_CASE("11. unbounded allocation hits the memory net, and a refused net is on
     TrialLimits limits;
     limits.max_rss_bytes = std::uint64_t{512} << 20;
     ChildOptions options;
-    options.seams.refuse_nets = {"memory"};
+    options.child_path = FORKTRIAL_CHILD_SEAMS;
+    options.extra_env = {"FORKTRIAL_TEST_REFUSE_NETS=memory"};
     auto report = f.trial(f.pack(greeter()), "scenarios/main.lua", limits, {}, options);
     INFO(report.detail);
     CHECK(report.outcome == Outcome::completed);
@@ -450,10 +451,12 @@ TEST_CASE("16. preflight passes here and reports a child that cannot start", "[t
 TEST_CASE("17. the store wins when the child's tail disagrees", "[trial]") {
   Fixture f;
   ChildOptions options;
-  options.seams.misreport_events = 7;
+  options.child_path = FORKTRIAL_HOSTILE_CHILD;  // it claims 7 more events than it wrote
+  options.extra_env = {"FORKTRIAL_HOSTILE=misreport"};
   auto report = f.trial(f.pack(greeter()), "scenarios/main.lua", {}, {}, options);
   CHECK(report.outcome == Outcome::completed);
   const auto stored = f.fork_events(report).size();
+  CHECK(stored == 2);
   CHECK(report.events_appended == stored);
   CHECK(contains(report.detail, "claimed " + std::to_string(stored + 7) + " events appended"));
   CHECK(contains(report.detail, "the store's numbers are reported"));
@@ -670,4 +673,19 @@ TEST_CASE("every line the child writes on stderr is its own, prefixed", "[trial]
   REQUIRE(lines.size() > 1);
   for (const auto& line : lines) CHECK(line.starts_with("forktrial-child: "));
   CHECK(lines.at(0) == "forktrial-child: the job's trial specification failed validation:");
+}
+
+TEST_CASE("the child that runs trials carries no test switch", "[trial]") {
+  const auto bytes_of = [](const std::filesystem::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string production = bytes_of(default_child_path());
+  const std::string test_build = bytes_of(FORKTRIAL_CHILD_SEAMS);
+  REQUIRE(!production.empty());
+  // The switch is compiled only into the test build of the child.
+  CHECK(test_build.find("FORKTRIAL_TEST_REFUSE_NETS") != std::string::npos);
+  CHECK(production.find("FORKTRIAL_TEST_REFUSE_NETS") == std::string::npos);
+  CHECK(production.find("misreport") == std::string::npos);
+  CHECK(production.find("refuse_nets") == std::string::npos);
 }

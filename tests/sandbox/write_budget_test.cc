@@ -54,10 +54,10 @@ TEST_CASE("a scenario emitting without end is stopped by the write budget", "[tr
 
 TEST_CASE("catching the write budget's error does not let a scenario go on", "[trial][budget]") {
   TrialFixture f;
-  auto report = f.trial(
-      f.pack(scenario_only("for i = 1, 1000 do pcall(rt.emit, rt, { type = 'spam' }) end\n"
-                           "rt:emit{ type = 'after' }")),
-      "scenarios/main.lua", small_budget());
+  auto report =
+      f.trial(f.pack(scenario_only("for i = 1, 1000 do pcall(rt.emit, rt, { type = 'spam' }) end\n"
+                                   "rt:emit{ type = 'after' }")),
+              "scenarios/main.lua", small_budget());
   INFO(report.detail);
   CHECK(report.outcome == Outcome::limits_exceeded);
   CHECK(report.events_appended == 101);
@@ -67,10 +67,11 @@ TEST_CASE("large payloads are stopped by the write budget's bytes", "[trial][bud
   TrialFixture f;
   TrialLimits limits = small_budget();
   limits.max_appended_bytes = 1 << 20;
-  auto report = f.trial(
-      f.pack(scenario_only("local big = string.rep('x', 100000)\n"
-                           "for i = 1, 1000 do rt:emit{ type = 'big', payload = { x = big } } end")),
-      "scenarios/main.lua", limits);
+  auto report =
+      f.trial(f.pack(scenario_only(
+                  "local big = string.rep('x', 100000)\n"
+                  "for i = 1, 1000 do rt:emit{ type = 'big', payload = { x = big } } end")),
+              "scenarios/main.lua", limits);
   INFO(report.detail);
   CHECK(report.outcome == Outcome::limits_exceeded);
   const auto events = f.fork_events(report);
