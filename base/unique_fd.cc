@@ -22,6 +22,7 @@ std::string errno_text(int error_number) {
 }
 
 SystemError::SystemError(const std::string& call, int error_number)
-    : std::runtime_error(call + ": " + errno_text(error_number)), error_number_(error_number) {}
+    : Error(error_code_of_errno(error_number), call + ": " + errno_text(error_number)),
+      error_number_(error_number) {}
 
 }  // namespace forktrial

@@ -10,6 +10,8 @@
 #include <string>
 #include <utility>
 
+#include "base/error.h"
+
 namespace forktrial {
 
 class UniqueFd {
@@ -38,7 +40,9 @@ class UniqueFd {
   int fd_ = -1;
 };
 
-class SystemError : public std::runtime_error {
+// A failed system call; its category comes from its errno
+// (error_code_of_errno).
+class SystemError : public Error {
  public:
   SystemError(const std::string& call, int error_number);
   int error_number() const { return error_number_; }

@@ -360,8 +360,7 @@ std::optional<PinError> check_pin_form(std::string_view pin) {
   if (!problem) return std::nullopt;
   return PinError{PinError::Kind::malformed_pin,
                   "malformed bundle pin \"" + printable(pin) + "\": " + *problem +
-                      "; a pin is \"sha256:\" followed by 64 lowercase hex digits, as printed by "
-                      "`forktrial pack hash DIR`",
+                      "; a pin is \"sha256:\" followed by 64 lowercase hex digits",
                   std::nullopt};
 }
 

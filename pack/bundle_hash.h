@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "base/digest.h"
+#include "base/error.h"
 
 namespace forktrial::pack {
 
@@ -95,6 +96,12 @@ struct PinError {
   Kind kind;
   std::string message;  // names the pin (and the actual hash on mismatch)
   std::optional<Digest> actual;
+  // The category (base/error.h): a malformed pin or a directory breaking the
+  // walk rules is invalid_argument, a pin that does not match is
+  // failed_precondition.
+  ErrorCode code() const {
+    return kind == Kind::mismatch ? ErrorCode::failed_precondition : ErrorCode::invalid_argument;
+  }
 };
 
 // The malformed_pin error for a pin that is not "sha256:" + 64 lowercase hex,

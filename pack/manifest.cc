@@ -294,7 +294,8 @@ void check_pack_table(Checker& c, const toml::table& doc, Manifest& m) {
       if (auto problem = Digest::describe_pin_problem(*hash)) {
         c.error("pack.integrity.content_hash",
                 "malformed hash " + in_quotes(*hash) + ": " + *problem +
-                    "; write the value printed by `forktrial pack hash --content DIR`");
+                    "; it is \"sha256:\" followed by the 64 lowercase hex digits of the pack's "
+                    "content hash");
       } else {
         m.content_hash = *Digest::parse(*hash);
       }

@@ -18,6 +18,7 @@
 #include <atomic>
 #include <stdexcept>
 
+#include "base/error.h"
 #include "base/unique_fd.h"
 
 namespace forktrial::sandbox {
@@ -43,9 +44,10 @@ class Cancellation {
 // What run_child throws when its Cancellation is set before or while it runs
 // a child. By then the child's whole process group has been killed and the
 // child reaped, so the caller's destructors can remove what the child used.
-class Cancelled : public std::runtime_error {
+// Category cancelled (base/error.h).
+class Cancelled : public Error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit Cancelled(const std::string& message) : Error(ErrorCode::cancelled, message) {}
 };
 
 }  // namespace forktrial::sandbox

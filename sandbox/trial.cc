@@ -452,8 +452,7 @@ std::vector<std::string> preflight(const TrialLimits& limits, std::chrono::milli
   try {
     child = run_child(child_request(options, job, timeout));
   } catch (const SystemError& e) {
-    throw SandboxStartupError(std::string("a trial child cannot start: ") + e.what() +
-                              "; check that forktrial-child is installed next to forktrial");
+    throw SandboxStartupError(std::string("a trial child cannot start: ") + e.what());
   }
   auto tail = decode_tail(child.tail);
   if (!child.exited || child.exit_code != 0 || !tail) {

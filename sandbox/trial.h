@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "sandbox/cancellation.h"
 #include "sandbox/job.h"
 #include "sandbox/trial_types.h"
@@ -32,25 +33,33 @@
 
 namespace forktrial::sandbox {
 
-class TrialSetupError : public std::runtime_error {
+// What the caller got wrong; nothing was forked, spawned or recorded. Its
+// category is invalid_argument for an invalid specification and not_found
+// for an unknown run or event, as the store's refusal of the same fact.
+class TrialSetupError : public Error {
  public:
   enum class Kind {
-    invalid_specification,  // a limit out of range, a malformed pin, an empty field
+    invalid_specification,  // a limit out of range, an empty field, a label that is not plain text
     unknown_run,            // the parent run is not in the store
     unknown_event,          // the fork point is not in the parent's history
   };
   TrialSetupError(Kind kind, const std::string& message)
-      : std::runtime_error(message), kind_(kind) {}
+      : Error(kind == Kind::invalid_specification ? ErrorCode::invalid_argument
+                                                  : ErrorCode::not_found,
+              message),
+        kind_(kind) {}
   Kind kind() const { return kind_; }
 
  private:
   Kind kind_;
 };
 
-// A trial child could not start at all; the message carries its stderr tail.
-class SandboxStartupError : public std::runtime_error {
+// A trial child could not start at all (category unavailable); the message
+// carries its stderr tail.
+class SandboxStartupError : public Error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit SandboxStartupError(const std::string& message)
+      : Error(ErrorCode::unavailable, message) {}
 };
 
 // How the parent runs children. Defaults suit production; tests override.

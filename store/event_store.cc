@@ -357,8 +357,26 @@ SchemaVersionMismatch::SchemaVersionMismatch(const std::filesystem::path& path, 
                  ", but this forktrial reads schema version " + std::to_string(kSchemaVersion) +
                  " only; open it with a forktrial built for version " + std::to_string(found) +
                  ", or export its runs there and import them here (docs/store-format.md, "
-                 "\"Versioning\")"),
+                 "\"Versioning\")",
+                 ErrorCode::failed_precondition),
       found_(found) {}
+
+ErrorCode Refusal::code() const {
+  switch (kind) {
+    case Refused::unknown_run:
+    case Refused::unknown_event:
+      return ErrorCode::not_found;
+    case Refused::run_exists:
+    case Refused::head_moved:
+    case Refused::duplicate_event_id:
+      return ErrorCode::conflict;
+    case Refused::invalid_event:
+    case Refused::invalid_segment:
+    case Refused::invalid_input:
+      return ErrorCode::invalid_argument;
+  }
+  return ErrorCode::internal;
+}
 
 struct EventStore::Impl {
   std::filesystem::path path;
@@ -516,11 +534,11 @@ void EventStore::write_transaction(const std::function<bool(Writer&)>& body) {
       if (body(writer)) txn.commit();
       return;
     } catch (const lmdb::LmdbError& e) {
-      if (e.code() == MDB_MAP_RESIZED) {
+      if (e.lmdb_code() == MDB_MAP_RESIZED) {
         impl_->adopt_resized();
         continue;
       }
-      if (e.code() != MDB_MAP_FULL) throw;
+      if (e.lmdb_code() != MDB_MAP_FULL) throw;
     }
     impl_->grow(size_at_start);
   }
@@ -539,7 +557,7 @@ Snapshot EventStore::snapshot() const {
       state->txn = impl_->begin(MDB_RDONLY);
       return Snapshot(std::move(state));
     } catch (const lmdb::LmdbError& e) {
-      if (e.code() != MDB_MAP_RESIZED) throw;
+      if (e.lmdb_code() != MDB_MAP_RESIZED) throw;
     }
     state->lock = {};
     impl_->adopt_resized();

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "base/digest.h"
+#include "base/error.h"
 #include "store/event.h"
 #include "store/ids.h"
 
@@ -60,15 +61,23 @@ struct Refusal {
   Refused kind;
   std::string message;  // names the run, event, heads or line involved
 
+  // The category (base/error.h): unknown_run and unknown_event are
+  // not_found; run_exists, head_moved and duplicate_event_id are conflict;
+  // the invalid_* kinds are invalid_argument.
+  ErrorCode code() const;
+
   friend bool operator==(const Refusal&, const Refusal&) = default;
 };
 
 template <typename T>
 using Result = std::expected<T, Refusal>;
 
-class StoreError : public std::runtime_error {
+// A failure of the store's environment. Its category (base/error.h) is
+// internal unless a subclass says otherwise.
+class StoreError : public Error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit StoreError(const std::string& message, ErrorCode code = ErrorCode::internal)
+      : Error(code, message) {}
 };
 
 // The write needs more room than StoreOptions::max_map_size allows. Nothing
@@ -76,7 +85,8 @@ class StoreError : public std::runtime_error {
 // smaller writes.
 class StoreFull : public StoreError {
  public:
-  using StoreError::StoreError;
+  explicit StoreFull(const std::string& message)
+      : StoreError(message, ErrorCode::resource_exhausted) {}
 };
 
 // LMDB could not get the memory it needed (ENOMEM): the store could not be
@@ -85,7 +95,8 @@ class StoreFull : public StoreError {
 // write was kept.
 class StoreOutOfMemory : public StoreError {
  public:
-  using StoreError::StoreError;
+  explicit StoreOutOfMemory(const std::string& message)
+      : StoreError(message, ErrorCode::resource_exhausted) {}
 };
 
 // The store was written with a schema version this build does not read.

@@ -31,7 +31,7 @@ namespace forktrial::store::lmdb {
 class LmdbError : public StoreError {
  public:
   LmdbError(const std::string& call, int rc);
-  int code() const { return code_; }
+  int lmdb_code() const { return code_; }  // LMDB's return code (MDB_MAP_FULL, ...)
 
  private:
   int code_;

@@ -9,11 +9,22 @@
 #include <stdexcept>
 #include <string>
 
+#include "base/error.h"
+
 namespace forktrial::tools {
 
 // The exit status of a command given options it cannot run with (what the
 // user typed is wrong, and nothing was done).
 inline constexpr int kUsageError = 2;
+
+// The exit status of a failure of category `code` (base/error.h):
+// kUsageError for invalid_argument (what the user typed is wrong), 1 for
+// every other category.
+int exit_status_for(ErrorCode code);
+
+// What a user can do about a failure of category `code`, as a sentence, or ""
+// when only the message itself can say it.
+std::string advice_for(ErrorCode code);
 
 class CommandFailed : public std::runtime_error {
  public:

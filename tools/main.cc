@@ -35,6 +35,15 @@ int main(int argc, char** argv) {
     // Messages quote paths, labels and file contents: never raw to a terminal.
     std::fprintf(stderr, "forktrial: %s\n", forktrial::tools::terminal_text(e.what()).c_str());
     return e.exit_code();
+  } catch (const forktrial::Error& e) {
+    // A failure no command turned into its own message: its category says
+    // what to do and how the command exits.
+    const std::string advice = forktrial::tools::advice_for(e.code());
+    std::fprintf(stderr, "forktrial: %s: %s%s%s\n",
+                 std::string(forktrial::error_code_name(e.code())).c_str(),
+                 forktrial::tools::terminal_text(e.what()).c_str(), advice.empty() ? "" : "\n",
+                 advice.c_str());
+    return forktrial::tools::exit_status_for(e.code());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "forktrial: error: %s\n",
                  forktrial::tools::terminal_text(e.what()).c_str());

@@ -39,6 +39,19 @@ void run_hash(const PackOptions& o) {
   }
 }
 
+// What to do about a pin that failed: the library says what failed and why.
+std::string pin_advice(const pack::PinError& error) {
+  switch (error.kind) {
+    case pack::PinError::Kind::malformed_pin:
+      return "\n`forktrial pack hash DIR` prints a pack's whole pin";
+    case pack::PinError::Kind::mismatch:
+      return "\nif the change is intended, pin the output of `forktrial pack hash DIR` instead";
+    case pack::PinError::Kind::walk_failed:
+      break;
+  }
+  return "";
+}
+
 void run_verify(const PackOptions& o) {
   auto verified = pack::verify_bundle_hash(o.expect, o.dir);
   if (o.json) {
@@ -47,10 +60,10 @@ void run_verify(const PackOptions& o) {
     if (!verified && verified.error().actual) out["actual"] = verified.error().actual->str();
     if (!verified) out["error"] = verified.error().message;
     print_json(out);
-    if (!verified) throw CommandFailed(verified.error().message);
+    if (!verified) throw CommandFailed(verified.error().message + pin_advice(verified.error()));
     return;
   }
-  if (!verified) throw CommandFailed(verified.error().message);
+  if (!verified) throw CommandFailed(verified.error().message + pin_advice(verified.error()));
   std::printf("ok: %s matches %s\n", terminal_safe(o.dir).c_str(), verified->str().c_str());
 }
 
@@ -83,7 +96,17 @@ void run_check(const PackOptions& o) {
   if (!check.ok()) {
     std::string message = o.dir + ": " + std::to_string(check.problems.size()) +
                           (check.problems.size() == 1 ? " problem" : " problems") + ":";
-    for (const auto& problem : check.problems) message += "\n  " + problem;
+    bool content_hash = false;
+    for (const auto& problem : check.problems) {
+      message += "\n  " + problem;
+      content_hash = content_hash || problem.starts_with("pack.integrity.content_hash");
+    }
+    if (content_hash) {
+      message +=
+          "\nto record the files' content hash, write the output of `forktrial pack hash "
+          "--content " +
+          o.dir + "` into [pack.integrity].content_hash";
+    }
     throw CommandFailed(message);
   }
 }

@@ -68,7 +68,12 @@ RunInfo require_run(const store::Snapshot& snap, const std::string& id, const st
 
 template <typename T>
 T accepted(store::Result<T> result, const std::string& what) {
-  if (!result) throw CommandFailed(what + ": " + result.error().message);
+  if (!result) {
+    const std::string advice = advice_for(result.error().code());
+    throw CommandFailed(
+        what + ": " + result.error().message + (advice.empty() ? "" : "; " + advice),
+        exit_status_for(result.error().code()));
+  }
   return std::move(*result);
 }
 

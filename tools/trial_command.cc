@@ -55,8 +55,8 @@ std::uint64_t parse_size(const std::string& text, const char* option) {
 Digest parse_pin(const std::string& text, const std::string& option) {
   if (auto malformed = pack::check_pin_form(text)) {
     throw CommandFailed(option + ": " + malformed->message +
-                            "\nnothing was forked or recorded; fix the option (see `forktrial "
-                            "trial --help`)",
+                            "\nnothing was forked or recorded; `forktrial pack hash DIR` prints a "
+                            "pack's whole pin",
                         kUsageError);
   }
   return *Digest::parse(text);
@@ -332,7 +332,9 @@ void add_preflight_command(CLI::App& app) {
     try {
       warnings = sandbox::preflight(limits);
     } catch (const sandbox::SandboxStartupError& e) {
-      throw CommandFailed(e.what());
+      throw CommandFailed(std::string(e.what()) +
+                          "\ncheck that forktrial-child is installed beside forktrial or in "
+                          "../libexec/forktrial, or name it with FORKTRIAL_CHILD");
     } catch (const sandbox::TrialSetupError& e) {
       throw CommandFailed(std::string(e.what()) +
                               "\nfix the options above (see `forktrial "

@@ -214,7 +214,7 @@ TEST_CASE("a malformed pin is refused before anything is hashed", "[pack][pin]")
   CHECK(bad.error().kind == PinError::Kind::malformed_pin);
   CHECK(bad.error().message ==
         "malformed bundle pin \"md5:abc\": it must start with \"sha256:\"; a pin is \"sha256:\" "
-        "followed by 64 lowercase hex digits, as printed by `forktrial pack hash DIR`");
+        "followed by 64 lowercase hex digits");
   auto upper = verify_bundle_hash("sha256:" + std::string(64, 'A'), dir.path());
   REQUIRE_FALSE(upper);
   CHECK(upper.error().message.find("hex digits must be lowercase") != std::string::npos);

@@ -135,8 +135,8 @@ TEST_CASE("manifest: provenance.authored_by is human or agent", "[pack][manifest
 TEST_CASE("manifest: integrity.content_hash must be a well-formed hash", "[pack][manifest]") {
   CHECK(problems(with(kHash, "sha256:XYZ")) ==
         Lines{"pack.integrity.content_hash: malformed hash \"sha256:XYZ\": it must have exactly "
-              "64 hex digits after \"sha256:\", found 3; write the value printed by `forktrial "
-              "pack hash --content DIR`"});
+              "64 hex digits after \"sha256:\", found 3; it is \"sha256:\" followed by the 64 "
+              "lowercase hex digits of the pack's content hash"});
 }
 
 TEST_CASE("manifest: a non-empty signature is rejected, never skipped", "[pack][manifest]") {

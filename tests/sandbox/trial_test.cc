@@ -689,3 +689,26 @@ TEST_CASE("the child that runs trials carries no test switch", "[trial]") {
   CHECK(production.find("misreport") == std::string::npos);
   CHECK(production.find("refuse_nets") == std::string::npos);
 }
+
+TEST_CASE("an unknown run is not_found in the store and in the trial layer alike", "[trial]") {
+  Fixture f;
+  auto refused = f.store.append(store::RunId("run_missing"), 0, store::NewEvent{});
+  REQUIRE_FALSE(refused);
+  CHECK(refused.error().code() == ErrorCode::not_found);
+  auto spec = testing::specification(f.recorded, f.pack(greeter()), "");
+  spec.parent_run_id = store::RunId("run_missing");
+  try {
+    run_trial(f.store, spec);
+    FAIL("a trial ran on a run that does not exist");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::not_found);
+  }
+  spec.parent_run_id = f.recorded.run;
+  spec.limits.wall_clock_seconds = -1;
+  try {
+    run_trial(f.store, spec);
+    FAIL("a trial ran with a negative wall clock");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::invalid_argument);
+  }
+}

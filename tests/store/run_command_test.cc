@@ -278,3 +278,14 @@ TEST_CASE("run events, ls and show render control and bidi characters visibly", 
 }
 
 }  // namespace
+
+TEST_CASE("a refusal's category sets the exit status", "[store][cli]") {
+  Cli cli;
+  cli.ok({"run", "new", "--id", "run_taken"});
+  auto taken = cli.run({"run", "new", "--id", "run_taken"});
+  CHECK(taken.exit_code == 1);  // conflict
+  CHECK_THAT(taken.err, Catch::Contains("run_taken is already stored"));
+  auto invalid = cli.run({"run", "new", "--id", "run\x1b[2J"});
+  CHECK(invalid.exit_code == 2);  // invalid_argument: what was typed is wrong
+  CHECK(invalid.out.empty());
+}
