@@ -9,7 +9,7 @@
 #include "runtime/lua_json.h"
 #include "runtime/pack_host.h"
 #include "runtime/reserved_names.h"
-#include "runtime/runtime.h"
+#include "runtime/runtime_services.h"
 
 namespace forktrial::runtime {
 
@@ -210,9 +210,9 @@ void require_event_text(lua_State* L, const std::string& what, std::string_view 
 
 }  // namespace
 
-// Friend of Runtime: everything that reaches into its state from Lua.
+// The Lua API functions; they reach the runtime through RuntimeServices.
 struct LuaApi {
-  static Runtime& runtime(PackHost& host) { return *host.runtime; }
+  static RuntimeServices& runtime(PackHost& host) { return *host.runtime; }
 
   // ---- forktrial.pack{} and pack:behavior{} -------------------------------
 
@@ -384,8 +384,8 @@ struct LuaApi {
   }
 
   static std::string current_actor(PackHost& host) {
-    const Runtime& rt = runtime(host);
-    return rt.origin_.pack == &host ? rt.origin_.actor : host.name;
+    const RuntimeServices& rt = runtime(host);
+    return rt.origin().pack == &host ? rt.origin().actor : host.name;
   }
 
   // ---- graph ---------------------------------------------------------------
@@ -403,20 +403,20 @@ struct LuaApi {
   // the handle may mutate the graph now) and the "graph:<method>" label.
   struct Mutation {
     GraphHandle& self;
-    Runtime& rt;
+    RuntimeServices& rt;
     std::string what;
   };
   static Mutation begin_mutation(lua_State* L, const char* method) {
     GraphHandle& self = graph_self(L, method);
     std::string what = std::string("graph:") + method;
-    Runtime& rt = acting(L, self, what);
+    RuntimeServices& rt = acting(L, self, what);
     return Mutation{self, rt, std::move(what)};
   }
 
   // The runtime, once it is checked that `handle` may mutate the graph now.
-  static Runtime& acting(lua_State* L, GraphHandle& handle, const std::string& what) {
-    Runtime& rt = runtime(*handle.host);
-    if (rt.origin_.pack != handle.host || rt.origin_.invocation != handle.invocation) {
+  static RuntimeServices& acting(lua_State* L, GraphHandle& handle, const std::string& what) {
+    RuntimeServices& rt = runtime(*handle.host);
+    if (rt.origin().pack != handle.host || rt.origin().invocation != handle.invocation) {
       raise(L, what +
                    ": this graph belongs to a behavior run that has finished; use the graph "
                    "passed to the running behavior (or rt.graph in a scenario)");
@@ -425,42 +425,32 @@ struct LuaApi {
     return rt;
   }
 
-  static void refuse_when_stopped(lua_State* L, Runtime& rt, const std::string& what) {
-    if (rt.memory_cap_hit()) raise(L, what + ": memory ran out; the trial stops");
-    if (rt.sink_failure_) raise(L, what + ": the event sink failed; the trial stops");
-    if (rt.write_budget_exhausted_) {
-      raise(L, what + ": the write budget (max_appended_events = " +
-                   std::to_string(rt.config_.max_appended_events) +
-                   ", max_appended_bytes = " + std::to_string(rt.config_.max_appended_bytes) +
-                   ") is exhausted; the trial stops");
-    }
-    if (rt.budget_exhausted_) {
-      raise(L, what + ": the event budget (max_events = " + std::to_string(rt.config_.max_events) +
-                   ") is exhausted; the trial stops");
-    }
+  static void refuse_when_stopped(lua_State* L, const RuntimeServices& rt,
+                                  const std::string& what) {
+    if (auto refusal = rt.refusal()) raise(L, what + ": " + *refusal);
   }
 
-  static std::string append_or_raise(lua_State* L, Runtime& rt, const std::string& what,
+  static std::string append_or_raise(lua_State* L, RuntimeServices& rt, const std::string& what,
                                      const std::string& type, const json& payload,
-                                     std::optional<std::string> actor) {
-    auto id = rt.append(type, payload, std::move(actor), rt.origin_.caused_by);
+                                     std::string actor) {
+    auto id = rt.append_as_origin(type, payload, std::move(actor));
     if (!id) raise(L, what + ": " + id.error());
     return id->str();
   }
 
-  static std::string new_id(lua_State* L, Runtime& rt, const std::string& type,
+  static std::string new_id(lua_State* L, RuntimeServices& rt, const std::string& type,
                             const std::string& what) {
-    auto id = rt.graph_.next_id(type);
+    auto id = rt.graph().next_id(type);
     if (!id) raise(L, what + ": " + id.error());
     return std::move(*id);
   }
 
-  static const GraphObject& live_object(lua_State* L, Runtime& rt, const std::string& id,
+  static const GraphObject& live_object(lua_State* L, RuntimeServices& rt, const std::string& id,
                                         const std::string& what) {
-    const GraphObject* object = rt.graph_.object(id);
+    const GraphObject* object = rt.graph().object(id);
     if (object == nullptr) {
       raise(L, what + ": object \"" + id + "\" " +
-                   (rt.graph_.was_removed(id) ? "was removed" : "does not exist"));
+                   (rt.graph().was_removed(id) ? "was removed" : "does not exist"));
     }
     return *object;
   }
@@ -482,14 +472,14 @@ struct LuaApi {
     json data = object_argument(L, 3, what + " data");
     const std::string id = new_id(L, rt, type, what);
     append_or_raise(L, rt, what, "object.created",
-                    json{{"id", id}, {"type", type}, {"data", std::move(data)}}, rt.origin_.actor);
+                    json{{"id", id}, {"type", type}, {"data", std::move(data)}}, rt.origin().actor);
     push_string(L, id);
     return 1;
   }
 
   // An existing object of a type this pack declares, about to be changed.
   struct OwnObject {
-    Runtime& rt;
+    RuntimeServices& rt;
     std::string id;
     std::string what;
   };
@@ -506,14 +496,14 @@ struct LuaApi {
     OwnObject target = own_object(L, "patch_object");
     json patch = object_argument(L, 3, target.what + " patch");
     append_or_raise(L, target.rt, target.what, "patch.applied",
-                    json{{"id", target.id}, {"patch", std::move(patch)}}, target.rt.origin_.actor);
+                    json{{"id", target.id}, {"patch", std::move(patch)}}, target.rt.origin().actor);
     return 0;
   }
 
   static int graph_remove_object(lua_State* L) {
     OwnObject target = own_object(L, "remove_object");
     append_or_raise(L, target.rt, target.what, "object.removed", json{{"id", target.id}},
-                    target.rt.origin_.actor);
+                    target.rt.origin().actor);
     return 0;
   }
 
@@ -531,7 +521,7 @@ struct LuaApi {
     append_or_raise(
         L, rt, what, "relation.created",
         json{{"id", id}, {"src", src}, {"dst", dst}, {"type", type}, {"data", std::move(data)}},
-        rt.origin_.actor);
+        rt.origin().actor);
     push_string(L, id);
     return 1;
   }
@@ -539,24 +529,24 @@ struct LuaApi {
   static int graph_remove_relation(lua_State* L) {
     auto [self, rt, what] = begin_mutation(L, "remove_relation");
     const std::string id = luaL_checkstring(L, 2);
-    const GraphRelation* relation = rt.graph_.relation(id);
+    const GraphRelation* relation = rt.graph().relation(id);
     if (relation == nullptr) {
       raise(L, what + ": relation \"" + id + "\" " +
-                   (rt.graph_.was_removed(id) ? "was removed" : "does not exist"));
+                   (rt.graph().was_removed(id) ? "was removed" : "does not exist"));
     }
     check_declared(L, *self.host, self.host->registered.relation_types, "relation type",
                    relation->type, what);
-    append_or_raise(L, rt, what, "relation.removed", json{{"id", id}}, rt.origin_.actor);
+    append_or_raise(L, rt, what, "relation.removed", json{{"id", id}}, rt.origin().actor);
     return 0;
   }
 
   static int graph_get(lua_State* L) {
     GraphHandle& self = graph_self(L, "get");
-    const Runtime& rt = runtime(*self.host);
+    const RuntimeServices& rt = runtime(*self.host);
     const std::string id = luaL_checkstring(L, 2);
-    if (const GraphObject* object = rt.graph_.object(id)) {
+    if (const GraphObject* object = rt.graph().object(id)) {
       push_object(L, *object);
-    } else if (const GraphRelation* relation = rt.graph_.relation(id)) {
+    } else if (const GraphRelation* relation = rt.graph().relation(id)) {
       push_relation(L, *relation);
     } else {
       lua_pushnil(L);
@@ -566,10 +556,10 @@ struct LuaApi {
 
   static int graph_objects(lua_State* L) {
     GraphHandle& self = graph_self(L, "objects");
-    const Runtime& rt = runtime(*self.host);
+    const RuntimeServices& rt = runtime(*self.host);
     std::optional<std::string> type;
     if (!lua_isnoneornil(L, 2)) type = luaL_checkstring(L, 2);
-    const auto objects = rt.graph_.objects(type);
+    const auto objects = rt.graph().objects(type);
     lua_createtable(L, static_cast<int>(objects.size()), 0);
     lua_Integer i = 0;
     for (const GraphObject* object : objects) {
@@ -580,7 +570,7 @@ struct LuaApi {
   }
 
   // emit{type=, payload=, actor=} for graph:emit and rt:emit.
-  static std::string emit(lua_State* L, Runtime& rt, int spec, const std::string& what,
+  static std::string emit(lua_State* L, RuntimeServices& rt, int spec, const std::string& what,
                           const std::string& default_actor) {
     require_table(L, spec, what);
     check_keys(L, spec, {"type", "payload", "actor"}, what);
@@ -593,8 +583,8 @@ struct LuaApi {
     const std::optional<std::string> actor = string_field(L, spec, "actor", what, false);
     if (actor) {
       require_event_text(L, what, "actor", *actor, store::kMaxEventTextBytes);
-      const bool scenario = rt.origin_.invocation == 0;
-      if (auto reserved = reserved_actor(*actor, rt.origin_.pack->name, scenario)) {
+      const bool scenario = rt.origin().invocation == 0;
+      if (auto reserved = reserved_actor(*actor, rt.origin().pack->name, scenario)) {
         raise(L, what + ": " + *reserved);
       }
     }
@@ -603,8 +593,8 @@ struct LuaApi {
 
   static int graph_emit(lua_State* L) {
     GraphHandle& self = graph_self(L, "emit");
-    Runtime& rt = acting(L, self, "graph:emit");
-    push_string(L, emit(L, rt, 2, "graph:emit", rt.origin_.actor));
+    RuntimeServices& rt = acting(L, self, "graph:emit");
+    push_string(L, emit(L, rt, 2, "graph:emit", rt.origin().actor));
     return 1;
   }
 
@@ -617,9 +607,9 @@ struct LuaApi {
     return host_upvalue(L);
   }
 
-  static Runtime& scenario_runtime(lua_State* L, PackHost& host, const std::string& what) {
-    Runtime& rt = runtime(host);
-    if (rt.origin_.pack != &host || rt.origin_.invocation != 0) {
+  static RuntimeServices& scenario_runtime(lua_State* L, PackHost& host, const std::string& what) {
+    RuntimeServices& rt = runtime(host);
+    if (rt.origin().pack != &host || rt.origin().invocation != 0) {
       raise(L, what + " can only be called by the scenario, not from a behavior");
     }
     refuse_when_stopped(L, rt, what);
@@ -628,14 +618,15 @@ struct LuaApi {
 
   static int rt_events(lua_State* L) {
     PackHost& host = rt_self(L, "events");
-    const Runtime& rt = runtime(host);
+    const RuntimeServices& rt = runtime(host);
     std::optional<std::string> type;
     if (!lua_isnoneornil(L, 2)) type = luaL_checkstring(L, 2);
     lua_newtable(L);
     lua_Integer n = 0;
-    for (std::size_t i = 0; i < rt.events_.size(); ++i) {
-      if (type && rt.events_[i].type != *type) continue;
-      push_event(L, rt.events_[i], rt.payloads_[i]);
+    const auto& events = rt.events();
+    for (std::size_t i = 0; i < events.size(); ++i) {
+      if (type && events[i].type != *type) continue;
+      push_event(L, events[i], rt.payload(i));
       lua_rawseti(L, -2, ++n);
     }
     return 1;
@@ -643,20 +634,19 @@ struct LuaApi {
 
   static int rt_emit(lua_State* L) {
     PackHost& host = rt_self(L, "emit");
-    Runtime& rt = scenario_runtime(L, host, "rt:emit");
-    push_string(L, emit(L, rt, 2, "rt:emit", rt.origin_.actor));
+    RuntimeServices& rt = scenario_runtime(L, host, "rt:emit");
+    push_string(L, emit(L, rt, 2, "rt:emit", rt.origin().actor));
     return 1;
   }
 
-  static void drain(lua_State* L, Runtime& rt, const std::string& what) {
-    if (rt.draining_) raise(L, what + " cannot be called while behaviors are running");
-    rt.run_until_idle();
+  static void drain(lua_State* L, RuntimeServices& rt, const std::string& what) {
+    if (!rt.drain()) raise(L, what + " cannot be called while behaviors are running");
     refuse_when_stopped(L, rt, what);
   }
 
   static int rt_run_until_idle(lua_State* L) {
     PackHost& host = rt_self(L, "run_until_idle");
-    Runtime& rt = scenario_runtime(L, host, "rt:run_until_idle");
+    RuntimeServices& rt = scenario_runtime(L, host, "rt:run_until_idle");
     drain(L, rt, "rt:run_until_idle");
     return 0;
   }
@@ -664,12 +654,12 @@ struct LuaApi {
   static int rt_run_goal(lua_State* L) {
     PackHost& host = rt_self(L, "run_goal");
     const std::string what = "rt:run_goal";
-    Runtime& rt = scenario_runtime(L, host, what);
+    RuntimeServices& rt = scenario_runtime(L, host, what);
     luaL_checkstring(L, 2);
     auto goal = to_json(L, 2, what + " goal");  // a payload string: valid UTF-8
     if (!goal) raise(L, goal.error());
     const std::string id =
-        append_or_raise(L, rt, what, "goal.created", json{{"goal", *goal}}, rt.origin_.actor);
+        append_or_raise(L, rt, what, "goal.created", json{{"goal", *goal}}, rt.origin().actor);
     drain(L, rt, what);
     push_string(L, id);
     return 1;
@@ -773,7 +763,7 @@ void push_ctx(lua_State* L, PackHost& host, int event) {
 void push_rt(lua_State* L, PackHost& host) {
   lua_createtable(L, 0, 6);
   const int rt = lua_gettop(L);
-  set_string(L, rt, "run_id", host.runtime->config().run_id.str());
+  set_string(L, rt, "run_id", host.runtime->run_id().str());
   push_graph(L, host, 0);
   lua_setfield(L, rt, "graph");
   const luaL_Reg methods[] = {
