@@ -26,6 +26,14 @@
 // (runtime/runtime_services.h), which it implements privately.
 #pragma once
 
+// Of the runtime library's own sources only runtime.cc sees this class: the
+// rest, the Lua bindings first, is compiled with FORKTRIAL_BELOW_RUNTIME
+// (runtime/CMakeLists.txt) and reaches the runtime through RuntimeServices
+// alone. tests/runtime/layering_test.cc checks that this holds.
+#ifdef FORKTRIAL_BELOW_RUNTIME
+#error "Lua bindings reach the runtime through runtime/runtime_services.h, not runtime.h"
+#endif
+
 #include <cstddef>
 #include <cstdint>
 #include <deque>

@@ -2,7 +2,8 @@
 // only way the functions behind `forktrial`, `require`, `print`, `ctx.log`,
 // `graph` and `rt` reach the Runtime. Runtime implements it privately and
 // hands it to each pack (PackHost::runtime); the bindings never see the
-// Runtime class itself, so the rest of its state stays private.
+// Runtime class itself (runtime/CMakeLists.txt compiles them so that
+// including runtime/runtime.h fails), so the rest of its state stays private.
 //
 // The operations are called from Lua API functions, while load_pack or
 // run_scenario runs. None raises a Lua error: expected failures are values,
