@@ -1,16 +1,19 @@
-// The Lua side of the pack API (internal to the runtime): the `forktrial`
-// table, pack:behavior, the confined `require`, `print`, and the `graph`,
-// `ctx` and `rt` values handed to behaviors and scenarios. The API itself is
-// documented for pack authors in docs/pack-authoring.md.
+// The Lua side of the pack API (internal to the runtime), assembled: what a
+// pack's state gets before its entry file runs. Each Lua object is bound in a
+// file pair of its own, and reaches the runtime only through RuntimeServices
+// (runtime/runtime_services.h):
+//   runtime/lua_pack.h     forktrial.pack{}, pack:behavior{}, the returned
+//                          pack, a behavior's ctx
+//   runtime/lua_globals.h  require, print and ctx.log
+//   runtime/lua_graph.h    the graph handle
+//   runtime/lua_rt.h       the scenario's rt
+// with runtime/lua_event.h (the event table), runtime/lua_emit.h (writing
+// events) and runtime/lua_args.h (arguments and errors) shared among them.
+// The API itself is documented for pack authors in docs/pack-authoring.md.
 //
-// Every function here uses the Lua stack and can raise, so callers run them
-// inside run_protected (runtime/lua_host.h).
+// Uses the Lua stack and can raise, so call it inside run_protected
+// (runtime/lua_host.h). Not thread-safe, like the state.
 #pragma once
-
-#include <cstdint>
-#include <nlohmann/json.hpp>
-
-#include "store/event.h"
 
 struct lua_State;
 
@@ -18,19 +21,9 @@ namespace forktrial::runtime {
 
 struct PackHost;
 
-// Installs `forktrial`, `require` and `print` into the pack's state.
+// Installs `forktrial`, `require` and `print` into the pack's state, and
+// registers the types of the graph handle and of rt. `host` must outlive the
+// state.
 void install_pack_api(lua_State* L, PackHost& host);
-// Raises unless the value at `index` is the pack made by forktrial.pack{}.
-void check_returned_pack(lua_State* L, PackHost& host, int index);
-
-// {id, type, payload, actor, caused_by, timestamp, seq}
-void push_event(lua_State* L, const store::Event& event, const nlohmann::json& payload);
-// A graph handle; mutations through it are valid only while `invocation` is
-// the runtime's current one (0 = the scenario).
-void push_graph(lua_State* L, PackHost& host, std::uint64_t invocation);
-// {settings, pack = {name, version}, event, log}; `event` is a stack index.
-void push_ctx(lua_State* L, PackHost& host, int event);
-// The scenario's `rt`.
-void push_rt(lua_State* L, PackHost& host);
 
 }  // namespace forktrial::runtime

@@ -15,7 +15,7 @@
 
 namespace forktrial::runtime {
 
-class Runtime;
+class RuntimeServices;
 
 struct BehaviorDef {
   std::string name;
@@ -25,7 +25,7 @@ struct BehaviorDef {
 };
 
 struct PackHost {
-  Runtime* runtime = nullptr;
+  RuntimeServices* runtime = nullptr;  // the runtime, as its Lua bindings see it
   std::filesystem::path root;
   // The pack's hashed bytes: the entry file, modules for `require` and (for
   // the candidate) scenarios are read from here, never from the directory.

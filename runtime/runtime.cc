@@ -8,6 +8,10 @@
 #include "base/text.h"
 #include "pack/pack_check.h"
 #include "runtime/lua_api.h"
+#include "runtime/lua_event.h"
+#include "runtime/lua_graph.h"
+#include "runtime/lua_pack.h"
+#include "runtime/lua_rt.h"
 #include "runtime/pack_host.h"
 #include "runtime/reserved_names.h"
 #include "runtime/scenario.h"
@@ -141,12 +145,7 @@ std::expected<store::EventId, std::string> Runtime::append(
   // not made yet (an id is at most 24 bytes, a timestamp 24).
   const std::uint64_t bytes = type.size() + text.size() + (actor ? actor->size() : 0) +
                               (caused_by ? caused_by->str().size() : 0) + 48;
-  if (refuse_over_write_budget(bytes)) {
-    return std::unexpected(
-        "the write budget (max_appended_events = " + std::to_string(config_.max_appended_events) +
-        ", max_appended_bytes = " + std::to_string(config_.max_appended_bytes) +
-        ") is exhausted; the trial stops");
-  }
+  if (refuse_over_write_budget(bytes)) return std::unexpected(write_budget_exhausted_message());
   if (auto applied = graph_.apply(type, payload); !applied) return std::unexpected(applied.error());
   appended_bytes_ += bytes;
   store::Event event;
@@ -207,6 +206,35 @@ bool Runtime::refuse_over_write_budget(std::uint64_t bytes) {
   }
   payloads_.push_back(json::parse(event.payload));
   events_.push_back(std::move(event));
+  return true;
+}
+
+std::string Runtime::write_budget_exhausted_message() const {
+  return "the write budget (max_appended_events = " + std::to_string(config_.max_appended_events) +
+         ", max_appended_bytes = " + std::to_string(config_.max_appended_bytes) +
+         ") is exhausted; the trial stops";
+}
+
+std::optional<std::string> Runtime::refusal() const {
+  if (memory_cap_hit()) return "memory ran out; the trial stops";
+  if (sink_failure_) return "the event sink failed; the trial stops";
+  if (write_budget_exhausted_) return write_budget_exhausted_message();
+  if (budget_exhausted_) {
+    return "the event budget (max_events = " + std::to_string(config_.max_events) +
+           ") is exhausted; the trial stops";
+  }
+  return std::nullopt;
+}
+
+std::expected<store::EventId, std::string> Runtime::append_as_origin(const std::string& type,
+                                                                     const json& payload,
+                                                                     std::string actor) {
+  return append(type, payload, std::move(actor), origin_.caused_by);
+}
+
+bool Runtime::drain() {
+  if (draining_) return false;
+  run_until_idle();
   return true;
 }
 

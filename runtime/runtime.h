@@ -21,7 +21,18 @@
 // scenario that fails or hits a net is a ScenarioResult. Not thread-safe: one
 // thread drives a Runtime. References returned by accessors stay valid until
 // the next non-const call.
+//
+// Its Lua bindings see it only as RuntimeServices
+// (runtime/runtime_services.h), which it implements privately.
 #pragma once
+
+// Of the runtime library's own sources only runtime.cc sees this class: the
+// rest, the Lua bindings first, is compiled with FORKTRIAL_BELOW_RUNTIME
+// (runtime/CMakeLists.txt) and reaches the runtime through RuntimeServices
+// alone. tests/runtime/layering_test.cc checks that this holds.
+#ifdef FORKTRIAL_BELOW_RUNTIME
+#error "Lua bindings reach the runtime through runtime/runtime_services.h, not runtime.h"
+#endif
 
 #include <cstddef>
 #include <cstdint>
@@ -42,6 +53,7 @@
 #include "runtime/clock.h"
 #include "runtime/graph.h"
 #include "runtime/lua_host.h"
+#include "runtime/runtime_services.h"
 #include "store/event.h"
 #include "store/ids.h"
 
@@ -120,7 +132,7 @@ struct ScenarioResult {
 
 struct PackHost;  // one loaded pack and its Lua state (runtime/pack_host.h)
 
-class Runtime {
+class Runtime final : private RuntimeServices {
  public:
   // `history` is the fork's history, oldest first (inherited and own events,
   // with their seq). It is projected into the graph; an event that cannot be
@@ -148,9 +160,9 @@ class Runtime {
   // root as fn(rt); "" runs until idle.
   ScenarioResult run_scenario(std::string_view spec);
 
-  const Graph& graph() const { return graph_; }
+  const Graph& graph() const override { return graph_; }
   // The whole history: the fork's events, then the new ones.
-  const std::vector<store::Event>& events() const { return events_; }
+  const std::vector<store::Event>& events() const override { return events_; }
   std::uint64_t events_appended() const { return events_.size() - history_size_; }
   std::uint64_t behavior_failures() const { return behavior_failures_; }
   bool budget_exhausted() const { return budget_exhausted_; }
@@ -161,16 +173,6 @@ class Runtime {
   const RuntimeConfig& config() const { return config_; }
 
  private:
-  friend struct LuaApi;
-
-  // Who is acting: the behavior being run, or the scenario (pack = candidate,
-  // invocation 0).
-  struct Origin {
-    PackHost* pack = nullptr;
-    std::uint64_t invocation = 0;
-    std::string actor;
-    std::optional<store::EventId> caused_by;
-  };
   enum class Drain { idle, budget_exhausted, stopped };
 
   Runtime(RuntimeConfig config, EventSink sink, LogSink log);
@@ -191,7 +193,19 @@ class Runtime {
   // Whether appending `bytes` more would go past the write budget; if so,
   // records the exhaustion (the closing record) and stops the runtime.
   bool refuse_over_write_budget(std::uint64_t bytes);
-  void log_line(std::string_view origin, std::string_view message);
+  // "the write budget (max_appended_events = N, ...) is exhausted; the trial stops"
+  std::string write_budget_exhausted_message() const;
+
+  // RuntimeServices, for the Lua bindings (graph() and events() are public).
+  const store::RunId& run_id() const override { return config_.run_id; }
+  const nlohmann::json& payload(std::size_t index) const override { return payloads_[index]; }
+  const Origin& origin() const override { return origin_; }
+  std::optional<std::string> refusal() const override;
+  std::expected<store::EventId, std::string> append_as_origin(const std::string& type,
+                                                              const nlohmann::json& payload,
+                                                              std::string actor) override;
+  bool drain() override;
+  void log_line(std::string_view origin, std::string_view message) override;
 
   RuntimeConfig config_;
   EventSink sink_;
