@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -13,7 +14,6 @@
 #include <mutex>
 #include <random>
 #include <set>
-#include <shared_mutex>
 #include <utility>
 
 #include "base/text.h"
@@ -21,6 +21,7 @@
 #include "store/codec.h"
 #include "store/lmdb.h"
 #include "store/payload.h"
+#include "store/txn_gate.h"
 
 namespace forktrial::store {
 namespace {
@@ -377,55 +378,67 @@ struct EventStore::Impl {
   std::optional<OpenRegistration> registration;
   lmdb::Env env;
   Dbis dbis;
-  // Any transaction of this process holds `resize` shared; changing the map
-  // size holds it exclusively, because LMDB resizes only an idle environment.
-  mutable std::shared_timed_mutex resize;
-  std::size_t map_size = 0;  // guarded by `resize`
+  // Every transaction of this process is entered here before it begins and
+  // left once it has ended; the map changes size only through gate.resize(),
+  // because LMDB maps the file anew only while no transaction is open.
+  TxnGate gate;
+  std::atomic<std::size_t> map_size = 0;  // changed only inside gate.resize()
 
-  // Begins a transaction; throws LmdbError(MDB_MAP_RESIZED) when another
-  // process grew the map, which the caller answers with adopt_resized().
-  lmdb::Txn begin(unsigned flags) {
-    lmdb::Txn txn;
-    int rc = txn.try_begin(env.get(), flags);
-    if (rc != MDB_SUCCESS) lmdb::check(rc, "mdb_txn_begin(\"" + path.string() + "\")");
-    return txn;
+  // Changes the map through the gate, or throws ResizeBlocked saying what
+  // needed the change (`need`), what blocked it, and what the caller lost.
+  void resize(const std::string& need, const std::string& lost,
+              const std::function<void()>& change) {
+    const auto blocked = gate.resize(options.grow_wait, change);
+    if (!blocked) return;
+    std::string message = need +
+                          ". LMDB changes a map only while no transaction of this process is "
+                          "open (it maps the file anew), but ";
+    if (blocked->held_here > 0) {
+      message += "this thread holds " + std::to_string(blocked->held_here) + " open snapshot" +
+                 (blocked->held_here == 1 ? "" : "s") + " of it: " + lost +
+                 "; end the thread's snapshots first, since it would wait for itself";
+    } else {
+      message += std::to_string(blocked->open) +
+                 (blocked->open == 1 ? " snapshot or write" : " snapshots or writes") +
+                 " of this process stayed open for " + std::to_string(options.grow_wait.count()) +
+                 " ms: " + lost + "; end long-lived snapshots, then retry";
+    }
+    throw ResizeBlocked(message);
   }
 
   // Adopts the map size another process set (LMDB: size 0 means "the size
-  // now in the file"), with no transaction of this process active.
-  void adopt_resized() {
-    std::unique_lock lock(resize, std::defer_lock);
-    if (!lock.try_lock_for(options.grow_wait)) {
-      throw StoreError("another process grew the store at " + path.string() +
-                       ", but read snapshots of this process stayed open for " +
-                       std::to_string(options.grow_wait.count()) + " ms; close them and retry");
-    }
-    lmdb::check(mdb_env_set_mapsize(env.get(), 0), "mdb_env_set_mapsize(0)");
-    MDB_envinfo info{};
-    lmdb::check(mdb_env_info(env.get(), &info), "mdb_env_info");
-    map_size = info.me_mapsize;
+  // now in the file").
+  void adopt_resized(const std::string& lost) {
+    resize("another process grew the store at " + path.string() + " beyond this process's map of " +
+               std::to_string(map_size) + " bytes",
+           lost, [&] {
+             lmdb::check(mdb_env_set_mapsize(env.get(), 0), "mdb_env_set_mapsize(0)");
+             MDB_envinfo info{};
+             lmdb::check(mdb_env_info(env.get(), &info), "mdb_env_info");
+             map_size = info.me_mapsize;
+           });
   }
 
+  // Doubles the map, up to max_map_size, after a write ran out of room in a
+  // map of `failed_size` bytes.
   void grow(std::size_t failed_size) {
-    std::unique_lock lock(resize, std::defer_lock);
-    if (!lock.try_lock_for(options.grow_wait)) {
-      throw StoreError("the store at " + path.string() + " must grow its map beyond " +
-                       std::to_string(failed_size) + " bytes, but read snapshots stayed open for " +
-                       std::to_string(options.grow_wait.count()) +
-                       " ms; close long-lived snapshots before large writes");
-    }
-    if (map_size > failed_size) return;  // another writer grew it meanwhile
-    if (map_size >= options.max_map_size) {
+    if (failed_size >= options.max_map_size) {
       throw StoreFull("the store at " + path.string() + " is full: the write needs more than " +
                       std::to_string(options.max_map_size) +
                       " bytes, the maximum map size; nothing of this write was kept and the "
                       "store stays readable; open it with a larger maximum map size "
                       "(StoreOptions::max_map_size)");
     }
-    std::size_t next = std::min(options.max_map_size, map_size * 2);
-    lmdb::check(mdb_env_set_mapsize(env.get(), next),
-                "mdb_env_set_mapsize(" + std::to_string(next) + ")");
-    map_size = next;
+    resize("the store at " + path.string() + " must grow its map beyond " +
+               std::to_string(failed_size) + " bytes for this write",
+           "nothing of this write was kept", [&] {
+             const std::size_t now = map_size;
+             if (now > failed_size) return;  // another writer grew it meanwhile
+             const std::size_t next = std::min(options.max_map_size, now * 2);
+             lmdb::check(mdb_env_set_mapsize(env.get(), next),
+                         "mdb_env_set_mapsize(" + std::to_string(next) + ")");
+             map_size = next;
+           });
   }
 };
 
@@ -436,10 +449,16 @@ struct Writer::State {
 };
 
 struct Snapshot::State {
-  const EventStore::Impl* impl;
-  std::shared_lock<std::shared_timed_mutex> lock;
+  const EventStore::Impl* impl = nullptr;
+  TxnGate::Ticket ticket;  // left after `txn` has ended: members end in reverse order
   lmdb::Txn txn;
-  TxnReader reader() const { return TxnReader(impl->dbis, txn.get()); }
+
+  // Every use makes the calling thread the snapshot's holder (store/txn_gate.h).
+  MDB_txn* use() {
+    ticket.hold_here();
+    return txn.get();
+  }
+  TxnReader reader() { return TxnReader(impl->dbis, use()); }
 };
 
 EventStore::EventStore(const std::filesystem::path& path, StoreOptions options)
@@ -511,29 +530,35 @@ const std::filesystem::path& EventStore::path() const {
 }
 
 std::size_t EventStore::map_size() const {
-  std::shared_lock lock(impl_->resize);
   return impl_->map_size;
 }
 
 void EventStore::write_transaction(const std::function<bool(Writer&)>& body) {
   for (;;) {
-    std::size_t size_at_start = 0;
+    const std::size_t size_at_start = impl_->map_size;
+    int rc = MDB_SUCCESS;
     try {
-      std::shared_lock lock(impl_->resize);
-      size_at_start = impl_->map_size;
-      lmdb::Txn txn = impl_->begin(0);
-      Writer::State state{*impl_, txn};
-      Writer writer(state);
-      if (body(writer)) txn.commit();
-      return;
-    } catch (const lmdb::LmdbError& e) {
-      if (e.code() == MDB_MAP_RESIZED) {
-        impl_->adopt_resized();
-        continue;
+      TxnGate::Ticket ticket = impl_->gate.enter();
+      lmdb::Txn txn;
+      rc = txn.try_begin(impl_->env.get(), 0);
+      if (rc == MDB_SUCCESS) {
+        Writer::State state{*impl_, txn};
+        Writer writer(state);
+        if (body(writer)) txn.commit();
+        return;
       }
-      if (e.code() != MDB_MAP_FULL) throw;
+    } catch (const lmdb::LmdbError& e) {
+      if (e.code() != MDB_MAP_FULL && e.code() != MDB_MAP_RESIZED) throw;
+      rc = e.code();
     }
-    impl_->grow(size_at_start);
+    // The transaction has ended and left the gate, so the map may change.
+    if (rc == MDB_MAP_FULL) {
+      impl_->grow(size_at_start);
+    } else if (rc == MDB_MAP_RESIZED) {
+      impl_->adopt_resized("nothing of this write was kept");
+    } else {
+      lmdb::check(rc, "mdb_txn_begin(write, \"" + impl_->path.string() + "\")");
+    }
   }
 }
 
@@ -542,18 +567,17 @@ RunId EventStore::new_run_id() const {
 }
 
 Snapshot EventStore::snapshot() const {
-  auto state = std::make_unique<Snapshot::State>();
-  state->impl = impl_.get();
   for (;;) {
-    try {
-      state->lock = std::shared_lock(impl_->resize);
-      state->txn = impl_->begin(MDB_RDONLY);
-      return Snapshot(std::move(state));
-    } catch (const lmdb::LmdbError& e) {
-      if (e.code() != MDB_MAP_RESIZED) throw;
+    auto state = std::make_unique<Snapshot::State>();
+    state->impl = impl_.get();
+    state->ticket = impl_->gate.enter();
+    const int rc = state->txn.try_begin(impl_->env.get(), MDB_RDONLY);
+    if (rc == MDB_SUCCESS) return Snapshot(std::move(state));
+    if (rc != MDB_MAP_RESIZED) {
+      lmdb::check(rc, "mdb_txn_begin(MDB_RDONLY, \"" + impl_->path.string() + "\")");
     }
-    state->lock = {};
-    impl_->adopt_resized();
+    state.reset();  // leaves the gate, which the resize waits for
+    impl_->adopt_resized("no snapshot was opened");
   }
 }
 
@@ -1030,7 +1054,7 @@ std::optional<RunInfo> Snapshot::run(const RunId& id) const {
 std::vector<RunInfo> Snapshot::runs() const {
   auto reader = state_->reader();
   std::vector<RunInfo> result;
-  lmdb::Cursor cursor(state_->txn.get(), state_->impl->dbis.run_numbers);
+  lmdb::Cursor cursor(state_->use(), state_->impl->dbis.run_numbers);
   MDB_val key{};
   MDB_val value{};
   for (bool ok = cursor.get(key, value, MDB_FIRST); ok; ok = cursor.get(key, value, MDB_NEXT)) {
