@@ -1,8 +1,6 @@
 #include "store/event_store.h"
 
-#include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -18,9 +16,11 @@
 
 #include "base/text.h"
 #include "base/unique_fd.h"
+#include "store/blob.h"
 #include "store/codec.h"
 #include "store/lmdb.h"
 #include "store/payload.h"
+#include "store/segment.h"
 #include "store/txn_gate.h"
 
 namespace forktrial::store {
@@ -233,41 +233,15 @@ class TxnReader {
     }
   }
 
-  std::optional<std::span<const std::byte>> blob(const Digest& digest) const {
-    MDB_val key = lmdb::val(std::as_bytes(std::span(digest.bytes())));
-    MDB_val value{};
-    int rc = mdb_get(txn_, dbis_.blobs, &key, &value);
-    if (rc == MDB_NOTFOUND) return std::nullopt;
-    lmdb::check(rc, "mdb_get(blobs)");
-    return lmdb::bytes(value);
-  }
-
-  // Streams the segment of the history up to `up_to_seq` (docs/store-format.md).
+  // Streams the segment of the history up to `up_to_seq` (store/segment.h).
   void stream_segment(const codec::RunRecord& run, std::uint64_t up_to_seq,
-                      const std::function<void(std::span<const std::byte>)>& sink) const {
-    std::byte header[16];
-    std::memcpy(header, kSegmentMagic.data(), 8);
-    codec::put_u64(header + 8, up_to_seq);
-    sink(header);
-    std::uint64_t expected = 1;
+                      const SegmentWriter::Sink& sink) const {
+    SegmentWriter segment(run.id.str(), up_to_seq, sink);
     scan(lineage(run), 1, up_to_seq, [&](std::uint64_t seq, std::span<const std::byte> value) {
-      if (seq != expected) {
-        throw StoreError("run " + run.id.str() + " has no event at seq " +
-                         std::to_string(expected) + " (next stored is " + std::to_string(seq) +
-                         "); the store is corrupt");
-      }
-      ++expected;
-      std::byte length[8];
-      codec::put_u64(length, value.size());
-      sink(length);
-      sink(value);
+      segment.add(seq, value);
       return true;
     });
-    if (expected != up_to_seq + 1) {
-      throw StoreError("run " + run.id.str() + " has " + std::to_string(expected - 1) +
-                       " events, fewer than the " + std::to_string(up_to_seq) +
-                       " the segment needs");
-    }
+    segment.finish();
   }
 
   // The history of `run` from `from_seq` on, decoded; see
@@ -883,73 +857,11 @@ Result<std::uint64_t> Writer::append(const RunId& run, std::uint64_t expected_he
 }
 
 Digest Writer::put_blob(std::span<const std::byte> bytes) {
-  Sha256 hasher;
-  hasher.update(bytes.data(), bytes.size());
-  Digest digest = hasher.finish();
-  if (state_.reader().blob(digest)) return digest;
-  MDB_val key = lmdb::val(std::as_bytes(std::span(digest.bytes())));
-  auto space = state_.txn.reserve(state_.impl.dbis.blobs, key, bytes.size());
-  if (!bytes.empty()) std::memcpy(space.data(), bytes.data(), bytes.size());
-  return digest;
+  return blob::put(state_.txn, state_.impl.dbis.blobs, bytes);
 }
-
-namespace {
-
-// Reads all of `fd` from offset 0 in chunks, passing each chunk to `chunk`.
-template <typename Chunk>
-void read_file(int fd, const std::filesystem::path& file, std::span<std::byte> buffer,
-               Chunk&& chunk) {
-  off_t offset = 0;
-  for (;;) {
-    ssize_t n = retry_eintr([&] { return ::pread(fd, buffer.data(), buffer.size(), offset); });
-    if (n < 0) throw SystemError("pread(\"" + file.string() + "\")", errno);
-    if (n == 0) return;
-    chunk(buffer.first(static_cast<std::size_t>(n)));
-    offset += n;
-  }
-}
-
-}  // namespace
 
 Digest Writer::put_blob_file(const std::filesystem::path& file) {
-  UniqueFd fd(retry_eintr([&] { return ::open(file.c_str(), O_RDONLY | O_CLOEXEC); }));
-  if (!fd) throw SystemError("open(\"" + file.string() + "\", O_RDONLY)", errno);
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) throw SystemError("fstat(\"" + file.string() + "\")", errno);
-  std::size_t size = static_cast<std::size_t>(st.st_size);
-
-  std::vector<std::byte> buffer(std::size_t{1} << 20);
-  Sha256 hasher;
-  std::size_t seen = 0;
-  read_file(fd.get(), file, buffer, [&](std::span<std::byte> chunk) {
-    hasher.update(chunk.data(), chunk.size());
-    seen += chunk.size();
-  });
-  Digest digest = hasher.finish();
-  if (seen != size) {
-    throw StoreError("the file " + file.string() + " changed size while it was being stored");
-  }
-  if (state_.reader().blob(digest)) return digest;
-
-  // Second pass straight into the reserved value, hashing again so a file
-  // that changed between the passes is caught instead of stored under a
-  // digest that does not match its bytes.
-  MDB_val key = lmdb::val(std::as_bytes(std::span(digest.bytes())));
-  auto space = state_.txn.reserve(state_.impl.dbis.blobs, key, size);
-  Sha256 verify;
-  std::size_t filled = 0;
-  read_file(fd.get(), file, buffer, [&](std::span<std::byte> chunk) {
-    if (filled + chunk.size() > size) {
-      throw StoreError("the file " + file.string() + " grew while it was being stored");
-    }
-    std::memcpy(space.data() + filled, chunk.data(), chunk.size());
-    verify.update(chunk.data(), chunk.size());
-    filled += chunk.size();
-  });
-  if (filled != size || verify.finish() != digest) {
-    throw StoreError("the file " + file.string() + " changed while it was being stored");
-  }
-  return digest;
+  return blob::put_file(state_.txn, state_.impl.dbis.blobs, file);
 }
 
 Result<Digest> Writer::store_segment(const RunId& run, std::uint64_t up_to_seq) {
@@ -964,75 +876,35 @@ Result<Digest> Writer::store_segment(const RunId& run, std::uint64_t up_to_seq) 
         Refused::unknown_event, "run " + run.str() + " has " + std::to_string(head) +
                                     " events; no segment up to seq " + std::to_string(up_to_seq)));
   }
-  // Hash first, then copy into the reserved blob: the segment is never built
-  // in memory, whatever the length of the prefix.
-  Sha256 hasher;
-  std::size_t size = 0;
-  reader.stream_segment(*record, up_to_seq, [&](std::span<const std::byte> chunk) {
-    hasher.update(chunk.data(), chunk.size());
-    size += chunk.size();
-  });
-  Digest digest = hasher.finish();
-  if (reader.blob(digest)) return digest;
-  MDB_val key = lmdb::val(std::as_bytes(std::span(digest.bytes())));
-  auto space = state_.txn.reserve(state_.impl.dbis.blobs, key, size);
-  std::size_t filled = 0;
-  reader.stream_segment(*record, up_to_seq, [&](std::span<const std::byte> chunk) {
-    std::memcpy(space.data() + filled, chunk.data(), chunk.size());
-    filled += chunk.size();
-  });
-  return digest;
+  // Streamed twice (hashed, then copied into the reserved blob): the segment
+  // is never built in memory, whatever the length of the prefix.
+  return blob::put_produced(
+      state_.txn, state_.impl.dbis.blobs, "the segment of run " + run.str(),
+      [&](const blob::Sink& sink) { reader.stream_segment(*record, up_to_seq, sink); });
 }
 
 Result<RunInfo> Writer::load_segment(std::span<const std::byte> segment, const NewRun& run) {
-  auto bad = [](std::string why) {
+  auto bad = [](const std::string& why) {
     return std::unexpected(refuse(Refused::invalid_segment, "invalid segment: " + why));
   };
-  if (segment.size() < 16 ||
-      std::memcmp(segment.data(), kSegmentMagic.data(), kSegmentMagic.size()) != 0) {
-    return bad("it does not start with the magic \"" + std::string(kSegmentMagic) + "\"");
-  }
-  std::uint64_t count = codec::get_u64(segment.data() + 8);
+  auto events = SegmentReader::open(segment);
+  if (!events) return bad(events.error());
   auto record = insert_run(state_.impl, state_.txn, run, std::nullopt);
   if (!record) return std::unexpected(record.error());
-  std::size_t offset = 16;
-  codec::EventDecoder decoder;
   EventSink sink(state_.impl, state_.txn, record->number, 1);
   IdIndexSink ids(state_.impl, state_.txn);
-  for (std::uint64_t seq = 1; seq <= count; ++seq) {
-    if (segment.size() - offset < 8) {
-      return bad("it ends before event " + std::to_string(seq) + " of " + std::to_string(count));
-    }
-    std::uint64_t length = codec::get_u64(segment.data() + offset);
-    offset += 8;
-    if (length > segment.size() - offset || length % 8 != 0 || length == 0) {
-      return bad("event " + std::to_string(seq) + " has an impossible length " +
-                 std::to_string(length));
-    }
-    auto value = segment.subspan(offset, length);
-    offset += length;
-    bool canonical = false;
-    EventView view;
-    try {
-      view = decoder.decode_checked(value, canonical);
-    } catch (const StoreError& e) {
-      return bad("event " + std::to_string(seq) + ": " + e.what());
-    }
-    if (!canonical) return bad("event " + std::to_string(seq) + " is not in canonical form");
-    if (view.seq != seq) {
-      return bad("event " + std::to_string(seq) + " says it is at seq " + std::to_string(view.seq));
-    }
-    if (auto problem = invalid_event(view.to_event())) return bad(*problem);
+  for (;;) {
+    auto next = events->next();
+    if (!next) return bad(next.error());
+    if (!*next) break;
+    const SegmentEvent& event = **next;
     auto copy = [&](std::span<std::byte> out) {
-      std::memcpy(out.data(), value.data(), value.size());
+      std::memcpy(out.data(), event.value.data(), event.value.size());
     };
     if (auto refusal = put_event(state_.impl, state_.txn, sink, ids, record->id, record->number, {},
-                                 view.id, seq, value.size(), copy)) {
+                                 event.view.id, event.seq, event.value.size(), copy)) {
       return bad(refusal->message);
     }
-  }
-  if (offset != segment.size()) {
-    return bad(std::to_string(segment.size() - offset) + " bytes follow the last event");
   }
   return state_.reader().info(*record);
 }
@@ -1105,7 +977,7 @@ std::vector<std::byte> Snapshot::segment(const RunInfo& run, std::uint64_t up_to
 }
 
 std::optional<std::span<const std::byte>> Snapshot::blob(const Digest& digest) const {
-  return state_->reader().blob(digest);
+  return blob::get(state_->use(), state_->impl->dbis.blobs, digest);
 }
 
 bool Snapshot::has_blob(const Digest& digest) const {
