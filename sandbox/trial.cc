@@ -31,6 +31,8 @@ constexpr std::size_t kScratchInitialMap = std::size_t{32} << 20;
 constexpr std::size_t kStderrInDetail = 2048;
 constexpr std::size_t kOutputLinesInDetail = 20;
 constexpr std::size_t kOutputBytesInDetail = 2048;
+// The event the runtime records for each error of a behavior (runtime/runtime.cc).
+constexpr std::string_view kBehaviorFailed = "behavior.failed";
 
 store::StoreOptions scratch_options() {
   store::StoreOptions options;
@@ -398,7 +400,7 @@ TrialReport run_trial(store::EventStore& store, const TrialSpecification& spec,
     auto snapshot = store.snapshot();
     auto current = snapshot.run(fork_id);
     report.events_appended = snapshot.count(*current) - fork_seq;
-    report.behavior_failures = snapshot.failures_after(*current, fork_seq).size();
+    report.behavior_failures = snapshot.events_of_type(*current, kBehaviorFailed, fork_seq).size();
   }
 
   std::optional<ChildTail> tail;

@@ -266,13 +266,14 @@ class TxnReader {
     return found;
   }
 
-  std::vector<Event> failures_after(const codec::RunRecord& run, std::uint64_t after_seq) const {
-    std::vector<Event> failures;
+  std::vector<Event> events_of_type(const codec::RunRecord& run, std::string_view type,
+                                    std::uint64_t after_seq) const {
+    std::vector<Event> found;
     visit(run, after_seq + 1, [&](const EventView& v) {
-      if (v.type == "behavior.failed") failures.push_back(v.to_event());
+      if (v.type == type) found.push_back(v.to_event());
       return true;
     });
-    return failures;
+    return found;
   }
 
  private:
@@ -626,8 +627,9 @@ std::optional<Event> Writer::find_event(const RunInfo& run, const EventId& id) c
   return state_.reader().find_event(as_record(run), id.str());
 }
 
-std::vector<Event> Writer::failures_after(const RunInfo& run, std::uint64_t after_seq) const {
-  return state_.reader().failures_after(as_record(run), after_seq);
+std::vector<Event> Writer::events_of_type(const RunInfo& run, std::string_view type,
+                                          std::uint64_t after_seq) const {
+  return state_.reader().events_of_type(as_record(run), type, after_seq);
 }
 
 namespace {
@@ -959,8 +961,9 @@ std::optional<Event> Snapshot::find_event(const RunInfo& run, const EventId& id)
   return state_->reader().find_event(as_record(run), id.str());
 }
 
-std::vector<Event> Snapshot::failures_after(const RunInfo& run, std::uint64_t after_seq) const {
-  return state_->reader().failures_after(as_record(run), after_seq);
+std::vector<Event> Snapshot::events_of_type(const RunInfo& run, std::string_view type,
+                                            std::uint64_t after_seq) const {
+  return state_->reader().events_of_type(as_record(run), type, after_seq);
 }
 
 void Snapshot::write_segment(const RunInfo& run, std::uint64_t up_to_seq,

@@ -191,12 +191,13 @@ class Writer {
   Result<RunInfo> load_segment(std::span<const std::byte> segment, const NewRun& run);
   // Reads of this transaction, own writes included, as Snapshot's. The
   // coordinator reconciles a report by appending a delta and recounting
-  // failures in one transaction.
+  // events in one transaction.
   std::optional<RunInfo> run(const RunId& id) const;
   void for_each_event(const RunInfo& run, std::uint64_t from_seq,
                       const std::function<bool(const EventView&)>& visit) const;
   std::optional<Event> find_event(const RunInfo& run, const EventId& id) const;
-  std::vector<Event> failures_after(const RunInfo& run, std::uint64_t after_seq) const;
+  std::vector<Event> events_of_type(const RunInfo& run, std::string_view type,
+                                    std::uint64_t after_seq = 0) const;
 
   struct State;
   explicit Writer(State& state) : state_(state) {}
@@ -298,8 +299,10 @@ class Snapshot {
   // The number of events in the run's history (its head).
   std::uint64_t count(const RunInfo& run) const;
   std::optional<Event> find_event(const RunInfo& run, const EventId& id) const;
-  // The `behavior.failed` events with seq > after_seq, oldest first.
-  std::vector<Event> failures_after(const RunInfo& run, std::uint64_t after_seq) const;
+  // The events of type `type` in the run's history with seq > after_seq,
+  // oldest first.
+  std::vector<Event> events_of_type(const RunInfo& run, std::string_view type,
+                                    std::uint64_t after_seq = 0) const;
 
   // Streams the segment of the run's history up to `up_to_seq` into `sink`,
   // chunk by chunk.

@@ -172,7 +172,8 @@ void add_show(CLI::App& run_app) {
       lineage.push_back(current);
     }
     std::uint64_t inherited = run.fork_of ? run.fork_of->seq : 0;
-    auto failures = snap.failures_after(run, 0);
+    // What the runtime records for each error of a behavior.
+    auto failures = snap.events_of_type(run, "behavior.failed");
     if (common->json) {
       ordered_json j = run_json(run);
       j["own_events"] = run.head - inherited;

@@ -109,8 +109,8 @@ void check_imported(EventStore& store) {
   CHECK_FALSE(fork_events[1].actor.has_value());
   CHECK(fork_events[1].caused_by == std::optional<EventId>(EventId("evt_001")));
   CHECK(snap.history(root)[2].type == "object.created");
-  CHECK(ids_of(snap.failures_after(fork, 2)) == Strings{"evt_003"});
-  CHECK(snap.failures_after(root, 0).empty());
+  CHECK(ids_of(snap.events_of_type(fork, "behavior.failed", 2)) == Strings{"evt_003"});
+  CHECK(snap.events_of_type(root, "behavior.failed").empty());
 }
 
 TEST_CASE("an activegraph SQLite store with a fork imports with ids and lineage",
