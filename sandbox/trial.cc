@@ -30,6 +30,8 @@ namespace {
 constexpr std::size_t kStderrInDetail = 2048;
 constexpr std::size_t kOutputLinesInDetail = 20;
 constexpr std::size_t kOutputBytesInDetail = 2048;
+// The event the runtime records for each error of a behavior (runtime/runtime.cc).
+constexpr std::string_view kBehaviorFailed = "behavior.failed";
 
 std::string last_bytes(const std::string& text, std::size_t n) {
   return text.size() <= n ? text : "..." + text.substr(text.size() - n);
@@ -374,7 +376,7 @@ TrialReport run_trial(store::EventStore& store, const TrialSpecification& spec,
     auto snapshot = store.snapshot();
     auto current = snapshot.run(fork_id);
     report.events_appended = snapshot.count(*current) - fork_seq;
-    report.behavior_failures = snapshot.failures_after(*current, fork_seq).size();
+    report.behavior_failures = snapshot.events_of_type(*current, kBehaviorFailed, fork_seq).size();
   }
 
   std::optional<ChildTail> tail;

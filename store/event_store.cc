@@ -1,10 +1,9 @@
 #include "store/event_store.h"
 
-#include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -13,15 +12,17 @@
 #include <mutex>
 #include <random>
 #include <set>
-#include <shared_mutex>
 #include <utility>
 
 #include "base/text.h"
 #include "base/timestamp.h"
 #include "base/unique_fd.h"
+#include "store/blob.h"
 #include "store/codec.h"
 #include "store/lmdb.h"
 #include "store/payload.h"
+#include "store/segment.h"
+#include "store/txn_gate.h"
 
 namespace forktrial::store {
 namespace {
@@ -221,41 +222,15 @@ class TxnReader {
     }
   }
 
-  std::optional<std::span<const std::byte>> blob(const Digest& digest) const {
-    MDB_val key = lmdb::val(std::as_bytes(std::span(digest.bytes())));
-    MDB_val value{};
-    int rc = mdb_get(txn_, dbis_.blobs, &key, &value);
-    if (rc == MDB_NOTFOUND) return std::nullopt;
-    lmdb::check(rc, "mdb_get(blobs)");
-    return lmdb::bytes(value);
-  }
-
-  // Streams the segment of the history up to `up_to_seq` (docs/store-format.md).
+  // Streams the segment of the history up to `up_to_seq` (store/segment.h).
   void stream_segment(const codec::RunRecord& run, std::uint64_t up_to_seq,
-                      const std::function<void(std::span<const std::byte>)>& sink) const {
-    std::byte header[16];
-    std::memcpy(header, kSegmentMagic.data(), 8);
-    codec::put_u64(header + 8, up_to_seq);
-    sink(header);
-    std::uint64_t expected = 1;
+                      const SegmentWriter::Sink& sink) const {
+    SegmentWriter segment(run.id.str(), up_to_seq, sink);
     scan(lineage(run), 1, up_to_seq, [&](std::uint64_t seq, std::span<const std::byte> value) {
-      if (seq != expected) {
-        throw StoreError("run " + run.id.str() + " has no event at seq " +
-                         std::to_string(expected) + " (next stored is " + std::to_string(seq) +
-                         "); the store is corrupt");
-      }
-      ++expected;
-      std::byte length[8];
-      codec::put_u64(length, value.size());
-      sink(length);
-      sink(value);
+      segment.add(seq, value);
       return true;
     });
-    if (expected != up_to_seq + 1) {
-      throw StoreError("run " + run.id.str() + " has " + std::to_string(expected - 1) +
-                       " events, fewer than the " + std::to_string(up_to_seq) +
-                       " the segment needs");
-    }
+    segment.finish();
   }
 
   // The history of `run` from `from_seq` on, decoded; see
@@ -280,13 +255,14 @@ class TxnReader {
     return found;
   }
 
-  std::vector<Event> failures_after(const codec::RunRecord& run, std::uint64_t after_seq) const {
-    std::vector<Event> failures;
+  std::vector<Event> events_of_type(const codec::RunRecord& run, std::string_view type,
+                                    std::uint64_t after_seq) const {
+    std::vector<Event> found;
     visit(run, after_seq + 1, [&](const EventView& v) {
-      if (v.type == "behavior.failed") failures.push_back(v.to_event());
+      if (v.type == type) found.push_back(v.to_event());
       return true;
     });
-    return failures;
+    return found;
   }
 
  private:
@@ -384,55 +360,67 @@ struct EventStore::Impl {
   std::optional<OpenRegistration> registration;
   lmdb::Env env;
   Dbis dbis;
-  // Any transaction of this process holds `resize` shared; changing the map
-  // size holds it exclusively, because LMDB resizes only an idle environment.
-  mutable std::shared_timed_mutex resize;
-  std::size_t map_size = 0;  // guarded by `resize`
+  // Every transaction of this process is entered here before it begins and
+  // left once it has ended; the map changes size only through gate.resize(),
+  // because LMDB maps the file anew only while no transaction is open.
+  TxnGate gate;
+  std::atomic<std::size_t> map_size = 0;  // changed only inside gate.resize()
 
-  // Begins a transaction; throws LmdbError(MDB_MAP_RESIZED) when another
-  // process grew the map, which the caller answers with adopt_resized().
-  lmdb::Txn begin(unsigned flags) {
-    lmdb::Txn txn;
-    int rc = txn.try_begin(env.get(), flags);
-    if (rc != MDB_SUCCESS) lmdb::check(rc, "mdb_txn_begin(\"" + path.string() + "\")");
-    return txn;
+  // Changes the map through the gate, or throws ResizeBlocked saying what
+  // needed the change (`need`), what blocked it, and what the caller lost.
+  void resize(const std::string& need, const std::string& lost,
+              const std::function<void()>& change) {
+    const auto blocked = gate.resize(options.grow_wait, change);
+    if (!blocked) return;
+    std::string message = need +
+                          ". LMDB changes a map only while no transaction of this process is "
+                          "open (it maps the file anew), but ";
+    if (blocked->held_here > 0) {
+      message += "this thread holds " + std::to_string(blocked->held_here) + " open snapshot" +
+                 (blocked->held_here == 1 ? "" : "s") + " of it: " + lost +
+                 "; end the thread's snapshots first, since it would wait for itself";
+    } else {
+      message += std::to_string(blocked->open) +
+                 (blocked->open == 1 ? " snapshot or write" : " snapshots or writes") +
+                 " of this process stayed open for " + std::to_string(options.grow_wait.count()) +
+                 " ms: " + lost + "; end long-lived snapshots, then retry";
+    }
+    throw ResizeBlocked(message);
   }
 
   // Adopts the map size another process set (LMDB: size 0 means "the size
-  // now in the file"), with no transaction of this process active.
-  void adopt_resized() {
-    std::unique_lock lock(resize, std::defer_lock);
-    if (!lock.try_lock_for(options.grow_wait)) {
-      throw StoreError("another process grew the store at " + path.string() +
-                       ", but read snapshots of this process stayed open for " +
-                       std::to_string(options.grow_wait.count()) + " ms; close them and retry");
-    }
-    lmdb::check(mdb_env_set_mapsize(env.get(), 0), "mdb_env_set_mapsize(0)");
-    MDB_envinfo info{};
-    lmdb::check(mdb_env_info(env.get(), &info), "mdb_env_info");
-    map_size = info.me_mapsize;
+  // now in the file").
+  void adopt_resized(const std::string& lost) {
+    resize("another process grew the store at " + path.string() + " beyond this process's map of " +
+               std::to_string(map_size) + " bytes",
+           lost, [&] {
+             lmdb::check(mdb_env_set_mapsize(env.get(), 0), "mdb_env_set_mapsize(0)");
+             MDB_envinfo info{};
+             lmdb::check(mdb_env_info(env.get(), &info), "mdb_env_info");
+             map_size = info.me_mapsize;
+           });
   }
 
+  // Doubles the map, up to max_map_size, after a write ran out of room in a
+  // map of `failed_size` bytes.
   void grow(std::size_t failed_size) {
-    std::unique_lock lock(resize, std::defer_lock);
-    if (!lock.try_lock_for(options.grow_wait)) {
-      throw StoreError("the store at " + path.string() + " must grow its map beyond " +
-                       std::to_string(failed_size) + " bytes, but read snapshots stayed open for " +
-                       std::to_string(options.grow_wait.count()) +
-                       " ms; close long-lived snapshots before large writes");
-    }
-    if (map_size > failed_size) return;  // another writer grew it meanwhile
-    if (map_size >= options.max_map_size) {
+    if (failed_size >= options.max_map_size) {
       throw StoreFull("the store at " + path.string() + " is full: the write needs more than " +
                       std::to_string(options.max_map_size) +
                       " bytes, the maximum map size; nothing of this write was kept and the "
                       "store stays readable; open it with a larger maximum map size "
                       "(StoreOptions::max_map_size)");
     }
-    std::size_t next = std::min(options.max_map_size, map_size * 2);
-    lmdb::check(mdb_env_set_mapsize(env.get(), next),
-                "mdb_env_set_mapsize(" + std::to_string(next) + ")");
-    map_size = next;
+    resize("the store at " + path.string() + " must grow its map beyond " +
+               std::to_string(failed_size) + " bytes for this write",
+           "nothing of this write was kept", [&] {
+             const std::size_t now = map_size;
+             if (now > failed_size) return;  // another writer grew it meanwhile
+             const std::size_t next = std::min(options.max_map_size, now * 2);
+             lmdb::check(mdb_env_set_mapsize(env.get(), next),
+                         "mdb_env_set_mapsize(" + std::to_string(next) + ")");
+             map_size = next;
+           });
   }
 };
 
@@ -443,10 +431,16 @@ struct Writer::State {
 };
 
 struct Snapshot::State {
-  const EventStore::Impl* impl;
-  std::shared_lock<std::shared_timed_mutex> lock;
+  const EventStore::Impl* impl = nullptr;
+  TxnGate::Ticket ticket;  // left after `txn` has ended: members end in reverse order
   lmdb::Txn txn;
-  TxnReader reader() const { return TxnReader(impl->dbis, txn.get()); }
+
+  // Every use makes the calling thread the snapshot's holder (store/txn_gate.h).
+  MDB_txn* use() {
+    ticket.hold_here();
+    return txn.get();
+  }
+  TxnReader reader() { return TxnReader(impl->dbis, use()); }
 };
 
 EventStore::EventStore(const std::filesystem::path& path, StoreOptions options)
@@ -518,29 +512,35 @@ const std::filesystem::path& EventStore::path() const {
 }
 
 std::size_t EventStore::map_size() const {
-  std::shared_lock lock(impl_->resize);
   return impl_->map_size;
 }
 
 void EventStore::write_transaction(const std::function<bool(Writer&)>& body) {
   for (;;) {
-    std::size_t size_at_start = 0;
+    const std::size_t size_at_start = impl_->map_size;
+    int rc = MDB_SUCCESS;
     try {
-      std::shared_lock lock(impl_->resize);
-      size_at_start = impl_->map_size;
-      lmdb::Txn txn = impl_->begin(0);
-      Writer::State state{*impl_, txn};
-      Writer writer(state);
-      if (body(writer)) txn.commit();
-      return;
-    } catch (const lmdb::LmdbError& e) {
-      if (e.lmdb_code() == MDB_MAP_RESIZED) {
-        impl_->adopt_resized();
-        continue;
+      TxnGate::Ticket ticket = impl_->gate.enter();
+      lmdb::Txn txn;
+      rc = txn.try_begin(impl_->env.get(), 0);
+      if (rc == MDB_SUCCESS) {
+        Writer::State state{*impl_, txn};
+        Writer writer(state);
+        if (body(writer)) txn.commit();
+        return;
       }
-      if (e.lmdb_code() != MDB_MAP_FULL) throw;
+    } catch (const lmdb::LmdbError& e) {
+      if (e.lmdb_code() != MDB_MAP_FULL && e.lmdb_code() != MDB_MAP_RESIZED) throw;
+      rc = e.lmdb_code();
     }
-    impl_->grow(size_at_start);
+    // The transaction has ended and left the gate, so the map may change.
+    if (rc == MDB_MAP_FULL) {
+      impl_->grow(size_at_start);
+    } else if (rc == MDB_MAP_RESIZED) {
+      impl_->adopt_resized("nothing of this write was kept");
+    } else {
+      lmdb::check(rc, "mdb_txn_begin(write, \"" + impl_->path.string() + "\")");
+    }
   }
 }
 
@@ -549,18 +549,17 @@ RunId EventStore::new_run_id() const {
 }
 
 Snapshot EventStore::snapshot() const {
-  auto state = std::make_unique<Snapshot::State>();
-  state->impl = impl_.get();
   for (;;) {
-    try {
-      state->lock = std::shared_lock(impl_->resize);
-      state->txn = impl_->begin(MDB_RDONLY);
-      return Snapshot(std::move(state));
-    } catch (const lmdb::LmdbError& e) {
-      if (e.lmdb_code() != MDB_MAP_RESIZED) throw;
+    auto state = std::make_unique<Snapshot::State>();
+    state->impl = impl_.get();
+    state->ticket = impl_->gate.enter();
+    const int rc = state->txn.try_begin(impl_->env.get(), MDB_RDONLY);
+    if (rc == MDB_SUCCESS) return Snapshot(std::move(state));
+    if (rc != MDB_MAP_RESIZED) {
+      lmdb::check(rc, "mdb_txn_begin(MDB_RDONLY, \"" + impl_->path.string() + "\")");
     }
-    state->lock = {};
-    impl_->adopt_resized();
+    state.reset();  // leaves the gate, which the resize waits for
+    impl_->adopt_resized("no snapshot was opened");
   }
 }
 
@@ -635,8 +634,9 @@ std::optional<Event> Writer::find_event(const RunInfo& run, const EventId& id) c
   return state_.reader().find_event(as_record(run), id.str());
 }
 
-std::vector<Event> Writer::failures_after(const RunInfo& run, std::uint64_t after_seq) const {
-  return state_.reader().failures_after(as_record(run), after_seq);
+std::vector<Event> Writer::events_of_type(const RunInfo& run, std::string_view type,
+                                          std::uint64_t after_seq) const {
+  return state_.reader().events_of_type(as_record(run), type, after_seq);
 }
 
 namespace {
@@ -866,73 +866,11 @@ Result<std::uint64_t> Writer::append(const RunId& run, std::uint64_t expected_he
 }
 
 Digest Writer::put_blob(std::span<const std::byte> bytes) {
-  Sha256 hasher;
-  hasher.update(bytes.data(), bytes.size());
-  Digest digest = hasher.finish();
-  if (state_.reader().blob(digest)) return digest;
-  MDB_val key = lmdb::val(std::as_bytes(std::span(digest.bytes())));
-  auto space = state_.txn.reserve(state_.impl.dbis.blobs, key, bytes.size());
-  if (!bytes.empty()) std::memcpy(space.data(), bytes.data(), bytes.size());
-  return digest;
+  return blob::put(state_.txn, state_.impl.dbis.blobs, bytes);
 }
-
-namespace {
-
-// Reads all of `fd` from offset 0 in chunks, passing each chunk to `chunk`.
-template <typename Chunk>
-void read_file(int fd, const std::filesystem::path& file, std::span<std::byte> buffer,
-               Chunk&& chunk) {
-  off_t offset = 0;
-  for (;;) {
-    ssize_t n = retry_eintr([&] { return ::pread(fd, buffer.data(), buffer.size(), offset); });
-    if (n < 0) throw SystemError("pread(\"" + file.string() + "\")", errno);
-    if (n == 0) return;
-    chunk(buffer.first(static_cast<std::size_t>(n)));
-    offset += n;
-  }
-}
-
-}  // namespace
 
 Digest Writer::put_blob_file(const std::filesystem::path& file) {
-  UniqueFd fd(retry_eintr([&] { return ::open(file.c_str(), O_RDONLY | O_CLOEXEC); }));
-  if (!fd) throw SystemError("open(\"" + file.string() + "\", O_RDONLY)", errno);
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) throw SystemError("fstat(\"" + file.string() + "\")", errno);
-  std::size_t size = static_cast<std::size_t>(st.st_size);
-
-  std::vector<std::byte> buffer(std::size_t{1} << 20);
-  Sha256 hasher;
-  std::size_t seen = 0;
-  read_file(fd.get(), file, buffer, [&](std::span<std::byte> chunk) {
-    hasher.update(chunk.data(), chunk.size());
-    seen += chunk.size();
-  });
-  Digest digest = hasher.finish();
-  if (seen != size) {
-    throw StoreError("the file " + file.string() + " changed size while it was being stored");
-  }
-  if (state_.reader().blob(digest)) return digest;
-
-  // Second pass straight into the reserved value, hashing again so a file
-  // that changed between the passes is caught instead of stored under a
-  // digest that does not match its bytes.
-  MDB_val key = lmdb::val(std::as_bytes(std::span(digest.bytes())));
-  auto space = state_.txn.reserve(state_.impl.dbis.blobs, key, size);
-  Sha256 verify;
-  std::size_t filled = 0;
-  read_file(fd.get(), file, buffer, [&](std::span<std::byte> chunk) {
-    if (filled + chunk.size() > size) {
-      throw StoreError("the file " + file.string() + " grew while it was being stored");
-    }
-    std::memcpy(space.data() + filled, chunk.data(), chunk.size());
-    verify.update(chunk.data(), chunk.size());
-    filled += chunk.size();
-  });
-  if (filled != size || verify.finish() != digest) {
-    throw StoreError("the file " + file.string() + " changed while it was being stored");
-  }
-  return digest;
+  return blob::put_file(state_.txn, state_.impl.dbis.blobs, file);
 }
 
 Result<Digest> Writer::store_segment(const RunId& run, std::uint64_t up_to_seq) {
@@ -947,75 +885,35 @@ Result<Digest> Writer::store_segment(const RunId& run, std::uint64_t up_to_seq) 
         Refused::unknown_event, "run " + run.str() + " has " + std::to_string(head) +
                                     " events; no segment up to seq " + std::to_string(up_to_seq)));
   }
-  // Hash first, then copy into the reserved blob: the segment is never built
-  // in memory, whatever the length of the prefix.
-  Sha256 hasher;
-  std::size_t size = 0;
-  reader.stream_segment(*record, up_to_seq, [&](std::span<const std::byte> chunk) {
-    hasher.update(chunk.data(), chunk.size());
-    size += chunk.size();
-  });
-  Digest digest = hasher.finish();
-  if (reader.blob(digest)) return digest;
-  MDB_val key = lmdb::val(std::as_bytes(std::span(digest.bytes())));
-  auto space = state_.txn.reserve(state_.impl.dbis.blobs, key, size);
-  std::size_t filled = 0;
-  reader.stream_segment(*record, up_to_seq, [&](std::span<const std::byte> chunk) {
-    std::memcpy(space.data() + filled, chunk.data(), chunk.size());
-    filled += chunk.size();
-  });
-  return digest;
+  // Streamed twice (hashed, then copied into the reserved blob): the segment
+  // is never built in memory, whatever the length of the prefix.
+  return blob::put_produced(
+      state_.txn, state_.impl.dbis.blobs, "the segment of run " + run.str(),
+      [&](const blob::Sink& sink) { reader.stream_segment(*record, up_to_seq, sink); });
 }
 
 Result<RunInfo> Writer::load_segment(std::span<const std::byte> segment, const NewRun& run) {
-  auto bad = [](std::string why) {
+  auto bad = [](const std::string& why) {
     return std::unexpected(refuse(Refused::invalid_segment, "invalid segment: " + why));
   };
-  if (segment.size() < 16 ||
-      std::memcmp(segment.data(), kSegmentMagic.data(), kSegmentMagic.size()) != 0) {
-    return bad("it does not start with the magic \"" + std::string(kSegmentMagic) + "\"");
-  }
-  std::uint64_t count = codec::get_u64(segment.data() + 8);
+  auto events = SegmentReader::open(segment);
+  if (!events) return bad(events.error());
   auto record = insert_run(state_.impl, state_.txn, run, std::nullopt);
   if (!record) return std::unexpected(record.error());
-  std::size_t offset = 16;
-  codec::EventDecoder decoder;
   EventSink sink(state_.impl, state_.txn, record->number, 1);
   IdIndexSink ids(state_.impl, state_.txn);
-  for (std::uint64_t seq = 1; seq <= count; ++seq) {
-    if (segment.size() - offset < 8) {
-      return bad("it ends before event " + std::to_string(seq) + " of " + std::to_string(count));
-    }
-    std::uint64_t length = codec::get_u64(segment.data() + offset);
-    offset += 8;
-    if (length > segment.size() - offset || length % 8 != 0 || length == 0) {
-      return bad("event " + std::to_string(seq) + " has an impossible length " +
-                 std::to_string(length));
-    }
-    auto value = segment.subspan(offset, length);
-    offset += length;
-    bool canonical = false;
-    EventView view;
-    try {
-      view = decoder.decode_checked(value, canonical);
-    } catch (const StoreError& e) {
-      return bad("event " + std::to_string(seq) + ": " + e.what());
-    }
-    if (!canonical) return bad("event " + std::to_string(seq) + " is not in canonical form");
-    if (view.seq != seq) {
-      return bad("event " + std::to_string(seq) + " says it is at seq " + std::to_string(view.seq));
-    }
-    if (auto problem = invalid_event(view.to_event())) return bad(*problem);
+  for (;;) {
+    auto next = events->next();
+    if (!next) return bad(next.error());
+    if (!*next) break;
+    const SegmentEvent& event = **next;
     auto copy = [&](std::span<std::byte> out) {
-      std::memcpy(out.data(), value.data(), value.size());
+      std::memcpy(out.data(), event.value.data(), event.value.size());
     };
     if (auto refusal = put_event(state_.impl, state_.txn, sink, ids, record->id, record->number, {},
-                                 view.id, seq, value.size(), copy)) {
+                                 event.view.id, event.seq, event.value.size(), copy)) {
       return bad(refusal->message);
     }
-  }
-  if (offset != segment.size()) {
-    return bad(std::to_string(segment.size() - offset) + " bytes follow the last event");
   }
   return state_.reader().info(*record);
 }
@@ -1037,7 +935,7 @@ std::optional<RunInfo> Snapshot::run(const RunId& id) const {
 std::vector<RunInfo> Snapshot::runs() const {
   auto reader = state_->reader();
   std::vector<RunInfo> result;
-  lmdb::Cursor cursor(state_->txn.get(), state_->impl->dbis.run_numbers);
+  lmdb::Cursor cursor(state_->use(), state_->impl->dbis.run_numbers);
   MDB_val key{};
   MDB_val value{};
   for (bool ok = cursor.get(key, value, MDB_FIRST); ok; ok = cursor.get(key, value, MDB_NEXT)) {
@@ -1070,8 +968,9 @@ std::optional<Event> Snapshot::find_event(const RunInfo& run, const EventId& id)
   return state_->reader().find_event(as_record(run), id.str());
 }
 
-std::vector<Event> Snapshot::failures_after(const RunInfo& run, std::uint64_t after_seq) const {
-  return state_->reader().failures_after(as_record(run), after_seq);
+std::vector<Event> Snapshot::events_of_type(const RunInfo& run, std::string_view type,
+                                            std::uint64_t after_seq) const {
+  return state_->reader().events_of_type(as_record(run), type, after_seq);
 }
 
 void Snapshot::write_segment(const RunInfo& run, std::uint64_t up_to_seq,
@@ -1088,7 +987,7 @@ std::vector<std::byte> Snapshot::segment(const RunInfo& run, std::uint64_t up_to
 }
 
 std::optional<std::span<const std::byte>> Snapshot::blob(const Digest& digest) const {
-  return state_->reader().blob(digest);
+  return blob::get(state_->use(), state_->impl->dbis.blobs, digest);
 }
 
 bool Snapshot::has_blob(const Digest& digest) const {

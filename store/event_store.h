@@ -7,8 +7,28 @@
 // environment; a second writer waits for the first, in this process or in
 // another). Readers never block writers and writers never block readers
 // (LMDB's MVCC): a Snapshot sees the store as of its creation, whatever is
-// written afterwards. A Snapshot may be handed between threads but used by one
-// thread at a time, and must not outlive its EventStore.
+// written afterwards. A Snapshot is used by one thread at a time, may be handed
+// between threads (any thread may use it next, or end it), and must not
+// outlive its EventStore.
+//
+// The map: LMDB maps the store into memory, and changes the size of the map
+// only while no transaction of the process is open; a Snapshot's views point
+// into the map until it ends. When a write needs a larger map, or another
+// process has written past this process's map (LMDB's MDB_MAP_RESIZED; the
+// store then adopts that process's map size), the write or the new Snapshot
+// that needs the change first waits for every open transaction of this
+// process to end. An open Snapshot is held by the thread that opened it, or by
+// the last thread that called it. A thread never waits for a Snapshot it holds
+// itself: its write or new Snapshot fails at once with ResizeBlocked. It waits
+// for other threads' transactions up to StoreOptions::grow_wait, then fails
+// the same way; transactions begun meanwhile are waited for too, not held
+// back. The map changes rarely with the default sizes (it starts at 4 GiB and
+// doubles), but a thread holding a Snapshot should not make writes that may
+// grow the store.
+//
+// Each open Snapshot takes one of LMDB's 1024 reader slots, which all the
+// processes using the store share; opening one more throws StoreError
+// (MDB_READERS_FULL).
 //
 // Open a store directory at most once per process (LMDB's rule: a second
 // handle in the same process would break its locking); the constructor
@@ -99,6 +119,18 @@ class StoreOutOfMemory : public StoreError {
       : StoreError(message, ErrorCode::resource_exhausted) {}
 };
 
+// The map had to change size, for a write that needs more room or to follow
+// another process that wrote past this process's map, but transactions of
+// this process stayed open (see "The map" above): Snapshots held by the calling
+// thread (refused at once, since it would wait for itself), or other threads'
+// transactions still open after StoreOptions::grow_wait. The message says which,
+// and how many. Nothing of a failed write was kept, and no Snapshot was opened;
+// end the Snapshots and retry.
+class ResizeBlocked : public StoreError {
+ public:
+  using StoreError::StoreError;
+};
+
 // The store was written with a schema version this build does not read.
 class SchemaVersionMismatch : public StoreError {
  public:
@@ -112,8 +144,8 @@ class SchemaVersionMismatch : public StoreError {
 struct StoreOptions {
   // LMDB maps the whole store into the address space. The map starts at
   // `initial_map_size` and doubles whenever a write runs out of room, up to
-  // `max_map_size`; growing waits (up to `grow_wait`) for open Snapshots of
-  // this process to close, since LMDB can only resize an idle environment.
+  // `max_map_size`. Changing it waits up to `grow_wait` for the open
+  // Snapshots of other threads to end (see "The map" above).
   std::size_t initial_map_size = std::size_t{4} << 30;  // 4 GiB
   std::size_t max_map_size = std::size_t{1} << 40;      // 1 TiB
   std::chrono::milliseconds grow_wait{30'000};
@@ -170,12 +202,13 @@ class Writer {
   Result<RunInfo> load_segment(std::span<const std::byte> segment, const NewRun& run);
   // Reads of this transaction, own writes included, as Snapshot's. The
   // coordinator reconciles a report by appending a delta and recounting
-  // failures in one transaction.
+  // events in one transaction.
   std::optional<RunInfo> run(const RunId& id) const;
   void for_each_event(const RunInfo& run, std::uint64_t from_seq,
                       const std::function<bool(const EventView&)>& visit) const;
   std::optional<Event> find_event(const RunInfo& run, const EventId& id) const;
-  std::vector<Event> failures_after(const RunInfo& run, std::uint64_t after_seq) const;
+  std::vector<Event> events_of_type(const RunInfo& run, std::string_view type,
+                                    std::uint64_t after_seq = 0) const;
 
   struct State;
   explicit Writer(State& state) : state_(state) {}
@@ -198,11 +231,13 @@ class EventStore {
   std::size_t map_size() const;
 
   // Runs `body` in one write transaction, committed when it returns a value
-  // and aborted when it returns a Refusal or throws. When the map must grow,
-  // the transaction is aborted and `body` runs again on the grown map, so
-  // `body` must have no effects outside the Writer it gets. The body holds
-  // LMDB's write lock: it must not call this EventStore (write or snapshot)
-  // itself, and should not block on other threads that might.
+  // and aborted when it returns a Refusal or throws. When the map must grow
+  // (or follow another process's), the transaction is aborted and `body` runs
+  // again on the new map, so `body` must have no effects outside the Writer it
+  // gets. The body holds LMDB's write lock: it must not call this EventStore
+  // (write or snapshot) itself, and should not block on other threads that
+  // might. Throws ResizeBlocked when the map cannot change (see "The map"
+  // above), StoreFull when it may not grow further.
   template <typename Body>
   auto write(Body&& body) -> decltype(body(std::declval<Writer&>())) {
     std::optional<decltype(body(std::declval<Writer&>()))> result;
@@ -234,7 +269,9 @@ class EventStore {
   Result<Digest> store_fork_segment(const RunId& run);
   Result<RunInfo> load_segment(std::span<const std::byte> segment, const NewRun& run);
 
-  // A consistent read-only view of the store as of now.
+  // A consistent read-only view of the store as of now. Throws ResizeBlocked
+  // when another process wrote past this process's map and the map cannot
+  // follow yet (see "The map" above).
   Snapshot snapshot() const;
 
   // A fresh run id from StoreOptions::new_run_id, for a caller that must name
@@ -250,7 +287,8 @@ class EventStore {
 };
 
 // A read transaction. Everything it returns by view or span points into the
-// store's memory map and stays valid until the Snapshot is destroyed.
+// store's memory map and stays valid until the Snapshot is destroyed. Each call
+// makes the calling thread the Snapshot's holder (see "The map" above).
 class Snapshot {
  public:
   ~Snapshot();
@@ -272,8 +310,10 @@ class Snapshot {
   // The number of events in the run's history (its head).
   std::uint64_t count(const RunInfo& run) const;
   std::optional<Event> find_event(const RunInfo& run, const EventId& id) const;
-  // The `behavior.failed` events with seq > after_seq, oldest first.
-  std::vector<Event> failures_after(const RunInfo& run, std::uint64_t after_seq) const;
+  // The events of type `type` in the run's history with seq > after_seq,
+  // oldest first.
+  std::vector<Event> events_of_type(const RunInfo& run, std::string_view type,
+                                    std::uint64_t after_seq = 0) const;
 
   // Streams the segment of the run's history up to `up_to_seq` into `sink`,
   // chunk by chunk.

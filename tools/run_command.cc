@@ -9,9 +9,9 @@
 #include <string>
 
 #include "base/text.h"
-#include "store/activegraph_sqlite.h"
+#include "import/activegraph_sqlite.h"
+#include "import/jsonl.h"
 #include "store/event_store.h"
-#include "store/jsonl.h"
 #include "tools/cli_support.h"
 #include "tools/commands.h"
 #include "tools/store_access.h"
@@ -177,7 +177,8 @@ void add_show(CLI::App& run_app) {
       lineage.push_back(current);
     }
     std::uint64_t inherited = run.fork_of ? run.fork_of->seq : 0;
-    auto failures = snap.failures_after(run, 0);
+    // What the runtime records for each error of a behavior.
+    auto failures = snap.events_of_type(run, "behavior.failed");
     if (common->json) {
       ordered_json j = run_json(run);
       j["own_events"] = run.head - inherited;
@@ -239,7 +240,7 @@ void add_events(CLI::App& run_app) {
     snap.for_each_event(run, *from, [&](const store::EventView& e) {
       if (!type->empty() && e.type != *type) return true;
       if (common->json) {
-        auto line = ordered_json::parse(store::jsonl::to_line(e));
+        auto line = ordered_json::parse(import::jsonl::to_line(e));
         line["seq"] = e.seq;
         std::cout << json_text(line) << '\n';
       } else {
@@ -298,7 +299,7 @@ void add_export(CLI::App& run_app) {
     RunInfo run = require_run(snap, *run_id, common->store);
     auto write_lines = [&](std::ostream& out) {
       snap.for_each_event(run, 1, [&](const store::EventView& e) {
-        out << store::jsonl::to_line(e) << '\n';
+        out << import::jsonl::to_line(e) << '\n';
         return true;
       });
       out.flush();
@@ -346,7 +347,7 @@ void add_import(CLI::App& run_app) {
       if (!file) throw CommandFailed("cannot read " + *input + ": no such file or not readable");
     }
     std::istream& in = *input == "-" ? std::cin : file;
-    auto events = store::jsonl::parse_events(in);
+    auto events = import::jsonl::parse_events(in);
     if (!events) {
       throw CommandFailed(*input + ": " + events.error().message + "; nothing was imported");
     }
@@ -376,7 +377,7 @@ void add_import_sqlite(CLI::App& run_app) {
   }));
   cmd->callback([=] {
     EventStore store = open_store(common->store, true);
-    auto runs = accepted(store::import_activegraph_sqlite(store, *input),
+    auto runs = accepted(import::import_activegraph_sqlite(store, *input),
                          "cannot import " + *input + " (nothing was imported)");
     if (common->json) {
       ordered_json all = ordered_json::array();

@@ -373,22 +373,27 @@ TEST_CASE("a visit may read the same snapshot again", "[store]") {
                         "e3:" + batch[2].payload, "e4<-e1:" + batch[3].payload});
 }
 
-TEST_CASE("behavior.failed events after a point are listed through the lineage", "[store]") {
+TEST_CASE("the events of a type after a point are listed through the lineage", "[store]") {
   forktrial::testing::TempDir dir;
   EventStore store(dir.path() / "s", fixed_options());
   RunInfo root = must(store.create_run({}));
   REQUIRE(store.append(root.id, 0,
-                       std::vector{event("e1", "behavior.failed"), event("e2", "note"),
-                                   event("e3", "behavior.failed")}));
+                       std::vector{event("e1", "probe.failed"), event("e2", "note"),
+                                   event("e3", "probe.failed"), event("e4", "probe.failed")}));
   RunInfo fork = must(store.fork(root.id, EventId("e3"), {}));
-  REQUIRE(
-      store.append(fork.id, 3, std::vector{event("f1", "behavior.failed"), event("f2", "note")}));
+  REQUIRE(store.append(fork.id, 3,
+                       std::vector{event("f1", "probe.failed"), event("f2", "note"),
+                                   event("f3", "behavior.failed")}));
   auto snap = store.snapshot();
-  CHECK(ids_of(snap.failures_after(*snap.run(fork.id), 0)) == Strings{"e1", "e3", "f1"});
-  CHECK(ids_of(snap.failures_after(*snap.run(fork.id), 3)) == Strings{"f1"});
+  const RunInfo now = *snap.run(fork.id);
+  CHECK(ids_of(snap.events_of_type(now, "probe.failed")) == Strings{"e1", "e3", "f1"});
+  CHECK(ids_of(snap.events_of_type(now, "probe.failed", 3)) == Strings{"f1"});
+  CHECK(ids_of(snap.events_of_type(now, "note", 1)) == Strings{"e2", "f2"});
+  CHECK(ids_of(snap.events_of_type(now, "behavior.failed")) == Strings{"f3"});
+  CHECK(snap.events_of_type(now, "probe").empty());
 }
 
-TEST_CASE("one write transaction appends and recounts failures atomically", "[store]") {
+TEST_CASE("one write transaction appends and recounts events atomically", "[store]") {
   forktrial::testing::TempDir dir;
   EventStore store(dir.path() / "s", fixed_options());
   RunInfo root = must(store.create_run({}));
@@ -404,7 +409,7 @@ TEST_CASE("one write transaction appends and recounts failures atomically", "[st
     std::size_t seen = 0;
     w.for_each_event(now, 3, [&](const EventView&) { return ++seen, true; });
     CHECK(seen == 2);
-    return w.failures_after(now, 2).size();
+    return w.events_of_type(now, "behavior.failed", 2).size();
   });
   REQUIRE(reconciled);
   CHECK(*reconciled == 1);

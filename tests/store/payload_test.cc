@@ -8,7 +8,6 @@
 #include <sstream>
 
 #include "store/event_store.h"
-#include "store/jsonl.h"
 #include "tests/store/store_test_support.h"
 #include "tests/support/temp_dir.h"
 
@@ -47,23 +46,6 @@ TEST_CASE("the store refuses an event whose payload nests too deep", "[store][pa
   CHECK(event_problem(deep).has_value());
   deep.payload = nested(kMaxPayloadDepth);
   CHECK(store.append(run->id, 0, deep));
-}
-
-TEST_CASE("an import line nested 60000 levels deep is refused, naming the line",
-          "[store][payload][jsonl]") {
-  std::istringstream in(
-      R"({"id":"evt_001","type":"note","payload":{},"timestamp":"2026-01-02T03:04:05Z"})"
-      "\n"
-      R"({"id":"evt_002","type":"note","timestamp":"2026-01-02T03:04:05Z","payload":)" +
-      nested(60'000) + "}\n");
-  auto parsed = jsonl::parse_events(in);
-  REQUIRE_FALSE(parsed);
-  CHECK(parsed.error().line == 2);
-  CHECK(parsed.error().message ==
-        "line 2: the event is nested 60001 levels deep (arrays and objects); payloads may nest "
-        "at most 256 levels");
-  CHECK(jsonl::normalize_payload(nested(60'000)).error() ==
-        "nested 60000 levels deep (arrays and objects); payloads may nest at most 256 levels");
 }
 
 TEST_CASE("run import of a deeply nested payload fails cleanly and imports nothing",

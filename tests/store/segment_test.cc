@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 #include <cstring>
 
+#include "store/codec.h"
 #include "store/event_store.h"
 #include "tests/store/store_test_support.h"
 #include "tests/support/temp_dir.h"
@@ -117,6 +118,75 @@ TEST_CASE("damaged segments are refused and create no run", "[store][segment]") 
     auto bad = good;
     bad[15] = std::byte{5};
     expect_refused(bad, "ends before event 5");
+  }
+  CHECK(scratch.snapshot().runs().empty());
+}
+
+// A segment written by hand: the magic, `count`, then each value with its
+// length.
+std::vector<std::byte> segment_of(std::uint64_t count,
+                                  const std::vector<std::vector<std::byte>>& values) {
+  std::vector<std::byte> bytes(16);
+  std::memcpy(bytes.data(), kSegmentMagic.data(), 8);
+  codec::put_u64(bytes.data() + 8, count);
+  for (const auto& value : values) {
+    const auto length = codec::u64_key(value.size());
+    bytes.insert(bytes.end(), length.begin(), length.end());
+    bytes.insert(bytes.end(), value.begin(), value.end());
+  }
+  return bytes;
+}
+
+// The stored value of `e` at `seq`, as the store's encoder writes it (which
+// checks nothing).
+std::vector<std::byte> value_of(const NewEvent& e, std::uint64_t seq) {
+  std::vector<std::byte> value(codec::encoded_event_size(e, seq));
+  codec::encode_event(e, seq, value);
+  return value;
+}
+
+TEST_CASE("each kind of bad event in a segment is refused naming it", "[store][segment]") {
+  forktrial::testing::TempDir dir;
+  EventStore scratch(dir.path() / "s", fixed_options());
+  auto expect_refused = [&](const std::vector<std::byte>& bytes, const std::string& why) {
+    auto r = scratch.load_segment(bytes, {});
+    REQUIRE_FALSE(r);
+    CHECK(r.error().kind == Refused::invalid_segment);
+    CHECK(r.error().message == "invalid segment: " + why);
+  };
+  const auto first = value_of(event("e1"), 1);
+  SECTION("a length that is not a multiple of 8") {
+    auto bytes = segment_of(1, {first});
+    bytes[23] = std::byte(std::to_integer<int>(bytes[23]) - 1);
+    expect_refused(bytes, "event 1 has an impossible length " + std::to_string(first.size() - 1));
+  }
+  SECTION("a length of zero") {
+    expect_refused(segment_of(1, {{}}), "event 1 has an impossible length 0");
+  }
+  SECTION("a length past the end") {
+    auto bytes = segment_of(1, {first});
+    bytes.resize(bytes.size() - 8);
+    expect_refused(bytes, "event 1 has an impossible length " + std::to_string(first.size()));
+  }
+  SECTION("a value that is not in canonical form") {
+    auto padded = first;
+    padded.resize(padded.size() + 8);  // a zero word the canonical form drops
+    expect_refused(segment_of(1, {padded}), "event 1 is not in canonical form");
+  }
+  SECTION("an event at the wrong seq") {
+    expect_refused(segment_of(2, {first, value_of(event("e2"), 3)}), "event 2 says it is at seq 3");
+  }
+  SECTION("an event breaking the text rule") {
+    expect_refused(segment_of(1, {value_of(event("e1", "bad\x1btype"), 1)}),
+                   "event e1: field \"type\" \"bad\\x1btype\" contains the control character "
+                   "U+001B at offset 3");
+  }
+  SECTION("an event id repeated") {
+    auto r = scratch.load_segment(segment_of(2, {first, value_of(event("e1"), 2)}), {});
+    REQUIRE_FALSE(r);
+    CHECK(r.error().kind == Refused::invalid_segment);
+    CHECK_THAT(r.error().message, Catch::StartsWith("invalid segment: event id e1 is already") &&
+                                      Catch::Contains("(at seq 1)"));
   }
   CHECK(scratch.snapshot().runs().empty());
 }

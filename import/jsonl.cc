@@ -1,4 +1,4 @@
-#include "store/jsonl.h"
+#include "import/jsonl.h"
 
 #include <nlohmann/json.hpp>
 #include <unordered_map>
@@ -8,7 +8,17 @@
 #include "store/event_store.h"
 #include "store/payload.h"
 
-namespace forktrial::store::jsonl {
+namespace forktrial::import::jsonl {
+
+using store::event_text_problem;
+using store::EventId;
+using store::EventView;
+using store::json_nesting_depth;
+using store::kMaxPayloadDepth;
+using store::NewEvent;
+using store::payload_depth_problem;
+using store::StoreError;
+
 namespace {
 
 using nlohmann::json;
@@ -155,4 +165,4 @@ std::string to_line(const EventView& event) {
   return line.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
-}  // namespace forktrial::store::jsonl
+}  // namespace forktrial::import::jsonl

@@ -15,7 +15,7 @@
 
 #include "store/event.h"
 
-namespace forktrial::store::jsonl {
+namespace forktrial::import::jsonl {
 
 // A problem with one line of input; `message` starts with "line N: ".
 struct LineError {
@@ -28,7 +28,7 @@ struct LineError {
 // a text field breaking the store's text rule (store/event.h: empty id or
 // type, control characters, too long), a timestamp that is not ISO-8601 UTC,
 // an id repeated from an earlier line) fails the whole parse.
-std::expected<std::vector<NewEvent>, LineError> parse_events(std::istream& in);
+std::expected<std::vector<store::NewEvent>, LineError> parse_events(std::istream& in);
 
 // The compact JSON text of a payload object, keys sorted, or why `text` is
 // not a JSON object.
@@ -36,9 +36,9 @@ std::expected<std::string, std::string> normalize_payload(std::string_view text)
 
 // One event as a JSON Lines line (no trailing newline), fields in the order
 // id, type, payload, actor, frame_id, caused_by, timestamp. Throws
-// StoreError when the stored payload is not valid JSON; a text field that is
+// store::StoreError when the stored payload is not valid JSON; a text field that is
 // not valid UTF-8 (only a store older than the text rule can hold one) is
 // written with U+FFFD.
-std::string to_line(const EventView& event);
+std::string to_line(const store::EventView& event);
 
-}  // namespace forktrial::store::jsonl
+}  // namespace forktrial::import::jsonl

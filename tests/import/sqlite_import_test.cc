@@ -2,7 +2,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "store/activegraph_sqlite.h"
+#include "import/activegraph_sqlite.h"
 #include "tests/store/store_test_support.h"
 #include "tests/support/temp_dir.h"
 
@@ -109,37 +109,37 @@ void check_imported(EventStore& store) {
   CHECK_FALSE(fork_events[1].actor.has_value());
   CHECK(fork_events[1].caused_by == std::optional<EventId>(EventId("evt_001")));
   CHECK(snap.history(root)[2].type == "object.created");
-  CHECK(ids_of(snap.failures_after(fork, 2)) == Strings{"evt_003"});
-  CHECK(snap.failures_after(root, 0).empty());
+  CHECK(ids_of(snap.events_of_type(fork, "behavior.failed", 2)) == Strings{"evt_003"});
+  CHECK(snap.events_of_type(root, "behavior.failed").empty());
 }
 
 TEST_CASE("an activegraph SQLite store with a fork imports with ids and lineage",
-          "[store][sqlite]") {
+          "[import][sqlite]") {
   forktrial::testing::TempDir dir;
   auto db = make_activegraph_db(dir.path() / "ag.db");
   EventStore store(dir.path() / "s");
-  auto imported = import_activegraph_sqlite(store, db);
+  auto imported = import::import_activegraph_sqlite(store, db);
   REQUIRE(imported);
   CHECK(imported->size() == 2);
   check_imported(store);
   // Importing it again is refused: the run ids exist.
-  auto again = import_activegraph_sqlite(store, db);
+  auto again = import::import_activegraph_sqlite(store, db);
   REQUIRE_FALSE(again);
   CHECK(again.error().kind == Refused::run_exists);
 }
 
 TEST_CASE("a fork whose rows repeat its inherited prefix imports the same history",
-          "[store][sqlite]") {
+          "[import][sqlite]") {
   forktrial::testing::TempDir dir;
   Layout layout;
   layout.fork_copies_prefix = true;
   auto db = make_activegraph_db(dir.path() / "ag.db", layout);
   EventStore store(dir.path() / "s");
-  REQUIRE(import_activegraph_sqlite(store, db));
+  REQUIRE(import::import_activegraph_sqlite(store, db));
   check_imported(store);
 }
 
-TEST_CASE("optional run columns may be absent", "[store][sqlite]") {
+TEST_CASE("optional run columns may be absent", "[import][sqlite]") {
   forktrial::testing::TempDir dir;
   auto path = dir.path() / "min.db";
   exec_on(path,
@@ -149,7 +149,7 @@ TEST_CASE("optional run columns may be absent", "[store][sqlite]") {
           "INSERT INTO runs VALUES ('r1');"
           "INSERT INTO events VALUES ('r1', 1, 'e1', 't', '{}', '2026-01-01T00:00:00Z')");
   EventStore store(dir.path() / "s");
-  auto imported = import_activegraph_sqlite(store, path);
+  auto imported = import::import_activegraph_sqlite(store, path);
   REQUIRE(imported);
   auto snap = store.snapshot();
   auto history = snap.history(*snap.run(RunId("r1")));
@@ -159,11 +159,11 @@ TEST_CASE("optional run columns may be absent", "[store][sqlite]") {
 }
 
 TEST_CASE("malformed activegraph stores are refused naming the problem, importing nothing",
-          "[store][sqlite]") {
+          "[import][sqlite]") {
   forktrial::testing::TempDir dir;
   EventStore store(dir.path() / "s");
   auto refused_with = [&](const std::filesystem::path& db, const std::string& text) {
-    auto result = import_activegraph_sqlite(store, db);
+    auto result = import::import_activegraph_sqlite(store, db);
     REQUIRE_FALSE(result);
     CHECK(result.error().kind == Refused::invalid_input);
     CHECK_THAT(result.error().message, Catch::Contains(text));
@@ -198,14 +198,14 @@ TEST_CASE("malformed activegraph stores are refused naming the problem, importin
 }
 
 TEST_CASE("hostile text in an activegraph store is refused naming the run, row and column",
-          "[store][sqlite]") {
+          "[import][sqlite]") {
   forktrial::testing::TempDir dir;
   EventStore store(dir.path() / "s");
   auto refused_with = [&](const std::string& sql, const std::string& where,
                           const std::string& why) {
     auto path = make_activegraph_db(dir.path() / "hostile.db");
     exec_on(path, sql);
-    auto result = import_activegraph_sqlite(store, path);
+    auto result = import::import_activegraph_sqlite(store, path);
     std::filesystem::remove(path);
     REQUIRE_FALSE(result);
     CHECK(result.error().kind == Refused::invalid_input);

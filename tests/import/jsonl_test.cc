@@ -1,4 +1,4 @@
-#include "store/jsonl.h"
+#include "import/jsonl.h"
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
@@ -7,8 +7,13 @@
 #include "store/event_store.h"
 #include "tests/support/temp_dir.h"
 
-namespace forktrial::store::jsonl {
+namespace forktrial::import::jsonl {
 namespace {
+
+using store::Event;
+using store::EventId;
+using store::EventView;
+using store::NewEvent;
 
 const std::string kGood =
     R"({"id":"evt_001","type":"goal.created","payload":{"goal":"hi"},"actor":"user","frame_id":null,"caused_by":null,"timestamp":"2026-01-02T03:04:05.000001+00:00"})";
@@ -26,7 +31,7 @@ std::string error_on_line_2(const std::string& bad) {
   return result.error().message;
 }
 
-TEST_CASE("a well-formed JSON Lines file parses into events", "[store][jsonl]") {
+TEST_CASE("a well-formed JSON Lines file parses into events", "[import][jsonl]") {
   auto result = parse(kGood + "\n\n" +
                       R"({"id":"evt_002","type":"note","payload":{"b":1,"a":[true]},)"
                       R"("timestamp":"2026-01-02T03:04:06Z","caused_by":"evt_001","seq":9})" +
@@ -46,15 +51,15 @@ TEST_CASE("a well-formed JSON Lines file parses into events", "[store][jsonl]") 
   CHECK_FALSE(second.actor.has_value());  // absent reads as null
 }
 
-TEST_CASE("bad JSON is refused with its line number", "[store][jsonl]") {
+TEST_CASE("bad JSON is refused with its line number", "[import][jsonl]") {
   CHECK_THAT(error_on_line_2(R"({"id": "evt_002", )"), Catch::StartsWith("line 2: not valid JSON"));
 }
 
-TEST_CASE("a line that is not an object is refused", "[store][jsonl]") {
+TEST_CASE("a line that is not an object is refused", "[import][jsonl]") {
   CHECK(error_on_line_2("[1,2]") == "line 2: expected a JSON object, found array");
 }
 
-TEST_CASE("each missing required field is refused by name", "[store][jsonl]") {
+TEST_CASE("each missing required field is refused by name", "[import][jsonl]") {
   CHECK(error_on_line_2(R"({"type":"t","payload":{},"timestamp":"2026-01-01T00:00:00Z"})") ==
         "line 2: missing field \"id\"");
   CHECK(error_on_line_2(R"({"id":"e","payload":{},"timestamp":"2026-01-01T00:00:00Z"})") ==
@@ -65,7 +70,7 @@ TEST_CASE("each missing required field is refused by name", "[store][jsonl]") {
         "line 2: missing field \"timestamp\"");
 }
 
-TEST_CASE("each mistyped field is refused naming the type found", "[store][jsonl]") {
+TEST_CASE("each mistyped field is refused naming the type found", "[import][jsonl]") {
   const std::string ts = R"("timestamp":"2026-01-01T00:00:00Z")";
   CHECK(error_on_line_2(R"({"id":7,"type":"t","payload":{},)" + ts + "}") ==
         "line 2: field \"id\" must be a string, found number");
@@ -83,7 +88,7 @@ TEST_CASE("each mistyped field is refused naming the type found", "[store][jsonl
         "line 2: field \"timestamp\" must be a string, found number");
 }
 
-TEST_CASE("an empty id or type is refused", "[store][jsonl]") {
+TEST_CASE("an empty id or type is refused", "[import][jsonl]") {
   CHECK(
       error_on_line_2(R"({"id":"","type":"t","payload":{},"timestamp":"2026-01-01T00:00:00Z"})") ==
       "line 2: field \"id\" is empty");
@@ -92,7 +97,7 @@ TEST_CASE("an empty id or type is refused", "[store][jsonl]") {
       "line 2: field \"type\" is empty");
 }
 
-TEST_CASE("a timestamp that is not ISO-8601 UTC is refused", "[store][jsonl]") {
+TEST_CASE("a timestamp that is not ISO-8601 UTC is refused", "[import][jsonl]") {
   // Every timestamp the runtime refuses, including a lower-case 'z' and a
   // date that does not exist, which an import used to accept.
   for (const char* ts : {"yesterday", "2026-01-01 00:00:00Z", "2026-01-01T00:00:00+02:00",
@@ -118,7 +123,7 @@ std::string line_with(const std::string& field, const std::string& json_string) 
 }
 
 TEST_CASE("a text field with a control character is refused naming its line and field",
-          "[store][jsonl]") {
+          "[import][jsonl]") {
   for (const char* field : {"id", "type", "actor", "frame_id", "caused_by"}) {
     INFO(field);
     CHECK_THAT(error_on_line_2(line_with(field, R"("\u001b[2J")")),
@@ -132,7 +137,7 @@ TEST_CASE("a text field with a control character is refused naming its line and 
 }
 
 TEST_CASE("a text field beyond its length bound is refused naming its line and field",
-          "[store][jsonl]") {
+          "[import][jsonl]") {
   for (const char* field : {"type", "actor", "frame_id"}) {
     INFO(field);
     CHECK_THAT(error_on_line_2(line_with(field, "\"" + std::string(1025, 'x') + "\"")),
@@ -147,7 +152,7 @@ TEST_CASE("a text field beyond its length bound is refused naming its line and f
   }
 }
 
-TEST_CASE("text that is not valid UTF-8 is refused naming its line", "[store][jsonl]") {
+TEST_CASE("text that is not valid UTF-8 is refused naming its line", "[import][jsonl]") {
   // The JSON parser itself refuses such bytes (and lone surrogate escapes).
   CHECK_THAT(error_on_line_2(line_with("actor", "\"caf\xe9\"")),
              Catch::StartsWith("line 2: not valid JSON"));
@@ -155,7 +160,7 @@ TEST_CASE("text that is not valid UTF-8 is refused naming its line", "[store][js
              Catch::StartsWith("line 2: not valid JSON"));
 }
 
-TEST_CASE("a repeated event id is refused naming both lines", "[store][jsonl]") {
+TEST_CASE("a repeated event id is refused naming both lines", "[import][jsonl]") {
   auto result =
       parse(kGood + "\n" +
             R"({"id":"evt_002","type":"t","payload":{},"timestamp":"2026-01-01T00:00:00Z"})" +
@@ -165,7 +170,7 @@ TEST_CASE("a repeated event id is refused naming both lines", "[store][jsonl]") 
   CHECK(result.error().message == "line 4: event id \"evt_001\" already appears on line 1");
 }
 
-TEST_CASE("an exported line parses back into the same event", "[store][jsonl]") {
+TEST_CASE("an exported line parses back into the same event", "[import][jsonl]") {
   EventView view;
   view.id = "evt_9";
   view.type = "patch.applied";
@@ -183,7 +188,7 @@ TEST_CASE("an exported line parses back into the same event", "[store][jsonl]") 
   CHECK(back == static_cast<const NewEvent&>(expected));
 }
 
-TEST_CASE("an exported line is written whatever bytes an older store holds", "[store][jsonl]") {
+TEST_CASE("an exported line is written whatever bytes an older store holds", "[import][jsonl]") {
   EventView view;
   view.id = "evt_1";
   view.type = "bad \xff type";
@@ -198,5 +203,22 @@ TEST_CASE("an exported line is written whatever bytes an older store holds", "[s
   CHECK(parsed["actor"] == "\xEF\xBF\xBD");
 }
 
+TEST_CASE("an import line nested 60000 levels deep is refused, naming the line",
+          "[import][payload][jsonl]") {
+  const std::string deep = "{\"a\":" + std::string(59'999, '[') + std::string(59'999, ']') + "}";
+  auto parsed =
+      parse(R"({"id":"evt_001","type":"note","payload":{},"timestamp":"2026-01-02T03:04:05Z"})"
+            "\n"
+            R"({"id":"evt_002","type":"note","timestamp":"2026-01-02T03:04:05Z","payload":)" +
+            deep + "}\n");
+  REQUIRE_FALSE(parsed);
+  CHECK(parsed.error().line == 2);
+  CHECK(parsed.error().message ==
+        "line 2: the event is nested 60001 levels deep (arrays and objects); payloads may nest "
+        "at most 256 levels");
+  CHECK(normalize_payload(deep).error() ==
+        "nested 60000 levels deep (arrays and objects); payloads may nest at most 256 levels");
+}
+
 }  // namespace
-}  // namespace forktrial::store::jsonl
+}  // namespace forktrial::import::jsonl

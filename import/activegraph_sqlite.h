@@ -12,7 +12,7 @@
 
 #include "store/event_store.h"
 
-namespace forktrial::store {
+namespace forktrial::import {
 
 // Refused with invalid_input (unreadable file, missing table or column, bad
 // payload or timestamp, text breaking the store's text rule (store/event.h)
@@ -21,7 +21,7 @@ namespace forktrial::store {
 // column involved), or with run_exists if a
 // run id of the file is already in the store. Returns the imported runs,
 // parents before their forks.
-Result<std::vector<RunInfo>> import_activegraph_sqlite(EventStore& store,
-                                                       const std::filesystem::path& file);
+store::Result<std::vector<store::RunInfo>> import_activegraph_sqlite(
+    store::EventStore& store, const std::filesystem::path& file);
 
-}  // namespace forktrial::store
+}  // namespace forktrial::import

@@ -1,4 +1,4 @@
-#include "store/activegraph_sqlite.h"
+#include "import/activegraph_sqlite.h"
 
 #include "base/timestamp.h"
 
@@ -10,9 +10,23 @@
 #include <unordered_map>
 
 #include "base/text.h"
-#include "store/jsonl.h"
+#include "import/jsonl.h"
 
-namespace forktrial::store {
+namespace forktrial::import {
+
+using store::event_text_problem;
+using store::EventId;
+using store::EventStore;
+using store::NewEvent;
+using store::NewRun;
+using store::Refusal;
+using store::Refused;
+using store::Result;
+using store::run_text_problem;
+using store::RunId;
+using store::RunInfo;
+using store::Writer;
+
 namespace {
 
 struct CloseDb {
@@ -271,4 +285,4 @@ Result<std::vector<RunInfo>> import_activegraph_sqlite(EventStore& store,
   });
 }
 
-}  // namespace forktrial::store
+}  // namespace forktrial::import
