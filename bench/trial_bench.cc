@@ -119,7 +119,7 @@ int main(int argc, char** argv) {
     bool all_completed = true;
     auto trial_ms = time_runs(trials, [&] {
       auto report = sandbox::run_trial(store, spec);
-      all_completed = all_completed && report.outcome == sandbox::Outcome::completed;
+      all_completed = all_completed && report.outcome == Outcome::completed;
     });
     auto spawn = [](std::vector<std::string> command) {
       sandbox::SpawnRequest request;

@@ -60,22 +60,6 @@ std::string LoadError::message() const {
   return out;
 }
 
-std::string_view outcome_name(ScenarioOutcome outcome) {
-  switch (outcome) {
-    case ScenarioOutcome::completed:
-      return "completed";
-    case ScenarioOutcome::scenario_failed:
-      return "scenario_failed";
-    case ScenarioOutcome::budget_exhausted:
-      return "budget_exhausted";
-    case ScenarioOutcome::write_budget_exhausted:
-      return "write_budget_exhausted";
-    case ScenarioOutcome::memory_cap_hit:
-      return "memory_cap_hit";
-  }
-  return "unknown";
-}
-
 Runtime::Runtime(RuntimeConfig config, EventSink sink, LogSink log)
     : config_(std::move(config)),
       sink_(std::move(sink)),
@@ -480,29 +464,32 @@ ScenarioResult Runtime::run_scenario(std::string_view spec) {
   result.events_appended = events_appended();
   result.behavior_failures = behavior_failures_;
   if (memory_cap_hit()) {
-    result.outcome = ScenarioOutcome::memory_cap_hit;
+    result.outcome = Outcome::limits_exceeded;
+    result.net = Net::memory;
     result.message = host_.memory_problem();
     // The stop error Lua code got afterwards would only repeat it.
     if (failure && !failure->message.ends_with(host_.stop_message())) {
       result.message += ": " + failure->message;
     }
   } else if (write_budget_exhausted_) {
-    result.outcome = ScenarioOutcome::write_budget_exhausted;
+    result.outcome = Outcome::limits_exceeded;
+    result.net = Net::write_budget;
     result.message =
         "the write budget ran out after " + std::to_string(events_appended() - 1) +
         " appended events (max_appended_events = " + std::to_string(config_.max_appended_events) +
         ", max_appended_bytes = " + std::to_string(config_.max_appended_bytes) +
         "); runtime.budget_exhausted was emitted";
   } else if (budget_exhausted_) {
-    result.outcome = ScenarioOutcome::budget_exhausted;
+    result.outcome = Outcome::limits_exceeded;
+    result.net = Net::event_budget;
     result.message = "the event budget ran out after " + std::to_string(dispatched_) +
                      " dispatched events (max_events = " + std::to_string(config_.max_events) +
                      "); runtime.budget_exhausted was emitted";
   } else if (!refusal.empty()) {
-    result.outcome = ScenarioOutcome::scenario_failed;
+    result.outcome = Outcome::scenario_failed;
     result.message = refusal;
   } else if (failure) {
-    result.outcome = ScenarioOutcome::scenario_failed;
+    result.outcome = Outcome::scenario_failed;
     result.message = failure->message;
     result.traceback = failure->traceback;
   }

@@ -54,6 +54,7 @@
 #include "runtime/graph.h"
 #include "runtime/lua_host.h"
 #include "runtime/runtime_services.h"
+#include "schema/outcome.h"
 #include "store/event.h"
 #include "store/ids.h"
 
@@ -112,18 +113,16 @@ struct LoadedPack {
   store::EventId loaded_event;  // the pack.loaded event
 };
 
-enum class ScenarioOutcome {
-  completed,               // the scenario returned
-  scenario_failed,         // it raised, or could not be found (message says which)
-  budget_exhausted,        // max_events ran out (runtime.budget_exhausted was emitted)
-  write_budget_exhausted,  // max_appended_events or _bytes ran out (likewise recorded)
-  memory_cap_hit,          // memory ran out: the Lua cap, C++ memory on Lua's behalf, the limits of
-                           // a JSON conversion or the C-stack guard (LuaHost); message says which
-};
-std::string_view outcome_name(ScenarioOutcome outcome);
-
+// How a scenario ended. The runtime ends scenarios as completed,
+// scenario_failed (it raised, or could not be found: message says which) or
+// limits_exceeded by the event budget (max_events ran out), the write budget
+// (max_appended_events or _bytes ran out) or memory (the Lua cap, C++ memory
+// on Lua's behalf, the limits of a JSON conversion or the C-stack guard of
+// LuaHost: message says which). Both budgets leave runtime.budget_exhausted in
+// the history.
 struct ScenarioResult {
-  ScenarioOutcome outcome = ScenarioOutcome::completed;
+  Outcome outcome = Outcome::completed;
+  Net net = Net::none;                // set when outcome is limits_exceeded
   std::string message;                // empty when completed
   std::string traceback;              // for scenario_failed raised by Lua
   std::uint64_t events_appended = 0;  // new events since the fork point, all kinds

@@ -183,35 +183,21 @@ std::expected<std::vector<pack::PackFiles>, std::string> materialize(
 
   runtime::ScenarioResult result = rt.run_scenario(spec.scenario);
   count();
-  switch (result.outcome) {
-    case runtime::ScenarioOutcome::completed:
-      tail.outcome = Outcome::completed;
-      break;
-    case runtime::ScenarioOutcome::scenario_failed:
-      tail.outcome = Outcome::scenario_failed;
-      tail.detail = result.message;
-      if (!result.traceback.empty()) tail.detail += "\n" + result.traceback;
-      break;
-    case runtime::ScenarioOutcome::budget_exhausted:
-      tail.outcome = Outcome::limits_exceeded;
-      tail.net = Net::event_budget;
-      tail.detail =
-          "event budget exhausted: max_events = " + std::to_string(spec.limits.max_events) +
-          " events were dispatched (runtime.budget_exhausted is in the fork)";
-      break;
-    case runtime::ScenarioOutcome::write_budget_exhausted:
-      tail.outcome = Outcome::limits_exceeded;
-      tail.net = Net::write_budget;
-      tail.detail = "write budget exhausted: " + result.message;
-      break;
-    case runtime::ScenarioOutcome::memory_cap_hit:
-      tail.outcome = Outcome::limits_exceeded;
-      tail.net = Net::memory;
-      tail.detail = "memory net: " + result.message;
-      if (config.lua_memory_cap_bytes != 0) {
-        tail.detail += " (the Lua memory cap is half of max_rss_bytes)";
-      }
-      break;
+  tail.outcome = result.outcome;
+  tail.net = result.net;
+  if (result.outcome == Outcome::scenario_failed) {
+    tail.detail = result.message;
+    if (!result.traceback.empty()) tail.detail += "\n" + result.traceback;
+  } else if (result.net == Net::event_budget) {
+    tail.detail = "event budget exhausted: max_events = " + std::to_string(spec.limits.max_events) +
+                  " events were dispatched (runtime.budget_exhausted is in the fork)";
+  } else if (result.net == Net::write_budget) {
+    tail.detail = "write budget exhausted: " + result.message;
+  } else if (result.net == Net::memory) {
+    tail.detail = "memory net: " + result.message;
+    if (config.lua_memory_cap_bytes != 0) {
+      tail.detail += " (the Lua memory cap is half of max_rss_bytes)";
+    }
   }
   tail.detail = with_warnings(tail.detail, tail.warnings);
   finish(tail);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "base/text.h"
 #include "schema/trial.capnp.h"
@@ -14,72 +15,14 @@
 namespace forktrial::sandbox {
 namespace {
 
-schema::TrialOutcome to_schema(Outcome outcome) {
-  switch (outcome) {
-    case Outcome::completed:
-      return schema::TrialOutcome::COMPLETED;
-    case Outcome::scenario_failed:
-      return schema::TrialOutcome::SCENARIO_FAILED;
-    case Outcome::limits_exceeded:
-      return schema::TrialOutcome::LIMITS_EXCEEDED;
-    case Outcome::materialization_failed:
-      return schema::TrialOutcome::MATERIALIZATION_FAILED;
-    case Outcome::crashed:
-      break;
-  }
-  return schema::TrialOutcome::CRASHED;
+// Outcome and Net have the ordinals of their Cap'n Proto counterparts
+// (schema/outcome.h), so encoding is a cast and decoding a range check.
+schema::TrialOutcome to_wire(Outcome outcome) {
+  return static_cast<schema::TrialOutcome>(std::to_underlying(outcome));
 }
 
-std::optional<Outcome> from_schema(schema::TrialOutcome outcome) {
-  switch (outcome) {
-    case schema::TrialOutcome::COMPLETED:
-      return Outcome::completed;
-    case schema::TrialOutcome::SCENARIO_FAILED:
-      return Outcome::scenario_failed;
-    case schema::TrialOutcome::LIMITS_EXCEEDED:
-      return Outcome::limits_exceeded;
-    case schema::TrialOutcome::MATERIALIZATION_FAILED:
-      return Outcome::materialization_failed;
-    case schema::TrialOutcome::CRASHED:
-      return Outcome::crashed;
-  }
-  return std::nullopt;
-}
-
-schema::Net to_schema(Net net) {
-  switch (net) {
-    case Net::none:
-      return schema::Net::NONE;
-    case Net::event_budget:
-      return schema::Net::EVENT_BUDGET;
-    case Net::memory:
-      return schema::Net::MEMORY;
-    case Net::cpu:
-      return schema::Net::CPU;
-    case Net::wall_clock:
-      return schema::Net::WALL_CLOCK;
-    case Net::write_budget:
-      return schema::Net::WRITE_BUDGET;
-  }
-  return schema::Net::NONE;
-}
-
-std::optional<Net> from_schema(schema::Net net) {
-  switch (net) {
-    case schema::Net::NONE:
-      return Net::none;
-    case schema::Net::EVENT_BUDGET:
-      return Net::event_budget;
-    case schema::Net::MEMORY:
-      return Net::memory;
-    case schema::Net::CPU:
-      return Net::cpu;
-    case schema::Net::WALL_CLOCK:
-      return Net::wall_clock;
-    case schema::Net::WRITE_BUDGET:
-      return Net::write_budget;
-  }
-  return std::nullopt;
+schema::Net to_wire(Net net) {
+  return static_cast<schema::Net>(std::to_underlying(net));
 }
 
 std::string_view text_of(capnp::Text::Reader text) {
@@ -88,29 +31,11 @@ std::string_view text_of(capnp::Text::Reader text) {
 
 }  // namespace
 
-std::string_view net_name(Net net) {
-  switch (net) {
-    case Net::none:
-      return "none";
-    case Net::event_budget:
-      return "event budget";
-    case Net::memory:
-      return "memory";
-    case Net::cpu:
-      return "CPU";
-    case Net::wall_clock:
-      return "wall clock";
-    case Net::write_budget:
-      return "write budget";
-  }
-  return "none";
-}
-
 std::string encode_tail(const ChildTail& tail) {
   capnp::MallocMessageBuilder message;
   auto root = message.initRoot<schema::TrialTail>();
-  root.setOutcome(to_schema(tail.outcome));
-  root.setNet(to_schema(tail.net));
+  root.setOutcome(to_wire(tail.outcome));
+  root.setNet(to_wire(tail.net));
   root.setEventsAppended(tail.events_appended);
   root.setBehaviorFailures(tail.behavior_failures);
   root.setLastSeq(tail.last_seq);
@@ -148,8 +73,8 @@ std::expected<ChildTail, std::string> decode_tail(std::string_view bytes) {
       return std::unexpected(std::string("the tail has bytes after its message"));
     }
     auto root = reader.getRoot<schema::TrialTail>();
-    auto outcome = from_schema(root.getOutcome());
-    auto net = from_schema(root.getNet());
+    auto outcome = outcome_from_ordinal(std::to_underlying(root.getOutcome()));
+    auto net = net_from_ordinal(std::to_underlying(root.getNet()));
     if (!outcome) return std::unexpected(std::string("the tail names an unknown outcome"));
     if (!net) return std::unexpected(std::string("the tail names an unknown net"));
     ChildTail tail;

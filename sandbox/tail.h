@@ -16,10 +16,6 @@
 
 namespace forktrial::sandbox {
 
-enum class Net { none, event_budget, memory, cpu, wall_clock, write_budget };
-
-std::string_view net_name(Net net);  // "event budget", "memory", ...
-
 struct ChildTail {
   Outcome outcome = Outcome::crashed;
   Net net = Net::none;

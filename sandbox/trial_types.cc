@@ -292,30 +292,6 @@ std::vector<std::string> check_trial_specification(const TrialSpecification& spe
   return problems;
 }
 
-std::string_view outcome_name(Outcome outcome) {
-  switch (outcome) {
-    case Outcome::completed:
-      return "completed";
-    case Outcome::scenario_failed:
-      return "scenario_failed";
-    case Outcome::limits_exceeded:
-      return "limits_exceeded";
-    case Outcome::materialization_failed:
-      return "materialization_failed";
-    case Outcome::crashed:
-      return "crashed";
-  }
-  return "crashed";
-}
-
-std::optional<Outcome> outcome_from_name(std::string_view name) {
-  for (Outcome o : {Outcome::completed, Outcome::scenario_failed, Outcome::limits_exceeded,
-                    Outcome::materialization_failed, Outcome::crashed}) {
-    if (outcome_name(o) == name) return o;
-  }
-  return std::nullopt;
-}
-
 int exit_code_of(Outcome outcome) {
   switch (outcome) {
     case Outcome::completed:

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "base/digest.h"
+#include "schema/outcome.h"
 #include "store/ids.h"
 
 namespace forktrial::sandbox {
@@ -64,12 +65,8 @@ inline constexpr std::uint64_t kMaxMaxRssBytes = std::uint64_t{1} << 40;
 // ("limits.wall_clock_seconds: ..."); empty when they are all in range.
 std::vector<std::string> check_trial_limits(const TrialLimits& limits);
 
-// The closed set of outcomes, and the child's exit code for each (anything
-// else, or a signal, is `crashed`).
-enum class Outcome { completed, scenario_failed, limits_exceeded, materialization_failed, crashed };
-
-std::string_view outcome_name(Outcome outcome);
-std::optional<Outcome> outcome_from_name(std::string_view name);
+// The child's exit code for each outcome (schema/outcome.h); anything else,
+// or a signal, is `crashed`.
 int exit_code_of(Outcome outcome);  // 0, 30, 40, 50; -1 for crashed
 Outcome outcome_of_exit_code(int code);
 

@@ -21,7 +21,6 @@ namespace forktrial::tools {
 namespace {
 
 using nlohmann::ordered_json;
-using sandbox::Outcome;
 
 // "268435456", "256M", "1G", "512K" (binary multiples) -> bytes.
 std::uint64_t parse_size(const std::string& text, const char* option) {
@@ -102,7 +101,7 @@ int exit_status(Outcome outcome) {
 
 ordered_json report_json(const sandbox::TrialReport& r) {
   ordered_json j;
-  j["outcome"] = std::string(sandbox::outcome_name(r.outcome));
+  j["outcome"] = std::string(outcome_name(r.outcome));
   j["fork_run_id"] = r.fork_run_id;
   j["events_appended"] = r.events_appended;
   j["behavior_failures"] = r.behavior_failures;
@@ -115,7 +114,7 @@ ordered_json report_json(const sandbox::TrialReport& r) {
 // The detail and the warnings hold the candidate's error text: each line is
 // escaped, so none can rewrite the lines above it.
 void print_report(const sandbox::TrialReport& r) {
-  std::printf("outcome            %s\n", std::string(sandbox::outcome_name(r.outcome)).c_str());
+  std::printf("outcome            %s\n", std::string(outcome_name(r.outcome)).c_str());
   std::printf("fork run           %s\n", terminal_safe(r.fork_run_id).c_str());
   std::printf("events appended    %llu\n", static_cast<unsigned long long>(r.events_appended));
   std::printf("behavior failures  %llu\n", static_cast<unsigned long long>(r.behavior_failures));

@@ -8,8 +8,9 @@
 #include "tests/support/hostile_lua.h"
 
 using namespace forktrial::testing;
+using forktrial::Net;
+using forktrial::Outcome;
 using forktrial::runtime::PackRole;
-using forktrial::runtime::ScenarioOutcome;
 using nlohmann::json;
 
 namespace {
@@ -47,7 +48,7 @@ function main(rt)
   print("visible", 1, nil)
 end
 )");
-  REQUIRE(result.outcome == ScenarioOutcome::completed);
+  REQUIRE(result.outcome == Outcome::completed);
   REQUIRE(result.message.empty());
   REQUIRE(r->log == std::vector<std::string>{"[scenario] visible\\t1\\tnil"});
 }
@@ -68,7 +69,7 @@ function main(rt)
   assert(f == nil)
 end
 )");
-  REQUIRE(result.outcome == ScenarioOutcome::completed);
+  REQUIRE(result.outcome == Outcome::completed);
   REQUIRE(r->log ==
           std::vector<std::string>{"[scenario] attempt to load a binary chunk (mode is 't')"});
 }
@@ -96,7 +97,7 @@ function main(rt)
   end
 end
 )");
-  REQUIRE(result.outcome == ScenarioOutcome::completed);
+  REQUIRE(result.outcome == Outcome::completed);
   const std::string not_in_pack =
       " is not a file of the pack at " + pack.string() +
       " (files and directories whose names start with '.' are not part of a pack)";
@@ -150,7 +151,7 @@ TEST_CASE("code changed on disk after the pack was read never runs", "[runtime][
   if (!loaded) FAIL(loaded.error().message());
   const auto result = r->rt->run_scenario("s.lua");
   INFO(result.message);
-  REQUIRE(result.outcome == ScenarioOutcome::completed);
+  REQUIRE(result.outcome == Outcome::completed);
   REQUIRE(r->log == std::vector<std::string>{"[scenario] hashed late"});
 }
 
@@ -163,7 +164,7 @@ TEST_CASE("packs cannot see each other's globals", "[runtime][confinement]") {
   load_or_fail(*r, write_pack(dir, "extra", extra), PackRole::extra);
   plain_pack(dir);
   REQUIRE(run(dir, *r, "function main(rt) assert(shared_secret == nil) end").outcome ==
-          ScenarioOutcome::completed);
+          Outcome::completed);
 }
 
 TEST_CASE("a scenario allocating without bound hits the memory cap", "[runtime][confinement]") {
@@ -178,7 +179,8 @@ function main(rt)
   for i = 1, math.maxinteger do hoard[i] = string.rep("x", 4096) .. i end
 end
 )");
-  REQUIRE(result.outcome == ScenarioOutcome::memory_cap_hit);
+  REQUIRE(result.outcome == Outcome::limits_exceeded);
+  REQUIRE(result.net == Net::memory);
   REQUIRE(result.message == "the Lua memory cap of 8388608 bytes was reached: not enough memory");
   REQUIRE(r->rt->memory_cap_hit());
 }
@@ -199,7 +201,7 @@ function main(rt)
   print(first[1], first[2], first[3])
 end
 )")
-                .outcome == ScenarioOutcome::completed);
+                .outcome == Outcome::completed);
     return r->log.at(0);
   };
   REQUIRE(draws("trial-a") == draws("trial-a"));
@@ -236,7 +238,8 @@ function main(rt)
   print("caught: " .. tostring(err))
 end
 )");
-  REQUIRE(result.outcome == ScenarioOutcome::memory_cap_hit);
+  REQUIRE(result.outcome == Outcome::limits_exceeded);
+  REQUIRE(result.net == Net::memory);
   CHECK(result.message == "the Lua memory cap of 8388608 bytes was reached");
   CHECK(r->log.empty());
   CHECK(r->rt->memory_cap_hit());
@@ -262,7 +265,8 @@ function main(rt)
   print("the scenario survived")
 end
 )");
-  REQUIRE(result.outcome == ScenarioOutcome::memory_cap_hit);
+  REQUIRE(result.outcome == Outcome::limits_exceeded);
+  REQUIRE(result.net == Net::memory);
   CHECK(r->log.empty());
   const auto failed = r->of_type("behavior.failed");
   REQUIRE(failed.size() == 1);
@@ -284,7 +288,8 @@ TEST_CASE("once memory ran out, caught errors cannot keep Lua running",
   TempDir dir;
   auto r = capped_runtime();
   const auto result = run_main(dir, *r, kHoardLua, body);
-  CHECK(result.outcome == ScenarioOutcome::memory_cap_hit);
+  CHECK(result.outcome == Outcome::limits_exceeded);
+  CHECK(result.net == Net::memory);
   CHECK(r->log.empty());
 }
 
@@ -308,7 +313,7 @@ function main(rt)
 end
 )");
   INFO(result.message);
-  REQUIRE(result.outcome == ScenarioOutcome::completed);
+  REQUIRE(result.outcome == Outcome::completed);
   CHECK(r->log == std::vector<std::string>{"[scenario] 1500 live, 80000 churned"});
   CHECK_FALSE(r->rt->memory_cap_hit());
 }
@@ -323,7 +328,8 @@ TEST_CASE("a payload that expands past the conversion limits ends the trial as m
   TempDir dir;
   auto r = capped_runtime(cap);
   const auto result = run_main(dir, *r, kDagLua, emit);
-  CHECK(result.outcome == ScenarioOutcome::memory_cap_hit);
+  CHECK(result.outcome == Outcome::limits_exceeded);
+  CHECK(result.net == Net::memory);
   CHECK(result.message.find("more than 100000 values") != std::string::npos);
   CHECK(r->of_type("dag").empty());
   CHECK(r->log.empty());
@@ -340,7 +346,8 @@ TEST_CASE("coroutine resets nested beyond the guard end as memory_cap_hit",
   TempDir dir;
   auto r = make_runtime();
   const auto result = run_main(dir, *r, "", chain);
-  CHECK(result.outcome == ScenarioOutcome::memory_cap_hit);
+  CHECK(result.outcome == Outcome::limits_exceeded);
+  CHECK(result.net == Net::memory);
   CHECK(result.message.starts_with(resets));
   CHECK(r->log.empty());
 }
@@ -389,7 +396,7 @@ function main(rt)
 end
 )");
   INFO(result.message);
-  REQUIRE(result.outcome == ScenarioOutcome::completed);
+  REQUIRE(result.outcome == Outcome::completed);
   REQUIRE(r->log.size() == 9);
   CHECK(r->log[0].starts_with("[scenario] 19"));
   CHECK(r->log[0].ends_with("C stack overflow"));
@@ -417,7 +424,7 @@ function main(rt)
   warn("two\nlines")
 end
 )");
-  REQUIRE(result.outcome == ScenarioOutcome::completed);
+  REQUIRE(result.outcome == Outcome::completed);
   CHECK(r->log == std::vector<std::string>{"[candidate] warning: one message in pieces",
                                            "[candidate] warning: two",
                                            "[candidate] warning: lines"});
@@ -443,6 +450,6 @@ function main(rt)
 end
 )");
   INFO(result.message);
-  REQUIRE(result.outcome == ScenarioOutcome::completed);
+  REQUIRE(result.outcome == Outcome::completed);
   CHECK(r->log == std::vector<std::string>{"[scenario] 255\\t1"});
 }

@@ -7,8 +7,9 @@
 #include "tests/runtime/runtime_test_support.h"
 
 using namespace forktrial::testing;
+using forktrial::Net;
+using forktrial::Outcome;
 using forktrial::runtime::PackRole;
-using forktrial::runtime::ScenarioOutcome;
 using nlohmann::json;
 
 namespace {
@@ -54,7 +55,7 @@ end
   load_or_fail(*r, alpha, PackRole::extra);
   load_or_fail(*r, beta, PackRole::candidate);
   const auto result = r->rt->run_scenario("s.lua");
-  REQUIRE(result.outcome == ScenarioOutcome::completed);
+  REQUIRE(result.outcome == Outcome::completed);
   REQUIRE(r->log == std::vector<std::string>{
                         "[alpha/relay] ping 1", "[beta/first] ping 1", "[beta/second] ping 1",
                         "[alpha/relay] ping 2", "[beta/first] ping 2", "[beta/second] ping 2",
@@ -89,7 +90,7 @@ function main(rt)
 end
 )");
   load_or_fail(*r, pack);
-  REQUIRE(r->rt->run_scenario("s.lua").outcome == ScenarioOutcome::completed);
+  REQUIRE(r->rt->run_scenario("s.lua").outcome == Outcome::completed);
   REQUIRE(r->sunk.size() == 3);
   REQUIRE(r->sunk[0].id.str() == "evt_004");  // pack.loaded
   REQUIRE(r->sunk[1].id.str() == "evt_006");  // evt_005 is taken
@@ -108,7 +109,7 @@ TEST_CASE("an empty history starts the clock at the epoch and ids at evt_001",
   load_or_fail(*r, write_pack(dir, "p", spec_with("candidate", {}, "")));
   REQUIRE(r->sunk[0].id.str() == "evt_001");
   REQUIRE(r->sunk[0].timestamp == "1970-01-01T00:00:00.001Z");
-  REQUIRE(r->rt->run_scenario("").outcome == ScenarioOutcome::completed);
+  REQUIRE(r->rt->run_scenario("").outcome == Outcome::completed);
   REQUIRE(r->types() == std::vector<std::string>{"pack.loaded", "runtime.idle"});
 }
 
@@ -138,7 +139,7 @@ end
   auto r = make_runtime();
   load_or_fail(*r, pack);
   const auto result = r->rt->run_scenario("s.lua");
-  REQUIRE(result.outcome == ScenarioOutcome::completed);
+  REQUIRE(result.outcome == Outcome::completed);
   REQUIRE(result.behavior_failures == 1);
   REQUIRE(r->rt->behavior_failures() == 1);
   const auto failed = r->of_type("behavior.failed");
@@ -184,7 +185,8 @@ end
   auto r = make_runtime({}, config);
   load_or_fail(*r, pack);
   const auto result = r->rt->run_scenario("s.lua");
-  REQUIRE(result.outcome == ScenarioOutcome::budget_exhausted);
+  REQUIRE(result.outcome == Outcome::limits_exceeded);
+  REQUIRE(result.net == Net::event_budget);
   REQUIRE(result.message ==
           "the event budget ran out after 5 dispatched events (max_events = 5); "
           "runtime.budget_exhausted was emitted");
@@ -211,7 +213,7 @@ end
   config.max_events = 3;  // pack.loaded, a, b
   auto r = make_runtime({}, config);
   load_or_fail(*r, pack);
-  REQUIRE(r->rt->run_scenario("s.lua").outcome == ScenarioOutcome::completed);
+  REQUIRE(r->rt->run_scenario("s.lua").outcome == Outcome::completed);
   const auto idle = r->of_type("runtime.idle");
   REQUIRE(idle.size() == 2);
   REQUIRE(payload_of(idle[1]) == json{{"dispatched", 3}});
@@ -245,7 +247,7 @@ end }
   dir.write("p/s.lua", "function main(rt) rt:emit{ type = 'go' } rt:run_until_idle() end");
   load_or_fail(*r, pack);
   const auto result = r->rt->run_scenario("s.lua");
-  REQUIRE(result.outcome == ScenarioOutcome::completed);
+  REQUIRE(result.outcome == Outcome::completed);
   REQUIRE(result.behavior_failures == 0);
   REQUIRE(r->log == std::vector<std::string>{"[candidate/build] node#5 node#6 edge#1 2 2"});
   const auto created = r->of_type("object.created");
@@ -298,7 +300,7 @@ end }
   const auto written = write_pack(dir, "p", spec);
   dir.write("p/s.lua", "function main(rt) rt:emit{ type = 'go' } rt:run_until_idle() end");
   load_or_fail(*r, written);
-  REQUIRE(r->rt->run_scenario("s.lua").outcome == ScenarioOutcome::completed);
+  REQUIRE(r->rt->run_scenario("s.lua").outcome == Outcome::completed);
   REQUIRE(r->log.size() == 11);
   CHECK(r->log[0] ==
         "[candidate/misuse] 1: pack.lua:4: graph:add_object: pack \"candidate\" does not declare "
@@ -357,7 +359,7 @@ function main(rt)
 end
 )");
   load_or_fail(*r, pack);
-  REQUIRE(r->rt->run_scenario("s.lua").outcome == ScenarioOutcome::completed);
+  REQUIRE(r->rt->run_scenario("s.lua").outcome == Outcome::completed);
   const auto out = r->of_type("out");
   REQUIRE(out.size() == 1);
   REQUIRE(payload_of(out[0]) == json::parse(R"({
@@ -432,7 +434,7 @@ function main(rt)
 end
 )");
   load_or_fail(*r, written);
-  REQUIRE(r->rt->run_scenario("s.lua").outcome == ScenarioOutcome::completed);
+  REQUIRE(r->rt->run_scenario("s.lua").outcome == Outcome::completed);
   REQUIRE(r->log.size() == 3);
   CHECK(
       r->log[0].ends_with("rt:emit payload: table has key 7; a table converts to a JSON array "
@@ -462,7 +464,7 @@ end }
   load_or_fail(*r, pack);
   const auto result = r->rt->run_scenario("s.lua");
   INFO(result.message);
-  REQUIRE(result.outcome == ScenarioOutcome::completed);
+  REQUIRE(result.outcome == Outcome::completed);
   REQUIRE(result.behavior_failures == 1);
   const auto failed = r->of_type("behavior.failed");
   REQUIRE(failed.size() == 1);
@@ -482,7 +484,7 @@ end }
   auto r = make_runtime();
   dir.write("p/s.lua", "function main(rt) rt:emit{ type = 'job' } rt:run_until_idle() end");
   load_or_fail(*r, pack);
-  REQUIRE(r->rt->run_scenario("s.lua").outcome == ScenarioOutcome::completed);
+  REQUIRE(r->rt->run_scenario("s.lua").outcome == Outcome::completed);
   const auto failed = r->of_type("behavior.failed");
   REQUIRE(failed.size() == 1);
   const std::string message = payload_of(failed[0])["message"];
@@ -516,7 +518,7 @@ function main(rt)
 end
 )");
   load_or_fail(*r, pack);
-  REQUIRE(r->rt->run_scenario("s.lua").outcome == ScenarioOutcome::completed);
+  REQUIRE(r->rt->run_scenario("s.lua").outcome == Outcome::completed);
   REQUIRE(r->log.size() == 4);
   CHECK(r->log[0] == "[scenario] a\\nforktrial-child: b\\t\\x1b[31mred");
   CHECK(r->log[1] == "[scenario] \\xff invalid \\u{9b}");
@@ -546,7 +548,7 @@ TEST_CASE("the default log sink writes candidate output to stdout, never stderr"
                                                 [](const forktrial::store::NewEvent&) {});
   REQUIRE(rt);
   REQUIRE((*rt)->load_pack(pack, PackRole::candidate));
-  REQUIRE((*rt)->run_scenario("s.lua").outcome == ScenarioOutcome::completed);
+  REQUIRE((*rt)->run_scenario("s.lua").outcome == Outcome::completed);
   CHECK(out.str() == "[scenario] hello\\tworld\n");
   CHECK(err.str().empty());
 }

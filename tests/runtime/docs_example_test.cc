@@ -6,7 +6,7 @@
 #include "tests/runtime/runtime_test_support.h"
 
 using namespace forktrial::testing;
-using forktrial::runtime::ScenarioOutcome;
+using forktrial::Outcome;
 using nlohmann::json;
 
 namespace {
@@ -49,7 +49,7 @@ TEST_CASE("the pack authoring guide's example pack runs as described", "[runtime
   load_or_fail(*r, dir.path() / "pack");
   const auto result = r->rt->run_scenario("scenarios/triage.lua");
   INFO(result.message << "\n" << result.traceback);
-  REQUIRE(result.outcome == ScenarioOutcome::completed);
+  REQUIRE(result.outcome == Outcome::completed);
   REQUIRE(result.behavior_failures == 1);
   const auto& graph = r->rt->graph();
   REQUIRE(graph.objects("bug").size() == 3);
@@ -64,6 +64,6 @@ TEST_CASE("the pack authoring guide's example pack runs as described", "[runtime
   REQUIRE(payload_of(failed[0])["message"] == "pack.lua:40: fix.merged names no bug: bug#999");
   REQUIRE(r->of_type("bug.duplicate").size() == 1);
 
-  REQUIRE(r->rt->run_scenario("scenarios/triage.lua::quick").outcome == ScenarioOutcome::completed);
+  REQUIRE(r->rt->run_scenario("scenarios/triage.lua::quick").outcome == Outcome::completed);
   REQUIRE(r->of_type("goal.created").size() == 1);
 }

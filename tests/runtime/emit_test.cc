@@ -5,8 +5,8 @@
 #include "tests/runtime/runtime_test_support.h"
 
 using namespace forktrial::testing;
+using forktrial::Outcome;
 using forktrial::runtime::PackRole;
-using forktrial::runtime::ScenarioOutcome;
 
 namespace {
 
@@ -55,7 +55,7 @@ end
     load_or_fail(*r, write_pack(dir, "beta", beta), PackRole::candidate);
     const auto result = r->rt->run_scenario("s.lua");
     INFO(result.message);
-    REQUIRE(result.outcome == ScenarioOutcome::completed);
+    REQUIRE(result.outcome == Outcome::completed);
     REQUIRE(result.behavior_failures == 0);
   }
   // The logged outcome of each attempt, without the "[origin] " prefix.
@@ -253,7 +253,7 @@ end
   load_or_fail(*r, write_pack(dir, "p", spec));
   const auto result = r->rt->run_scenario("s.lua");
   INFO(result.message);
-  REQUIRE(result.outcome == ScenarioOutcome::completed);
+  REQUIRE(result.outcome == Outcome::completed);
   REQUIRE(r->log.size() == 1);
   CHECK(r->log[0] == "[scenario] rt:run_goal goal: the string is not valid UTF-8");
   const auto goals = r->of_type("goal.created");

@@ -7,8 +7,8 @@
 #include "tests/runtime/runtime_test_support.h"
 
 using namespace forktrial::testing;
+using forktrial::Outcome;
 using forktrial::runtime::PackRole;
-using forktrial::runtime::ScenarioOutcome;
 using nlohmann::json;
 
 namespace {
@@ -59,20 +59,21 @@ TEST_CASE("scenario specs parse into path and function", "[runtime][scenario]") 
 
 TEST_CASE("scenario paths outside the candidate's root are refused", "[runtime][scenario]") {
   auto absolute = run_spec("/etc/s.lua");
-  REQUIRE(absolute.outcome == ScenarioOutcome::scenario_failed);
+  REQUIRE(absolute.outcome == Outcome::scenario_failed);
   REQUIRE(absolute.message ==
           "scenario path \"/etc/s.lua\" is absolute; give a path relative to the pack root");
   auto parent = run_spec("../outside.lua");
-  REQUIRE(parent.outcome == ScenarioOutcome::scenario_failed);
+  REQUIRE(parent.outcome == Outcome::scenario_failed);
   REQUIRE(parent.message ==
           "scenario path \"../outside.lua\" leaves the pack root (\"..\" is not allowed)");
   auto hidden = run_spec(".hidden.lua");
-  REQUIRE(hidden.outcome == ScenarioOutcome::scenario_failed);
-  REQUIRE(hidden.message.starts_with("scenario path \".hidden.lua\" is not a file of the pack at "));
+  REQUIRE(hidden.outcome == Outcome::scenario_failed);
+  REQUIRE(
+      hidden.message.starts_with("scenario path \".hidden.lua\" is not a file of the pack at "));
   REQUIRE(hidden.message.ends_with(
       " (files and directories whose names start with '.' are not part of a pack)"));
   auto missing = run_spec("scenarios/none.lua");
-  REQUIRE(missing.outcome == ScenarioOutcome::scenario_failed);
+  REQUIRE(missing.outcome == Outcome::scenario_failed);
   REQUIRE(missing.message.starts_with(
       "scenario path \"scenarios/none.lua\" is not a file of the pack at "));
   REQUIRE(missing.events_appended == 1);  // pack.loaded only
@@ -82,23 +83,23 @@ TEST_CASE("file.lua::fn selects the function, and a missing one is named", "[run
   TempDir dir;
   auto r = make_runtime();
   load_or_fail(*r, candidate(dir));
-  REQUIRE(r->rt->run_scenario("scenarios/s.lua::other").outcome == ScenarioOutcome::completed);
+  REQUIRE(r->rt->run_scenario("scenarios/s.lua::other").outcome == Outcome::completed);
   const auto goals = r->of_type("goal.created");
   REQUIRE(goals.size() == 1);
   REQUIRE(payload_of(goals[0]) == json{{"goal", "other"}});
   REQUIRE(goals[0].actor == "scenario");
 
   auto missing = run_spec("scenarios/s.lua::nope");
-  REQUIRE(missing.outcome == ScenarioOutcome::scenario_failed);
+  REQUIRE(missing.outcome == Outcome::scenario_failed);
   REQUIRE(missing.message ==
           "scenario \"scenarios/s.lua\" defines no function \"nope\"; define function nope(rt) "
           "in it or select another with \"scenarios/s.lua::name\"");
-  REQUIRE(run_spec("scenarios/s.lua::not_a_function").outcome == ScenarioOutcome::scenario_failed);
+  REQUIRE(run_spec("scenarios/s.lua::not_a_function").outcome == Outcome::scenario_failed);
 }
 
 TEST_CASE("a scenario error is scenario_failed with message and traceback", "[runtime][scenario]") {
   const auto result = run_spec("scenarios/s.lua::broken");
-  REQUIRE(result.outcome == ScenarioOutcome::scenario_failed);
+  REQUIRE(result.outcome == Outcome::scenario_failed);
   REQUIRE(result.message == "scenarios/s.lua:4: attempt to index a nil value (local 't')");
   REQUIRE(result.traceback.starts_with("stack traceback:"));
   REQUIRE(result.traceback.find("scenarios/s.lua:4: in function <scenarios/s.lua:4>") !=
@@ -108,7 +109,7 @@ TEST_CASE("a scenario error is scenario_failed with message and traceback", "[ru
 TEST_CASE("a scenario needs a candidate pack", "[runtime][scenario]") {
   auto r = make_runtime();
   const auto result = r->rt->run_scenario("s.lua");
-  REQUIRE(result.outcome == ScenarioOutcome::scenario_failed);
+  REQUIRE(result.outcome == Outcome::scenario_failed);
   REQUIRE(result.message ==
           "no candidate pack is loaded, so the scenario \"s.lua\" has no pack "
           "root to resolve in");
@@ -127,7 +128,7 @@ function main(rt)
 end
 )");
     load_or_fail(*r, root);
-    REQUIRE(r->rt->run_scenario("scenarios/many.lua").outcome == ScenarioOutcome::completed);
+    REQUIRE(r->rt->run_scenario("scenarios/many.lua").outcome == Outcome::completed);
     return r->sunk;
   };
   const auto first = once();
@@ -141,7 +142,7 @@ TEST_CASE("the greeter example's smoke scenario creates one greeting", "[runtime
   load_or_fail(*r, examples_dir() / "greeter");
   const auto result = r->rt->run_scenario("scenarios/smoke.lua");
   INFO(result.message << "\n" << result.traceback);
-  REQUIRE(result.outcome == ScenarioOutcome::completed);
+  REQUIRE(result.outcome == Outcome::completed);
   const auto greetings = r->rt->graph().objects("greeting");
   REQUIRE(greetings.size() == 1);
   REQUIRE(greetings[0]->data == json{{"text", "Hello, water the plants!"}});
@@ -163,7 +164,7 @@ TEST_CASE("chat_echo replays recorded chat messages in their original order",
   load_or_fail(*r, examples_dir() / "chat_echo");
   const auto result = r->rt->run_scenario("scenarios/replay.lua");
   INFO(result.message << "\n" << result.traceback);
-  REQUIRE(result.outcome == ScenarioOutcome::completed);
+  REQUIRE(result.outcome == Outcome::completed);
   REQUIRE(result.behavior_failures == 0);
   const auto replayed = r->of_type("chat.message");
   REQUIRE(replayed.size() == 3);

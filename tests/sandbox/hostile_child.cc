@@ -73,7 +73,7 @@ int main() {
   }
 
   sandbox::ChildTail tail;
-  tail.outcome = sandbox::Outcome::completed;
+  tail.outcome = Outcome::completed;
   tail.events_appended = written;
   tail.last_seq = head;
   const std::string bytes = sandbox::encode_tail(tail);

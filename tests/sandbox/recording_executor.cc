@@ -8,7 +8,7 @@ sandbox::TrialReport RecordingExecutor::execute(store::EventStore&,
   executed_.push_back(spec);
   if (queued_.empty()) {
     sandbox::TrialReport report;
-    report.outcome = sandbox::Outcome::completed;
+    report.outcome = Outcome::completed;
     return report;
   }
   sandbox::TrialReport report = std::move(queued_.front());

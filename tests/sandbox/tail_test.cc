@@ -4,6 +4,7 @@
 
 #include "sandbox/spawn.h"
 
+using namespace forktrial;
 using namespace forktrial::sandbox;
 
 TEST_CASE("a tail round-trips through its Cap'n Proto encoding", "[sandbox][tail]") {

@@ -2,6 +2,7 @@
 
 #include <catch2/catch.hpp>
 
+using namespace forktrial;
 using namespace forktrial::sandbox;
 using Problems = std::vector<std::string>;
 
