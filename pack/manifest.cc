@@ -10,7 +10,6 @@
 namespace forktrial::pack {
 namespace {
 
-
 std::string type_name(const toml::node& node) {
   switch (node.type()) {
     case toml::node_type::table:
@@ -42,88 +41,49 @@ bool is_lower(char c) {
   return c >= 'a' && c <= 'z';
 }
 
-// "1.2.3", optionally "-pre.release" and "+build" (semantic versioning 2.0.0):
-// numeric parts without leading zeros.
-bool is_semver(std::string_view text) {
-  std::string_view core = text.substr(0, text.find_first_of("-+"));
-  std::string_view rest = text.substr(core.size());
-  int parts = 0;
-  std::size_t start = 0;
-  while (start <= core.size()) {
-    std::size_t end = core.find('.', start);
-    if (end == std::string_view::npos) end = core.size();
-    std::string_view part = core.substr(start, end - start);
-    if (part.empty() || !std::all_of(part.begin(), part.end(), is_digit)) return false;
-    if (part.size() > 1 && part[0] == '0') return false;
-    ++parts;
-    start = end + 1;
-  }
-  if (parts != 3) return false;
-  if (rest.empty()) return true;
-  auto identifier_chars = [](std::string_view s) {
-    return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
-      return is_digit(c) || is_lower(c) || (c >= 'A' && c <= 'Z') || c == '-' || c == '.';
-    });
-  };
-  std::size_t plus = rest.find('+');
-  if (rest[0] == '-') {
-    if (!identifier_chars(rest.substr(1, plus == std::string_view::npos ? plus : plus - 1)))
-      return false;
-  }
-  if (plus != std::string_view::npos && !identifier_chars(rest.substr(plus + 1))) return false;
-  return true;
-}
-
-// A version inside a range: "1", "1.2", "1.2.3", optionally with a pre-release.
-bool is_range_version(std::string_view text) {
-  std::string_view core = text.substr(0, text.find('-'));
-  if (core.empty()) return false;
-  int parts = 0;
-  std::size_t start = 0;
-  while (start <= core.size()) {
-    std::size_t end = core.find('.', start);
-    if (end == std::string_view::npos) end = core.size();
-    std::string_view part = core.substr(start, end - start);
-    if (part.empty() || !std::all_of(part.begin(), part.end(), is_digit)) return false;
-    ++parts;
-    start = end + 1;
-  }
-  return parts <= 3;
-}
-
 std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
+  constexpr std::string_view kSpace = " \t\n\r\f\v";
+  const auto first = s.find_first_not_of(kSpace);
+  if (first == std::string_view::npos) return {};
+  return s.substr(first, s.find_last_not_of(kSpace) - first + 1);
 }
 
-// ">=1.5,<2", "==0.3.1", "*": comma-separated clauses, each an optional
-// operator (>=, <=, >, <, ==, !=, ~=) and a version.
-bool is_version_range(std::string_view text) {
-  if (trim(text) == "*") return true;
-  std::size_t start = 0;
-  while (start <= text.size()) {
-    std::size_t end = text.find(',', start);
-    if (end == std::string_view::npos) end = text.size();
-    std::string_view clause = trim(text.substr(start, end - start));
-    for (std::string_view op : {">=", "<=", "==", "!=", "~=", ">", "<"}) {
-      if (clause.starts_with(op)) {
-        clause = trim(clause.substr(op.size()));
-        break;
-      }
-    }
-    if (!is_range_version(clause)) return false;
-    start = end + 1;
+// Reads a PEP 440 version (activegraph's grammar) from the front of `rest`.
+class VersionCursor {
+ public:
+  explicit VersionCursor(std::string_view text) : rest_(text) {}
+  bool at_end() const { return rest_.empty(); }
+  bool literal(std::string_view word) {
+    if (!rest_.starts_with(word)) return false;
+    rest_.remove_prefix(word.size());
+    return true;
   }
-  return true;
-}
+  bool digits() {
+    return span([](char c) { return is_digit(c); });
+  }
+  bool alphanumerics() {
+    return span([](char c) { return is_digit(c) || is_lower(c); });
+  }
+  bool next_is_digit_after(std::string_view word) const {
+    return rest_.size() > word.size() && rest_.starts_with(word) && is_digit(rest_[word.size()]);
+  }
+
+ private:
+  template <typename Pred>
+  bool span(Pred pred) {
+    std::size_t n = 0;
+    while (n < rest_.size() && pred(rest_[n])) ++n;
+    rest_.remove_prefix(n);
+    return n > 0;
+  }
+  std::string_view rest_;
+};
 
 bool is_pack_name(std::string_view name) {
-  return !name.empty() && name.size() <= 64 && is_lower(name[0]) &&
+  return name.size() >= 2 && name.size() <= 64 && is_lower(name[0]) &&
          std::all_of(name.begin(), name.end(),
                      [](char c) { return is_lower(c) || is_digit(c) || c == '_'; });
 }
-
 bool is_surface_name(std::string_view name) {
   return !name.empty() && std::none_of(name.begin(), name.end(), [](char c) {
     return c == ' ' || c == '\t' || c == '\n' || c == '\r';
@@ -242,16 +202,109 @@ class Checker {
     return out;
   }
 
+  // An array of strings, each kept as written; missing = empty.
+  std::vector<std::string> strings(const toml::table& parent, std::string_view key,
+                                   const std::string& field) {
+    std::vector<std::string> out;
+    const toml::node* node = parent.get(key);
+    if (node == nullptr) return out;
+    const toml::array* array = node->as_array();
+    if (array == nullptr) {
+      error(field, "must be an array of strings, got " + type_name(*node));
+      return out;
+    }
+    for (std::size_t i = 0; i < array->size(); ++i) {
+      const toml::node& item = *array->get(i);
+      if (item.is_string()) {
+        out.push_back(item.as_string()->get());
+      } else {
+        error(field + "[" + std::to_string(i) + "]", "must be a string, got " + type_name(item));
+      }
+    }
+    return out;
+  }
+
+  // A PEP 440 specifier set such as ">=1.4,<2.0".
+  std::optional<std::string> specifier_set(const toml::node& node, const std::string& field) {
+    if (!node.is_string()) {
+      error(field, "must be a version range string like \">=1.0,<2\", got " + type_name(node));
+      return std::nullopt;
+    }
+    std::string range = node.as_string()->get();
+    if (!is_pep440_specifier_set(range)) {
+      error(field, "is not a PEP 440 version range: " + in_quotes(range) +
+                       "; write comma-separated clauses, each an operator (>=, <=, >, <, ==, "
+                       "!=, ~=, ===) and a version, like \">=1.0,<2\"");
+      return std::nullopt;
+    }
+    return range;
+  }
+
   void unknown_keys(const toml::table& table, const std::string& prefix,
-                    std::initializer_list<std::string_view> known) {
+                    std::initializer_list<std::string_view> known,
+                    std::string_view hint = "check the spelling") {
     for (const auto& [key, node] : table) {
       if (std::find(known.begin(), known.end(), key.str()) != known.end()) continue;
       std::string field =
           prefix.empty() ? std::string(key.str()) : prefix + "." + std::string(key.str());
-      warnings.push_back({field, "unknown key; forktrial ignores it (check the spelling)"});
+      warnings.push_back({field, "unknown key; forktrial ignores it (" + std::string(hint) + ")"});
     }
   }
 };
+
+void check_provenance(Checker& c, const toml::table& pack, Manifest& m) {
+  const toml::table* provenance = c.table(pack, "provenance", "pack.provenance", true);
+  if (provenance == nullptr) return;
+  c.unknown_keys(*provenance, "pack.provenance",
+                 {"authored_by", "authors", "generator", "source_url", "created_at"});
+  Provenance& p = m.provenance;
+  if (auto who = c.one_of(*provenance, "authored_by", "pack.provenance.authored_by",
+                          {"human", "agent"}, true)) {
+    p.authored_by = *who;
+  }
+  p.authors = c.strings(*provenance, "authors", "pack.provenance.authors");
+  p.generator = c.string(*provenance, "generator", "pack.provenance.generator", false).value_or("");
+  p.source_url =
+      c.string(*provenance, "source_url", "pack.provenance.source_url", false).value_or("");
+  // activegraph writes created_at as a string; a TOML date-time means the same.
+  if (const toml::node* created = provenance->get("created_at")) {
+    if (created->is_string()) {
+      p.created_at = created->as_string()->get();
+    } else if (created->is_date() || created->is_time() || created->is_date_time()) {
+      std::ostringstream text;
+      created->visit([&](const auto& value) { text << value; });
+      p.created_at = text.str();
+    } else {
+      c.error("pack.provenance.created_at",
+              "must be a string or a date-time like \"2026-07-08T00:00:00Z\", got " +
+                  type_name(*created));
+    }
+  }
+}
+
+void check_integrity(Checker& c, const toml::table& pack, Manifest& m) {
+  const toml::table* integrity = c.table(pack, "integrity", "pack.integrity", true);
+  if (integrity == nullptr) return;
+  c.unknown_keys(*integrity, "pack.integrity", {"content_hash", "signature"});
+  if (auto hash = c.string(*integrity, "content_hash", "pack.integrity.content_hash", true)) {
+    if (auto problem = Digest::describe_pin_problem(*hash)) {
+      c.error("pack.integrity.content_hash",
+              "malformed hash " + in_quotes(*hash) + ": " + *problem +
+                  "; it is \"sha256:\" followed by the 64 lowercase hex digits of the pack's "
+                  "content hash");
+    } else {
+      m.content_hash = Digest::parse(*hash);
+    }
+  }
+  if (auto signature = c.string(*integrity, "signature", "pack.integrity.signature", false)) {
+    if (!signature->empty()) {
+      c.error("pack.integrity.signature",
+              "is reserved and must be empty: signed packs are not supported, and a "
+              "signature is rejected rather than accepted unchecked; remove it or set it "
+              "to \"\"");
+    }
+  }
+}
 
 void check_pack_table(Checker& c, const toml::table& doc, Manifest& m) {
   const toml::table* pack = c.table(doc, "pack", "pack", true);
@@ -263,84 +316,157 @@ void check_pack_table(Checker& c, const toml::table& doc, Manifest& m) {
       m.name = *name;
     } else {
       c.error("pack.name",
-              "must be a lowercase identifier (a-z, 0-9, '_', starting with a letter, at most "
-              "64 characters), got " +
+              "must be a lowercase identifier (a-z, 0-9, '_', starting with a letter, 2 to 64 "
+              "characters), got " +
                   in_quotes(*name));
     }
   }
   if (auto version = c.string(*pack, "version", "pack.version", true)) {
-    if (is_semver(*version)) {
+    if (is_pep440_version(*version)) {
       m.version = *version;
     } else {
-      c.error("pack.version",
-              "must be a semantic version like \"1.2.3\", got " + in_quotes(*version));
+      c.error("pack.version", "must be a PEP 440 version like \"1.2.3\" or \"1.0.0rc1\", got " +
+                                  in_quotes(*version));
     }
   }
   if (auto description = c.non_empty_string(*pack, "description", "pack.description")) {
     m.description = *description;
   }
-  if (auto license = c.non_empty_string(*pack, "license", "pack.license")) m.license = *license;
+  // activegraph allows an empty or missing license (publishing policy, not
+  // validity, decides whether a pack needs one).
+  m.license = c.string(*pack, "license", "pack.license", false).value_or("");
+  check_provenance(c, *pack, m);
+  check_integrity(c, *pack, m);
+}
 
-  if (const toml::table* provenance = c.table(*pack, "provenance", "pack.provenance", true)) {
-    c.unknown_keys(*provenance, "pack.provenance", {"authored_by"});
-    if (auto who = c.one_of(*provenance, "authored_by", "pack.provenance.authored_by",
-                            {"human", "agent"}, true)) {
-      m.authored_by = *who;
+// A table of pack name -> version range ([dependencies.packs] and
+// [dependencies.optional-packs]); missing = empty.
+std::map<std::string, std::string> pack_ranges(Checker& c, const toml::table& deps,
+                                               std::string_view key) {
+  std::map<std::string, std::string> out;
+  const std::string field = "dependencies." + std::string(key);
+  const toml::table* table = c.table(deps, key, field, false);
+  if (table == nullptr) return out;
+  for (const auto& [name, node] : *table) {
+    if (auto range = c.specifier_set(node, field + "." + std::string(name.str()))) {
+      out[std::string(name.str())] = *range;
     }
   }
-  if (const toml::table* integrity = c.table(*pack, "integrity", "pack.integrity", true)) {
-    c.unknown_keys(*integrity, "pack.integrity", {"content_hash", "signature"});
-    if (auto hash = c.string(*integrity, "content_hash", "pack.integrity.content_hash", true)) {
-      if (auto problem = Digest::describe_pin_problem(*hash)) {
-        c.error("pack.integrity.content_hash",
-                "malformed hash " + in_quotes(*hash) + ": " + *problem +
-                    "; it is \"sha256:\" followed by the 64 lowercase hex digits of the pack's "
-                    "content hash");
-      } else {
-        m.content_hash = *Digest::parse(*hash);
-      }
-    }
-    if (auto signature = c.string(*integrity, "signature", "pack.integrity.signature", false)) {
-      if (!signature->empty()) {
-        c.error("pack.integrity.signature",
-                "is reserved and must be empty: signed packs are not supported, and a "
-                "signature is rejected rather than accepted unchecked; remove it or set it "
-                "to \"\"");
-      }
-    }
-  }
+  return out;
 }
 
 void check_dependencies(Checker& c, const toml::table& doc, Manifest& m) {
   const toml::table* deps = c.table(doc, "dependencies", "dependencies", true);
   if (deps == nullptr) return;
-  for (const auto& [key, node] : *deps) {
-    std::string name(key.str());
-    std::string field = "dependencies." + name;
-    if (!node.is_string()) {
-      c.error(field, "must be a version range string like \">=1.0,<2\", got " + type_name(node));
-      continue;
-    }
-    std::string range = node.as_string()->get();
-    if (!is_version_range(range)) {
-      c.error(field, "is not a version range: " + in_quotes(range) +
-                         "; write comma-separated clauses like \">=1.0,<2\" or \"*\"");
-      continue;
-    }
-    if (name == "forktrial" || name == "activegraph") {
-      // forktrial's own key wins when both are given.
-      if (m.runtime_range.empty() || name == "forktrial") {
-        m.runtime_range = range;
-        m.runtime_range_key = name;
-      }
-    } else {
-      m.dependencies[name] = range;
+  c.unknown_keys(*deps, "dependencies",
+                 {"forktrial", "activegraph", "python", "python-deps", "packs", "optional-packs"},
+                 "a dependency on another pack goes under [dependencies.packs]");
+  Dependencies& d = m.dependencies;
+  // forktrial's own key wins when both are given.
+  for (std::string_view key : {"activegraph", "forktrial"}) {
+    const toml::node* node = deps->get(key);
+    if (node == nullptr) continue;
+    if (auto range = c.specifier_set(*node, "dependencies." + std::string(key))) {
+      d.runtime_range = *range;
+      d.runtime_range_key = key;
     }
   }
-  if (m.runtime_range.empty() && !deps->contains("forktrial") && !deps->contains("activegraph")) {
+  if (!deps->contains("forktrial") && !deps->contains("activegraph")) {
     c.error("dependencies",
             "missing the runtime version range; add forktrial = \">=0.1\" (or activegraph = "
             "\"...\") under [dependencies]");
+  }
+  if (const toml::node* python = deps->get("python")) {
+    d.python_range = c.specifier_set(*python, "dependencies.python").value_or("");
+  }
+  d.python_deps = c.strings(*deps, "python-deps", "dependencies.python-deps");
+  d.packs = pack_ranges(c, *deps, "packs");
+  d.optional_packs = pack_ranges(c, *deps, "optional-packs");
+}
+
+// forktrial's first capability shape, { name, risk, action_class =
+// read|write|external }, replaced by activegraph's.
+bool is_retired_capability_shape(const toml::table& cap) {
+  return (cap.contains("name") || cap.contains("risk")) && !cap.contains("provider") &&
+         !cap.contains("capability") && !cap.contains("risk_class");
+}
+
+std::optional<Capability> check_capability(Checker& c, const toml::table& cap,
+                                           const std::string& field) {
+  if (is_retired_capability_shape(cap)) {
+    c.error(field,
+            "uses the retired shape { name, risk, action_class = read|write|external }; "
+            "write provider = \"...\", capability = \"...\", risk_class = \"low\" and, "
+            "optionally, action_class = \"R0\" to \"R4\" and credential_ref = \"...\"");
+    return std::nullopt;
+  }
+  c.unknown_keys(cap, field,
+                 {"provider", "capability", "risk_class", "credential_ref", "action_class"});
+  bool ok = true;
+  auto name_field = [&](std::string_view key) {
+    const std::string where = field + "." + std::string(key);
+    auto value = c.string(cap, key, where, true);
+    if (value && !is_surface_name(*value)) {
+      c.error(where, "must be a non-empty name without whitespace, got " + in_quotes(*value));
+      value.reset();
+    }
+    ok = ok && value.has_value();
+    return value.value_or("");
+  };
+  Capability capability;
+  capability.provider = name_field("provider");
+  capability.capability = name_field("capability");
+  auto risk = c.one_of(cap, "risk_class", field + ".risk_class",
+                       {"low", "medium", "high", "critical"}, true);
+  ok = ok && risk.has_value();
+  capability.risk_class = risk.value_or("");
+  if (auto ref = c.string(cap, "credential_ref", field + ".credential_ref", false)) {
+    capability.credential_ref = *ref;
+  } else {
+    ok = ok && !cap.contains("credential_ref");
+  }
+  // "" and absent both mean undeclared (the capability then needs approval).
+  if (const toml::node* action = cap.get("action_class")) {
+    auto value = action->is_string() && action->as_string()->get().empty()
+                     ? std::optional<std::string>("")
+                     : c.one_of(cap, "action_class", field + ".action_class",
+                                {"R0", "R1", "R2", "R3", "R4"}, false);
+    ok = ok && value.has_value();
+    capability.action_class = value.value_or("");
+  }
+  if (!ok) return std::nullopt;
+  return capability;
+}
+
+void check_capabilities(Checker& c, const toml::table& surface, Manifest& m) {
+  const toml::node* caps = surface.get("capabilities");
+  if (caps == nullptr) return;
+  const toml::array* array = caps->as_array();
+  if (array == nullptr) {
+    c.error("surface.capabilities",
+            "must be an array of tables ([[surface.capabilities]] with provider, capability and "
+            "risk_class), got " +
+                type_name(*caps));
+    return;
+  }
+  std::set<std::string> seen;
+  for (std::size_t i = 0; i < array->size(); ++i) {
+    std::string field = "surface.capabilities[" + std::to_string(i) + "]";
+    const toml::node& item = *array->get(i);
+    const toml::table* cap = item.as_table();
+    if (cap == nullptr) {
+      c.error(field,
+              "must be a table with provider, capability and risk_class, got " + type_name(item));
+      continue;
+    }
+    auto capability = check_capability(c, *cap, field);
+    if (!capability) continue;
+    if (!seen.insert(capability->id()).second) {
+      c.error(field, in_quotes(capability->id()) +
+                         " is declared twice; declare each provider and capability once");
+      continue;
+    }
+    m.surface.capabilities.push_back(std::move(*capability));
   }
 }
 
@@ -354,56 +480,11 @@ void check_surface(Checker& c, const toml::table& doc, Manifest& m) {
   m.surface.relation_types = c.name_list(*surface, "relation_types", "surface.relation_types");
   m.surface.behaviors = c.name_list(*surface, "behaviors", "surface.behaviors");
   m.surface.tools = c.name_list(*surface, "tools", "surface.tools");
-  m.surface.consumes = c.name_list(*surface, "consumes", "surface.consumes");
   if (auto schema = c.string(*surface, "settings_schema", "surface.settings_schema", false)) {
     m.surface.settings_schema = *schema;
   }
-  const toml::node* caps = surface->get("capabilities");
-  if (caps == nullptr) return;
-  const toml::array* array = caps->as_array();
-  if (array == nullptr) {
-    c.error("surface.capabilities",
-            "must be an array of tables ({ name, risk, action_class }), got " + type_name(*caps));
-    return;
-  }
-  std::set<std::string> seen;
-  for (std::size_t i = 0; i < array->size(); ++i) {
-    std::string field = "surface.capabilities[" + std::to_string(i) + "]";
-    const toml::node& item = *array->get(i);
-    const toml::table* cap = item.as_table();
-    if (cap == nullptr) {
-      c.error(field,
-              "must be a table { name = \"...\", risk = \"low\", action_class = \"read\" }, "
-              "got " +
-                  type_name(item));
-      continue;
-    }
-    c.unknown_keys(*cap, field, {"name", "risk", "action_class"});
-    Capability capability;
-    bool ok = true;
-    if (auto name = c.string(*cap, "name", field + ".name", true)) {
-      if (!is_surface_name(*name)) {
-        c.error(field + ".name",
-                "must be a non-empty name without whitespace, got " + in_quotes(*name));
-        ok = false;
-      } else if (!seen.insert(*name).second) {
-        c.error(field + ".name",
-                in_quotes(*name) + " is declared twice; declare each capability once");
-        ok = false;
-      }
-      capability.name = *name;
-    } else {
-      ok = false;
-    }
-    auto risk = c.one_of(*cap, "risk", field + ".risk", {"low", "medium", "high"}, true);
-    auto action = c.one_of(*cap, "action_class", field + ".action_class",
-                           {"read", "write", "external"}, true);
-    if (ok && risk && action) {
-      capability.risk = *risk;
-      capability.action_class = *action;
-      m.surface.capabilities.push_back(std::move(capability));
-    }
-  }
+  check_capabilities(c, *surface, m);
+  m.surface.consumes = c.name_list(*surface, "consumes", "surface.consumes");
 }
 
 void check_fixtures(Checker& c, const toml::table& doc, Manifest& m) {
@@ -465,6 +546,52 @@ bool is_confined_relative_path(std::string_view path) {
   return true;
 }
 
+// v? N(.N)* [(a|b|rc)N] [.postN] [.devN] [+label(.label)*]
+bool is_pep440_version(std::string_view text) {
+  VersionCursor v(text);
+  v.literal("v");
+  if (!v.digits()) return false;
+  while (v.next_is_digit_after(".")) {
+    v.literal(".");
+    v.digits();
+  }
+  if (v.literal("a") || v.literal("b") || v.literal("rc")) {
+    if (!v.digits()) return false;
+  }
+  if (v.literal(".post") && !v.digits()) return false;
+  if (v.literal(".dev") && !v.digits()) return false;
+  if (v.literal("+")) {
+    do {
+      if (!v.alphanumerics()) return false;
+    } while (v.literal("."));
+  }
+  return v.at_end();
+}
+
+bool is_pep440_specifier_set(std::string_view text) {
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t comma = text.find(',', start);
+    std::string_view clause = trim(text.substr(start, comma - start));
+    // "===" before "==", and two-character operators before one-character ones.
+    bool has_operator = false;
+    for (std::string_view op : {"===", "~=", "==", "!=", "<=", ">=", "<", ">"}) {
+      if (clause.starts_with(op)) {
+        clause = trim(clause.substr(op.size()));
+        has_operator = true;
+        break;
+      }
+    }
+    const bool token = !clause.empty() && std::all_of(clause.begin(), clause.end(), [](char c) {
+      return is_digit(c) || is_lower(c) || (c >= 'A' && c <= 'Z') || c == '_' || c == '.' ||
+             c == '*' || c == '+' || c == '!' || c == '-';
+    });
+    if (!has_operator || !token) return false;
+    if (comma == std::string_view::npos) return true;
+    start = comma + 1;
+  }
+}
+
 std::string ManifestErrors::message() const {
   std::string out = source + ": " + std::to_string(issues.size()) +
                     (issues.size() == 1 ? " problem" : " problems") + ":";
@@ -481,10 +608,11 @@ std::expected<Manifest, ManifestErrors> parse_manifest(std::string_view text,
   } catch (const toml::parse_error& e) {
     std::ostringstream where;
     where << "line " << e.source().begin.line << ", column " << e.source().begin.column;
-    return std::unexpected(ManifestErrors{
-        std::string(source),
-        {{std::string(kManifestFile),
-          "not valid TOML (" + where.str() + "): " + std::string(e.description())}}});
+    return std::unexpected(
+        ManifestErrors{std::string(source),
+                       {{std::string(kManifestFile),
+                         "not valid TOML (" + where.str() + "): " + std::string(e.description())}},
+                       {}});
   }
   Checker c;
   Manifest m;
@@ -494,10 +622,10 @@ std::expected<Manifest, ManifestErrors> parse_manifest(std::string_view text,
   check_surface(c, doc, m);
   check_fixtures(c, doc, m);
   check_runtime(c, doc, m, runtime);
-  if (!c.issues.empty()) {
-    return std::unexpected(ManifestErrors{std::string(source), std::move(c.issues)});
-  }
   m.warnings = std::move(c.warnings);
+  if (!c.issues.empty()) {
+    return std::unexpected(ManifestErrors{std::string(source), std::move(c.issues), std::move(m)});
+  }
   return m;
 }
 
@@ -510,7 +638,7 @@ std::expected<Manifest, ManifestErrors> load_manifest(const std::filesystem::pat
     std::string why = std::filesystem::exists(file, ec)
                           ? "cannot be read; check its permissions"
                           : "is missing; every pack has a manifest.toml at its root";
-    return std::unexpected(ManifestErrors{file.string(), {{std::string(kManifestFile), why}}});
+    return std::unexpected(ManifestErrors{file.string(), {{std::string(kManifestFile), why}}, {}});
   }
   std::ostringstream text;
   text << in.rdbuf();

@@ -13,9 +13,9 @@ namespace {
 void check_manifest_against_files(PackCheck& check, Manifest manifest,
                                   const std::function<bool(const std::string&)>& is_file) {
   for (const auto& warning : manifest.warnings) check.warnings.push_back(warning.text());
-  if (check.content_hash && *check.content_hash != manifest.content_hash) {
+  if (check.content_hash && *check.content_hash != *manifest.content_hash) {
     check.problems.push_back(
-        "pack.integrity.content_hash: the manifest says " + manifest.content_hash.str() +
+        "pack.integrity.content_hash: the manifest says " + manifest.content_hash->str() +
         " but the files hash to " + check.content_hash->str() +
         " (the content hash covers every file except manifest.toml); if the change is "
         "intended, write the new value into the manifest");

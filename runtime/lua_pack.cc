@@ -121,10 +121,16 @@ int forktrial_pack(lua_State* L) {
       const std::string item = what + " capabilities[" + std::to_string(i) + "]";
       require_table(L, -1, item);
       const int entry = lua_gettop(L);
-      check_keys(L, entry, {"name", "risk", "action_class"}, item);
-      host.registered.capabilities.push_back(pack::Capability{
-          *string_field(L, entry, "name", item, true), *string_field(L, entry, "risk", item, true),
-          *string_field(L, entry, "action_class", item, true)});
+      check_keys(L, entry,
+                 {"provider", "capability", "risk_class", "credential_ref", "action_class"}, item);
+      pack::Capability capability;
+      capability.provider = *string_field(L, entry, "provider", item, true);
+      capability.capability = *string_field(L, entry, "capability", item, true);
+      capability.risk_class = *string_field(L, entry, "risk_class", item, true);
+      capability.credential_ref =
+          string_field(L, entry, "credential_ref", item, false).value_or("");
+      capability.action_class = string_field(L, entry, "action_class", item, false).value_or("");
+      host.registered.capabilities.push_back(std::move(capability));
       lua_pop(L, 1);
     }
   }

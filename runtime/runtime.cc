@@ -32,8 +32,10 @@ bool is_dispatched(std::string_view type) {
 json capabilities_json(const std::vector<pack::Capability>& capabilities) {
   json out = json::array();
   for (const auto& capability : capabilities) {
-    out.push_back({{"name", capability.name},
-                   {"risk", capability.risk},
+    out.push_back({{"provider", capability.provider},
+                   {"capability", capability.capability},
+                   {"risk_class", capability.risk_class},
+                   {"credential_ref", capability.credential_ref},
                    {"action_class", capability.action_class}});
   }
   return out;

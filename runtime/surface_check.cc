@@ -29,16 +29,25 @@ void compare_lists(std::string_view kind, std::string_view field,
 }
 
 const pack::Capability* find_capability(const std::vector<pack::Capability>& list,
-                                        const std::string& name) {
+                                        const std::string& id) {
   const auto it = std::find_if(list.begin(), list.end(),
-                               [&](const pack::Capability& c) { return c.name == name; });
+                               [&](const pack::Capability& c) { return c.id() == id; });
   return it == list.end() ? nullptr : &*it;
 }
 
-std::vector<std::string> capability_names(const std::vector<pack::Capability>& list) {
-  std::vector<std::string> names;
-  for (const auto& capability : list) names.push_back(capability.name);
-  return names;
+std::vector<std::string> capability_ids(const std::vector<pack::Capability>& list) {
+  std::vector<std::string> ids;
+  for (const auto& capability : list) ids.push_back(capability.id());
+  return ids;
+}
+
+// One attribute of a capability declared on both sides, which must agree.
+void compare_attribute(const std::string& id, std::string_view attribute,
+                       const std::string& declared, const std::string& actual,
+                       std::string_view code_label, std::vector<std::string>& out) {
+  if (declared == actual) return;
+  out.push_back("capability \"" + id + "\" has " + std::string(attribute) + " \"" + declared +
+                "\" in manifest.toml but \"" + actual + "\" in " + std::string(code_label));
 }
 
 }  // namespace
@@ -53,21 +62,17 @@ std::vector<std::string> compare_surfaces(const pack::Surface& manifest,
                 registered.relation_types, code_label, out);
   compare_lists("behavior", "behaviors", manifest.behaviors, registered.behaviors, code_label, out);
   compare_lists("tool", "tools", manifest.tools, registered.tools, code_label, out);
-  compare_lists("capability", "capabilities", capability_names(manifest.capabilities),
-                capability_names(registered.capabilities), code_label, out);
+  compare_lists("capability", "capabilities", capability_ids(manifest.capabilities),
+                capability_ids(registered.capabilities), code_label, out);
   for (const auto& declared : manifest.capabilities) {
-    const pack::Capability* actual = find_capability(registered.capabilities, declared.name);
+    const pack::Capability* actual = find_capability(registered.capabilities, declared.id());
     if (actual == nullptr) continue;
-    if (actual->risk != declared.risk) {
-      out.push_back("capability \"" + declared.name + "\" has risk \"" + declared.risk +
-                    "\" in manifest.toml but \"" + actual->risk + "\" in " +
-                    std::string(code_label));
-    }
-    if (actual->action_class != declared.action_class) {
-      out.push_back("capability \"" + declared.name + "\" has action_class \"" +
-                    declared.action_class + "\" in manifest.toml but \"" + actual->action_class +
-                    "\" in " + std::string(code_label));
-    }
+    compare_attribute(declared.id(), "risk_class", declared.risk_class, actual->risk_class,
+                      code_label, out);
+    compare_attribute(declared.id(), "action_class", declared.action_class, actual->action_class,
+                      code_label, out);
+    compare_attribute(declared.id(), "credential_ref", declared.credential_ref,
+                      actual->credential_ref, code_label, out);
   }
   if (manifest.settings_schema != registered.settings_schema) {
     out.push_back("settings_schema is \"" + manifest.settings_schema +

@@ -6,9 +6,10 @@
 // item and the side it is missing from, e.g.
 //   behavior "spy" is registered by pack.lua but missing from manifest.toml [surface].behaviors
 //   behavior "echo" is declared in manifest.toml [surface].behaviors but not registered by pack.lua
-// Capabilities are matched by name and then compared on risk and
-// action_class. The manifest's `consumes` list is not compared: it describes
-// the events a pack reacts to, which the Lua code states per behavior.
+// Capabilities are matched by provider and capability ("gmail.drafts.send")
+// and then compared on risk_class, action_class and credential_ref. The manifest's `consumes` list
+// is not compared: it describes the events a pack reacts to, which the Lua code states per
+// behavior.
 //
 // Pure; thread-safe.
 #pragma once

@@ -34,7 +34,8 @@ TEST_CASE("pack.loaded records name, version and surface", "[runtime][load]") {
     "name": "chat_echo", "version": "0.2.0",
     "surface": {"object_types": ["thread", "reply"], "relation_types": ["in_thread"],
                 "behaviors": ["echo"], "tools": [], "settings_schema": "",
-                "capabilities": [{"name": "write_reply", "risk": "low", "action_class": "write"}]}
+                "capabilities": [{"provider": "chat_echo", "capability": "write_reply",
+                                  "risk_class": "low", "credential_ref": "", "action_class": ""}]}
   })"));
 }
 
@@ -44,13 +45,16 @@ TEST_CASE("the surface check lists every mismatch in both directions", "[runtime
   spec.object_types = {"thread", "reply"};
   spec.relation_types = {"in_thread"};
   spec.behaviors = {"echo"};
-  spec.capabilities = R"([{ name = "write_reply", risk = "low", action_class = "write" }, )"
-                      R"({ name = "read_all", risk = "low", action_class = "read" }])";
+  spec.capabilities =
+      R"([{ provider = "chat", capability = "write_reply", risk_class = "low", )"
+      R"(action_class = "R1" }, )"
+      R"({ provider = "chat", capability = "read_all", risk_class = "low", action_class = "R0" }])";
   spec.pack_lua = R"(
 local pack = forktrial.pack{ name = "candidate", version = "0.1.0",
   object_types = { "thread", "secret" }, relation_types = { "in_thread" }, tools = { "curl" },
   settings_schema = "{}",
-  capabilities = { { name = "write_reply", risk = "high", action_class = "external" } } }
+  capabilities = { { provider = "chat", capability = "write_reply", risk_class = "high",
+                      action_class = "R3", credential_ref = "chat_token" } } }
 pack:behavior{ name = "spy", on = { "chat.message" }, run = function() end }
 return pack
 )";
@@ -69,11 +73,14 @@ return pack
           "by "
           "pack.lua",
           "tool \"curl\" is registered by pack.lua but missing from manifest.toml [surface].tools",
-          "capability \"read_all\" is declared in manifest.toml [surface].capabilities but not "
-          "registered by pack.lua",
-          "capability \"write_reply\" has risk \"low\" in manifest.toml but \"high\" in pack.lua",
-          "capability \"write_reply\" has action_class \"write\" in manifest.toml but \"external\" "
+          "capability \"chat.read_all\" is declared in manifest.toml [surface].capabilities but "
+          "not registered by pack.lua",
+          "capability \"chat.write_reply\" has risk_class \"low\" in manifest.toml but \"high\" "
           "in pack.lua",
+          "capability \"chat.write_reply\" has action_class \"R1\" in manifest.toml but \"R3\" "
+          "in pack.lua",
+          "capability \"chat.write_reply\" has credential_ref \"\" in manifest.toml but "
+          "\"chat_token\" in pack.lua",
           "settings_schema is \"\" in manifest.toml but \"{}\" in pack.lua"});
   REQUIRE(r->sunk.empty());
 }
@@ -82,7 +89,7 @@ TEST_CASE("matching surfaces compare clean", "[runtime][load]") {
   forktrial::pack::Surface surface;
   surface.object_types = {"a"};
   surface.behaviors = {"b"};
-  surface.capabilities = {{"c", "low", "read"}};
+  surface.capabilities = {{"p", "c", "low", "", "R0"}};
   REQUIRE(forktrial::runtime::compare_surfaces(surface, surface, "pack.lua").empty());
 }
 

@@ -9,7 +9,7 @@ local pack = forktrial.pack{
   tools = {},
   settings_schema = "",
   capabilities = {
-    { name = "write_reply", risk = "low", action_class = "write" },
+    { provider = "chat_echo", capability = "write_reply", risk_class = "low" },
   },
 }
 

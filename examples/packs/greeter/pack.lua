@@ -7,7 +7,7 @@ local pack = forktrial.pack{
   tools = {},
   settings_schema = "",
   capabilities = {
-    { name = "write_greeting", risk = "low", action_class = "write" },
+    { provider = "greeter", capability = "write_greeting", risk_class = "low" },
   },
 }
 
