@@ -171,56 +171,52 @@ class Checker {
     return value;
   }
 
-  // An array of distinct, non-empty names without whitespace; missing = empty.
-  std::vector<std::string> name_list(const toml::table& parent, std::string_view key,
-                                     const std::string& field) {
-    std::vector<std::string> out;
+  // Calls `each(index, value)` for every string of an array, in order, and
+  // records every other item as an issue; a missing array has no items.
+  template <typename Each>
+  void for_each_string(const toml::table& parent, std::string_view key, const std::string& field,
+                       Each each) {
     const toml::node* node = parent.get(key);
-    if (node == nullptr) return out;
+    if (node == nullptr) return;
     const toml::array* array = node->as_array();
     if (array == nullptr) {
       error(field, "must be an array of strings, got " + type_name(*node));
-      return out;
+      return;
     }
-    std::set<std::string> seen;
     for (std::size_t i = 0; i < array->size(); ++i) {
       const toml::node& item = *array->get(i);
-      std::string item_field = field + "[" + std::to_string(i) + "]";
-      if (!item.is_string()) {
-        error(item_field, "must be a string, got " + type_name(item));
-        continue;
-      }
-      std::string value = item.as_string()->get();
-      if (!is_surface_name(value)) {
-        error(item_field, "must be a non-empty name without whitespace, got " + in_quotes(value));
-      } else if (!seen.insert(value).second) {
-        error(item_field, in_quotes(value) + " is listed twice; list each name once");
+      if (item.is_string()) {
+        each(i, item.as_string()->get());
       } else {
-        out.push_back(std::move(value));
+        error(field + "[" + std::to_string(i) + "]", "must be a string, got " + type_name(item));
       }
     }
-    return out;
   }
 
   // An array of strings, each kept as written; missing = empty.
   std::vector<std::string> strings(const toml::table& parent, std::string_view key,
                                    const std::string& field) {
     std::vector<std::string> out;
-    const toml::node* node = parent.get(key);
-    if (node == nullptr) return out;
-    const toml::array* array = node->as_array();
-    if (array == nullptr) {
-      error(field, "must be an array of strings, got " + type_name(*node));
-      return out;
-    }
-    for (std::size_t i = 0; i < array->size(); ++i) {
-      const toml::node& item = *array->get(i);
-      if (item.is_string()) {
-        out.push_back(item.as_string()->get());
+    for_each_string(parent, key, field,
+                    [&](std::size_t, const std::string& value) { out.push_back(value); });
+    return out;
+  }
+
+  // An array of distinct, non-empty names without whitespace; missing = empty.
+  std::vector<std::string> name_list(const toml::table& parent, std::string_view key,
+                                     const std::string& field) {
+    std::vector<std::string> out;
+    std::set<std::string> seen;
+    for_each_string(parent, key, field, [&](std::size_t index, const std::string& value) {
+      const std::string item_field = field + "[" + std::to_string(index) + "]";
+      if (!is_surface_name(value)) {
+        error(item_field, "must be a non-empty name without whitespace, got " + in_quotes(value));
+      } else if (!seen.insert(value).second) {
+        error(item_field, in_quotes(value) + " is listed twice; list each name once");
       } else {
-        error(field + "[" + std::to_string(i) + "]", "must be a string, got " + type_name(item));
+        out.push_back(value);
       }
-    }
+    });
     return out;
   }
 

@@ -83,6 +83,22 @@ Manifest valid(const std::string& text) {
   return *result;
 }
 
+// The messages several rules share, for the value `got`.
+std::string version_problem(const std::string& got) {
+  return "pack.version: must be a PEP 440 version like \"1.2.3\" or \"1.0.0rc1\", got \"" + got +
+         "\"";
+}
+std::string range_problem(const std::string& field, const std::string& got) {
+  return field + ": is not a PEP 440 version range: \"" + got +
+         "\"; write comma-separated clauses, each an operator (>=, <=, >, <, ==, !=, ~=, ===) "
+         "and a version, like \">=1.0,<2\"";
+}
+std::string action_class_problem(const std::string& got) {
+  return "surface.capabilities[0].action_class: must be one of \"R0\", \"R1\", \"R2\", \"R3\", "
+         "\"R4\", got \"" +
+         got + "\"";
+}
+
 const std::filesystem::path kRealManifests =
     FORKTRIAL_SOURCE_DIR "/tests/pack/data/activegraph-packs";
 
@@ -150,12 +166,8 @@ TEST_CASE("manifest: pack.name has 2 to 64 characters, as activegraph requires",
 }
 
 TEST_CASE("manifest: pack.version must be a PEP 440 version", "[pack][manifest]") {
-  CHECK(problems(with("\"0.1.0\"", "\"1.0.0-rc.1\"")) ==
-        Lines{"pack.version: must be a PEP 440 version like \"1.2.3\" or \"1.0.0rc1\", got "
-              "\"1.0.0-rc.1\""});
-  CHECK(problems(with("\"0.1.0\"", "\"1.2.x\"")) ==
-        Lines{"pack.version: must be a PEP 440 version like \"1.2.3\" or \"1.0.0rc1\", got "
-              "\"1.2.x\""});
+  CHECK(problems(with("\"0.1.0\"", "\"1.0.0-rc.1\"")) == Lines{version_problem("1.0.0-rc.1")});
+  CHECK(problems(with("\"0.1.0\"", "\"1.2.x\"")) == Lines{version_problem("1.2.x")});
   CHECK(valid(with("\"0.1.0\"", "\"1.0.0rc1\"")).version == "1.0.0rc1");
   CHECK(valid(with("\"0.1.0\"", "\"1.2\"")).version == "1.2");
 }
@@ -255,13 +267,9 @@ TEST_CASE("manifest: the runtime range comes from forktrial or activegraph", "[p
       valid(with("activegraph = \">=1.5,<2\"", "forktrial = \">=0.1\"\nactivegraph = \">=1.5\""));
   CHECK(both.dependencies.runtime_range_key == "forktrial");
   CHECK(problems(with("\">=1.5,<2\"", "\"latest\"")) ==
-        Lines{"dependencies.activegraph: is not a PEP 440 version range: \"latest\"; write "
-              "comma-separated clauses, each an operator (>=, <=, >, <, ==, !=, ~=, ===) and a "
-              "version, like \">=1.0,<2\""});
+        Lines{range_problem("dependencies.activegraph", "latest")});
   CHECK(problems(with("\">=1.5,<2\"", "\"*\"")) ==
-        Lines{"dependencies.activegraph: is not a PEP 440 version range: \"*\"; write "
-              "comma-separated clauses, each an operator (>=, <=, >, <, ==, !=, ~=, ===) and a "
-              "version, like \">=1.0,<2\""});
+        Lines{range_problem("dependencies.activegraph", "*")});
   CHECK(problems(with("\">=1.5,<2\"", "3")) ==
         Lines{"dependencies.activegraph: must be a version range string like \">=1.0,<2\", got "
               "an integer"});
@@ -269,9 +277,7 @@ TEST_CASE("manifest: the runtime range comes from forktrial or activegraph", "[p
 
 TEST_CASE("manifest: dependencies.python is a version range", "[pack][manifest]") {
   CHECK(problems(with("python = \">=3.11\"", "python = \"3.11\"")) ==
-        Lines{"dependencies.python: is not a PEP 440 version range: \"3.11\"; write "
-              "comma-separated clauses, each an operator (>=, <=, >, <, ==, !=, ~=, ===) and a "
-              "version, like \">=1.0,<2\""});
+        Lines{range_problem("dependencies.python", "3.11")});
   CHECK(valid(with("python = \">=3.11\"\n", "")).dependencies.python_range.empty());
 }
 
@@ -286,9 +292,7 @@ TEST_CASE("manifest: dependencies.python-deps is a list of strings", "[pack][man
 
 TEST_CASE("manifest: [dependencies.packs] maps pack names to version ranges", "[pack][manifest]") {
   CHECK(problems(with("core = \">=0.1\"", "core = \"0.1\"")) ==
-        Lines{"dependencies.packs.core: is not a PEP 440 version range: \"0.1\"; write "
-              "comma-separated clauses, each an operator (>=, <=, >, <, ==, !=, ~=, ===) and a "
-              "version, like \">=1.0,<2\""});
+        Lines{range_problem("dependencies.packs.core", "0.1")});
   CHECK(problems(with("core = \">=0.1\"", "core = 1")) ==
         Lines{"dependencies.packs.core: must be a version range string like \">=1.0,<2\", got "
               "an integer"});
@@ -299,9 +303,7 @@ TEST_CASE("manifest: [dependencies.packs] maps pack names to version ranges", "[
 TEST_CASE("manifest: [dependencies.optional-packs] maps pack names to version ranges",
           "[pack][manifest]") {
   CHECK(problems(with("chat = \">=0.1,<1\"", "chat = \"any\"")) ==
-        Lines{"dependencies.optional-packs.chat: is not a PEP 440 version range: \"any\"; write "
-              "comma-separated clauses, each an operator (>=, <=, >, <, ==, !=, ~=, ===) and a "
-              "version, like \">=1.0,<2\""});
+        Lines{range_problem("dependencies.optional-packs.chat", "any")});
   std::string as_string = with("[dependencies.optional-packs]\nchat = \">=0.1,<1\"\n", "");
   as_string.replace(as_string.find("python-deps"), 0, "optional-packs = \"chat\"\n");
   CHECK(problems(as_string) == Lines{"dependencies.optional-packs: must be a table, got a string"});
@@ -368,11 +370,9 @@ TEST_CASE("manifest: risk_class is low, medium, high or critical", "[pack][manif
 
 TEST_CASE("manifest: action_class is R0 to R4, empty or absent", "[pack][manifest]") {
   CHECK(problems(with("action_class = \"R1\"", "action_class = \"write\"")) ==
-        Lines{"surface.capabilities[0].action_class: must be one of \"R0\", \"R1\", \"R2\", "
-              "\"R3\", \"R4\", got \"write\""});
+        Lines{action_class_problem("write")});
   CHECK(problems(with("action_class = \"R1\"", "action_class = \"R5\"")) ==
-        Lines{"surface.capabilities[0].action_class: must be one of \"R0\", \"R1\", \"R2\", "
-              "\"R3\", \"R4\", got \"R5\""});
+        Lines{action_class_problem("R5")});
   CHECK(valid(with("action_class = \"R1\"", "action_class = \"R4\""))
             .surface.capabilities[0]
             .action_class == "R4");
