@@ -7,13 +7,17 @@
 namespace forktrial::pack {
 namespace {
 
-// The checks that compare a validated manifest with the pack's files: its
-// recorded content hash, and the files it names. `is_file` says whether a
-// relative path is a regular file of the pack.
-void check_manifest_against_files(PackCheck& check, Manifest manifest,
-                                  const std::function<bool(const std::string&)>& is_file) {
+// The checks that compare the manifest with the pack's files: its recorded
+// content hash, and the files it names. They run on whatever part of the
+// manifest validated, so that a tampered pack is reported as tampered even
+// when its manifest has problems too. `is_file` says whether a relative path
+// is a regular file of the pack.
+void check_against_files(PackCheck& check, const Manifest& manifest,
+                         const std::function<bool(const std::string&)>& is_file) {
   for (const auto& warning : manifest.warnings) check.warnings.push_back(warning.text());
-  if (check.content_hash && *check.content_hash != *manifest.content_hash) {
+  check.recorded_content_hash = manifest.content_hash;
+  if (check.content_hash && manifest.content_hash &&
+      *check.content_hash != *manifest.content_hash) {
     check.problems.push_back(
         "pack.integrity.content_hash: the manifest says " + manifest.content_hash->str() +
         " but the files hash to " + check.content_hash->str() +
@@ -28,11 +32,19 @@ void check_manifest_against_files(PackCheck& check, Manifest manifest,
     check.problems.push_back("fixtures.entrypoint: \"" + manifest.fixtures->entrypoint +
                              "\" is not a regular file in the pack; create it or fix the path");
   }
-  check.manifest = std::move(manifest);
 }
 
-void add_manifest_errors(PackCheck& check, const ManifestErrors& errors) {
-  for (const auto& issue : errors.issues) check.problems.push_back(issue.text());
+// Records what validation found, then compares it with the files; the
+// manifest is kept only when it validated.
+void check_manifest(PackCheck& check, std::expected<Manifest, ManifestErrors> manifest,
+                    const std::function<bool(const std::string&)>& is_file) {
+  if (!manifest) {
+    for (const auto& issue : manifest.error().issues) check.problems.push_back(issue.text());
+    check_against_files(check, manifest.error().partial, is_file);
+    return;
+  }
+  check_against_files(check, *manifest, is_file);
+  check.manifest = std::move(*manifest);
 }
 
 }  // namespace
@@ -51,12 +63,7 @@ PackCheck check_pack(const std::filesystem::path& pack_dir, RuntimeRequirement r
     check.content_hash = hashes->content;
   }
 
-  auto manifest = load_manifest(pack_dir, runtime);
-  if (!manifest) {
-    add_manifest_errors(check, manifest.error());
-    return check;
-  }
-  check_manifest_against_files(check, std::move(*manifest), [&](const std::string& relative) {
+  check_manifest(check, load_manifest(pack_dir, runtime), [&](const std::string& relative) {
     struct stat st {};
     const auto path = pack_dir / relative;
     return ::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
@@ -74,14 +81,8 @@ PackCheck check_pack(const PackFiles& files, RuntimeRequirement runtime) {
                              ": is missing; every pack has a manifest.toml at its root");
     return check;
   }
-  auto manifest = parse_manifest(*text, source, runtime);
-  if (!manifest) {
-    add_manifest_errors(check, manifest.error());
-    return check;
-  }
-  check_manifest_against_files(check, std::move(*manifest), [&](const std::string& relative) {
-    return files.contains(relative);
-  });
+  check_manifest(check, parse_manifest(*text, source, runtime),
+                 [&](const std::string& relative) { return files.contains(relative); });
   return check;
 }
 

@@ -1,5 +1,8 @@
 // Checking a pack directory as a whole: its manifest against every rule, and
 // the manifest's own content hash against the directory's actual content hash.
+// The hash is compared whenever the manifest records a well-formed one, even
+// when other manifest fields are wrong, so a tampered pack is always reported
+// as tampered, together with everything else.
 // This is what `forktrial pack check` runs and what the trial child runs before
 // loading a pack.
 #pragma once
@@ -18,8 +21,9 @@ namespace forktrial::pack {
 struct PackCheck {
   std::optional<Manifest> manifest;    // set when the manifest validated
   std::optional<Digest> content_hash;  // the directory's actual content hash, when walkable
-  std::vector<std::string> problems;   // every problem found, each a complete sentence
-  std::vector<std::string> warnings;   // things that do not fail the check
+  std::optional<Digest> recorded_content_hash;  // the manifest's, when it could be read
+  std::vector<std::string> problems;            // every problem found, each a complete sentence
+  std::vector<std::string> warnings;            // things that do not fail the check
   bool ok() const { return problems.empty(); }
 };
 

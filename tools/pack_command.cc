@@ -77,6 +77,9 @@ void run_check(const PackOptions& o) {
                        {"problems", check.problems},
                        {"warnings", check.warnings}};
     if (check.content_hash) out["content_hash"] = check.content_hash->str();
+    if (check.recorded_content_hash) {
+      out["recorded_content_hash"] = check.recorded_content_hash->str();
+    }
     if (check.manifest) {
       out["name"] = check.manifest->name;
       out["version"] = check.manifest->version;

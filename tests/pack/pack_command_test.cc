@@ -1,8 +1,11 @@
 // `forktrial pack ...` run as a user would: the real binary, as a process.
 #include <catch2/catch.hpp>
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "pack/bundle_hash.h"
+#include "pack/manifest.h"
 #include "tests/support/temp_dir.h"
 
 using forktrial::testing::run_command;
@@ -87,6 +90,49 @@ TEST_CASE("pack check passes the examples and lists every problem of a broken pa
   CHECK(edited.exit_code != 0);
   CHECK(edited.out.empty());
   CHECK(edited.err.find("pack.integrity.content_hash: the manifest says ") != std::string::npos);
+}
+
+TEST_CASE("pack check reports a bad manifest field and tampered content together", "[pack][cli]") {
+  TempDir dir;
+  std::filesystem::copy(kGreeter, dir.path() / "p", std::filesystem::copy_options::recursive);
+  const auto pack = dir.path() / "p";
+  std::ifstream in(pack / "manifest.toml");
+  std::stringstream manifest;
+  manifest << in.rdbuf();
+  std::string text = manifest.str();
+  text.replace(text.find("version = \"0.1.0\""), 17, "version = \"0.1.0-beta\"");
+  dir.write("p/manifest.toml", text);
+  dir.write("p/pack.lua", "-- edited after the manifest was written\nreturn nil\n");
+  const auto recorded =
+      forktrial::pack::load_manifest(kGreeter, forktrial::pack::RuntimeRequirement::optional)
+          ->content_hash;
+  const auto actual = forktrial::pack::content_hash(pack);
+  REQUIRE(recorded);
+  REQUIRE(actual);
+
+  auto as_json = forktrial_cli({"pack", "check", "--json", pack.string()});
+  CHECK(as_json.exit_code == 1);
+  auto parsed = nlohmann::json::parse(as_json.out);
+  CHECK(parsed["ok"] == false);
+  CHECK(parsed["content_hash"] == actual->str());
+  CHECK(parsed["recorded_content_hash"] == recorded->str());
+  REQUIRE(parsed["problems"].size() == 2);
+  CHECK(parsed["problems"][0] ==
+        "pack.version: must be a PEP 440 version like \"1.2.3\" or \"1.0.0rc1\", got "
+        "\"0.1.0-beta\"");
+  CHECK(parsed["problems"][1] == "pack.integrity.content_hash: the manifest says " +
+                                     recorded->str() + " but the files hash to " + actual->str() +
+                                     " (the content hash covers every file except "
+                                     "manifest.toml); if the change is intended, write the new "
+                                     "value into the manifest");
+
+  auto as_text = forktrial_cli({"pack", "check", pack.string()});
+  CHECK(as_text.exit_code == 1);
+  CHECK(as_text.out.empty());
+  CHECK(as_text.err.find("2 problems") != std::string::npos);
+  CHECK(as_text.err.find("pack.version: must be a PEP 440 version") != std::string::npos);
+  CHECK(as_text.err.find("pack.integrity.content_hash: the manifest says " + recorded->str()) !=
+        std::string::npos);
 }
 
 TEST_CASE("pack hash on a bad tree prints nothing on stdout and every violation on stderr",
