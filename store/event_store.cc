@@ -14,13 +14,11 @@
 #include <set>
 #include <utility>
 
-#include "base/text.h"
 #include "base/timestamp.h"
 #include "base/unique_fd.h"
 #include "store/blob.h"
 #include "store/codec.h"
 #include "store/lmdb.h"
-#include "store/payload.h"
 #include "store/segment.h"
 #include "store/txn_gate.h"
 
@@ -76,7 +74,6 @@ class OpenRegistration {
   std::pair<dev_t, ino_t> key_;
 };
 
-
 RunId random_run_id() {
   static thread_local std::mt19937_64 rng{std::random_device{}()};
   char text[32];
@@ -100,14 +97,6 @@ struct Range {
   std::uint64_t lower;
   std::uint64_t upper;
 };
-
-// Why the text field `name` holding `value` breaks the text rule
-// (event.h); `required` fields must not be empty.
-std::optional<std::string> text_field_problem(std::string_view name, std::string_view value,
-                                              std::size_t limit, bool required) {
-  if (required && value.empty()) return std::string(name) + " is empty";
-  return named_text_problem(name, value, limit);
-}
 
 Refusal refuse(Refused kind, std::string message) {
   return Refusal{kind, std::move(message)};
@@ -272,68 +261,12 @@ class TxnReader {
 
 }  // namespace
 
-Event EventView::to_event() const {
-  Event e;
-  e.id = EventId(std::string(id));
-  e.type = std::string(type);
-  e.payload = std::string(payload);
-  e.timestamp = std::string(timestamp);
-  if (actor) e.actor = std::string(*actor);
-  if (frame_id) e.frame_id = std::string(*frame_id);
-  if (caused_by) e.caused_by = EventId(std::string(*caused_by));
-  e.seq = seq;
-  return e;
-}
-
-std::optional<TextProblem> event_text_problem(const NewEvent& e) {
-  struct Field {
-    const char* name;
-    const std::string* value;  // null: the field is absent
-    std::size_t limit;
-    bool required;
-  };
-  const Field fields[] = {
-      {"id", &e.id.str(), kMaxIdBytes, true},
-      {"type", &e.type, kMaxEventTextBytes, true},
-      {"actor", e.actor ? &*e.actor : nullptr, kMaxEventTextBytes, false},
-      {"frame_id", e.frame_id ? &*e.frame_id : nullptr, kMaxEventTextBytes, false},
-      {"caused_by", e.caused_by ? &e.caused_by->str() : nullptr, kMaxIdBytes, false},
-      {"timestamp", &e.timestamp, kMaxEventTextBytes, true},
-  };
-  for (const Field& field : fields) {
-    if (field.value == nullptr) continue;
-    if (auto problem = text_field_problem("field \"" + std::string(field.name) + "\"", *field.value,
-                                          field.limit, field.required)) {
-      return TextProblem{field.name, std::move(*problem)};
-    }
-  }
-  return std::nullopt;
-}
-
-std::optional<TextProblem> run_text_problem(const NewRun& run) {
-  if (run.id) {
-    if (auto problem = text_field_problem("run id", run.id->str(), kMaxIdBytes, true)) {
-      return TextProblem{"id", std::move(*problem)};
-    }
-  }
-  if (auto problem = text_field_problem("label", run.label, kMaxEventTextBytes, false)) {
-    return TextProblem{"label", std::move(*problem)};
-  }
-  if (run.created_at) {
-    if (auto problem =
-            text_field_problem("created_at", *run.created_at, kMaxEventTextBytes, false)) {
-      return TextProblem{"created_at", std::move(*problem)};
-    }
-  }
-  return std::nullopt;
-}
-
 SchemaVersionMismatch::SchemaVersionMismatch(const std::filesystem::path& path, std::uint32_t found)
     : StoreError("the store at " + path.string() + " has schema version " + std::to_string(found) +
-                 ", but this forktrial reads schema version " + std::to_string(kSchemaVersion) +
-                 " only; open it with a forktrial built for version " + std::to_string(found) +
-                 ", or export its runs there and import them here (docs/store-format.md, "
-                 "\"Versioning\")",
+                     ", but this forktrial reads schema version " + std::to_string(kSchemaVersion) +
+                     " only; open it with a forktrial built for version " + std::to_string(found) +
+                     ", or export its runs there and import them here (docs/store-format.md, "
+                     "\"Versioning\")",
                  ErrorCode::failed_precondition),
       found_(found) {}
 
@@ -655,8 +588,8 @@ Result<codec::RunRecord> insert_run(EventStore::Impl& impl, lmdb::Txn& txn, cons
     record.id = impl.options.new_run_id();
   }
   // A generated id follows the rule too: StoreOptions::new_run_id is injected.
-  if (auto problem = text_field_problem("run id", record.id.str(), kMaxIdBytes, true)) {
-    return std::unexpected(refuse(Refused::invalid_input, *problem));
+  if (auto problem = run_text_problem(NewRun{.id = record.id})) {
+    return std::unexpected(refuse(Refused::invalid_input, problem->message));
   }
   if (reader.record(record.id)) {
     return std::unexpected(
@@ -679,17 +612,6 @@ Result<codec::RunRecord> insert_run(EventStore::Impl& impl, lmdb::Txn& txn, cons
   txn.put(impl.dbis.runs, lmdb::val(record.id.str()),
           lmdb::val(std::as_bytes(std::span(encoded.begin(), encoded.size()))));
   return record;
-}
-
-std::optional<std::string> invalid_event(const NewEvent& e) {
-  if (auto problem = event_text_problem(e)) {
-    return problem->field == "id" ? problem->message
-                                  : "event " + e.id.str() + ": " + problem->message;
-  }
-  if (auto deep = payload_depth_problem(e.payload)) {
-    return "event " + e.id.str() + " payload is " + *deep;
-  }
-  return std::nullopt;
 }
 
 // Places the values of one batch of events of one run in the events table.
@@ -790,17 +712,6 @@ std::vector<Range> inherited_ranges(const TxnReader& reader, const codec::RunRec
 
 }  // namespace
 
-std::optional<std::string> event_problem(const NewEvent& event) {
-  return invalid_event(event);
-}
-
-std::size_t event_text_bytes(const NewEvent& event) {
-  const auto optional_size = [](const auto& text) { return text ? text->size() : 0; };
-  return event.id.str().size() + event.type.size() + event.payload.size() + event.timestamp.size() +
-         optional_size(event.actor) + optional_size(event.frame_id) +
-         (event.caused_by ? event.caused_by->str().size() : 0);
-}
-
 Result<RunInfo> Writer::create_run(const NewRun& run) {
   auto record = insert_run(state_.impl, state_.txn, run, std::nullopt);
   if (!record) return std::unexpected(record.error());
@@ -849,7 +760,7 @@ Result<std::uint64_t> Writer::append(const RunId& run, std::uint64_t expected_he
   EventSink sink(state_.impl, state_.txn, record->number, head + 1);
   IdIndexSink ids(state_.impl, state_.txn);
   for (const NewEvent& event : events) {
-    if (auto problem = invalid_event(event)) {
+    if (auto problem = event_problem(event)) {
       return std::unexpected(
           refuse(Refused::invalid_event,
                  "cannot append to run " + run.str() + ": " + *problem + "; nothing was written"));
