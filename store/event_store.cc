@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <limits>
 #include <memory>
 #include <utility>
 
@@ -10,20 +9,11 @@
 #include "store/codec.h"
 #include "store/environment.h"
 #include "store/lmdb.h"
+#include "store/reader.h"
 #include "store/segment.h"
 
 namespace forktrial::store {
 namespace {
-
-constexpr std::uint64_t kNoLimit = std::numeric_limits<std::uint64_t>::max();
-
-// A contiguous stretch of a run's history stored under one run number:
-// seqs [lower, upper] of run `number`.
-struct Range {
-  std::uint64_t number;
-  std::uint64_t lower;
-  std::uint64_t upper;
-};
 
 Refusal refuse(Refused kind, std::string message) {
   return Refusal{kind, std::move(message)};
@@ -32,159 +22,6 @@ Refusal refuse(Refused kind, std::string message) {
 codec::RunRecord as_record(const RunInfo& run) {
   return codec::RunRecord{run.id, run.label, run.created_at, run.number, run.fork_of};
 }
-
-// Read operations over one transaction, read-only or read-write; shared by
-// Snapshot and Writer.
-class TxnReader {
- public:
-  TxnReader(const Dbis& dbis, MDB_txn* txn) : dbis_(dbis), txn_(txn) {}
-
-  std::optional<codec::RunRecord> record(const RunId& id) const {
-    if (id.empty() || id.str().size() > kMaxIdBytes) return std::nullopt;
-    MDB_val key = lmdb::val(id.str());
-    MDB_val value{};
-    int rc = mdb_get(txn_, dbis_.runs, &key, &value);
-    if (rc == MDB_NOTFOUND) return std::nullopt;
-    lmdb::check(rc, "mdb_get(runs)");
-    return codec::decode_run(lmdb::bytes(value));
-  }
-
-  codec::RunRecord record_or_corrupt(const RunId& id) const {
-    auto r = record(id);
-    if (!r) {
-      throw StoreError("run " + id.str() +
-                       " is named as a parent in the store but has no record; the store is "
-                       "corrupt");
-    }
-    return *r;
-  }
-
-  // The seq of the last event stored under run `number`, 0 if none.
-  std::uint64_t own_last(std::uint64_t number) const {
-    lmdb::Cursor cursor(txn_, dbis_.events);
-    auto start = codec::event_key(number + 1, 0);
-    MDB_val key = lmdb::val(std::span<const std::byte>(start));
-    MDB_val value{};
-    bool found = cursor.get(key, value, MDB_SET_RANGE) ? cursor.get(key, value, MDB_PREV)
-                                                       : cursor.get(key, value, MDB_LAST);
-    if (!found || key.mv_size != 16) return 0;
-    auto* k = static_cast<const std::byte*>(key.mv_data);
-    return codec::get_u64(k) == number ? codec::get_u64(k + 8) : 0;
-  }
-
-  std::uint64_t head(const codec::RunRecord& r) const {
-    std::uint64_t fork_seq = r.fork_of ? r.fork_of->seq : 0;
-    return std::max(own_last(r.number), fork_seq);
-  }
-
-  RunInfo info(const codec::RunRecord& r) const {
-    return RunInfo{r.id, r.label, r.created_at, r.fork_of, head(r), r.number};
-  }
-
-  // The stretches of stored events that make up the run's history, oldest
-  // first: the run's own events last, each ancestor's contribution before.
-  std::vector<Range> lineage(const codec::RunRecord& run) const {
-    std::vector<Range> ranges;
-    codec::RunRecord current = run;
-    std::uint64_t limit = kNoLimit;
-    for (;;) {
-      std::uint64_t lower = current.fork_of ? current.fork_of->seq + 1 : 1;
-      if (lower <= limit) ranges.push_back({current.number, lower, limit});
-      if (!current.fork_of) break;
-      limit = std::min(limit, current.fork_of->seq);
-      current = record_or_corrupt(current.fork_of->parent);
-    }
-    std::reverse(ranges.begin(), ranges.end());
-    return ranges;
-  }
-
-  std::optional<std::uint64_t> find_seq(const std::vector<Range>& ranges,
-                                        std::string_view event_id) const {
-    if (event_id.empty() || event_id.size() > kMaxIdBytes) return std::nullopt;
-    for (const Range& range : ranges) {
-      std::byte key_bytes[codec::kMaxEventIdKeyBytes];
-      MDB_val key{codec::event_id_key(range.number, event_id, key_bytes), key_bytes};
-      MDB_val value{};
-      int rc = mdb_get(txn_, dbis_.event_ids, &key, &value);
-      if (rc == MDB_NOTFOUND) continue;
-      lmdb::check(rc, "mdb_get(event_ids)");
-      std::uint64_t seq = codec::get_u64(static_cast<const std::byte*>(value.mv_data));
-      if (seq >= range.lower && seq <= range.upper) return seq;
-    }
-    return std::nullopt;
-  }
-
-  // Calls `visit(seq, stored value)` for each event of the history with
-  // from_seq <= seq <= to_seq, in order; stops when visit returns false.
-  template <typename Visit>
-  void scan(const std::vector<Range>& ranges, std::uint64_t from_seq, std::uint64_t to_seq,
-            Visit&& visit) const {
-    lmdb::Cursor cursor(txn_, dbis_.events);
-    for (const Range& range : ranges) {
-      std::uint64_t start = std::max(range.lower, from_seq);
-      std::uint64_t end = std::min(range.upper, to_seq);
-      if (start > end) continue;
-      auto start_key = codec::event_key(range.number, start);
-      MDB_val key = lmdb::val(std::span<const std::byte>(start_key));
-      MDB_val value{};
-      for (bool ok = cursor.get(key, value, MDB_SET_RANGE); ok;
-           ok = cursor.get(key, value, MDB_NEXT)) {
-        auto* k = static_cast<const std::byte*>(key.mv_data);
-        if (key.mv_size != 16 || codec::get_u64(k) != range.number) break;
-        std::uint64_t seq = codec::get_u64(k + 8);
-        if (seq > end) break;
-        if (!visit(seq, lmdb::bytes(value))) return;
-      }
-    }
-  }
-
-  // Streams the segment of the history up to `up_to_seq` (store/segment.h).
-  void stream_segment(const codec::RunRecord& run, std::uint64_t up_to_seq,
-                      const SegmentWriter::Sink& sink) const {
-    SegmentWriter segment(run.id.str(), up_to_seq, sink);
-    scan(lineage(run), 1, up_to_seq, [&](std::uint64_t seq, std::span<const std::byte> value) {
-      segment.add(seq, value);
-      return true;
-    });
-    segment.finish();
-  }
-
-  // The history of `run` from `from_seq` on, decoded; see
-  // Snapshot::for_each_event. A decoder per call, so a visit that reads the
-  // same transaction again does not overwrite the buffer its view may use.
-  void visit(const codec::RunRecord& run, std::uint64_t from_seq,
-             const std::function<bool(const EventView&)>& visit) const {
-    codec::EventDecoder decoder;
-    scan(lineage(run), from_seq, kNoLimit, [&](std::uint64_t, std::span<const std::byte> value) {
-      return visit(decoder.decode(value));
-    });
-  }
-
-  std::optional<Event> find_event(const codec::RunRecord& run, std::string_view id) const {
-    auto seq = find_seq(lineage(run), id);
-    if (!seq) return std::nullopt;
-    std::optional<Event> found;
-    visit(run, *seq, [&](const EventView& v) {
-      found = v.to_event();
-      return false;
-    });
-    return found;
-  }
-
-  std::vector<Event> events_of_type(const codec::RunRecord& run, std::string_view type,
-                                    std::uint64_t after_seq) const {
-    std::vector<Event> found;
-    visit(run, after_seq + 1, [&](const EventView& v) {
-      if (v.type == type) found.push_back(v.to_event());
-      return true;
-    });
-    return found;
-  }
-
- private:
-  const Dbis& dbis_;
-  MDB_txn* txn_;
-};
 
 }  // namespace
 
@@ -470,12 +307,6 @@ std::optional<Refusal> put_event(const Dbis& dbis, lmdb::Txn& txn, EventSink& si
   return std::nullopt;
 }
 
-std::vector<Range> inherited_ranges(const TxnReader& reader, const codec::RunRecord& record) {
-  auto ranges = reader.lineage(record);
-  if (!ranges.empty() && ranges.back().number == record.number) ranges.pop_back();
-  return ranges;
-}
-
 }  // namespace
 
 Result<RunInfo> Writer::create_run(const NewRun& run) {
@@ -521,7 +352,7 @@ Result<std::uint64_t> Writer::append(const RunId& run, std::uint64_t expected_he
                                       "; another writer moved it; nothing was written; re-read the "
                                       "run and retry from its head"));
   }
-  auto inherited = inherited_ranges(reader, *record);
+  auto inherited = reader.inherited(*record);
   std::uint64_t seq = head;
   EventSink sink(state_.env.dbis(), state_.txn, record->number, head + 1);
   IdIndexSink ids(state_.env.dbis(), state_.txn);
