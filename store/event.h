@@ -1,7 +1,11 @@
-// The values the store reads and writes: events and run descriptions.
+// The values the store reads and writes: events and run descriptions, and the
+// rules an event or run must follow before the store writes it.
 //
 // Field meanings follow design.md ("Runtime semantics") and activegraph's
 // event shape; the encoded form is schema/event.capnp.
+//
+// Thread-safety: plain values; the functions are pure and may be called from
+// any thread.
 #pragma once
 
 #include <cstddef>
@@ -112,5 +116,16 @@ std::optional<TextProblem> event_text_problem(const NewEvent& event);
 // The same for a new run: its id (when given), label and created_at (when
 // given).
 std::optional<TextProblem> run_text_problem(const NewRun& run);
+
+// Why Writer::append would refuse `event` on its own (an empty or oversized
+// id, an empty type or timestamp, any other break of the text rule, a payload
+// nested deeper than kMaxPayloadDepth of store/payload.h), or nullopt. A
+// caller copying events from elsewhere checks them first, so that one bad
+// event does not abort its transaction.
+std::optional<std::string> event_problem(const NewEvent& event);
+
+// What a write budget counts of an event: the bytes of its text fields (id,
+// type, payload, timestamp, actor, frame_id, caused_by).
+std::size_t event_text_bytes(const NewEvent& event);
 
 }  // namespace forktrial::store

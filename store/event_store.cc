@@ -1,113 +1,19 @@
 #include "store/event_store.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
-#include <atomic>
-#include <cerrno>
-#include <chrono>
 #include <cstring>
-#include <ctime>
-#include <limits>
-#include <mutex>
-#include <random>
-#include <set>
+#include <memory>
 #include <utility>
 
-#include "base/text.h"
-#include "base/timestamp.h"
-#include "base/unique_fd.h"
 #include "store/blob.h"
 #include "store/codec.h"
+#include "store/environment.h"
 #include "store/lmdb.h"
-#include "store/payload.h"
+#include "store/reader.h"
 #include "store/segment.h"
-#include "store/txn_gate.h"
 
 namespace forktrial::store {
 namespace {
-
-constexpr std::uint64_t kNoLimit = std::numeric_limits<std::uint64_t>::max();
-constexpr std::string_view kSchemaVersionKey = "schema_version";
-
-// LMDB forbids opening one environment twice in a process; this registry of
-// open store directories (by device and inode) turns that rule into an error
-// instead of silently broken locking. It mirrors a process-wide constraint,
-// hence process-wide state.
-class OpenStores {
- public:
-  static bool add(std::pair<dev_t, ino_t> key) {
-    std::lock_guard lock(mutex());
-    return set().insert(key).second;
-  }
-  static void remove(std::pair<dev_t, ino_t> key) {
-    std::lock_guard lock(mutex());
-    set().erase(key);
-  }
-
- private:
-  static std::mutex& mutex() {
-    static std::mutex m;
-    return m;
-  }
-  static std::set<std::pair<dev_t, ino_t>>& set() {
-    static std::set<std::pair<dev_t, ino_t>> s;
-    return s;
-  }
-};
-
-class OpenRegistration {
- public:
-  explicit OpenRegistration(const std::filesystem::path& dir) {
-    struct stat st {};
-    if (::stat(dir.c_str(), &st) != 0) throw SystemError("stat(\"" + dir.string() + "\")", errno);
-    key_ = {st.st_dev, st.st_ino};
-    if (!OpenStores::add(key_)) {
-      throw StoreError("the store at " + dir.string() +
-                       " is already open in this process; share the one EventStore instead of "
-                       "opening it twice (LMDB forbids a second handle in one process)");
-    }
-  }
-  ~OpenRegistration() { OpenStores::remove(key_); }
-  OpenRegistration(const OpenRegistration&) = delete;
-  OpenRegistration& operator=(const OpenRegistration&) = delete;
-
- private:
-  std::pair<dev_t, ino_t> key_;
-};
-
-
-RunId random_run_id() {
-  static thread_local std::mt19937_64 rng{std::random_device{}()};
-  char text[32];
-  std::snprintf(text, sizeof text, "run_%016llx", static_cast<unsigned long long>(rng()));
-  return RunId(text);
-}
-
-struct Dbis {
-  MDB_dbi meta = 0;
-  MDB_dbi runs = 0;
-  MDB_dbi run_numbers = 0;
-  MDB_dbi events = 0;
-  MDB_dbi event_ids = 0;
-  MDB_dbi blobs = 0;
-};
-
-// A contiguous stretch of a run's history stored under one run number:
-// seqs [lower, upper] of run `number`.
-struct Range {
-  std::uint64_t number;
-  std::uint64_t lower;
-  std::uint64_t upper;
-};
-
-// Why the text field `name` holding `value` breaks the text rule
-// (event.h); `required` fields must not be empty.
-std::optional<std::string> text_field_problem(std::string_view name, std::string_view value,
-                                              std::size_t limit, bool required) {
-  if (required && value.empty()) return std::string(name) + " is empty";
-  return named_text_problem(name, value, limit);
-}
 
 Refusal refuse(Refused kind, std::string message) {
   return Refusal{kind, std::move(message)};
@@ -117,225 +23,7 @@ codec::RunRecord as_record(const RunInfo& run) {
   return codec::RunRecord{run.id, run.label, run.created_at, run.number, run.fork_of};
 }
 
-// Read operations over one transaction, read-only or read-write; shared by
-// Snapshot and Writer.
-class TxnReader {
- public:
-  TxnReader(const Dbis& dbis, MDB_txn* txn) : dbis_(dbis), txn_(txn) {}
-
-  std::optional<codec::RunRecord> record(const RunId& id) const {
-    if (id.empty() || id.str().size() > kMaxIdBytes) return std::nullopt;
-    MDB_val key = lmdb::val(id.str());
-    MDB_val value{};
-    int rc = mdb_get(txn_, dbis_.runs, &key, &value);
-    if (rc == MDB_NOTFOUND) return std::nullopt;
-    lmdb::check(rc, "mdb_get(runs)");
-    return codec::decode_run(lmdb::bytes(value));
-  }
-
-  codec::RunRecord record_or_corrupt(const RunId& id) const {
-    auto r = record(id);
-    if (!r) {
-      throw StoreError("run " + id.str() +
-                       " is named as a parent in the store but has no record; the store is "
-                       "corrupt");
-    }
-    return *r;
-  }
-
-  // The seq of the last event stored under run `number`, 0 if none.
-  std::uint64_t own_last(std::uint64_t number) const {
-    lmdb::Cursor cursor(txn_, dbis_.events);
-    auto start = codec::event_key(number + 1, 0);
-    MDB_val key = lmdb::val(std::span<const std::byte>(start));
-    MDB_val value{};
-    bool found = cursor.get(key, value, MDB_SET_RANGE) ? cursor.get(key, value, MDB_PREV)
-                                                       : cursor.get(key, value, MDB_LAST);
-    if (!found || key.mv_size != 16) return 0;
-    auto* k = static_cast<const std::byte*>(key.mv_data);
-    return codec::get_u64(k) == number ? codec::get_u64(k + 8) : 0;
-  }
-
-  std::uint64_t head(const codec::RunRecord& r) const {
-    std::uint64_t fork_seq = r.fork_of ? r.fork_of->seq : 0;
-    return std::max(own_last(r.number), fork_seq);
-  }
-
-  RunInfo info(const codec::RunRecord& r) const {
-    return RunInfo{r.id, r.label, r.created_at, r.fork_of, head(r), r.number};
-  }
-
-  // The stretches of stored events that make up the run's history, oldest
-  // first: the run's own events last, each ancestor's contribution before.
-  std::vector<Range> lineage(const codec::RunRecord& run) const {
-    std::vector<Range> ranges;
-    codec::RunRecord current = run;
-    std::uint64_t limit = kNoLimit;
-    for (;;) {
-      std::uint64_t lower = current.fork_of ? current.fork_of->seq + 1 : 1;
-      if (lower <= limit) ranges.push_back({current.number, lower, limit});
-      if (!current.fork_of) break;
-      limit = std::min(limit, current.fork_of->seq);
-      current = record_or_corrupt(current.fork_of->parent);
-    }
-    std::reverse(ranges.begin(), ranges.end());
-    return ranges;
-  }
-
-  std::optional<std::uint64_t> find_seq(const std::vector<Range>& ranges,
-                                        std::string_view event_id) const {
-    if (event_id.empty() || event_id.size() > kMaxIdBytes) return std::nullopt;
-    for (const Range& range : ranges) {
-      std::byte key_bytes[codec::kMaxEventIdKeyBytes];
-      MDB_val key{codec::event_id_key(range.number, event_id, key_bytes), key_bytes};
-      MDB_val value{};
-      int rc = mdb_get(txn_, dbis_.event_ids, &key, &value);
-      if (rc == MDB_NOTFOUND) continue;
-      lmdb::check(rc, "mdb_get(event_ids)");
-      std::uint64_t seq = codec::get_u64(static_cast<const std::byte*>(value.mv_data));
-      if (seq >= range.lower && seq <= range.upper) return seq;
-    }
-    return std::nullopt;
-  }
-
-  // Calls `visit(seq, stored value)` for each event of the history with
-  // from_seq <= seq <= to_seq, in order; stops when visit returns false.
-  template <typename Visit>
-  void scan(const std::vector<Range>& ranges, std::uint64_t from_seq, std::uint64_t to_seq,
-            Visit&& visit) const {
-    lmdb::Cursor cursor(txn_, dbis_.events);
-    for (const Range& range : ranges) {
-      std::uint64_t start = std::max(range.lower, from_seq);
-      std::uint64_t end = std::min(range.upper, to_seq);
-      if (start > end) continue;
-      auto start_key = codec::event_key(range.number, start);
-      MDB_val key = lmdb::val(std::span<const std::byte>(start_key));
-      MDB_val value{};
-      for (bool ok = cursor.get(key, value, MDB_SET_RANGE); ok;
-           ok = cursor.get(key, value, MDB_NEXT)) {
-        auto* k = static_cast<const std::byte*>(key.mv_data);
-        if (key.mv_size != 16 || codec::get_u64(k) != range.number) break;
-        std::uint64_t seq = codec::get_u64(k + 8);
-        if (seq > end) break;
-        if (!visit(seq, lmdb::bytes(value))) return;
-      }
-    }
-  }
-
-  // Streams the segment of the history up to `up_to_seq` (store/segment.h).
-  void stream_segment(const codec::RunRecord& run, std::uint64_t up_to_seq,
-                      const SegmentWriter::Sink& sink) const {
-    SegmentWriter segment(run.id.str(), up_to_seq, sink);
-    scan(lineage(run), 1, up_to_seq, [&](std::uint64_t seq, std::span<const std::byte> value) {
-      segment.add(seq, value);
-      return true;
-    });
-    segment.finish();
-  }
-
-  // The history of `run` from `from_seq` on, decoded; see
-  // Snapshot::for_each_event. A decoder per call, so a visit that reads the
-  // same transaction again does not overwrite the buffer its view may use.
-  void visit(const codec::RunRecord& run, std::uint64_t from_seq,
-             const std::function<bool(const EventView&)>& visit) const {
-    codec::EventDecoder decoder;
-    scan(lineage(run), from_seq, kNoLimit, [&](std::uint64_t, std::span<const std::byte> value) {
-      return visit(decoder.decode(value));
-    });
-  }
-
-  std::optional<Event> find_event(const codec::RunRecord& run, std::string_view id) const {
-    auto seq = find_seq(lineage(run), id);
-    if (!seq) return std::nullopt;
-    std::optional<Event> found;
-    visit(run, *seq, [&](const EventView& v) {
-      found = v.to_event();
-      return false;
-    });
-    return found;
-  }
-
-  std::vector<Event> events_of_type(const codec::RunRecord& run, std::string_view type,
-                                    std::uint64_t after_seq) const {
-    std::vector<Event> found;
-    visit(run, after_seq + 1, [&](const EventView& v) {
-      if (v.type == type) found.push_back(v.to_event());
-      return true;
-    });
-    return found;
-  }
-
- private:
-  const Dbis& dbis_;
-  MDB_txn* txn_;
-};
-
 }  // namespace
-
-Event EventView::to_event() const {
-  Event e;
-  e.id = EventId(std::string(id));
-  e.type = std::string(type);
-  e.payload = std::string(payload);
-  e.timestamp = std::string(timestamp);
-  if (actor) e.actor = std::string(*actor);
-  if (frame_id) e.frame_id = std::string(*frame_id);
-  if (caused_by) e.caused_by = EventId(std::string(*caused_by));
-  e.seq = seq;
-  return e;
-}
-
-std::optional<TextProblem> event_text_problem(const NewEvent& e) {
-  struct Field {
-    const char* name;
-    const std::string* value;  // null: the field is absent
-    std::size_t limit;
-    bool required;
-  };
-  const Field fields[] = {
-      {"id", &e.id.str(), kMaxIdBytes, true},
-      {"type", &e.type, kMaxEventTextBytes, true},
-      {"actor", e.actor ? &*e.actor : nullptr, kMaxEventTextBytes, false},
-      {"frame_id", e.frame_id ? &*e.frame_id : nullptr, kMaxEventTextBytes, false},
-      {"caused_by", e.caused_by ? &e.caused_by->str() : nullptr, kMaxIdBytes, false},
-      {"timestamp", &e.timestamp, kMaxEventTextBytes, true},
-  };
-  for (const Field& field : fields) {
-    if (field.value == nullptr) continue;
-    if (auto problem = text_field_problem("field \"" + std::string(field.name) + "\"", *field.value,
-                                          field.limit, field.required)) {
-      return TextProblem{field.name, std::move(*problem)};
-    }
-  }
-  return std::nullopt;
-}
-
-std::optional<TextProblem> run_text_problem(const NewRun& run) {
-  if (run.id) {
-    if (auto problem = text_field_problem("run id", run.id->str(), kMaxIdBytes, true)) {
-      return TextProblem{"id", std::move(*problem)};
-    }
-  }
-  if (auto problem = text_field_problem("label", run.label, kMaxEventTextBytes, false)) {
-    return TextProblem{"label", std::move(*problem)};
-  }
-  if (run.created_at) {
-    if (auto problem =
-            text_field_problem("created_at", *run.created_at, kMaxEventTextBytes, false)) {
-      return TextProblem{"created_at", std::move(*problem)};
-    }
-  }
-  return std::nullopt;
-}
-
-SchemaVersionMismatch::SchemaVersionMismatch(const std::filesystem::path& path, std::uint32_t found)
-    : StoreError("the store at " + path.string() + " has schema version " + std::to_string(found) +
-                 ", but this forktrial reads schema version " + std::to_string(kSchemaVersion) +
-                 " only; open it with a forktrial built for version " + std::to_string(found) +
-                 ", or export its runs there and import them here (docs/store-format.md, "
-                 "\"Versioning\")",
-                 ErrorCode::failed_precondition),
-      found_(found) {}
 
 ErrorCode Refusal::code() const {
   switch (kind) {
@@ -354,213 +42,62 @@ ErrorCode Refusal::code() const {
   return ErrorCode::internal;
 }
 
-struct EventStore::Impl {
-  std::filesystem::path path;
-  StoreOptions options;
-  std::optional<OpenRegistration> registration;
-  lmdb::Env env;
-  Dbis dbis;
-  // Every transaction of this process is entered here before it begins and
-  // left once it has ended; the map changes size only through gate.resize(),
-  // because LMDB maps the file anew only while no transaction is open.
-  TxnGate gate;
-  std::atomic<std::size_t> map_size = 0;  // changed only inside gate.resize()
-
-  // Changes the map through the gate, or throws ResizeBlocked saying what
-  // needed the change (`need`), what blocked it, and what the caller lost.
-  void resize(const std::string& need, const std::string& lost,
-              const std::function<void()>& change) {
-    const auto blocked = gate.resize(options.grow_wait, change);
-    if (!blocked) return;
-    std::string message = need +
-                          ". LMDB changes a map only while no transaction of this process is "
-                          "open (it maps the file anew), but ";
-    if (blocked->held_here > 0) {
-      message += "this thread holds " + std::to_string(blocked->held_here) + " open snapshot" +
-                 (blocked->held_here == 1 ? "" : "s") + " of it: " + lost +
-                 "; end the thread's snapshots first, since it would wait for itself";
-    } else {
-      message += std::to_string(blocked->open) +
-                 (blocked->open == 1 ? " snapshot or write" : " snapshots or writes") +
-                 " of this process stayed open for " + std::to_string(options.grow_wait.count()) +
-                 " ms: " + lost + "; end long-lived snapshots, then retry";
-    }
-    throw ResizeBlocked(message);
-  }
-
-  // Adopts the map size another process set (LMDB: size 0 means "the size
-  // now in the file").
-  void adopt_resized(const std::string& lost) {
-    resize("another process grew the store at " + path.string() + " beyond this process's map of " +
-               std::to_string(map_size) + " bytes",
-           lost, [&] {
-             lmdb::check(mdb_env_set_mapsize(env.get(), 0), "mdb_env_set_mapsize(0)");
-             MDB_envinfo info{};
-             lmdb::check(mdb_env_info(env.get(), &info), "mdb_env_info");
-             map_size = info.me_mapsize;
-           });
-  }
-
-  // Doubles the map, up to max_map_size, after a write ran out of room in a
-  // map of `failed_size` bytes.
-  void grow(std::size_t failed_size) {
-    if (failed_size >= options.max_map_size) {
-      throw StoreFull("the store at " + path.string() + " is full: the write needs more than " +
-                      std::to_string(options.max_map_size) +
-                      " bytes, the maximum map size; nothing of this write was kept and the "
-                      "store stays readable; open it with a larger maximum map size "
-                      "(StoreOptions::max_map_size)");
-    }
-    resize("the store at " + path.string() + " must grow its map beyond " +
-               std::to_string(failed_size) + " bytes for this write",
-           "nothing of this write was kept", [&] {
-             const std::size_t now = map_size;
-             if (now > failed_size) return;  // another writer grew it meanwhile
-             const std::size_t next = std::min(options.max_map_size, now * 2);
-             lmdb::check(mdb_env_set_mapsize(env.get(), next),
-                         "mdb_env_set_mapsize(" + std::to_string(next) + ")");
-             map_size = next;
-           });
-  }
+// EventStore's state is its environment (store/environment.h): Writer and
+// Snapshot reach the tables through the transactions it begins.
+struct EventStore::Impl : Environment {
+  using Environment::Environment;
 };
 
 struct Writer::State {
-  EventStore::Impl& impl;
+  Environment& env;
   lmdb::Txn& txn;
-  TxnReader reader() const { return TxnReader(impl.dbis, txn.get()); }
+  TxnReader reader() const { return TxnReader(env.dbis(), txn.get()); }
 };
 
 struct Snapshot::State {
-  const EventStore::Impl* impl = nullptr;
-  TxnGate::Ticket ticket;  // left after `txn` has ended: members end in reverse order
-  lmdb::Txn txn;
+  const Environment* env = nullptr;
+  ReadTxn read;
 
   // Every use makes the calling thread the snapshot's holder (store/txn_gate.h).
   MDB_txn* use() {
-    ticket.hold_here();
-    return txn.get();
+    read.ticket.hold_here();
+    return read.txn.get();
   }
-  TxnReader reader() { return TxnReader(impl->dbis, use()); }
+  TxnReader reader() { return TxnReader(env->dbis(), use()); }
 };
 
 EventStore::EventStore(const std::filesystem::path& path, StoreOptions options)
-    : impl_(std::make_unique<Impl>()) {
-  Impl& impl = *impl_;
-  impl.path = path;
-  impl.options = std::move(options);
-  if (!impl.options.clock) impl.options.clock = now_timestamp;
-  if (!impl.options.new_run_id) impl.options.new_run_id = random_run_id;
-  impl.options.initial_map_size =
-      std::min(impl.options.initial_map_size, impl.options.max_map_size);
-
-  std::error_code ec;
-  std::filesystem::create_directories(path, ec);
-  if (ec) {
-    throw StoreError("cannot create the store directory " + path.string() + ": " + ec.message());
-  }
-  impl.registration.emplace(path);
-
-  lmdb::check(mdb_env_set_maxdbs(impl.env.get(), 16), "mdb_env_set_maxdbs(16)");
-  lmdb::check(mdb_env_set_maxreaders(impl.env.get(), 1024), "mdb_env_set_maxreaders(1024)");
-  lmdb::check(mdb_env_set_mapsize(impl.env.get(), impl.options.initial_map_size),
-              "mdb_env_set_mapsize(" + std::to_string(impl.options.initial_map_size) + ")");
-  unsigned flags = MDB_NOTLS | (impl.options.sync ? 0 : MDB_NOSYNC);
-  lmdb::check(mdb_env_open(impl.env.get(), path.c_str(), flags, 0644),
-              "mdb_env_open(\"" + path.string() + "\")");
-  impl.env.close_on_exec();
-  MDB_envinfo info{};
-  lmdb::check(mdb_env_info(impl.env.get(), &info), "mdb_env_info");
-  impl.map_size = info.me_mapsize;
-
-  lmdb::Txn txn(impl.env.get(), 0);
-  lmdb::check(mdb_dbi_open(txn.get(), "meta", MDB_CREATE, &impl.dbis.meta), "mdb_dbi_open(meta)");
-  auto version = txn.get(impl.dbis.meta, lmdb::val(kSchemaVersionKey));
-  if (version) {
-    if (version->mv_size != 4) {
-      throw StoreError("the store at " + path.string() + " has a schema version record of " +
-                       std::to_string(version->mv_size) + " bytes instead of 4; it is corrupt");
-    }
-    auto* b = static_cast<const unsigned char*>(version->mv_data);
-    std::uint32_t found = (std::uint32_t{b[0]} << 24) | (std::uint32_t{b[1]} << 16) |
-                          (std::uint32_t{b[2]} << 8) | std::uint32_t{b[3]};
-    if (found != kSchemaVersion) throw SchemaVersionMismatch(path, found);
-  } else {
-    unsigned char b[4] = {static_cast<unsigned char>(kSchemaVersion >> 24),
-                          static_cast<unsigned char>(kSchemaVersion >> 16),
-                          static_cast<unsigned char>(kSchemaVersion >> 8),
-                          static_cast<unsigned char>(kSchemaVersion)};
-    txn.put(impl.dbis.meta, lmdb::val(kSchemaVersionKey), MDB_val{4, b});
-  }
-  auto open_db = [&](const char* name, MDB_dbi& dbi) {
-    lmdb::check(mdb_dbi_open(txn.get(), name, MDB_CREATE, &dbi),
-                std::string("mdb_dbi_open(") + name + ")");
-  };
-  open_db("runs", impl.dbis.runs);
-  open_db("run_numbers", impl.dbis.run_numbers);
-  open_db("events", impl.dbis.events);
-  open_db("event_ids", impl.dbis.event_ids);
-  open_db("blobs", impl.dbis.blobs);
-  txn.commit();
-}
+    : impl_(std::make_unique<Impl>(path, std::move(options))) {}
 
 EventStore::~EventStore() = default;
 EventStore::EventStore(EventStore&&) noexcept = default;
 EventStore& EventStore::operator=(EventStore&&) noexcept = default;
 
 const std::filesystem::path& EventStore::path() const {
-  return impl_->path;
+  return impl_->path();
 }
 
 std::size_t EventStore::map_size() const {
-  return impl_->map_size;
+  return impl_->map_size();
 }
 
 void EventStore::write_transaction(const std::function<bool(Writer&)>& body) {
-  for (;;) {
-    const std::size_t size_at_start = impl_->map_size;
-    int rc = MDB_SUCCESS;
-    try {
-      TxnGate::Ticket ticket = impl_->gate.enter();
-      lmdb::Txn txn;
-      rc = txn.try_begin(impl_->env.get(), 0);
-      if (rc == MDB_SUCCESS) {
-        Writer::State state{*impl_, txn};
-        Writer writer(state);
-        if (body(writer)) txn.commit();
-        return;
-      }
-    } catch (const lmdb::LmdbError& e) {
-      if (e.lmdb_code() != MDB_MAP_FULL && e.lmdb_code() != MDB_MAP_RESIZED) throw;
-      rc = e.lmdb_code();
-    }
-    // The transaction has ended and left the gate, so the map may change.
-    if (rc == MDB_MAP_FULL) {
-      impl_->grow(size_at_start);
-    } else if (rc == MDB_MAP_RESIZED) {
-      impl_->adopt_resized("nothing of this write was kept");
-    } else {
-      lmdb::check(rc, "mdb_txn_begin(write, \"" + impl_->path.string() + "\")");
-    }
-  }
+  impl_->write([&](lmdb::Txn& txn) {
+    Writer::State state{*impl_, txn};
+    Writer writer(state);
+    return body(writer);
+  });
 }
 
 RunId EventStore::new_run_id() const {
-  return impl_->options.new_run_id();
+  return impl_->options().new_run_id();
 }
 
 Snapshot EventStore::snapshot() const {
-  for (;;) {
-    auto state = std::make_unique<Snapshot::State>();
-    state->impl = impl_.get();
-    state->ticket = impl_->gate.enter();
-    const int rc = state->txn.try_begin(impl_->env.get(), MDB_RDONLY);
-    if (rc == MDB_SUCCESS) return Snapshot(std::move(state));
-    if (rc != MDB_MAP_RESIZED) {
-      lmdb::check(rc, "mdb_txn_begin(MDB_RDONLY, \"" + impl_->path.string() + "\")");
-    }
-    state.reset();  // leaves the gate, which the resize waits for
-    impl_->adopt_resized("no snapshot was opened");
-  }
+  auto state = std::make_unique<Snapshot::State>();
+  state->env = impl_.get();
+  state->read = impl_->read();
+  return Snapshot(std::move(state));
 }
 
 Result<RunInfo> EventStore::create_run(const NewRun& run) {
@@ -641,55 +178,44 @@ std::vector<Event> Writer::events_of_type(const RunInfo& run, std::string_view t
 
 namespace {
 
-Result<codec::RunRecord> insert_run(EventStore::Impl& impl, lmdb::Txn& txn, const NewRun& run,
+Result<codec::RunRecord> insert_run(const Environment& env, lmdb::Txn& txn, const NewRun& run,
                                     std::optional<ForkPoint> fork_of) {
   if (auto problem = run_text_problem(run)) {
     return std::unexpected(refuse(Refused::invalid_input, problem->message));
   }
-  TxnReader reader(impl.dbis, txn.get());
+  TxnReader reader(env.dbis(), txn.get());
   codec::RunRecord record;
-  record.id = run.id ? *run.id : impl.options.new_run_id();
+  record.id = run.id ? *run.id : env.options().new_run_id();
   // A generated id that happens to be taken is drawn again; a given one is
   // the caller's to change.
   for (int draw = 0; !run.id && draw < 8 && reader.record(record.id); ++draw) {
-    record.id = impl.options.new_run_id();
+    record.id = env.options().new_run_id();
   }
   // A generated id follows the rule too: StoreOptions::new_run_id is injected.
-  if (auto problem = text_field_problem("run id", record.id.str(), kMaxIdBytes, true)) {
-    return std::unexpected(refuse(Refused::invalid_input, *problem));
+  if (auto problem = run_text_problem(NewRun{.id = record.id})) {
+    return std::unexpected(refuse(Refused::invalid_input, problem->message));
   }
   if (reader.record(record.id)) {
     return std::unexpected(
         refuse(Refused::run_exists, "a run with id " + record.id.str() + " is already stored"));
   }
   record.label = run.label;
-  record.created_at = run.created_at ? *run.created_at : impl.options.clock();
+  record.created_at = run.created_at ? *run.created_at : env.options().clock();
   record.fork_of = std::move(fork_of);
 
-  lmdb::Cursor numbers(txn.get(), impl.dbis.run_numbers);
+  lmdb::Cursor numbers(txn.get(), env.dbis().run_numbers);
   MDB_val key{};
   MDB_val value{};
   record.number = numbers.get(key, value, MDB_LAST)
                       ? codec::get_u64(static_cast<const std::byte*>(key.mv_data)) + 1
                       : 1;
   auto number_key = codec::u64_key(record.number);
-  txn.put(impl.dbis.run_numbers, lmdb::val(std::span<const std::byte>(number_key)),
+  txn.put(env.dbis().run_numbers, lmdb::val(std::span<const std::byte>(number_key)),
           lmdb::val(record.id.str()));
   auto encoded = codec::encode_run(record);
-  txn.put(impl.dbis.runs, lmdb::val(record.id.str()),
+  txn.put(env.dbis().runs, lmdb::val(record.id.str()),
           lmdb::val(std::as_bytes(std::span(encoded.begin(), encoded.size()))));
   return record;
-}
-
-std::optional<std::string> invalid_event(const NewEvent& e) {
-  if (auto problem = event_text_problem(e)) {
-    return problem->field == "id" ? problem->message
-                                  : "event " + e.id.str() + ": " + problem->message;
-  }
-  if (auto deep = payload_depth_problem(e.payload)) {
-    return "event " + e.id.str() + " payload is " + *deep;
-  }
-  return std::nullopt;
 }
 
 // Places the values of one batch of events of one run in the events table.
@@ -698,9 +224,8 @@ std::optional<std::string> invalid_event(const NewEvent& e) {
 // search and fills pages completely instead of splitting them in half.
 class EventSink {
  public:
-  EventSink(const EventStore::Impl& impl, lmdb::Txn& txn, std::uint64_t number,
-            std::uint64_t first_seq)
-      : cursor_(txn.get(), impl.dbis.events), number_(number) {
+  EventSink(const Dbis& dbis, lmdb::Txn& txn, std::uint64_t number, std::uint64_t first_seq)
+      : cursor_(txn.get(), dbis.events), number_(number) {
     auto first = codec::event_key(number, first_seq);
     MDB_val key{};
     MDB_val value{};
@@ -726,8 +251,8 @@ class EventSink {
 // codec::event_id_key); any other key takes a regular MDB_NOOVERWRITE put.
 class IdIndexSink {
  public:
-  IdIndexSink(const EventStore::Impl& impl, lmdb::Txn& txn)
-      : txn_(txn), dbi_(impl.dbis.event_ids), cursor_(txn.get(), impl.dbis.event_ids) {
+  IdIndexSink(const Dbis& dbis, lmdb::Txn& txn)
+      : txn_(txn), dbi_(dbis.event_ids), cursor_(txn.get(), dbis.event_ids) {
     MDB_val key{};
     MDB_val value{};
     if (cursor_.get(key, value, MDB_LAST)) {
@@ -759,7 +284,7 @@ class IdIndexSink {
 // value's `size` bytes are reserved in LMDB and filled by `fill`, so the
 // encoding is written once, in place.
 template <typename Fill>
-std::optional<Refusal> put_event(EventStore::Impl& impl, lmdb::Txn& txn, EventSink& sink,
+std::optional<Refusal> put_event(const Dbis& dbis, lmdb::Txn& txn, EventSink& sink,
                                  IdIndexSink& ids, const RunId& run, std::uint64_t number,
                                  const std::vector<Range>& inherited, std::string_view id,
                                  std::uint64_t seq, std::size_t size, Fill&& fill) {
@@ -769,40 +294,23 @@ std::optional<Refusal> put_event(EventStore::Impl& impl, lmdb::Txn& txn, EventSi
                       " (at seq " + std::to_string(at) + "); nothing was written");
   };
   if (!inherited.empty()) {
-    if (auto at = TxnReader(impl.dbis, txn.get()).find_seq(inherited, id)) return duplicate(*at);
+    if (auto at = TxnReader(dbis, txn.get()).find_seq(inherited, id)) return duplicate(*at);
   }
   std::byte id_key[codec::kMaxEventIdKeyBytes];
   MDB_val id_val{codec::event_id_key(number, id, id_key), id_key};
   auto seq_value = codec::u64_key(seq);
   if (!ids.put_new(id_val, lmdb::val(std::span<const std::byte>(seq_value)))) {
-    auto existing = txn.get(impl.dbis.event_ids, id_val);
+    auto existing = txn.get(dbis.event_ids, id_val);
     return duplicate(codec::get_u64(static_cast<const std::byte*>(existing->mv_data)));
   }
   fill(sink.reserve(seq, size));
   return std::nullopt;
 }
 
-std::vector<Range> inherited_ranges(const TxnReader& reader, const codec::RunRecord& record) {
-  auto ranges = reader.lineage(record);
-  if (!ranges.empty() && ranges.back().number == record.number) ranges.pop_back();
-  return ranges;
-}
-
 }  // namespace
 
-std::optional<std::string> event_problem(const NewEvent& event) {
-  return invalid_event(event);
-}
-
-std::size_t event_text_bytes(const NewEvent& event) {
-  const auto optional_size = [](const auto& text) { return text ? text->size() : 0; };
-  return event.id.str().size() + event.type.size() + event.payload.size() + event.timestamp.size() +
-         optional_size(event.actor) + optional_size(event.frame_id) +
-         (event.caused_by ? event.caused_by->str().size() : 0);
-}
-
 Result<RunInfo> Writer::create_run(const NewRun& run) {
-  auto record = insert_run(state_.impl, state_.txn, run, std::nullopt);
+  auto record = insert_run(state_.env, state_.txn, run, std::nullopt);
   if (!record) return std::unexpected(record.error());
   return state_.reader().info(*record);
 }
@@ -822,7 +330,7 @@ Result<RunInfo> Writer::fork(const RunId& parent, const EventId& at_event, const
                                            std::to_string(reader.head(*parent_record)) +
                                            " events) has no event with that id"));
   }
-  auto record = insert_run(state_.impl, state_.txn, fork, ForkPoint{parent, at_event, *seq});
+  auto record = insert_run(state_.env, state_.txn, fork, ForkPoint{parent, at_event, *seq});
   if (!record) return std::unexpected(record.error());
   return reader.info(*record);
 }
@@ -844,19 +352,19 @@ Result<std::uint64_t> Writer::append(const RunId& run, std::uint64_t expected_he
                                       "; another writer moved it; nothing was written; re-read the "
                                       "run and retry from its head"));
   }
-  auto inherited = inherited_ranges(reader, *record);
+  auto inherited = reader.inherited(*record);
   std::uint64_t seq = head;
-  EventSink sink(state_.impl, state_.txn, record->number, head + 1);
-  IdIndexSink ids(state_.impl, state_.txn);
+  EventSink sink(state_.env.dbis(), state_.txn, record->number, head + 1);
+  IdIndexSink ids(state_.env.dbis(), state_.txn);
   for (const NewEvent& event : events) {
-    if (auto problem = invalid_event(event)) {
+    if (auto problem = event_problem(event)) {
       return std::unexpected(
           refuse(Refused::invalid_event,
                  "cannot append to run " + run.str() + ": " + *problem + "; nothing was written"));
     }
     ++seq;
     if (auto refusal =
-            put_event(state_.impl, state_.txn, sink, ids, run, record->number, inherited,
+            put_event(state_.env.dbis(), state_.txn, sink, ids, run, record->number, inherited,
                       event.id.str(), seq, codec::encoded_event_size(event, seq),
                       [&](std::span<std::byte> out) { codec::encode_event(event, seq, out); })) {
       return std::unexpected(*refusal);
@@ -866,11 +374,11 @@ Result<std::uint64_t> Writer::append(const RunId& run, std::uint64_t expected_he
 }
 
 Digest Writer::put_blob(std::span<const std::byte> bytes) {
-  return blob::put(state_.txn, state_.impl.dbis.blobs, bytes);
+  return blob::put(state_.txn, state_.env.dbis().blobs, bytes);
 }
 
 Digest Writer::put_blob_file(const std::filesystem::path& file) {
-  return blob::put_file(state_.txn, state_.impl.dbis.blobs, file);
+  return blob::put_file(state_.txn, state_.env.dbis().blobs, file);
 }
 
 Result<Digest> Writer::store_segment(const RunId& run, std::uint64_t up_to_seq) {
@@ -888,7 +396,7 @@ Result<Digest> Writer::store_segment(const RunId& run, std::uint64_t up_to_seq) 
   // Streamed twice (hashed, then copied into the reserved blob): the segment
   // is never built in memory, whatever the length of the prefix.
   return blob::put_produced(
-      state_.txn, state_.impl.dbis.blobs, "the segment of run " + run.str(),
+      state_.txn, state_.env.dbis().blobs, "the segment of run " + run.str(),
       [&](const blob::Sink& sink) { reader.stream_segment(*record, up_to_seq, sink); });
 }
 
@@ -898,10 +406,10 @@ Result<RunInfo> Writer::load_segment(std::span<const std::byte> segment, const N
   };
   auto events = SegmentReader::open(segment);
   if (!events) return bad(events.error());
-  auto record = insert_run(state_.impl, state_.txn, run, std::nullopt);
+  auto record = insert_run(state_.env, state_.txn, run, std::nullopt);
   if (!record) return std::unexpected(record.error());
-  EventSink sink(state_.impl, state_.txn, record->number, 1);
-  IdIndexSink ids(state_.impl, state_.txn);
+  EventSink sink(state_.env.dbis(), state_.txn, record->number, 1);
+  IdIndexSink ids(state_.env.dbis(), state_.txn);
   for (;;) {
     auto next = events->next();
     if (!next) return bad(next.error());
@@ -910,8 +418,9 @@ Result<RunInfo> Writer::load_segment(std::span<const std::byte> segment, const N
     auto copy = [&](std::span<std::byte> out) {
       std::memcpy(out.data(), event.value.data(), event.value.size());
     };
-    if (auto refusal = put_event(state_.impl, state_.txn, sink, ids, record->id, record->number, {},
-                                 event.view.id, event.seq, event.value.size(), copy)) {
+    if (auto refusal =
+            put_event(state_.env.dbis(), state_.txn, sink, ids, record->id, record->number, {},
+                      event.view.id, event.seq, event.value.size(), copy)) {
       return bad(refusal->message);
     }
   }
@@ -935,7 +444,7 @@ std::optional<RunInfo> Snapshot::run(const RunId& id) const {
 std::vector<RunInfo> Snapshot::runs() const {
   auto reader = state_->reader();
   std::vector<RunInfo> result;
-  lmdb::Cursor cursor(state_->use(), state_->impl->dbis.run_numbers);
+  lmdb::Cursor cursor(state_->use(), state_->env->dbis().run_numbers);
   MDB_val key{};
   MDB_val value{};
   for (bool ok = cursor.get(key, value, MDB_FIRST); ok; ok = cursor.get(key, value, MDB_NEXT)) {
@@ -987,7 +496,7 @@ std::vector<std::byte> Snapshot::segment(const RunInfo& run, std::uint64_t up_to
 }
 
 std::optional<std::span<const std::byte>> Snapshot::blob(const Digest& digest) const {
-  return blob::get(state_->use(), state_->impl->dbis.blobs, digest);
+  return blob::get(state_->use(), state_->env->dbis().blobs, digest);
 }
 
 bool Snapshot::has_blob(const Digest& digest) const {

@@ -167,16 +167,6 @@ inline constexpr std::string_view kSegmentMagic = "FTSEGMT1";
 
 class Snapshot;
 
-// Why Writer::append would refuse `event` on its own (an empty or oversized
-// id, an empty type or timestamp, a payload nested deeper than
-// kMaxPayloadDepth), or nullopt. A caller copying events from elsewhere
-// checks them first, so that one bad event does not abort its transaction.
-std::optional<std::string> event_problem(const NewEvent& event);
-
-// What a write budget counts of an event: the bytes of its text fields (id,
-// type, payload, timestamp, actor, frame_id, caused_by).
-std::size_t event_text_bytes(const NewEvent& event);
-
 // The write side of one transaction, handed to the body of EventStore::write.
 // Every call sees the writes made before it in the same transaction. A Writer
 // is only valid inside that body.
