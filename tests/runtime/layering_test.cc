@@ -15,25 +15,18 @@
 #include <cctype>
 #include <cstddef>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
-#include <sstream>
 #include <string>
 #include <vector>
+
+#include "tests/support/temp_dir.h"
 
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  REQUIRE(in.good());
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using forktrial::testing::read_file;
 
 // `source` with its comments, string literals and character literals blanked
 // out (newlines kept), so that a word found in what is left is code. Raw

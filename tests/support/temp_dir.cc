@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <sstream>
 #include <stdexcept>
 #include <vector>
 
@@ -45,6 +46,14 @@ std::filesystem::path TempDir::write(std::string_view relative, std::string_view
   out.write(content.data(), static_cast<std::streamsize>(content.size()));
   if (!out) throw std::runtime_error("cannot write " + full.string());
   return full;
+}
+
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read " + path.string());
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
 }
 
 CommandResult run_command(const std::vector<std::string>& argv, std::chrono::seconds timeout) {

@@ -25,6 +25,9 @@ class TempDir {
   std::filesystem::path path_;
 };
 
+// The whole content of `path`; throws naming it if it cannot be read.
+std::string read_file(const std::filesystem::path& path);
+
 struct CommandResult {
   int exit_code = -1;  // the exit status, or 128 + signal
   std::string out;     // stdout
