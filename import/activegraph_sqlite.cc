@@ -1,7 +1,5 @@
 #include "import/activegraph_sqlite.h"
 
-#include "base/timestamp.h"
-
 #include <sqlite3.h>
 
 #include <algorithm>
@@ -10,7 +8,8 @@
 #include <unordered_map>
 
 #include "base/text.h"
-#include "import/jsonl.h"
+#include "base/timestamp.h"
+#include "import/json_text.h"
 
 namespace forktrial::import {
 
@@ -48,8 +47,13 @@ struct ImportedRun {
   std::optional<std::string> created_at;
   std::optional<RunId> parent;
   std::optional<EventId> forked_at;
+  std::optional<std::string> goal;
+  std::optional<std::string> frame_id;
   std::vector<NewEvent> events;
 };
+
+// The layout version of activegraph's SQLite store this importer reads.
+constexpr const char* kActivegraphSchemaVersion = "1";
 
 class SqliteFile {
  public:
@@ -62,6 +66,13 @@ class SqliteFile {
     if (rc != SQLITE_OK) {
       return "cannot open " + file_.string() + " as an SQLite database: " +
              (raw != nullptr ? sqlite3_errmsg(raw) : sqlite3_errstr(rc));
+    }
+    // One read transaction over the whole import: activegraph keeps its
+    // store in WAL mode, and a runtime may append while we read; every
+    // SELECT below then sees the same committed state (the first one fixes
+    // the snapshot), whatever is written meanwhile.
+    if (sqlite3_exec(db_.get(), "BEGIN", nullptr, nullptr, nullptr) != SQLITE_OK) {
+      return "cannot read " + file_.string() + ": " + sqlite3_errmsg(db_.get());
     }
     return std::nullopt;
   }
@@ -118,6 +129,78 @@ std::optional<std::string> missing_column(const SqliteFile& file, const std::str
   return std::nullopt;
 }
 
+// Why the file is not a store of the layout this importer reads, or nullopt.
+std::optional<std::string> schema_version_problem(SqliteFile& file) {
+  auto meta = file.columns("meta");
+  if (!meta) return meta.error();
+  if (meta->empty()) {
+    return file.path().string() +
+           " has no table \"meta\"; an activegraph store records its schema_version there";
+  }
+  auto stmt = file.prepare("SELECT value FROM meta WHERE key = 'schema_version'");
+  if (!stmt) return stmt.error();
+  if (sqlite3_step(stmt->get()) != SQLITE_ROW) {
+    return file.path().string() +
+           ": table \"meta\" has no schema_version; an activegraph store records one";
+  }
+  const std::string found = column_text(stmt->get(), 0).value_or("NULL");
+  if (found != kActivegraphSchemaVersion) {
+    const std::string shown = bounded_escaped(found, 64);
+    return file.path().string() + ": activegraph schema_version \"" + shown +
+           "\" is not one forktrial reads (it reads schema_version \"" + kActivegraphSchemaVersion +
+           "\"); migrate the store with the activegraph version that wrote it, or import a "
+           "JSON Lines export of the run (`forktrial run import`)";
+  }
+  return std::nullopt;
+}
+
+// The number of rows each run has in activegraph's compaction archive
+// (events_archive; absent in stores older than compaction).
+std::expected<std::unordered_map<std::string, std::int64_t>, std::string> archived_counts(
+    SqliteFile& file) {
+  std::unordered_map<std::string, std::int64_t> counts;
+  auto columns = file.columns("events_archive");
+  if (!columns) return std::unexpected(columns.error());
+  if (!columns->contains("run_id")) return counts;
+  auto stmt = file.prepare("SELECT run_id, COUNT(*) FROM events_archive GROUP BY run_id");
+  if (!stmt) return std::unexpected(stmt.error());
+  while (sqlite3_step(stmt->get()) == SQLITE_ROW) {
+    counts[column_text(stmt->get(), 0).value_or("")] = sqlite3_column_int64(stmt->get(), 1);
+  }
+  return counts;
+}
+
+// A compacted run keeps only a runtime.snapshot marker and what followed it
+// in `events`; its state before the marker lives in `snapshots` and its
+// earlier events in `events_archive`. Imported as it stands it would be a
+// run whose graph is empty, so it is refused, naming the marker.
+std::optional<std::string> compaction_problem(
+    const SqliteFile& file, const ImportedRun& run,
+    const std::unordered_map<std::string, std::int64_t>& archived) {
+  auto marker = std::find_if(run.events.begin(), run.events.end(),
+                             [](const NewEvent& e) { return e.type == "runtime.snapshot"; });
+  auto moved = archived.find(run.id.str());
+  const std::int64_t archived_rows = moved == archived.end() ? 0 : moved->second;
+  if (marker == run.events.end() && archived_rows == 0) return std::nullopt;
+  std::string message = file.path().string() + ": run " + run.id.str() + " is compacted: ";
+  if (marker != run.events.end()) {
+    message += "its event " + marker->id.str() +
+               " (runtime.snapshot) stands for the state of the events before it";
+  } else {
+    message += "it has no runtime.snapshot event";
+  }
+  if (archived_rows > 0) {
+    message += ", and " + std::to_string(archived_rows) +
+               " of its events were moved to the table events_archive";
+  } else {
+    message += ", which were archived (in its parent run, for a fork)";
+  }
+  return message +
+         "; forktrial does not import compacted runs, since the rest would replay as a graph "
+         "missing that state. Import the store from before compaction, or a JSON Lines export "
+         "of the run made before it was compacted";
+}
+
 Result<std::vector<ImportedRun>> read_runs(SqliteFile& file) {
   if (auto problem = file.open()) return invalid(*problem);
   auto run_columns = file.columns("runs");
@@ -130,17 +213,21 @@ Result<std::vector<ImportedRun>> read_runs(SqliteFile& file) {
                      "\"; an activegraph store has the tables \"runs\" and \"events\"");
     }
   }
-  if (auto problem = missing_column(file, "runs", *run_columns, {"id"})) return invalid(*problem);
+  if (auto problem = schema_version_problem(file)) return invalid(*problem);
+  if (auto problem = missing_column(file, "runs", *run_columns, {"run_id"})) {
+    return invalid(*problem);
+  }
   if (auto problem = missing_column(file, "events", *event_columns,
                                     {"run_id", "seq", "id", "type", "payload", "timestamp"})) {
     return invalid(*problem);
   }
 
-  auto runs = file.prepare("SELECT id, " + optional_column(*run_columns, "label") + ", " +
+  auto runs = file.prepare("SELECT run_id, " + optional_column(*run_columns, "label") + ", " +
                            optional_column(*run_columns, "created_at") + ", " +
                            optional_column(*run_columns, "parent_run_id") + ", " +
-                           optional_column(*run_columns, "forked_at_event_id") +
-                           " FROM runs ORDER BY rowid");
+                           optional_column(*run_columns, "forked_at_event_id") + ", " +
+                           optional_column(*run_columns, "goal") + ", " +
+                           optional_column(*run_columns, "frame_id") + " FROM runs ORDER BY rowid");
   if (!runs) return invalid(runs.error());
   std::vector<ImportedRun> result;
   int rc;
@@ -152,7 +239,10 @@ Result<std::vector<ImportedRun>> read_runs(SqliteFile& file) {
     run.id = RunId(*id);
     run.label = column_text(s, 1).value_or("");
     run.created_at = column_text(s, 2);
-    if (auto problem = run_text_problem(NewRun{run.id, run.label, run.created_at})) {
+    run.goal = column_text(s, 5);
+    run.frame_id = column_text(s, 6);
+    if (auto problem =
+            run_text_problem(NewRun{run.id, run.label, run.created_at, run.goal, run.frame_id})) {
       return invalid(file.path().string() + ": " +
                      (problem->field == "id" ? "" : "run " + *id + ": ") + problem->message);
     }
@@ -173,6 +263,8 @@ Result<std::vector<ImportedRun>> read_runs(SqliteFile& file) {
                              optional_column(*event_columns, "caused_by") +
                              ", seq FROM events WHERE run_id = ?1 ORDER BY seq");
   if (!events) return invalid(events.error());
+  auto archived = archived_counts(file);
+  if (!archived) return invalid(archived.error());
   for (ImportedRun& run : result) {
     sqlite3_stmt* s = events->get();
     sqlite3_reset(s);
@@ -193,9 +285,12 @@ Result<std::vector<ImportedRun>> read_runs(SqliteFile& file) {
       if (text_problem) return invalid(where + ": " + text_problem->message);
       auto payload = column_text(s, 2);
       if (!payload) return invalid(where + ": payload is NULL");
-      auto normalized = jsonl::normalize_payload(*payload);
-      if (!normalized) return invalid(where + ": payload is " + normalized.error());
-      event.payload = *normalized;
+      // Kept as recorded: checked, never re-serialized (import/json_text.h).
+      if (auto problem = json_text::payload_problem(*payload)) {
+        return invalid(where + ": payload " + (problem->starts_with("holds") ? "" : "is ") +
+                       *problem);
+      }
+      event.payload = std::move(*payload);
       if (auto parsed = parse_timestamp(event.timestamp); !parsed) {
         return invalid(where + ": " + parsed.error());
       }
@@ -204,6 +299,7 @@ Result<std::vector<ImportedRun>> read_runs(SqliteFile& file) {
     if (rc != SQLITE_DONE) {
       return invalid("reading the events of run " + run.id.str() + ": " + file.error());
     }
+    if (auto problem = compaction_problem(file, run, *archived)) return invalid(*problem);
   }
   return result;
 }
@@ -270,7 +366,7 @@ Result<std::vector<RunInfo>> import_activegraph_sqlite(EventStore& store,
     std::vector<RunInfo> imported;
     for (std::size_t i : order) {
       const ImportedRun& run = (*runs)[i];
-      NewRun spec{run.id, run.label, run.created_at};
+      NewRun spec{run.id, run.label, run.created_at, run.goal, run.frame_id};
       auto created = run.parent ? w.fork(*run.parent, *run.forked_at, spec) : w.create_run(spec);
       if (!created) return std::unexpected(created.error());
       auto head = w.append(run.id, created->head, run.events);

@@ -5,6 +5,7 @@
 
 #include "base/text.h"
 #include "base/timestamp.h"
+#include "import/json_text.h"
 #include "store/event_store.h"
 #include "store/payload.h"
 
@@ -51,7 +52,8 @@ std::expected<std::optional<std::string>, std::string> nullable_string(const jso
   return std::optional<std::string>(it->get<std::string>());
 }
 
-std::expected<NewEvent, std::string> event_from(const json& object) {
+// `payload_text` is the payload member's bytes as they appear on the line.
+std::expected<NewEvent, std::string> event_from(const json& object, std::string_view payload_text) {
   if (!object.is_object()) {
     return std::unexpected(std::string("expected a JSON object, found ") + object.type_name());
   }
@@ -68,7 +70,12 @@ std::expected<NewEvent, std::string> event_from(const json& object) {
     return std::unexpected(std::string("field \"payload\" must be an object, found ") +
                            payload->type_name());
   }
-  event.payload = payload->dump();
+  // The recorded bytes, not a re-serialization: key order, spacing and
+  // numbers (integers of any width included) stay as they were written.
+  if (auto problem = json_text::payload_problem(payload_text)) {
+    return std::unexpected("field \"payload\" " + *problem);
+  }
+  event.payload = std::string(payload_text);
   auto timestamp = required_string(object, "timestamp");
   if (!timestamp) return std::unexpected(timestamp.error());
   // The runtime's rule: a run that imports is a run every trial can read.
@@ -91,18 +98,6 @@ std::expected<NewEvent, std::string> event_from(const json& object) {
 
 }  // namespace
 
-std::expected<std::string, std::string> normalize_payload(std::string_view text) {
-  // Checked before parsing: the parse would succeed, but re-serializing a
-  // payload nested tens of thousands of levels deep overflows the stack.
-  if (auto deep = payload_depth_problem(text)) return std::unexpected(*deep);
-  json parsed = json::parse(text, nullptr, false);
-  if (parsed.is_discarded()) return std::unexpected(std::string("not valid JSON"));
-  if (!parsed.is_object()) {
-    return std::unexpected(std::string("a JSON ") + parsed.type_name() + ", not an object");
-  }
-  return parsed.dump();
-}
-
 std::expected<std::vector<NewEvent>, LineError> parse_events(std::istream& in) {
   std::vector<NewEvent> events;
   std::unordered_map<std::string, std::size_t> first_line;
@@ -118,13 +113,40 @@ std::expected<std::vector<NewEvent>, LineError> parse_events(std::istream& in) {
                   " levels deep (arrays and objects); payloads may nest at most " +
                   std::to_string(kMaxPayloadDepth) + " levels");
     }
+    // The line's members as text: the payload is kept as its own bytes, and
+    // Python's NaN/Infinity, which no JSON parser here reads, can be named.
+    auto members = json_text::object_members(text);
+    std::string_view payload_text;
+    if (members) {
+      std::optional<std::string> id;
+      for (const auto& [key, value] : *members) {
+        if (key == "payload") payload_text = value;
+        if (key == "id" && value.starts_with('"')) {
+          if (json parsed_id = json::parse(value, nullptr, false); parsed_id.is_string()) {
+            id = parsed_id.get<std::string>();
+          }
+        }
+      }
+      if (auto bad = json_text::first_non_finite(payload_text, "payload")) {
+        std::string event = "event";
+        if (id &&
+            !event_text_problem(NewEvent{.id = EventId(*id), .type = "t", .timestamp = "t"})) {
+          event += " " + *id;
+        }
+        return fail(event + ": field \"payload\" holds the value " + bad->second + " at " +
+                    bad->first +
+                    ", which is not JSON (Python writes it for a float that is not finite); "
+                    "forktrial refuses it so that every trial can read the run");
+      }
+    }
     json parsed;
     try {
       parsed = json::parse(text);
     } catch (const json::parse_error& e) {
       return fail(std::string("not valid JSON: ") + e.what());
     }
-    auto event = event_from(parsed);
+    if (!members) return fail(members.error());
+    auto event = event_from(parsed, payload_text);
     if (!event) return fail(event.error());
     auto [it, inserted] = first_line.emplace(event->id.str(), line);
     if (!inserted) {
@@ -138,31 +160,43 @@ std::expected<std::vector<NewEvent>, LineError> parse_events(std::istream& in) {
 }
 
 std::string to_line(const EventView& event) {
-  nlohmann::ordered_json line;
-  line["id"] = event.id;
-  line["type"] = event.type;
+  // Python's json.dumps(event.to_dict()) with its default arguments: the
+  // keys in this order, ", " and ": " separators, ASCII only.
+  std::string line = "{\"id\": ";
+  json_text::append_python_string(line, event.id);
+  line += ", \"type\": ";
+  json_text::append_python_string(line, event.type);
+  line += ", \"payload\": ";
   if (auto deep = payload_depth_problem(event.payload)) {
     throw StoreError("event " + std::string(event.id) + " (seq " + std::to_string(event.seq) +
                      ") payload is " + *deep + "; it cannot be exported");
   }
-  json payload = json::parse(event.payload, nullptr, false);
-  if (payload.is_discarded()) {
+  // Token by token from the stored bytes, so integers of any width and the
+  // spelling of every number are written as recorded.
+  if (!json_text::append_python_json(line, event.payload)) {
     throw StoreError("event " + std::string(event.id) + " (seq " + std::to_string(event.seq) +
                      ") has a payload that is not valid JSON");
   }
-  line["payload"] = std::move(payload);
-  auto nullable = [](const std::optional<std::string_view>& v) -> nlohmann::ordered_json {
-    if (!v) return nullptr;
-    return std::string(*v);
+  auto nullable = [&line](const char* key, const std::optional<std::string_view>& value) {
+    line += ", \"";
+    line += key;
+    line += "\": ";
+    if (value) {
+      json_text::append_python_string(line, *value);
+    } else {
+      line += "null";
+    }
   };
-  line["actor"] = nullable(event.actor);
-  line["frame_id"] = nullable(event.frame_id);
-  line["caused_by"] = nullable(event.caused_by);
-  line["timestamp"] = event.timestamp;
+  nullable("actor", event.actor);
+  nullable("frame_id", event.frame_id);
+  nullable("caused_by", event.caused_by);
+  line += ", \"timestamp\": ";
   // The store keeps its text fields valid UTF-8 (store/event.h), but a store
   // written before that rule may not have: such bytes are written as U+FFFD
   // rather than failing the export.
-  return line.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+  json_text::append_python_string(line, event.timestamp);
+  line += '}';
+  return line;
 }
 
 }  // namespace forktrial::import::jsonl

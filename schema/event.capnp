@@ -54,4 +54,15 @@ struct RunRecord {
     root @4 :Void;
     forkOf @5 :ForkPoint;
   }
+
+  # activegraph's runs.goal and runs.frame_id; records written before these
+  # fields read as noGoal / noFrame.
+  goal :union {
+    noGoal @6 :Void;
+    goalText @7 :Text;
+  }
+  frame :union {
+    noFrame @8 :Void;
+    frameId @9 :Text;
+  }
 }

@@ -179,6 +179,16 @@ kj::Array<capnp::word> encode_run(const RunRecord& record) {
   } else {
     r.getLineage().setRoot();
   }
+  if (record.goal) {
+    r.getGoal().setGoalText(t(*record.goal));
+  } else {
+    r.getGoal().setNoGoal();
+  }
+  if (record.frame_id) {
+    r.getFrame().setFrameId(t(*record.frame_id));
+  } else {
+    r.getFrame().setNoFrame();
+  }
   return capnp::canonicalize(r.asReader());
 }
 
@@ -199,6 +209,8 @@ RunRecord decode_run_words(std::span<const std::byte> value) {
     record.fork_of = ForkPoint{RunId(std::string(view(f.getParentRun()))),
                                EventId(std::string(view(f.getEventId()))), f.getSeq()};
   }
+  if (r.getGoal().isGoalText()) record.goal = std::string(view(r.getGoal().getGoalText()));
+  if (r.getFrame().isFrameId()) record.frame_id = std::string(view(r.getFrame().getFrameId()));
   return record;
 }
 

@@ -55,6 +55,8 @@ struct RunRecord {
   std::string created_at;
   std::uint64_t number = 0;
   std::optional<ForkPoint> fork_of;
+  std::optional<std::string> goal;
+  std::optional<std::string> frame_id;
 };
 kj::Array<capnp::word> encode_run(const RunRecord& record);
 RunRecord decode_run(std::span<const std::byte> value);

@@ -71,6 +71,16 @@ std::optional<TextProblem> run_text_problem(const NewRun& run) {
       return TextProblem{"created_at", std::move(*problem)};
     }
   }
+  if (run.goal) {
+    if (auto problem = text_field_problem("goal", *run.goal, kMaxRunGoalBytes, false)) {
+      return TextProblem{"goal", std::move(*problem)};
+    }
+  }
+  if (run.frame_id) {
+    if (auto problem = text_field_problem("frame_id", *run.frame_id, kMaxEventTextBytes, false)) {
+      return TextProblem{"frame_id", std::move(*problem)};
+    }
+  }
   return std::nullopt;
 }
 

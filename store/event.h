@@ -19,8 +19,10 @@
 namespace forktrial::store {
 
 // The longest event type, actor, frame id or timestamp, and the longest run
-// label or creation time, the store accepts (ids: kMaxIdBytes).
+// label, creation time or frame id, the store accepts (ids: kMaxIdBytes).
 inline constexpr std::size_t kMaxEventTextBytes = 1024;
+// The longest run goal (a sentence or a prompt, longer than a label).
+inline constexpr std::size_t kMaxRunGoalBytes = 64 * 1024;
 
 // An event as a writer hands it to the store; the store assigns `seq`.
 struct NewEvent {
@@ -80,6 +82,9 @@ struct RunInfo {
   std::optional<ForkPoint> fork_of;
   std::uint64_t head = 0;
   std::uint64_t number = 0;
+  // activegraph's run goal and frame id, kept from an imported store.
+  std::optional<std::string> goal = std::nullopt;
+  std::optional<std::string> frame_id = std::nullopt;
 
   friend bool operator==(const RunInfo&, const RunInfo&) = default;
 };
@@ -91,6 +96,9 @@ struct NewRun {
   std::optional<RunId> id = std::nullopt;
   std::string label = {};
   std::optional<std::string> created_at = std::nullopt;
+  // activegraph's runs.goal and runs.frame_id (absent: NULL there).
+  std::optional<std::string> goal = std::nullopt;
+  std::optional<std::string> frame_id = std::nullopt;
 };
 
 // The rule every text field of an event and of a run follows
@@ -113,8 +121,9 @@ struct TextProblem {
 // The first field of `event` that breaks the rule, in the order id, type,
 // actor, frame_id, caused_by, timestamp; nullopt when none does.
 std::optional<TextProblem> event_text_problem(const NewEvent& event);
-// The same for a new run: its id (when given), label and created_at (when
-// given).
+// The same for a new run: its id (when given), label, created_at, goal and
+// frame_id (when given); fields "id", "label", "created_at", "goal",
+// "frame_id".
 std::optional<TextProblem> run_text_problem(const NewRun& run);
 
 // Why Writer::append would refuse `event` on its own (an empty or oversized

@@ -20,7 +20,8 @@ Refusal refuse(Refused kind, std::string message) {
 }
 
 codec::RunRecord as_record(const RunInfo& run) {
-  return codec::RunRecord{run.id, run.label, run.created_at, run.number, run.fork_of};
+  return codec::RunRecord{run.id,      run.label, run.created_at, run.number,
+                          run.fork_of, run.goal,  run.frame_id};
 }
 
 }  // namespace
@@ -202,6 +203,8 @@ Result<codec::RunRecord> insert_run(const Environment& env, lmdb::Txn& txn, cons
   record.label = run.label;
   record.created_at = run.created_at ? *run.created_at : env.options().clock();
   record.fork_of = std::move(fork_of);
+  record.goal = run.goal;
+  record.frame_id = run.frame_id;
 
   lmdb::Cursor numbers(txn.get(), env.dbis().run_numbers);
   MDB_val key{};

@@ -51,7 +51,7 @@ std::uint64_t TxnReader::head(const codec::RunRecord& r) const {
 }
 
 RunInfo TxnReader::info(const codec::RunRecord& r) const {
-  return RunInfo{r.id, r.label, r.created_at, r.fork_of, head(r), r.number};
+  return RunInfo{r.id, r.label, r.created_at, r.fork_of, head(r), r.number, r.goal, r.frame_id};
 }
 
 std::vector<Range> TxnReader::lineage(const codec::RunRecord& run) const {

@@ -90,6 +90,12 @@ ordered_json run_json(const RunInfo& run) {
   } else {
     j["parent"] = nullptr;
   }
+  auto nullable = [](const std::optional<std::string>& v) -> ordered_json {
+    if (!v) return nullptr;
+    return *v;
+  };
+  j["goal"] = nullable(run.goal);
+  j["frame_id"] = nullable(run.frame_id);
   return j;
 }
 
@@ -192,6 +198,8 @@ void add_show(CLI::App& run_app) {
     std::printf("run        %s\n", terminal_safe(run.id.str()).c_str());
     std::printf("label      %s\n", terminal_safe(run.label).c_str());
     std::printf("created    %s\n", terminal_safe(run.created_at).c_str());
+    if (run.goal) std::printf("goal       %s\n", terminal_safe(*run.goal).c_str());
+    if (run.frame_id) std::printf("frame      %s\n", terminal_safe(*run.frame_id).c_str());
     std::printf("events     %llu (%llu inherited, %llu own)\n",
                 static_cast<unsigned long long>(run.head),
                 static_cast<unsigned long long>(inherited),
@@ -240,9 +248,10 @@ void add_events(CLI::App& run_app) {
     snap.for_each_event(run, *from, [&](const store::EventView& e) {
       if (!type->empty() && e.type != *type) return true;
       if (common->json) {
-        auto line = ordered_json::parse(import::jsonl::to_line(e));
-        line["seq"] = e.seq;
-        std::cout << json_text(line) << '\n';
+        // Spliced rather than re-parsed, so the payload keeps its bytes.
+        std::string line = import::jsonl::to_line(e);
+        line.pop_back();
+        std::cout << line << ", \"seq\": " << e.seq << "}\n";
       } else {
         std::printf("%8llu  %-16s  %-24s  %-12s  %-32s  %s\n",
                     static_cast<unsigned long long>(e.seq), column(e.id, 16).c_str(),

@@ -30,7 +30,7 @@ void exec_on(const std::filesystem::path& path, const std::string& sql) {
 
 struct Layout {
   std::string runs_columns =
-      "id TEXT PRIMARY KEY, label TEXT, created_at TEXT, parent_run_id TEXT, "
+      "run_id TEXT PRIMARY KEY, label TEXT, created_at TEXT, parent_run_id TEXT, "
       "forked_at_event_id TEXT";
   std::string events_columns =
       "run_id TEXT, seq INTEGER, id TEXT, type TEXT, payload TEXT, actor TEXT, frame_id TEXT, "
@@ -45,6 +45,8 @@ std::filesystem::path make_activegraph_db(const std::filesystem::path& path,
   sqlite3* db = nullptr;
   REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
   exec(db, "CREATE TABLE runs (" + layout.runs_columns + ")");
+  exec(db, "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)");
+  exec(db, "INSERT INTO meta VALUES ('schema_version', '1')");
   exec(db, "CREATE TABLE events (" + layout.events_columns + ")");
   // The fork row comes first, so the importer has to order parents first.
   exec(db,
@@ -104,7 +106,7 @@ void check_imported(EventStore& store) {
   CHECK(ids_of(snap.history(fork)) == Strings{"evt_001", "evt_002", "evt_003", "evt_004"});
   auto fork_events = snap.history(fork);
   CHECK(fork_events[2].type == "behavior.failed");
-  CHECK(fork_events[2].payload == R"({"behavior":"greeter"})");
+  CHECK(fork_events[2].payload == R"({"behavior": "greeter"})");  // as recorded
   CHECK(fork_events[0].actor == std::optional<std::string>("user"));
   CHECK_FALSE(fork_events[1].actor.has_value());
   CHECK(fork_events[1].caused_by == std::optional<EventId>(EventId("evt_001")));
@@ -143,7 +145,9 @@ TEST_CASE("optional run columns may be absent", "[import][sqlite]") {
   forktrial::testing::TempDir dir;
   auto path = dir.path() / "min.db";
   exec_on(path,
-          "CREATE TABLE runs (id TEXT);"
+          "CREATE TABLE runs (run_id TEXT);"
+          "CREATE TABLE meta (key TEXT, value TEXT);"
+          "INSERT INTO meta VALUES ('schema_version', '1');"
           "CREATE TABLE events (run_id TEXT, seq INT, id TEXT, type TEXT, payload TEXT, "
           "timestamp TEXT);"
           "INSERT INTO runs VALUES ('r1');"
@@ -178,12 +182,12 @@ TEST_CASE("malformed activegraph stores are refused naming the problem, importin
                  "table \"events\" has no column \"type\"");
   }
   SECTION("missing table") {
-    exec_on(dir.path() / "b.db", "CREATE TABLE runs (id TEXT)");
+    exec_on(dir.path() / "b.db", "CREATE TABLE runs (run_id TEXT)");
     refused_with(dir.path() / "b.db", "has no table \"events\"");
   }
   SECTION("fork point not in the parent") {
     auto path = make_activegraph_db(dir.path() / "c.db");
-    exec_on(path, "UPDATE runs SET forked_at_event_id = 'evt_404' WHERE id = 'run_fork'");
+    exec_on(path, "UPDATE runs SET forked_at_event_id = 'evt_404' WHERE run_id = 'run_fork'");
     refused_with(path, "forked at event evt_404");
   }
   SECTION("payload that is not an object, in the second run") {
@@ -239,16 +243,16 @@ TEST_CASE("hostile text in an activegraph store is refused naming the run, row a
         "is 2000 bytes long; the limit is 1024");
   }
   SECTION("a label with a control character") {
-    refused_with("UPDATE runs SET label = 'ok' || char(13) || 'forged' WHERE id = 'run_root'",
+    refused_with("UPDATE runs SET label = 'ok' || char(13) || 'forged' WHERE run_id = 'run_root'",
                  "run run_root: label", "contains the control character U+000D at offset 2");
   }
   SECTION("a creation time with a control character") {
-    refused_with("UPDATE runs SET created_at = char(27) || '[31m' WHERE id = 'run_fork'",
+    refused_with("UPDATE runs SET created_at = char(27) || '[31m' WHERE run_id = 'run_fork'",
                  "run run_fork: created_at", "contains the control character U+001B");
   }
   SECTION("a run id that is not valid UTF-8") {
     refused_with(
-        "UPDATE runs SET id = CAST(X'72756EFF' AS TEXT) WHERE id = 'run_fork';"
+        "UPDATE runs SET run_id = CAST(X'72756EFF' AS TEXT) WHERE run_id = 'run_fork';"
         "UPDATE events SET run_id = CAST(X'72756EFF' AS TEXT) WHERE run_id = 'run_fork'",
         "run id \"run\\xff\"", "is not valid UTF-8 (byte 0xFF at offset 3)");
   }
