@@ -1,18 +1,30 @@
-// The graph: the state a run's event log projects to.
+// The graph: the state a run's event log projects to, by activegraph's rules
+// (its projector `apply_event`, activegraph/core/graph.py), so that a history
+// activegraph wrote projects here to the same objects, relations and patches.
 //
-// Only five event types change it (payload shapes in docs/runtime-semantics.md):
-//   object.created    {id, type, data}        a new object, version 1
-//   object.removed    {id}                    the object and every relation touching it
-//   relation.created  {id, src, dst, type, data}
-//   relation.removed  {id}
-//   patch.applied     {id, patch}             shallow merge into data, version + 1
-// Every other type leaves the graph unchanged. Ids are "<type>#N"; `next_id`
-// continues after the largest N seen for that type (objects and relations
-// share one counter per type name, so their ids never collide), and no id is
-// ever used twice, even after removal.
+// Seven event types change it (payload shapes in docs/runtime-semantics.md):
+//   object.created    {"object": {id, type, data, version, provenance}, "id"}
+//                     puts the object (an id already present is overwritten
+//                     in place, keeping its position in creation order)
+//   object.removed    {"id"}  drops the object if present, and every relation
+//                     whose source or target is that id (even if it was not)
+//   relation.created  {"relation": {id, source, target, type, data, provenance}, ...}
+//                     puts the relation; its endpoints need not exist
+//   relation.removed  {"id"}  drops the relation if present
+//   patch.proposed    {"patch": {id, target, op, value, expected_version,
+//                     proposed_by, ...}}  records the patch
+//   patch.applied     {"patch": {...}, "target", "diff"}  records the patch as
+//                     applied; if its target exists, op "update" merges value's
+//                     top-level keys into data, op "replace" replaces data, and
+//                     the version goes up by one (a missing target is tolerated)
+//   patch.rejected    {"patch_id", "reason", ...}  marks a known patch rejected
+// Every other type leaves the graph unchanged.
 //
-// `apply` checks the payload and its references before changing anything; an
-// error leaves the graph as it was. Pointers returned by lookups stay valid
+// `apply` refuses (and changes nothing) exactly where activegraph's projector
+// raises: a missing required field, an op other than update/replace, an
+// update whose value or target data is not a JSON object. It is stricter in
+// one respect, stated in the errors: ids, types and targets must be strings,
+// and a version must be an integer. Pointers returned by lookups stay valid
 // until the next `apply`. Thread-compatible.
 #pragma once
 
@@ -33,54 +45,87 @@ struct GraphObject {
   std::string id;
   std::string type;
   nlohmann::json data = nlohmann::json::object();
-  std::uint64_t version = 1;
+  std::int64_t version = 1;
+  nlohmann::json provenance = nlohmann::json::object();
 };
 
 struct GraphRelation {
   std::string id;
-  std::string src;
-  std::string dst;
+  std::string source;
+  std::string target;
   std::string type;
   nlohmann::json data = nlohmann::json::object();
+  nlohmann::json provenance = nlohmann::json::object();
+};
+
+// A patch as activegraph's Patch.to_dict() lays it out.
+struct GraphPatch {
+  std::string id;
+  std::string target;
+  std::string op;  // "update" or "replace"
+  nlohmann::json value = nlohmann::json::object();
+  nlohmann::json expected_version = 0;
+  nlohmann::json proposed_by;
+  nlohmann::json rationale;  // null when none
+  nlohmann::json evidence = nlohmann::json::array();
+  std::string status = "proposed";  // proposed | applied | rejected
+  nlohmann::json rejection_reason;  // null unless rejected
+  nlohmann::json provenance = nlohmann::json::object();
+
+  // {id, target, op, value, expected_version, proposed_by, rationale,
+  //  evidence, status, rejection_reason, provenance}
+  nlohmann::json to_json() const;
 };
 
 class Graph {
  public:
-  // True for the five types above.
+  // True for the seven types above.
   static bool changes_state(std::string_view event_type);
 
-  // Applies one event. Errors say which field or reference is wrong.
+  // Applies one event. Errors say which field is wrong.
   std::expected<void, std::string> apply(std::string_view event_type,
                                          const nlohmann::json& payload);
 
   const GraphObject* object(std::string_view id) const;
   const GraphRelation* relation(std::string_view id) const;
-  // True when `id` named an object or relation that has since been removed.
+  const GraphPatch* patch(std::string_view id) const;
+  // True when `id` named an object or relation that has since been removed
+  // (and not put again).
   bool was_removed(std::string_view id) const { return removed_.contains(std::string(id)); }
 
-  // Live objects (of `type`, when given) in creation order.
+  // Objects (of `type`, when given) in creation order.
   std::vector<const GraphObject*> objects(std::optional<std::string_view> type = {}) const;
-  // Live relations (of `type`, when given) in creation order.
+  // Relations (of `type`, when given) in creation order.
   std::vector<const GraphRelation*> relations(std::optional<std::string_view> type = {}) const;
+  // Patches in the order they were first recorded.
+  std::vector<const GraphPatch*> patches() const;
 
-  // The id the next object or relation of `type` gets: "<type>#N"; an error
-  // once N would pass 2^64 - 1 (the counter never wraps around to reuse
-  // small numbers).
-  std::expected<std::string, std::string> next_id(std::string_view type) const;
+  // The whole state as JSON, for comparisons:
+  // {"objects": [...], "relations": [...], "patches": [...]}, each in the
+  // order above, each item as activegraph's to_dict() lays it out.
+  nlohmann::json to_json() const;
 
  private:
-  void note_id(const std::string& id, const std::string& type);
-  void drop_relation(const std::string& id);
+  // Items keyed by id, with the order of first insertion kept the way a
+  // Python dict keeps it: overwriting keeps the position, removing forgets it.
+  template <typename Item>
+  struct Table {
+    std::unordered_map<std::string, Item> items;
+    std::map<std::uint64_t, std::string> order;           // rank -> id
+    std::unordered_map<std::string, std::uint64_t> rank;  // id -> rank
+    void put(Item item, std::uint64_t& next_rank);
+    bool erase(const std::string& id);
+    std::vector<const Item*> in_order() const;
+  };
 
-  std::unordered_map<std::string, GraphObject> objects_;
-  std::unordered_map<std::string, GraphRelation> relations_;
-  std::map<std::uint64_t, std::string> object_order_;    // creation rank -> id
-  std::map<std::uint64_t, std::string> relation_order_;  // creation rank -> id
-  std::unordered_map<std::string, std::uint64_t> rank_;  // live id -> creation rank
+  std::expected<void, std::string> apply_patch_event(std::string_view event_type,
+                                                     const nlohmann::json& payload);
+
+  Table<GraphObject> objects_;
+  Table<GraphRelation> relations_;
+  Table<GraphPatch> patches_;
   std::uint64_t next_rank_ = 0;
-  std::set<std::string> used_ids_;
   std::set<std::string> removed_;
-  std::map<std::string, std::uint64_t, std::less<>> largest_;  // type -> largest N seen
 };
 
 }  // namespace forktrial::runtime

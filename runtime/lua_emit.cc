@@ -38,7 +38,8 @@ std::string emit(lua_State* L, RuntimeServices& rt, int spec, const std::string&
     require_event_text(L, what, "actor", *actor, store::kMaxEventTextBytes);
     const Origin& origin = rt.origin();
     const bool scenario = origin.invocation == 0;
-    if (auto reserved = reserved_actor(*actor, origin.pack->name, scenario)) {
+    const auto is_pack = [&rt](std::string_view name) { return rt.is_loaded_pack(name); };
+    if (auto reserved = reserved_actor(*actor, origin.pack->name, scenario, is_pack)) {
       raise(L, what + ": " + *reserved);
     }
   }

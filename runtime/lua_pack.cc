@@ -9,13 +9,16 @@
 #include "runtime/lua_globals.h"
 #include "runtime/lua_json.h"
 #include "runtime/pack_host.h"
+#include "runtime/where.h"
 #include "store/event.h"
 
 namespace forktrial::runtime {
 
+using nlohmann::json;
+
 namespace {
 
-// A behavior's actor is "<pack>/<behavior>", an event text field; pack names
+// A behavior's actor is "<pack>.<behavior>", an event text field; pack names
 // are at most 64 bytes (docs/pack-format.md).
 constexpr std::size_t kMaxBehaviorNameBytes = store::kMaxEventTextBytes - 65;
 
@@ -65,11 +68,11 @@ int pack_behavior(lua_State* L) {
   lua_pop(L, 1);
   if (!is_pack) raise(L, what + " must be called on the pack, with ':' (pack:behavior{...})");
   require_table(L, 2, what);
-  check_keys(L, 2, {"name", "on", "run", "llm"}, what);
+  check_keys(L, 2, {"name", "on", "run", "llm", "where"}, what);
   BehaviorDef behavior;
   behavior.name = *string_field(L, 2, "name", what, true);
   require_event_text(L, what, "name", behavior.name, kMaxBehaviorNameBytes,
-                     " (a behavior's name is part of its actor \"<pack>/<behavior>\", which "
+                     " (a behavior's name is part of its actor \"<pack>.<behavior>\", which "
                      "must be plain text)");
   const std::string named = what + " \"" + behavior.name + "\"";
   for (const auto& existing : host.behaviors) {
@@ -82,6 +85,15 @@ int pack_behavior(lua_State* L) {
     raise(L, named + ": field \"llm\" must be a boolean, got " + luaL_typename(L, -1));
   }
   behavior.llm = lua_toboolean(L, -1) != 0;
+  lua_pop(L, 1);
+  lua_getfield(L, 2, "where");
+  if (!lua_isnil(L, -1)) {
+    auto where = to_json(L, lua_gettop(L), named + " where");
+    if (!where) raise(L, where.error());
+    if (where->is_array() && where->empty()) *where = json::object();  // {} converts as a list
+    if (auto problem = where_problem(*where)) raise(L, named + ": " + *problem);
+    behavior.where = std::move(*where);
+  }
   lua_pop(L, 1);
   lua_getfield(L, 2, "run");
   if (!lua_isfunction(L, -1)) {

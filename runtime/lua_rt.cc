@@ -10,6 +10,7 @@
 #include "runtime/lua_graph.h"
 #include "runtime/lua_json.h"
 #include "runtime/pack_host.h"
+#include "runtime/reserved_names.h"
 #include "runtime/runtime_services.h"
 
 namespace forktrial::runtime {
@@ -87,8 +88,9 @@ int rt_run_goal(lua_State* L) {
   luaL_checkstring(L, 2);
   auto goal = to_json(L, 2, what + " goal");  // a payload string: valid UTF-8
   if (!goal) raise(L, goal.error());
+  // activegraph's run_goal writes goals as "user".
   const std::string id =
-      append_or_raise(L, rt, what, "goal.created", json{{"goal", *goal}}, rt.origin().actor);
+      append_or_raise(L, rt, what, "goal.created", json{{"goal", *goal}}, kUserActor);
   drain(L, rt, what);
   push_string(L, id);
   return 1;

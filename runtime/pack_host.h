@@ -22,6 +22,7 @@ struct BehaviorDef {
   std::vector<std::string> on;  // event types, exact match
   int run_ref = 0;              // the run function, in the state's registry
   bool llm = false;
+  nlohmann::json where;  // a payload filter (runtime/where.h); null = none
 };
 
 struct PackHost {
@@ -47,7 +48,9 @@ struct PackHost {
   // closures point to still exist.
   LuaStatePtr state;
 
-  std::string actor(const BehaviorDef& behavior) const { return name + "/" + behavior.name; }
+  // The behavior's canonical name, activegraph's "<pack>.<behavior>": its
+  // actor and the name lifecycle records give it.
+  std::string actor(const BehaviorDef& behavior) const { return name + "." + behavior.name; }
 };
 
 }  // namespace forktrial::runtime

@@ -41,7 +41,8 @@ std::optional<std::string> reserved_type(std::string_view type) {
 }
 
 std::optional<std::string> reserved_actor(std::string_view actor, std::string_view pack,
-                                          bool scenario) {
+                                          bool scenario,
+                                          const std::function<bool(std::string_view)>& is_pack) {
   const std::string named = "actor " + quoted_excerpt(actor) + " is reserved: ";
   if (actor == kRuntimeActor) {
     return named +
@@ -59,6 +60,15 @@ std::optional<std::string> reserved_actor(std::string_view actor, std::string_vi
     if (owner != pack) {
       const std::string named_pack = "pack " + quoted_excerpt(owner);
       return named + "an actor \"<pack>/<behavior>\" names a behavior of " + named_pack +
+             ", and only " + named_pack + " may use it";
+    }
+  }
+  // Behaviors act as "<pack>.<behavior>" (activegraph's canonical name).
+  if (const auto dot = actor.find('.'); dot != std::string_view::npos && is_pack) {
+    const std::string_view owner = actor.substr(0, dot);
+    if (owner != pack && is_pack(owner)) {
+      const std::string named_pack = "pack " + quoted_excerpt(owner);
+      return named + "an actor \"<pack>.<behavior>\" names a behavior of " + named_pack +
              ", and only " + named_pack + " may use it";
     }
   }

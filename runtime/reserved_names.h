@@ -5,7 +5,7 @@
 //
 // Reserved event types:
 //   - written by the runtime: "pack.loaded", "behavior.*", "runtime.*" and
-//     the five graph types (which change the graph only through its methods);
+//     the seven graph types (which change the graph only through its methods);
 //   - written by the trial's parent process: "trial.*" (e.g.
 //     trial.wall_clock_exhausted);
 //   - "forktrial.*", kept for forktrial's own records.
@@ -14,7 +14,8 @@
 //     (the scenario's default actor, which only the scenario may use);
 //   - anything starting with "forktrial" (e.g. "forktrial.parent");
 //   - "<pack>/<behavior>" (any actor with a '/') naming a pack other than
-//     the one emitting.
+//     the one emitting, and "<pack>.<behavior>" (the canonical name behaviors
+//     act as) naming another loaded pack.
 //
 // The trial's parent writes its records (trial.wall_clock_exhausted) with
 // actor "forktrial.parent": is_parent_type and is_forktrial_actor recognise
@@ -23,6 +24,7 @@
 // Pure functions; thread-safe.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -31,6 +33,8 @@ namespace forktrial::runtime {
 
 inline constexpr const char* kRuntimeActor = "runtime";
 inline constexpr const char* kScenarioActor = "scenario";
+// The actor of goal.created from rt:run_goal, as activegraph's run_goal has it.
+inline constexpr const char* kUserActor = "user";
 
 // "trial.*": records of the trial's parent process.
 bool is_parent_type(std::string_view type);
@@ -48,7 +52,11 @@ std::optional<std::string> reserved_type(std::string_view type);
 // Why `emitter` — the scenario (`pack` is the candidate, `scenario` true) or
 // a behavior of `pack` — may not name `actor` explicitly; nullopt when it
 // may.
-std::optional<std::string> reserved_actor(std::string_view actor, std::string_view pack,
-                                          bool scenario);
+// `is_pack` says whether a name is a loaded pack's: "<pack>.<behavior>" is
+// reserved only for loaded packs, since dotted actors ("trial.replay") are
+// ordinary otherwise.
+std::optional<std::string> reserved_actor(
+    std::string_view actor, std::string_view pack, bool scenario,
+    const std::function<bool(std::string_view)>& is_pack = {});
 
 }  // namespace forktrial::runtime

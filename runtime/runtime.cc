@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <iostream>
 #include <lua.hpp>
+#include <stdexcept>
 
 #include "base/text.h"
 #include "pack/pack_check.h"
@@ -16,6 +17,7 @@
 #include "runtime/reserved_names.h"
 #include "runtime/scenario.h"
 #include "runtime/surface_check.h"
+#include "runtime/where.h"
 #include "store/payload.h"
 
 namespace forktrial::runtime {
@@ -24,9 +26,37 @@ using nlohmann::json;
 
 namespace {
 
-// Lifecycle events are records about the loop, not work for it.
+// Records about the loop, and the runtime's own bookkeeping, are not work
+// for it: activegraph keeps these prefixes out of its queue (Runtime._on_event).
 bool is_dispatched(std::string_view type) {
-  return !type.starts_with("behavior.") && !type.starts_with("runtime.");
+  for (std::string_view prefix :
+       {"behavior.", "relation_behavior.", "runtime.", "llm.", "tool.", "pattern.", "approval."}) {
+    if (type.starts_with(prefix)) return false;
+  }
+  return true;
+}
+
+// What activegraph's _requeue_unfired skips: lifecycle records.
+bool is_lifecycle(std::string_view type) {
+  return type.starts_with("behavior.") || type.starts_with("relation_behavior.") ||
+         type.starts_with("runtime.");
+}
+
+// activegraph's Runtime._maybe_object_id: payload.object.id, when there is one.
+json triggering_object_id(const json& payload) {
+  if (!payload.is_object()) return nullptr;
+  const auto object = payload.find("object");
+  if (object == payload.end() || !object->is_object()) return nullptr;
+  const auto id = object->find("id");
+  return id == object->end() ? json(nullptr) : *id;
+}
+
+std::vector<std::string> canonical_names(const std::string& pack,
+                                         const std::vector<std::string>& names) {
+  std::vector<std::string> out;
+  out.reserve(names.size());
+  for (const auto& name : names) out.push_back(pack + "." + name);
+  return out;
 }
 
 json capabilities_json(const std::vector<pack::Capability>& capabilities) {
@@ -100,23 +130,94 @@ std::expected<std::unique_ptr<Runtime>, std::string> Runtime::create(
       return std::unexpected("cannot project " + where + ": " + applied.error());
     }
     rt->used_event_ids_.insert(event.id.str());
+    rt->ids_.note(event.id.str(), event.type, payload);
     rt->payloads_.push_back(std::move(payload));
   }
   const std::uint64_t last_seq =
       history.empty() ? 0 : std::max<std::uint64_t>(history.back().seq, history.size());
   rt->next_seq_ = last_seq + 1;
-  rt->next_event_number_ = last_seq + 1;
   rt->history_size_ = history.size();
   rt->events_ = std::move(history);
+  rt->requeue_unfired();
   rt->origin_.actor = kScenarioActor;
   return rt;
 }
 
+void Runtime::requeue_unfired() {
+  // Everything up to the last runtime.idle was drained; after it, an event
+  // that no behavior.* record names was still queued when the run stopped
+  // (activegraph's _requeue_unfired, the rule its trial child loads forks by).
+  std::size_t first = 0;
+  for (std::size_t i = 0; i < events_.size(); ++i) {
+    if (events_[i].type == "runtime.idle") first = i + 1;
+  }
+  std::unordered_set<std::string> fired_on;
+  for (std::size_t i = first; i < events_.size(); ++i) {
+    const auto& type = events_[i].type;
+    if (!type.starts_with("behavior.") && !type.starts_with("relation_behavior.")) continue;
+    const json& payload = payloads_[i];
+    if (!payload.is_object()) continue;
+    const auto id = payload.find("event_id");
+    if (id != payload.end() && id->is_string() && !id->get_ref<const std::string&>().empty()) {
+      fired_on.insert(id->get<std::string>());
+    }
+  }
+  for (std::size_t i = first; i < events_.size(); ++i) {
+    const auto& event = events_[i];
+    if (is_lifecycle(event.type) || fired_on.contains(event.id.str())) continue;
+    if (event.actor && event.actor->starts_with("promote:")) continue;
+    queue_.push_back(i);
+  }
+  if (!queue_.empty()) idle_emitted_ = false;
+}
+
 store::EventId Runtime::next_event_id() {
   for (;;) {
-    store::EventId id = store::numbered_event_id(next_event_number_++);
+    auto number = ids_.next_event_number();
+    if (!number) throw std::overflow_error(number.error());
+    store::EventId id = store::numbered_event_id(*number);
     if (used_event_ids_.insert(id.str()).second) return id;
   }
+}
+
+Stamp Runtime::stamp(std::string actor) const {
+  return Stamp{
+      std::move(actor),
+      origin_.caused_by ? std::optional<std::string>(origin_.caused_by->str()) : std::nullopt,
+      format_timestamp(clock_.now() + 1), config_.run_id.str()};
+}
+
+bool Runtime::is_loaded_pack(std::string_view name) const {
+  for (const auto& pack : packs_) {
+    if (pack->name == name) return true;
+  }
+  return false;
+}
+
+bool Runtime::budget_remaining() const {
+  return config_.max_events == 0 || dispatched_ < config_.max_events;
+}
+
+json Runtime::budget_snapshot() const {
+  const auto limit = [](std::uint64_t value) {
+    return value == 0 ? json(nullptr) : json(static_cast<double>(value));
+  };
+  json used = json::object();
+  json limits = json::object();
+  for (const char* dimension :
+       {"max_events", "max_behavior_calls", "max_llm_calls", "max_tool_calls", "max_patches",
+        "max_depth", "max_seconds", "max_cost_usd"}) {
+    used[dimension] = 0.0;
+    limits[dimension] = nullptr;
+  }
+  used["max_events"] = static_cast<double>(dispatched_);
+  used["max_behavior_calls"] = static_cast<double>(behavior_calls_);
+  limits["max_events"] = limit(config_.max_events);
+  limits["max_llm_calls"] = limit(config_.max_llm_calls);
+  return {{"used", std::move(used)},
+          {"limits", std::move(limits)},
+          {"cost_used_usd", "0"},
+          {"cost_limit_usd", nullptr}};
 }
 
 std::expected<store::EventId, std::string> Runtime::append(
@@ -156,7 +257,10 @@ std::expected<store::EventId, std::string> Runtime::append(
   const bool dispatched = is_dispatched(event.type);
   events_.push_back(std::move(event));
   payloads_.push_back(payload);
-  if (dispatched) queue_.push_back(events_.size() - 1);
+  if (dispatched) {
+    queue_.push_back(events_.size() - 1);
+    idle_emitted_ = false;  // new work: the next drain ends in a new idle
+  }
   return id;
 }
 
@@ -174,7 +278,10 @@ bool Runtime::refuse_over_write_budget(std::uint64_t bytes) {
   store::Event event;
   event.id = next_event_id();
   event.type = "runtime.budget_exhausted";
+  // activegraph's shape ({"exhausted_by", "snapshot"}) with the write
+  // budget's own figures beside it; activegraph readers ignore the extras.
   event.payload = json{{"exhausted_by", over_events ? "max_appended_events" : "max_appended_bytes"},
+                       {"snapshot", budget_snapshot()},
                        {"max_appended_events", config_.max_appended_events},
                        {"max_appended_bytes", config_.max_appended_bytes},
                        {"appended_events", events},
@@ -236,41 +343,58 @@ Runtime::Drain Runtime::run_until_idle() {
     bool& flag;
     ~Reset() { flag = false; }
   } reset{draining_};
-  for (;;) {
+  // activegraph's _loop: pop while there is work and budget; every popped
+  // event counts, and once the budget is used up (used >= max) no further
+  // behavior runs, not even the rest of those matching the event just popped.
+  while (!queue_.empty() && budget_remaining()) {
     if (stopped()) return Drain::stopped;
-    if (budget_exhausted_) return Drain::budget_exhausted;
-    if (queue_.empty()) {
-      append("runtime.idle", json{{"dispatched", dispatched_}}, kRuntimeActor, std::nullopt);
-      return stopped() ? Drain::stopped : Drain::idle;
-    }
-    if (config_.max_events != 0 && dispatched_ >= config_.max_events) {
-      budget_exhausted_ = true;
-      append("runtime.budget_exhausted",
-             json{{"max_events", config_.max_events},
-                  {"dispatched", dispatched_},
-                  {"pending", queue_.size()}},
-             kRuntimeActor, std::nullopt);
-      return Drain::budget_exhausted;
-    }
     const std::size_t index = queue_.front();
     queue_.pop_front();
     ++dispatched_;
     const std::string type = events_[index].type;
     for (std::size_t i = 0; i < subscriptions_.size(); ++i) {
+      if (!budget_remaining()) break;
       const Subscription subscription = subscriptions_[i];
-      const auto& on = subscription.pack->behaviors[subscription.behavior].on;
-      if (std::find(on.begin(), on.end(), type) == on.end()) continue;
+      const BehaviorDef& def = subscription.pack->behaviors[subscription.behavior];
+      if (std::find(def.on.begin(), def.on.end(), type) == def.on.end()) continue;
+      if (!def.where.is_null() && !where_holds(def.where, payloads_[index])) continue;
       run_behavior(*subscription.pack, subscription.behavior, index);
       if (stopped()) return Drain::stopped;
     }
   }
+  if (stopped()) return Drain::stopped;
+  // activegraph's _emit_idle_or_exhausted: one record per idle transition.
+  if (!idle_emitted_) {
+    if (!budget_remaining()) {
+      budget_exhausted_ = true;
+      append("runtime.budget_exhausted",
+             json{{"exhausted_by", "max_events"}, {"snapshot", budget_snapshot()}}, kRuntimeActor,
+             std::nullopt);
+    } else {
+      append("runtime.idle", json{{"snapshot", budget_snapshot()}}, kRuntimeActor, std::nullopt);
+    }
+    idle_emitted_ = true;
+  }
+  if (stopped()) return Drain::stopped;
+  return budget_exhausted_ ? Drain::budget_exhausted : Drain::idle;
 }
 
 void Runtime::run_behavior(PackHost& pack, std::size_t behavior, std::size_t event_index) {
   const BehaviorDef& def = pack.behaviors[behavior];
   const store::EventId trigger = events_[event_index].id;
+  const std::string name = pack.actor(def);
+  ++behavior_calls_;
+  // Lifecycle records name the event they are about as caused_by, as
+  // activegraph's _emit_lifecycle does.
+  append("behavior.started",
+         json{{"behavior", name},
+              {"event_id", trigger.str()},
+              {"triggering_event_type", events_[event_index].type},
+              {"triggering_object_id", triggering_object_id(payloads_[event_index])}},
+         kRuntimeActor, trigger);
+  if (stopped()) return;
   const Origin saved = origin_;
-  origin_ = Origin{&pack, next_invocation_++, pack.actor(def), trigger};
+  origin_ = Origin{&pack, next_invocation_++, name, trigger, {}};
   auto failure = run_protected(pack.state.get(), [&](lua_State* L) {
     lua_rawgeti(L, LUA_REGISTRYINDEX, def.run_ref);
     push_event(L, events_[event_index], payloads_[event_index]);
@@ -278,17 +402,35 @@ void Runtime::run_behavior(PackHost& pack, std::size_t behavior, std::size_t eve
     push_ctx(L, pack, -2);
     lua_call(L, 3, 0);
   });
+  const BehaviorCounters counters = origin_.counters;
   origin_ = saved;
-  if (!failure || sink_failure_) return;
+  if (sink_failure_) return;
+  if (!failure) {
+    append("behavior.completed",
+           json{{"behavior", name},
+                {"event_id", trigger.str()},
+                {"objects_created", counters.objects_created},
+                {"relations_created", counters.relations_created},
+                {"patches_applied", counters.patches_applied},
+                {"patches_proposed", counters.patches_proposed},
+                {"events_emitted", counters.events_emitted}},
+           kRuntimeActor, trigger);
+    return;
+  }
   ++behavior_failures_;
-  // The error text is the candidate's: it may be any bytes, of any length.
+  // activegraph's fields, exception_type naming the kind of error the way a
+  // Python class name would; forktrial's own error_type and pack stay as
+  // extra keys, which activegraph readers ignore. The error text is the
+  // candidate's: it may be any bytes, of any length.
+  const bool memory = memory_cap_hit();
   append("behavior.failed",
-         json{{"behavior", def.name},
-              {"pack", pack.name},
+         json{{"behavior", name},
               {"event_id", trigger.str()},
-              {"error_type", memory_cap_hit() ? "memory_error" : failure->error_type()},
+              {"exception_type", memory ? "MemoryError" : "LuaError"},
               {"message", bounded_text(failure->message, kMaxErrorTextBytes)},
-              {"traceback", bounded_text(failure->traceback, kMaxErrorTextBytes)}},
+              {"traceback", bounded_text(failure->traceback, kMaxErrorTextBytes)},
+              {"error_type", memory ? "memory_error" : failure->error_type()},
+              {"pack", pack.name}},
          kRuntimeActor, trigger);
 }
 
@@ -405,9 +547,19 @@ std::expected<LoadedPack, LoadError> Runtime::load_pack(pack::PackFiles files, P
   for (std::size_t i = 0; i < loaded.behaviors.size(); ++i) subscriptions_.push_back({&loaded, i});
   if (role == PackRole::candidate) candidate_loaded_ = true;
 
+  // activegraph's layout (packs/loader.py _build_pack_loaded_payload), with
+  // forktrial's surface (capabilities, settings schema) as an extra key.
   auto event = append("pack.loaded",
                       json{{"name", loaded.name},
                            {"version", loaded.version},
+                           {"description", loaded.manifest.description},
+                           {"object_types", loaded.registered.object_types},
+                           {"relation_types", loaded.registered.relation_types},
+                           {"behaviors", canonical_names(loaded.name, loaded.registered.behaviors)},
+                           {"tools", canonical_names(loaded.name, loaded.registered.tools)},
+                           {"policies", json::array()},
+                           {"prompts", json::object()},
+                           {"settings", loaded.settings},
                            {"surface", surface_json(loaded.registered)}},
                       kRuntimeActor, std::nullopt);
   if (sink_failure_) std::rethrow_exception(sink_failure_);
@@ -428,7 +580,7 @@ ScenarioResult Runtime::run_scenario(std::string_view spec) {
     refusal = source.error();
   } else {
     PackHost& candidate = *packs_.back();
-    origin_ = Origin{&candidate, 0, kScenarioActor, std::nullopt};
+    origin_ = Origin{&candidate, 0, kScenarioActor, std::nullopt, {}};
     failure = run_protected(candidate.state.get(), [&](lua_State* L) {
       const std::string chunk_name = "@" + parsed->path;
       if (luaL_loadbufferx(L, source->data(), source->size(), chunk_name.c_str(), "t") != LUA_OK) {
@@ -458,7 +610,7 @@ ScenarioResult Runtime::run_scenario(std::string_view spec) {
       push_rt(L, candidate);
       lua_call(L, 1, 0);
     });
-    origin_ = Origin{nullptr, 0, kScenarioActor, std::nullopt};
+    origin_ = Origin{nullptr, 0, kScenarioActor, std::nullopt, {}};
   }
   if (sink_failure_) std::rethrow_exception(sink_failure_);
 

@@ -184,6 +184,13 @@ class Runtime final : private RuntimeServices {
                                                     std::optional<std::string> actor,
                                                     std::optional<store::EventId> caused_by);
   store::EventId next_event_id();
+  // Queues the history's events that were still waiting when it was
+  // recorded (see docs/runtime-semantics.md, Dispatch).
+  void requeue_unfired();
+  // activegraph's Budget.remaining() for max_events: used < max.
+  bool budget_remaining() const;
+  // activegraph's Budget.snapshot(): {used, limits, cost_used_usd, cost_limit_usd}.
+  nlohmann::json budget_snapshot() const;
   Drain run_until_idle();
   void run_behavior(PackHost& pack, std::size_t behavior, std::size_t event_index);
   // Memory ran out, the write budget ran out or the sink failed: no more Lua
@@ -199,6 +206,10 @@ class Runtime final : private RuntimeServices {
   const store::RunId& run_id() const override { return config_.run_id; }
   const nlohmann::json& payload(std::size_t index) const override { return payloads_[index]; }
   const Origin& origin() const override { return origin_; }
+  Stamp stamp(std::string actor) const override;
+  bool is_loaded_pack(std::string_view name) const override;
+  IdMint& ids() override { return ids_; }
+  BehaviorCounters& counters() override { return origin_.counters; }
   std::optional<std::string> refusal() const override;
   std::expected<store::EventId, std::string> append_as_origin(const std::string& type,
                                                               const nlohmann::json& payload,
@@ -215,7 +226,7 @@ class Runtime final : private RuntimeServices {
   std::vector<nlohmann::json> payloads_;  // events_[i].payload, parsed
   std::size_t history_size_ = 0;
   std::unordered_set<std::string> used_event_ids_;
-  std::uint64_t next_event_number_ = 1;
+  IdMint ids_;
   std::uint64_t next_seq_ = 1;
   TickingClock clock_{0};
   Graph graph_;
@@ -228,8 +239,10 @@ class Runtime final : private RuntimeServices {
   };
   std::vector<Subscription> subscriptions_;  // registration order
 
-  std::deque<std::size_t> queue_;  // indices into events_, FIFO
-  std::uint64_t dispatched_ = 0;
+  std::deque<std::size_t> queue_;     // indices into events_, FIFO
+  std::uint64_t dispatched_ = 0;      // events popped: the budget's used max_events
+  std::uint64_t behavior_calls_ = 0;  // behavior runs: used max_behavior_calls
+  bool idle_emitted_ = false;         // the last drain's idle record stands
   bool budget_exhausted_ = false;
   bool write_budget_exhausted_ = false;
   std::uint64_t appended_bytes_ = 0;  // what the write budget counts so far

@@ -26,6 +26,8 @@
 #include <vector>
 
 #include "runtime/graph.h"
+#include "runtime/graph_events.h"
+#include "runtime/id_mint.h"
 #include "store/event.h"
 #include "store/ids.h"
 
@@ -33,14 +35,25 @@ namespace forktrial::runtime {
 
 struct PackHost;
 
+// What one behavior run did through its graph, as behavior.completed reports
+// it (activegraph's BehaviorGraph counters).
+struct BehaviorCounters {
+  std::uint64_t objects_created = 0;
+  std::uint64_t relations_created = 0;
+  std::uint64_t patches_applied = 0;   // graph:patch_object
+  std::uint64_t patches_proposed = 0;  // graph:propose_patch
+  std::uint64_t events_emitted = 0;    // graph:emit
+};
+
 // Who is acting: a behavior being run, or the scenario (the candidate's pack,
 // invocation 0). While a pack's entry file runs, and between calls, nobody
 // acts for that pack: `pack` is another pack or null.
 struct Origin {
   PackHost* pack = nullptr;
   std::uint64_t invocation = 0;  // one per behavior run; 0 = the scenario
-  std::string actor;             // "<pack>/<behavior>" or "scenario": written events' default actor
+  std::string actor;             // "<pack>.<behavior>" or "scenario": written events' default actor
   std::optional<store::EventId> caused_by;  // the event a behavior handles
+  BehaviorCounters counters;                // what this behavior run did so far
 };
 
 class RuntimeServices {
@@ -57,6 +70,20 @@ class RuntimeServices {
   virtual const nlohmann::json& payload(std::size_t index) const = 0;
   // Who acts right now (see Origin).
   virtual const Origin& origin() const = 0;
+  // Whether a pack of this name is loaded.
+  virtual bool is_loaded_pack(std::string_view name) const = 0;
+  // The provenance stamp of an event the current origin writes next with
+  // `actor`: caused by what the origin handles, timestamped with the time
+  // the next appended event gets.
+  virtual Stamp stamp(std::string actor) const = 0;
+
+  // ---- ids -----------------------------------------------------------------
+
+  // The run's id counters (runtime/id_mint.h), seeded from the history. A
+  // minted id is used up even when the append that needed it then fails.
+  virtual IdMint& ids() = 0;
+  // Counts a mutation of the running behavior (nothing for the scenario).
+  virtual BehaviorCounters& counters() = 0;
 
   // ---- acting --------------------------------------------------------------
 

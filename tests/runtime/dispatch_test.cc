@@ -57,19 +57,23 @@ end
   const auto result = r->rt->run_scenario("s.lua");
   REQUIRE(result.outcome == Outcome::completed);
   REQUIRE(r->log == std::vector<std::string>{
-                        "[alpha/relay] ping 1", "[beta/first] ping 1", "[beta/second] ping 1",
-                        "[alpha/relay] ping 2", "[beta/first] ping 2", "[beta/second] ping 2",
-                        "[beta/answer] pong 1 from alpha/relay caused by evt_003",
-                        "[beta/answer] pong 2 from alpha/relay caused by evt_004"});
-  REQUIRE(r->types() == std::vector<std::string>{"pack.loaded", "pack.loaded", "ping", "ping",
-                                                 "pong", "pong", "runtime.idle"});
+                        "[alpha.relay] ping 1", "[beta.first] ping 1", "[beta.second] ping 1",
+                        "[alpha.relay] ping 2", "[beta.first] ping 2", "[beta.second] ping 2",
+                        "[beta.answer] pong 1 from alpha.relay caused by evt_003",
+                        "[beta.answer] pong 2 from alpha.relay caused by evt_004"});
+  REQUIRE(r->work_types() == std::vector<std::string>{"pack.loaded", "pack.loaded", "ping", "ping",
+                                                      "pong", "pong", "runtime.idle"});
   const auto pongs = r->of_type("pong");
-  REQUIRE(pongs[0].actor == "alpha/relay");
+  REQUIRE(pongs[0].actor == "alpha.relay");
   REQUIRE(pongs[0].caused_by->str() == "evt_003");
   REQUIRE(r->of_type("ping")[0].actor == "scenario");
   REQUIRE_FALSE(r->of_type("ping")[0].caused_by.has_value());
-  REQUIRE(payload_of(r->of_type("runtime.idle")[0]) == json{{"dispatched", 6}});
-  REQUIRE(result.events_appended == 7);
+  const json snapshot = payload_of(r->of_type("runtime.idle")[0])["snapshot"];
+  REQUIRE(snapshot["used"]["max_events"] == 6.0);
+  REQUIRE(snapshot["used"]["max_behavior_calls"] == 8.0);
+  REQUIRE(r->of_type("behavior.started").size() == 8);
+  REQUIRE(r->of_type("behavior.completed").size() == 8);
+  REQUIRE(result.events_appended == 23);
   REQUIRE(result.behavior_failures == 0);
 }
 
@@ -92,9 +96,11 @@ end
   load_or_fail(*r, pack);
   REQUIRE(r->rt->run_scenario("s.lua").outcome == Outcome::completed);
   REQUIRE(r->sunk.size() == 3);
-  REQUIRE(r->sunk[0].id.str() == "evt_004");  // pack.loaded
-  REQUIRE(r->sunk[1].id.str() == "evt_006");  // evt_005 is taken
-  REQUIRE(r->sunk[2].id.str() == "evt_007");
+  // The counter continues after the highest evt_ number in the history (as
+  // activegraph's reseed does), not after the tip's seq.
+  REQUIRE(r->sunk[0].id.str() == "evt_006");  // pack.loaded
+  REQUIRE(r->sunk[1].id.str() == "evt_007");
+  REQUIRE(r->sunk[2].id.str() == "evt_008");
   REQUIRE(r->sunk[0].timestamp == "2024-05-01T12:00:07.000Z");
   REQUIRE(r->sunk[1].timestamp == "2024-05-01T12:00:07.001Z");
   REQUIRE(r->sunk[2].timestamp == "2024-05-01T12:00:07.002Z");
@@ -147,9 +153,10 @@ end
   REQUIRE(failed[0].caused_by->str() == "evt_002");
   REQUIRE(failed[0].actor == "runtime");
   const json payload = payload_of(failed[0]);
-  REQUIRE(payload["behavior"] == "breaks");
+  REQUIRE(payload["behavior"] == "candidate.breaks");
   REQUIRE(payload["pack"] == "candidate");
   REQUIRE(payload["event_id"] == "evt_002");
+  REQUIRE(payload["exception_type"] == "LuaError");
   REQUIRE(payload["error_type"] == "runtime_error");
   REQUIRE(payload["message"] == "pack.lua:4: boom 1");
   const std::string traceback = payload["traceback"];
@@ -157,9 +164,11 @@ end
   REQUIRE(traceback.find("pack.lua:4: in ") != std::string::npos);
   REQUIRE(traceback.find("pack.lua:7: in ") != std::string::npos);
   REQUIRE(r->rt->graph().objects("done").size() == 2);
-  REQUIRE(r->types() == std::vector<std::string>{"pack.loaded", "job", "job", "behavior.failed",
-                                                 "object.created", "object.created",
-                                                 "runtime.idle"});
+  REQUIRE(r->types() == std::vector<std::string>{
+                            "pack.loaded", "job", "job", "behavior.started", "behavior.failed",
+                            "behavior.started", "object.created", "behavior.completed",
+                            "behavior.started", "behavior.completed", "behavior.started",
+                            "object.created", "behavior.completed", "runtime.idle"});
 }
 
 TEST_CASE("the event budget stops the loop with one runtime.budget_exhausted",
@@ -192,13 +201,19 @@ end
           "runtime.budget_exhausted was emitted");
   const auto exhausted = r->of_type("runtime.budget_exhausted");
   REQUIRE(exhausted.size() == 1);
-  REQUIRE(payload_of(exhausted[0]) == json{{"max_events", 5}, {"dispatched", 5}, {"pending", 1}});
-  REQUIRE(r->of_type("tick").size() == 5);  // pack.loaded took one dispatch
+  const json payload = payload_of(exhausted[0]);
+  REQUIRE(payload["exhausted_by"] == "max_events");
+  REQUIRE(payload["snapshot"]["used"]["max_events"] == 5.0);
+  REQUIRE(payload["snapshot"]["limits"]["max_events"] == 5.0);
+  // pack.loaded took one dispatch; the fifth popped event used the budget
+  // up, so its behavior did not run (activegraph stops at used >= max).
+  REQUIRE(r->of_type("tick").size() == 4);
   REQUIRE(r->of_type("runtime.idle").empty());
   REQUIRE(r->rt->budget_exhausted());
 }
 
-TEST_CASE("exactly max_events of work completes and goes idle", "[runtime][dispatch]") {
+TEST_CASE("using exactly max_events exhausts the budget even with an empty queue",
+          "[runtime][dispatch]") {
   TempDir dir;
   const auto pack = write_pack(dir, "p", spec_with("candidate", {}, ""));
   dir.write("p/s.lua", R"(
@@ -210,14 +225,22 @@ function main(rt)
 end
 )");
   auto config = test_config();
-  config.max_events = 3;  // pack.loaded, a, b
+  config.max_events = 4;  // pack.loaded, a, b: one short of the budget
   auto r = make_runtime({}, config);
   load_or_fail(*r, pack);
   REQUIRE(r->rt->run_scenario("s.lua").outcome == Outcome::completed);
+  // One idle record per idle transition: the second drain found no new work.
   const auto idle = r->of_type("runtime.idle");
-  REQUIRE(idle.size() == 2);
-  REQUIRE(payload_of(idle[1]) == json{{"dispatched", 3}});
+  REQUIRE(idle.size() == 1);
+  REQUIRE(payload_of(idle[0])["snapshot"]["used"]["max_events"] == 3.0);
   REQUIRE(r->of_type("runtime.budget_exhausted").empty());
+
+  config.max_events = 3;  // activegraph: used >= max is exhaustion, queue empty or not
+  auto exact = make_runtime({}, config);
+  load_or_fail(*exact, pack);
+  REQUIRE(exact->rt->run_scenario("s.lua").outcome == Outcome::limits_exceeded);
+  REQUIRE(exact->of_type("runtime.idle").empty());
+  REQUIRE(exact->of_type("runtime.budget_exhausted").size() == 1);
 }
 
 TEST_CASE("graph mutations project and carry cause and actor", "[runtime][dispatch]") {
@@ -230,7 +253,7 @@ pack:behavior{ name = "build", on = {"go"}, run = function(event, graph, ctx)
   graph:patch_object(a, { label = "A", extra = true })
   local got = graph:get(a)
   assert(got.version == 2 and got.data.label == "A" and got.type == "node", "get")
-  assert(graph:get(link).src == a, "relation get")
+  assert(graph:get(link).source == a and graph:get(link).src == a, "relation get")
   assert(graph:get("node#99") == nil, "missing get")
   graph:remove_object(b)
   assert(graph:get(link) == nil, "cascade")
@@ -241,23 +264,62 @@ end }
   spec.relation_types = {"edge"};
   spec.pack_lua = pack_header(spec) + spec.pack_lua.substr(spec.pack_lua.find('\n') + 1);
   const auto pack = write_pack(dir, "p", spec);
-  std::vector<forktrial::store::Event> history{history_event(
-      1, "object.created", R"({"id":"node#4","type":"node","data":{"label":"old"}})")};
+  std::vector<forktrial::store::Event> history{
+      history_event(1, "object.created",
+                    R"({"object":{"id":"node#4","type":"node","data":{"label":"old"},"version":1,)"
+                    R"("provenance":{}},"id":"node#4"})")};
   auto r = make_runtime(history);
   dir.write("p/s.lua", "function main(rt) rt:emit{ type = 'go' } rt:run_until_idle() end");
   load_or_fail(*r, pack);
   const auto result = r->rt->run_scenario("s.lua");
   REQUIRE(result.outcome == Outcome::completed);
   REQUIRE(result.behavior_failures == 0);
-  REQUIRE(r->log == std::vector<std::string>{"[candidate/build] node#5 node#6 edge#1 2 2"});
+  REQUIRE(r->log == std::vector<std::string>{"[candidate.build] node#5 node#6 rel_001 2 2"});
   const auto created = r->of_type("object.created");
-  REQUIRE(created[0].payload == R"({"data":{"label":"a"},"id":"node#5","type":"node"})");
-  REQUIRE(created[0].actor == "candidate/build");
+  REQUIRE(created[0].actor == "candidate.build");
   REQUIRE(created[0].caused_by->str() == "evt_003");
-  REQUIRE(r->of_type("relation.created")[0].payload ==
-          R"({"data":{"weight":2},"dst":"node#6","id":"edge#1","src":"node#5","type":"edge"})");
-  REQUIRE(r->of_type("patch.applied")[0].payload ==
-          R"({"id":"node#5","patch":{"extra":true,"label":"A"}})");
+  const json provenance = {
+      {"created_by", "candidate.build"},   {"caused_by_event", "evt_003"}, {"frame_id", nullptr},
+      {"timestamp", created[0].timestamp}, {"evidence", json::array()},    {"run_id", "run_fork"}};
+  REQUIRE(payload_of(created[0]) == json{{"object",
+                                          {{"id", "node#5"},
+                                           {"type", "node"},
+                                           {"data", {{"label", "a"}}},
+                                           {"version", 1},
+                                           {"provenance", provenance}}},
+                                         {"id", "node#5"}});
+  const auto relation = r->of_type("relation.created")[0];
+  json relation_provenance = provenance;
+  relation_provenance["timestamp"] = relation.timestamp;
+  REQUIRE(payload_of(relation) == json{{"relation",
+                                        {{"id", "rel_001"},
+                                         {"source", "node#5"},
+                                         {"target", "node#6"},
+                                         {"type", "edge"},
+                                         {"data", {{"weight", 2}}},
+                                         {"provenance", relation_provenance}}},
+                                       {"id", "rel_001"},
+                                       {"source", "node#5"},
+                                       {"target", "node#6"}});
+  const auto patched = r->of_type("patch.applied")[0];
+  json patch_provenance = provenance;
+  patch_provenance["timestamp"] = patched.timestamp;
+  REQUIRE(payload_of(patched) == json{{"patch",
+                                       {{"id", "patch_001"},
+                                        {"target", "node#5"},
+                                        {"op", "update"},
+                                        {"value", {{"label", "A"}, {"extra", true}}},
+                                        {"expected_version", 1},
+                                        {"proposed_by", "candidate.build"},
+                                        {"rationale", nullptr},
+                                        {"evidence", json::array()},
+                                        {"status", "applied"},
+                                        {"rejection_reason", nullptr},
+                                        {"provenance", patch_provenance}}},
+                                      {"target", "node#5"},
+                                      {"diff",
+                                       {{"label", {{"old", "a"}, {"new", "A"}}},
+                                        {"extra", {{"old", nullptr}, {"new", true}}}}}});
   REQUIRE(r->of_type("object.removed")[0].payload == R"({"id":"node#6"})");
   const auto* a = r->rt->graph().object("node#5");
   REQUIRE(a->version == 2);
@@ -303,16 +365,16 @@ end }
   REQUIRE(r->rt->run_scenario("s.lua").outcome == Outcome::completed);
   REQUIRE(r->log.size() == 11);
   CHECK(r->log[0] ==
-        "[candidate/misuse] 1: pack.lua:4: graph:add_object: pack \"candidate\" does not declare "
+        "[candidate.misuse] 1: pack.lua:4: graph:add_object: pack \"candidate\" does not declare "
         "object type \"spaceship\" (declared: node); add it to forktrial.pack{} and to "
         "manifest.toml [surface]");
   CHECK(r->log[1] ==
-        "[candidate/misuse] 2: pack.lua:5: graph:patch_object: object \"node#42\" does not exist");
+        "[candidate.misuse] 2: pack.lua:5: graph:patch_object: object \"node#42\" does not exist");
   CHECK(r->log[2] ==
-        "[candidate/misuse] 3: pack.lua:10: graph:add_relation target: object \"node#2\" was "
+        "[candidate.misuse] 3: pack.lua:10: graph:add_relation target: object \"node#2\" was "
         "removed");
   CHECK(r->log[3] ==
-        "[candidate/misuse] 4: pack.lua:12: graph:add_relation: pack \"candidate\" does not "
+        "[candidate.misuse] 4: pack.lua:12: graph:add_relation: pack \"candidate\" does not "
         "declare relation type \"friend\" (declared: edge); add it to forktrial.pack{} and to "
         "manifest.toml [surface]");
   CHECK(
@@ -347,8 +409,10 @@ pack:behavior{ name = "shape", on = {"in"}, run = function(event, graph, ctx)
     same_event = ctx.event == event } }
 end }
 )"));
-  std::vector<forktrial::store::Event> history{history_event(
-      1, "in", R"({"list":[3,2,1],"int":41,"float":1.25,"text":"héllo","nothing":null})")};
+  std::vector<forktrial::store::Event> history{
+      history_event(1, "in",
+                    R"({"list":[3,2,1],"int":41,"float":1.25,"text":"héllo","nothing":null})"),
+      history_event(2, "runtime.idle", "{}")};
   auto r = make_runtime(history);
   dir.write("p/s.lua", R"(
 function main(rt)
@@ -376,11 +440,11 @@ TEST_CASE("a history that cannot be projected or timed is refused", "[runtime][d
     return forktrial::runtime::Runtime::create(test_config(), std::move(history),
                                                [](const forktrial::store::NewEvent&) {});
   };
-  auto dangling = create({history_event(1, "object.removed", R"({"id":"note#1"})")});
-  REQUIRE_FALSE(dangling);
-  REQUIRE(dangling.error() ==
-          "cannot project event evt_001 (object.removed, seq 1) of the fork's history: "
-          "object.removed names unknown object \"note#1\"");
+  auto flat = create({history_event(1, "object.created", R"({"id":"note#1","type":"note"})")});
+  REQUIRE_FALSE(flat);
+  REQUIRE(flat.error() ==
+          "cannot project event evt_001 (object.created, seq 1) of the fork's history: "
+          "payload lacks \"object\"");
   auto not_json = create({history_event(1, "note", "{oops")});
   REQUIRE(not_json.error() ==
           "event evt_001 (note, seq 1) of the fork's history has a payload that is not JSON");
@@ -414,8 +478,8 @@ end }
   REQUIRE(rt);
   REQUIRE((*rt)->load_pack(pack, PackRole::candidate));
   REQUIRE_THROWS_WITH((*rt)->run_scenario("s.lua"), "disk full");
-  REQUIRE(sunk == std::vector<std::string>{"pack.loaded", "go"});
-  REQUIRE((*rt)->events().size() == 2);
+  REQUIRE(sunk == std::vector<std::string>{"pack.loaded", "go", "behavior.started"});
+  REQUIRE((*rt)->events().size() == 3);
 }
 
 TEST_CASE("conversion errors name the first bad member in key order", "[runtime][dispatch]") {
@@ -469,8 +533,8 @@ end }
   const auto failed = r->of_type("behavior.failed");
   REQUIRE(failed.size() == 1);
   CHECK(payload_of(failed[0])["message"] == "pack.lua:4: bad \xEF\xBF\xBD\xEF\xBF\xBD bytes");
-  CHECK(r->types() == std::vector<std::string>{"pack.loaded", "job", "behavior.failed", "counted",
-                                               "runtime.idle"});
+  CHECK(r->work_types() ==
+        std::vector<std::string>{"pack.loaded", "job", "counted", "runtime.idle"});
 }
 
 TEST_CASE("a behavior error beyond the bound is recorded truncated, saying how much was cut",
@@ -522,8 +586,8 @@ end
   REQUIRE(r->log.size() == 4);
   CHECK(r->log[0] == "[scenario] a\\nforktrial-child: b\\t\\x1b[31mred");
   CHECK(r->log[1] == "[scenario] \\xff invalid \\u{9b}");
-  CHECK(r->log[2] == "[candidate/talk] x\\r\\ny\\x00z");
-  CHECK(r->log[3].starts_with("[candidate/talk] yyyy"));
+  CHECK(r->log[2] == "[candidate.talk] x\\r\\ny\\x00z");
+  CHECK(r->log[3].starts_with("[candidate.talk] yyyy"));
   CHECK(r->log[3].ends_with(" bytes cut]"));
   CHECK(r->log[3].size() <= 16 * 1024 + 32);
   for (const auto& line : r->log) CHECK(line.find_first_of("\n\r") == std::string::npos);

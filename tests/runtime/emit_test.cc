@@ -72,7 +72,7 @@ end
   template <typename Check>
   void each(std::size_t count, Check&& check) const {
     for (const auto& [origin, call] :
-         {std::pair{"scenario", "rt:emit"}, std::pair{"beta/probe", "graph:emit"}}) {
+         {std::pair{"scenario", "rt:emit"}, std::pair{"beta.probe", "graph:emit"}}) {
       INFO(call);
       const auto logged = outcomes(origin);
       REQUIRE(logged.size() == count);
@@ -107,7 +107,7 @@ TEST_CASE("emit refuses a type or actor that is not valid UTF-8, naming the fiel
                   "field \"actor\" \"\\xff\\xfe\" is not valid UTF-8 (byte 0xFF at offset 0)");
     check_refused(outcomes[2], call, "field \"type\"");
   });
-  CHECK(e.r->types() ==
+  CHECK(e.r->work_types() ==
         std::vector<std::string>{"pack.loaded", "pack.loaded", "probe", "runtime.idle"});
 }
 
@@ -130,7 +130,7 @@ TEST_CASE("emit refuses a type or actor holding control characters, naming the f
                   "field \"actor\" \"csi \\u{9b}\" contains the control character U+009B");
     check_refused(outcomes[4], call, "contains the control character U+007F at offset 3");
   });
-  CHECK(e.r->types() ==
+  CHECK(e.r->work_types() ==
         std::vector<std::string>{"pack.loaded", "pack.loaded", "probe", "runtime.idle"});
 }
 
@@ -177,9 +177,9 @@ TEST_CASE("a candidate cannot emit the event types forktrial writes", "[runtime]
     CHECK(outcomes[7] == "accepted");
     CHECK(outcomes[8] == "accepted");
   });
-  CHECK(e.r->types() == std::vector<std::string>{"pack.loaded", "pack.loaded", "trials.mine",
-                                                 "forktrialish", "probe", "trials.mine",
-                                                 "forktrialish", "runtime.idle"});
+  CHECK(e.r->work_types() == std::vector<std::string>{"pack.loaded", "pack.loaded", "trials.mine",
+                                                      "forktrialish", "probe", "trials.mine",
+                                                      "forktrialish", "runtime.idle"});
 }
 
 TEST_CASE("a candidate cannot act as the runtime, the scenario, forktrial or another pack",
@@ -192,9 +192,10 @@ TEST_CASE("a candidate cannot act as the runtime, the scenario, forktrial or ano
                              attempt("{ type = 'x', actor = 'alpha/' }") +
                              attempt("{ type = 'x', actor = 'beta/anything' }") +
                              attempt("{ type = 'x', actor = 'trial.replay' }") +
-                             attempt("{ type = 'x', actor = 'user' }");
+                             attempt("{ type = 'x', actor = 'user' }") +
+                             attempt("{ type = 'x', actor = 'alpha.relay' }");
   Emitters e(common + attempt("{ type = 'x', actor = 'scenario' }"));
-  e.each(10, [](const std::vector<std::string>& outcomes, const std::string& call) {
+  e.each(11, [](const std::vector<std::string>& outcomes, const std::string& call) {
     check_refused(outcomes[0], call,
                   "actor \"runtime\" is reserved: it names the runtime, which writes "
                   "pack.loaded, behavior.failed and runtime.* events");
@@ -210,10 +211,13 @@ TEST_CASE("a candidate cannot act as the runtime, the scenario, forktrial or ano
     CHECK(outcomes[6] == "accepted");
     CHECK(outcomes[7] == "accepted");
     CHECK(outcomes[8] == "accepted");
+    check_refused(outcomes[9], call,
+                  "actor \"alpha.relay\" is reserved: an actor \"<pack>.<behavior>\" names a "
+                  "behavior of pack \"alpha\", and only pack \"alpha\" may use it");
   });
   // The scenario may name itself; a behavior may not pose as the scenario.
-  CHECK(e.outcomes("scenario")[9] == "accepted");
-  check_refused(e.outcomes("beta/probe")[9], "graph:emit",
+  CHECK(e.outcomes("scenario")[10] == "accepted");
+  check_refused(e.outcomes("beta.probe")[10], "graph:emit",
                 "actor \"scenario\" is reserved: it names the scenario of the trial, and "
                 "only the scenario may use it");
   std::vector<std::string> actors;

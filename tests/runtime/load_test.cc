@@ -30,8 +30,13 @@ TEST_CASE("pack.loaded records name, version and surface", "[runtime][load]") {
   REQUIRE(r->sunk.size() == 1);
   REQUIRE(r->sunk[0].type == "pack.loaded");
   REQUIRE(r->sunk[0].actor == "runtime");
+  // activegraph's layout (packs/loader.py), forktrial's surface as an extra key.
   REQUIRE(payload_of(r->sunk[0]) == json::parse(R"({
     "name": "chat_echo", "version": "0.2.0",
+    "description": "Replies to every chat message and files the replies under one thread.",
+    "object_types": ["thread", "reply"], "relation_types": ["in_thread"],
+    "behaviors": ["chat_echo.echo"], "tools": [], "policies": [], "prompts": {},
+    "settings": {},
     "surface": {"object_types": ["thread", "reply"], "relation_types": ["in_thread"],
                 "behaviors": ["echo"], "tools": [], "settings_schema": "",
                 "capabilities": [{"provider": "chat_echo", "capability": "write_reply",

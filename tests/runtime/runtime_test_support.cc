@@ -22,6 +22,14 @@ std::vector<std::string> Recorded::types() const {
   return out;
 }
 
+std::vector<std::string> Recorded::work_types() const {
+  std::vector<std::string> out;
+  for (const auto& event : sunk) {
+    if (!event.type.starts_with("behavior.")) out.push_back(event.type);
+  }
+  return out;
+}
+
 std::vector<store::NewEvent> Recorded::of_type(std::string_view type) const {
   std::vector<store::NewEvent> out;
   for (const auto& event : sunk) {

@@ -28,6 +28,8 @@ struct Recorded {
 
   // Types of the events the sink received, in order.
   std::vector<std::string> types() const;
+  // The same without the behavior.* lifecycle records.
+  std::vector<std::string> work_types() const;
   // The sunk events of one type.
   std::vector<store::NewEvent> of_type(std::string_view type) const;
 };

@@ -21,6 +21,8 @@ RecordedRun record_parent_run(store::EventStore& store) {
       event("evt_002", "chat.message", R"({"text":"hello"})", "2026-01-05T10:00:01.000Z"),
       event("evt_003", "chat.message", R"({"text":"how are you"})", "2026-01-05T10:00:02.000Z"),
       event("evt_004", "chat.message", R"({"text":"bye"})", "2026-01-05T10:00:03.000Z"),
+      // The recorded run drained its queue, so a fork of it re-queues nothing.
+      event("evt_005", "runtime.idle", R"({"snapshot":{}})", "2026-01-05T10:00:03.001Z"),
   };
   auto appended = store.append(recorded.run, 0, events);
   if (!appended) throw std::runtime_error(appended.error().message);
@@ -78,7 +80,7 @@ sandbox::TrialReport TrialFixture::trial(const sandbox::PackSource& candidate,
 }
 
 std::vector<store::Event> TrialFixture::fork_events(const sandbox::TrialReport& report) {
-  return events_after(store, report.fork_run_id, 4);
+  return events_after(store, report.fork_run_id, 5);
 }
 
 std::vector<std::string> TrialFixture::types(const std::vector<store::Event>& events) {

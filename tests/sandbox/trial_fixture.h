@@ -19,7 +19,7 @@ namespace forktrial::testing {
 // id of the last event (the usual fork point).
 struct RecordedRun {
   store::RunId run{"run_rec"};
-  store::EventId last{"evt_004"};
+  store::EventId last{"evt_005"};
 };
 RecordedRun record_parent_run(store::EventStore& store);
 

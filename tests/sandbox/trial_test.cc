@@ -81,7 +81,7 @@ TEST_CASE("1. a well-behaved candidate completes and only its fork changes", "[t
   for (const auto& e : events) {
     if (e.type == "object.created") {
       ++greetings;
-      CHECK(nlohmann::json::parse(e.payload)["type"] == "greeting");
+      CHECK(nlohmann::json::parse(e.payload)["object"]["type"] == "greeting");
     }
   }
   CHECK(greetings == 1);
@@ -90,7 +90,7 @@ TEST_CASE("1. a well-behaved candidate completes and only its fork changes", "[t
   REQUIRE(fork);
   REQUIRE(fork->fork_of);
   CHECK(fork->fork_of->parent.str() == "run_rec");
-  CHECK(fork->fork_of->event_id.str() == "evt_004");
+  CHECK(fork->fork_of->event_id.str() == "evt_005");
 }
 
 TEST_CASE("2. a wrong pin fails materialization and loads nothing", "[trial]") {
@@ -250,8 +250,8 @@ TEST_CASE("8. recorded-segment replay answers each message in order", "[trial]")
   std::vector<std::string> replayed_actors;
   for (const auto& e : f.fork_events(report)) {
     auto payload = nlohmann::json::parse(e.payload);
-    if (e.type == "object.created" && payload["type"] == "reply") {
-      replies.push_back(payload["data"]["text"]);
+    if (e.type == "object.created" && payload["object"]["type"] == "reply") {
+      replies.push_back(payload["object"]["data"]["text"]);
     }
     if (e.type == "chat.message") replayed_actors.push_back(e.actor.value_or(""));
   }
@@ -294,7 +294,9 @@ TEST_CASE("9. extra packs load first and interact, and a bad extra pin fails the
   for (const auto& e : f.fork_events(report)) {
     auto payload = nlohmann::json::parse(e.payload);
     if (e.type == "pack.loaded") loaded.push_back(payload["name"]);
-    if (e.type == "object.created" && payload["data"]["about"] == "tidy up") filed = true;
+    if (e.type == "object.created" && payload["object"]["data"]["about"] == "tidy up") {
+      filed = true;
+    }
   }
   CHECK(loaded == std::vector<std::string>{"trusted", "candidate"});
   CHECK(filed);
@@ -596,8 +598,9 @@ return pack
     CHECK(report.outcome == Outcome::completed);
     CHECK(report.behavior_failures == 1);
     CHECK(Fixture::types(f.fork_events(report)) ==
-          std::vector<std::string>{"pack.loaded", "behavior.failed", "runtime.idle"});
-    const auto failed = nlohmann::json::parse(f.fork_events(report).at(1).payload);
+          std::vector<std::string>{"pack.loaded", "behavior.started", "behavior.failed",
+                                   "runtime.idle"});
+    const auto failed = nlohmann::json::parse(f.fork_events(report).at(2).payload);
     CHECK(failed["message"] == "pack.lua:5: bad \xEF\xBF\xBD byte");
   }
 }
