@@ -70,14 +70,18 @@ std::vector<std::string> check_trial_limits(const TrialLimits& limits);
 int exit_code_of(Outcome outcome);  // 0, 30, 40, 50; -1 for crashed
 Outcome outcome_of_exit_code(int code);
 
-// What a trial produced. `events_appended` and `behavior_failures` are re-read
+// What a trial produced. `events_appended` and both failure counts are re-read
 // from the fork in the store after the child exits; the child's own claim is a
-// signal only.
+// signal only. `behavior_failures` counts as activegraph does (its
+// `len(trace.failures())` on the fork): every behavior.failed in the fork's
+// whole history, the inherited prefix included; `behavior_failures_after_fork`
+// counts only those the trial itself appended.
 struct TrialReport {
   Outcome outcome = Outcome::crashed;
   std::string fork_run_id;
   std::uint64_t events_appended = 0;
-  std::uint64_t behavior_failures = 0;
+  std::uint64_t behavior_failures = 0;             // the fork's whole history
+  std::uint64_t behavior_failures_after_fork = 0;  // appended by the trial
   std::string detail;
   int exit_code = 0;                  // the child's exit status, or -signal for a signal death
   std::vector<std::string> warnings;  // degraded nets, also folded into detail

@@ -105,6 +105,7 @@ ordered_json report_json(const sandbox::TrialReport& r) {
   j["fork_run_id"] = r.fork_run_id;
   j["events_appended"] = r.events_appended;
   j["behavior_failures"] = r.behavior_failures;
+  j["behavior_failures_after_fork"] = r.behavior_failures_after_fork;
   j["exit_code"] = r.exit_code;
   j["detail"] = r.detail;
   j["warnings"] = r.warnings;
@@ -117,7 +118,9 @@ void print_report(const sandbox::TrialReport& r) {
   std::printf("outcome            %s\n", std::string(outcome_name(r.outcome)).c_str());
   std::printf("fork run           %s\n", terminal_safe(r.fork_run_id).c_str());
   std::printf("events appended    %llu\n", static_cast<unsigned long long>(r.events_appended));
-  std::printf("behavior failures  %llu\n", static_cast<unsigned long long>(r.behavior_failures));
+  std::printf("behavior failures  %llu (%llu after the fork point)\n",
+              static_cast<unsigned long long>(r.behavior_failures),
+              static_cast<unsigned long long>(r.behavior_failures_after_fork));
   std::printf("child exit code    %d\n", r.exit_code);
   for (const auto& warning : r.warnings) {
     std::printf("warning            %s\n", terminal_safe(warning).c_str());

@@ -62,6 +62,38 @@ TEST_CASE("forktrial trial prints a completed report and exits 0", "[trial][cli]
   CHECK(events.out.find("trial.replay") != std::string::npos);
 }
 
+TEST_CASE(
+    "behavior failures count the inherited prefix as activegraph does, and apart after the fork",
+    "[trial][cli]") {
+  // chat.jsonl holds one behavior.failed (evt_007) before the fork point
+  // evt_010; activegraph reports 1 for this fork, the trial itself adds none.
+  TempDir dir;
+  const auto store = imported_store(dir);
+  const std::vector<std::string> trial = {"trial",
+                                          "--store",
+                                          store,
+                                          "--run",
+                                          "run_chat",
+                                          "--at",
+                                          "evt_010",
+                                          "--pack",
+                                          kExamples + "/packs/chat_echo",
+                                          "--scenario",
+                                          "scenarios/replay.lua"};
+  auto as_json = trial;
+  as_json.push_back("--json");
+  auto result = cli(as_json);
+  INFO(result.err);
+  REQUIRE(result.exit_code == 0);
+  auto report = nlohmann::json::parse(result.out);
+  CHECK(report["behavior_failures"] == 1);
+  CHECK(report["behavior_failures_after_fork"] == 0);
+
+  auto text = cli(trial);
+  REQUIRE(text.exit_code == 0);
+  CHECK(text.out.find("behavior failures  1 (0 after the fork point)\n") != std::string::npos);
+}
+
 TEST_CASE("forktrial trial exits with the outcome's code when not completed", "[trial][cli]") {
   TempDir dir;
   const auto store = imported_store(dir);
