@@ -69,6 +69,12 @@ int rt_emit(lua_State* L) {
   return 1;
 }
 
+// activegraph raises MissingProviderError at its entry points, before they
+// write or dispatch anything: so does a scenario here.
+void refuse_without_llm_provider(lua_State* L, const RuntimeServices& rt, const std::string& what) {
+  if (auto missing = rt.missing_llm_provider()) raise(L, what + ": " + *missing);
+}
+
 void drain(lua_State* L, RuntimeServices& rt, const std::string& what) {
   if (!rt.drain()) raise(L, what + " cannot be called while behaviors are running");
   refuse_when_stopped(L, rt, what);
@@ -77,6 +83,7 @@ void drain(lua_State* L, RuntimeServices& rt, const std::string& what) {
 int rt_run_until_idle(lua_State* L) {
   PackHost& host = rt_self(L, "run_until_idle");
   RuntimeServices& rt = scenario_runtime(L, host, "rt:run_until_idle");
+  refuse_without_llm_provider(L, rt, "rt:run_until_idle");
   drain(L, rt, "rt:run_until_idle");
   return 0;
 }
@@ -85,6 +92,7 @@ int rt_run_goal(lua_State* L) {
   PackHost& host = rt_self(L, "run_goal");
   const std::string what = "rt:run_goal";
   RuntimeServices& rt = scenario_runtime(L, host, what);
+  refuse_without_llm_provider(L, rt, what);
   luaL_checkstring(L, 2);
   auto goal = to_json(L, 2, what + " goal");  // a payload string: valid UTF-8
   if (!goal) raise(L, goal.error());

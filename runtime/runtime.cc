@@ -312,9 +312,24 @@ std::optional<std::string> Runtime::refusal() const {
   if (memory_cap_hit()) return "memory ran out; the trial stops";
   if (sink_failure_) return "the event sink failed; the trial stops";
   if (write_budget_exhausted_) return write_budget_exhausted_message();
-  if (budget_exhausted_) {
-    return "the event budget (max_events = " + std::to_string(config_.max_events) +
-           ") is exhausted; the trial stops";
+  if (budget_exhausted_) return event_budget_exhausted_message();
+  return std::nullopt;
+}
+
+std::string Runtime::event_budget_exhausted_message() const {
+  return "the event budget (max_events = " + std::to_string(config_.max_events) +
+         ") is exhausted; the trial stops";
+}
+
+std::optional<std::string> Runtime::missing_llm_provider() const {
+  if (config_.max_llm_calls != 0) return std::nullopt;
+  for (const auto& pack : packs_) {
+    for (const auto& behavior : pack->behaviors) {
+      if (!behavior.llm) continue;
+      return "MissingProviderError: behavior \"" + pack->name + "." + behavior.name +
+             "\" is an LLM behavior (llm = true) but the trial has no LLM provider "
+             "(max_llm_calls = 0); drop llm = true or give the trial an LLM budget";
+    }
   }
   return std::nullopt;
 }
@@ -526,16 +541,6 @@ std::expected<LoadedPack, LoadError> Runtime::load_pack(pack::PackFiles files, P
                              "\" but manifest.toml [pack].version is \"" + manifest->version +
                              "\"");
   }
-  if (config_.max_llm_calls == 0) {
-    for (const auto& behavior : host->behaviors) {
-      if (!behavior.llm) continue;
-      error.problems.push_back(
-          "pack \"" + host->name +
-          "\" declares an LLM behavior but no LLM provider exists in a trial with "
-          "max_llm_calls = 0 (behavior \"" +
-          behavior.name + "\" has llm = true); drop llm = true or give the trial an LLM budget");
-    }
-  }
   for (auto& mismatch : compare_surfaces(manifest->surface, host->registered, host->entry)) {
     error.problems.push_back(std::move(mismatch));
   }
@@ -570,7 +575,11 @@ ScenarioResult Runtime::run_scenario(std::string_view spec) {
   std::optional<LuaFailure> failure;
   std::string refusal;
   if (spec.empty()) {
-    run_until_idle();
+    if (auto missing = missing_llm_provider()) {
+      refusal = *missing;
+    } else {
+      run_until_idle();
+    }
   } else if (!candidate_loaded_) {
     refusal = "no candidate pack is loaded, so the scenario \"" + std::string(spec) +
               "\" has no pack root to resolve in";
@@ -633,19 +642,25 @@ ScenarioResult Runtime::run_scenario(std::string_view spec) {
         " appended events (max_appended_events = " + std::to_string(config_.max_appended_events) +
         ", max_appended_bytes = " + std::to_string(config_.max_appended_bytes) +
         "); runtime.budget_exhausted was emitted";
+  } else if (!refusal.empty()) {
+    result.outcome = Outcome::scenario_failed;
+    result.message = refusal;
+  } else if (failure &&
+             !(budget_exhausted_ && failure->message.ends_with(event_budget_exhausted_message()))) {
+    // A scenario that raised is scenario_failed even when the event budget
+    // ran out too: activegraph's child looks for runtime.budget_exhausted only
+    // when the scenario returned. The error the runtime itself raises at a
+    // call after the budget ran out is not the scenario's: activegraph's
+    // runtime raises none there, so that scenario still ends by the budget.
+    result.outcome = Outcome::scenario_failed;
+    result.message = failure->message;
+    result.traceback = failure->traceback;
   } else if (budget_exhausted_) {
     result.outcome = Outcome::limits_exceeded;
     result.net = Net::event_budget;
     result.message = "the event budget ran out after " + std::to_string(dispatched_) +
                      " dispatched events (max_events = " + std::to_string(config_.max_events) +
                      "); runtime.budget_exhausted was emitted";
-  } else if (!refusal.empty()) {
-    result.outcome = Outcome::scenario_failed;
-    result.message = refusal;
-  } else if (failure) {
-    result.outcome = Outcome::scenario_failed;
-    result.message = failure->message;
-    result.traceback = failure->traceback;
   }
   return result;
 }

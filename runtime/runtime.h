@@ -61,10 +61,11 @@
 namespace forktrial::runtime {
 
 struct RuntimeConfig {
-  store::RunId run_id;                   // the fork's run id, visible to scenarios as rt.run_id
-  std::string trial_id;                  // seeds math.random
-  std::uint64_t max_events = 2000;       // events dispatched before stopping; 0 = no budget
-  std::uint64_t max_llm_calls = 0;       // 0: no LLM provider exists; LLM behaviors fail the load
+  store::RunId run_id;              // the fork's run id, visible to scenarios as rt.run_id
+  std::string trial_id;             // seeds math.random
+  std::uint64_t max_events = 2000;  // events dispatched before stopping; 0 = no budget
+  std::uint64_t max_llm_calls =
+      0;  // 0: no LLM provider exists; dispatch with an LLM behavior fails
   std::size_t lua_memory_cap_bytes = 0;  // shared by all Lua states; 0 = no cap
   // The write budget: events, and bytes of their text fields
   // (store::event_text_bytes), the runtime may append; 0 = no budget. An
@@ -145,7 +146,7 @@ class Runtime final : private RuntimeServices {
 
   // Loads a pack from its hashed bytes: validated manifest with a [runtime]
   // entry, the entry run in a fresh confined state, the two-way surface
-  // check, the LLM check, and a name conflict check against the packs already
+  // check, and a name conflict check against the packs already
   // loaded. On success emits pack.loaded. Extra packs must be loaded before
   // the candidate, and only one candidate can be loaded. Every file the pack
   // runs later (modules for `require`, the candidate's scenario) comes from
@@ -201,6 +202,8 @@ class Runtime final : private RuntimeServices {
   bool refuse_over_write_budget(std::uint64_t bytes);
   // "the write budget (max_appended_events = N, ...) is exhausted; the trial stops"
   std::string write_budget_exhausted_message() const;
+  // "the event budget (max_events = N) is exhausted; the trial stops"
+  std::string event_budget_exhausted_message() const;
 
   // RuntimeServices, for the Lua bindings (graph() and events() are public).
   const store::RunId& run_id() const override { return config_.run_id; }
@@ -211,6 +214,7 @@ class Runtime final : private RuntimeServices {
   IdMint& ids() override { return ids_; }
   BehaviorCounters& counters() override { return origin_.counters; }
   std::optional<std::string> refusal() const override;
+  std::optional<std::string> missing_llm_provider() const override;
   std::expected<store::EventId, std::string> append_as_origin(const std::string& type,
                                                               const nlohmann::json& payload,
                                                               std::string actor) override;

@@ -94,6 +94,13 @@ class RuntimeServices {
   // that order).
   virtual std::optional<std::string> refusal() const = 0;
 
+  // Why a scenario may not dispatch events (rt:run_until_idle, rt:run_goal,
+  // an empty scenario): a loaded pack has an LLM behavior and the trial has
+  // no LLM provider (max_llm_calls = 0). activegraph's Runtime raises
+  // MissingProviderError from the same entry points (_ensure_registry), so
+  // the scenario fails rather than the load. nullopt when dispatch may run.
+  virtual std::optional<std::string> missing_llm_provider() const = 0;
+
   // Appends one event on behalf of the current origin (caused by the event it
   // handles, if any) with `actor`: projected onto the graph, stamped with id
   // and time, handed to the sink, queued for dispatch. The error says why

@@ -212,6 +212,35 @@ end
   REQUIRE(r->rt->budget_exhausted());
 }
 
+TEST_CASE("a scenario that raises after the event budget ran out is scenario_failed",
+          "[runtime][dispatch]") {
+  // activegraph's child checks runtime.budget_exhausted only when the
+  // scenario did not raise.
+  TempDir dir;
+  const auto pack = write_pack(dir, "p", spec_with("candidate", {"again"}, R"(
+pack:behavior{ name = "again", on = {"tick"}, run = function(event, graph, ctx)
+  graph:emit{ type = "tick", payload = { n = event.payload.n + 1 } }
+end }
+)"));
+  dir.write("p/s.lua", R"(
+function main(rt)
+  rt:emit{ type = "tick", payload = { n = 1 } }
+  pcall(rt.run_until_idle, rt)
+  error("the candidate gave up")
+end
+)");
+  auto config = test_config();
+  config.max_events = 5;
+  auto r = make_runtime({}, config);
+  load_or_fail(*r, pack);
+  const auto result = r->rt->run_scenario("s.lua");
+  REQUIRE(result.outcome == Outcome::scenario_failed);
+  REQUIRE(result.net == Net::none);
+  REQUIRE(result.message == "s.lua:5: the candidate gave up");
+  REQUIRE(r->of_type("runtime.budget_exhausted").size() == 1);
+  REQUIRE(r->rt->budget_exhausted());
+}
+
 TEST_CASE("using exactly max_events exhausts the budget even with an empty queue",
           "[runtime][dispatch]") {
   TempDir dir;

@@ -1,11 +1,12 @@
-// Loading packs: the manifest, the entry file, the two-way surface check, the
-// LLM refusal, name conflicts and pack.loaded.
+// Loading packs: the manifest, the entry file, the two-way surface check, LLM
+// behaviors without a provider, name conflicts and pack.loaded.
 #include <catch2/catch.hpp>
 
 #include "runtime/surface_check.h"
 #include "tests/runtime/runtime_test_support.h"
 
 using namespace forktrial::testing;
+using forktrial::Outcome;
 using forktrial::runtime::PackRole;
 using nlohmann::json;
 
@@ -113,25 +114,42 @@ TEST_CASE("name and version must match the manifest", "[runtime][load]") {
               "\"0.1.0\""});
 }
 
-TEST_CASE("an LLM behavior fails the load when max_llm_calls is 0", "[runtime][load]") {
+TEST_CASE("an LLM behavior without a provider loads and fails the scenario that dispatches",
+          "[runtime][load]") {
+  // activegraph raises MissingProviderError from the entry point that would
+  // dispatch (_ensure_registry), inside the scenario, not at load.
   TempDir dir;
   PackSpec spec;
   spec.behaviors = {"think"};
   spec.pack_lua = pack_header(spec) +
                   "pack:behavior{ name = 'think', on = {'goal.created'}, llm = true, "
                   "run = function() end }\nreturn pack\n";
+  spec.files["s.lua"] = "function main(rt) rt:run_goal('think hard') end\n";
+  const auto pack = write_pack(dir, "p", spec);
+  const std::string missing =
+      "MissingProviderError: behavior \"candidate.think\" is an LLM behavior (llm = true) but "
+      "the trial has no LLM provider (max_llm_calls = 0); drop llm = true or give the trial an "
+      "LLM budget";
+
   auto r = make_runtime();
-  REQUIRE(load_problems(*r, write_pack(dir, "p", spec)) ==
-          std::vector<std::string>{
-              "pack \"candidate\" declares an LLM behavior but no LLM provider exists in a trial "
-              "with max_llm_calls = 0 (behavior \"think\" has llm = true); drop llm = true or "
-              "give the trial an LLM budget"});
-  REQUIRE(r->sunk.empty());
+  REQUIRE(r->rt->load_pack(pack, PackRole::candidate));
+  const auto result = r->rt->run_scenario("s.lua");
+  REQUIRE(result.outcome == Outcome::scenario_failed);
+  REQUIRE(result.message == "s.lua:1: rt:run_goal: " + missing);
+  REQUIRE(r->of_type("goal.created").empty());
+
+  auto idle = make_runtime();
+  REQUIRE(idle->rt->load_pack(pack, PackRole::candidate));
+  const auto until_idle = idle->rt->run_scenario("");
+  REQUIRE(until_idle.outcome == Outcome::scenario_failed);
+  REQUIRE(until_idle.message == missing);
+  REQUIRE(idle->of_type("runtime.idle").empty());
 
   auto config = test_config();
   config.max_llm_calls = 3;
   auto with_budget = make_runtime({}, config);
-  REQUIRE(with_budget->rt->load_pack(dir.path() / "p", PackRole::candidate));
+  REQUIRE(with_budget->rt->load_pack(pack, PackRole::candidate));
+  REQUIRE(with_budget->rt->run_scenario("s.lua").outcome == Outcome::completed);
 }
 
 TEST_CASE("a second pack with the same name fails the load", "[runtime][load]") {

@@ -409,7 +409,8 @@ TEST_CASE("14. scenario paths are confined, ::fn selects, and a missing fn is na
   CHECK(contains(missing.detail, "nowhere"));
 }
 
-TEST_CASE("15. an LLM behavior with max_llm_calls = 0 fails loudly before running", "[trial]") {
+TEST_CASE("15. an LLM behavior with max_llm_calls = 0 fails the scenario before it dispatches",
+          "[trial]") {
   Fixture f;
   PackSpec spec = greeter();
   spec.pack_lua =
@@ -419,9 +420,11 @@ TEST_CASE("15. an LLM behavior with max_llm_calls = 0 fails loudly before runnin
     run = function(event, graph, ctx) end }
   return pack)";
   auto report = f.trial(f.pack(spec), "scenarios/main.lua");
-  CHECK(report.outcome == Outcome::materialization_failed);
-  CHECK(contains(report.detail, "LLM"));
-  CHECK(contains(report.detail, "max_llm_calls = 0"));
+  CHECK(report.outcome == Outcome::scenario_failed);
+  CHECK(report.exit_code == 30);
+  CHECK(contains(report.detail,
+                 "rt:run_goal: MissingProviderError: behavior \"candidate.greeter\" is an LLM "
+                 "behavior (llm = true) but the trial has no LLM provider (max_llm_calls = 0)"));
   for (const auto& e : f.fork_events(report)) CHECK(e.type != "goal.created");
 }
 
