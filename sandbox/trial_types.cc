@@ -137,7 +137,9 @@ std::optional<PackSource> parse_pack(const json& value, const std::string& field
   Fields f(value, field + ".", problems);
   PackSource pack;
   if (auto root = f.string("root_dir", true, true)) pack.root_dir = *root;
-  if (const json* pin = f.get("expected_bundle_hash", false); pin && !pin->is_null()) {
+  // activegraph writes "" for an unpinned pack, forktrial null.
+  if (const json* pin = f.get("expected_bundle_hash", false);
+      pin && !pin->is_null() && !(pin->is_string() && pin->get_ref<const std::string&>().empty())) {
     if (!pin->is_string()) {
       f.problem("expected_bundle_hash", "must be a string or null, got " + json_type(*pin));
     } else if (auto bad = Digest::describe_pin_problem(pin->get<std::string>())) {
@@ -186,8 +188,17 @@ void parse_limits(const json& value, TrialLimits& limits, std::vector<std::strin
       limits.max_rss_bytes = rss->get<std::uint64_t>();
     }
   }
-  if (auto events = f.count("max_events")) limits.max_events = *events;
-  if (auto calls = f.count("max_llm_calls")) limits.max_llm_calls = *calls;
+  // activegraph allows null for these: no budget, which is forktrial's 0.
+  if (const json* events = f.get("max_events", false); events && events->is_null()) {
+    limits.max_events = 0;
+  } else if (auto count = f.count("max_events")) {
+    limits.max_events = *count;
+  }
+  if (const json* calls = f.get("max_llm_calls", false); calls && calls->is_null()) {
+    limits.max_llm_calls = 0;
+  } else if (auto count = f.count("max_llm_calls")) {
+    limits.max_llm_calls = *count;
+  }
   if (const json* cpu = f.get("max_cpu_seconds", false); cpu && !cpu->is_null()) {
     if (!cpu->is_number_unsigned() && !(cpu->is_number_integer() && cpu->get<std::int64_t>() > 0)) {
       f.problem("max_cpu_seconds", "must be a positive integer or null, got " + json_type(*cpu));
@@ -390,9 +401,21 @@ std::expected<TrialSpecification, std::vector<std::string>> parse_trial_specific
   if (auto run = f.string("parent_run_id", true, true)) spec.parent_run_id = store::RunId(*run);
   if (auto at = f.string("at_event", true, true)) spec.at_event = store::EventId(*at);
   if (auto label = f.string("label", false, true)) spec.label = *label;
-  if (const json* candidate = f.get("candidate", true)) {
+  // The candidate: forktrial's `candidate` or activegraph's `pack_source`.
+  const json* candidate = f.get("candidate", false);
+  const json* pack_source = f.get("pack_source", false);
+  if (candidate != nullptr && pack_source != nullptr) {
+    problems.push_back(
+        "candidate, pack_source: both given; give the candidate pack once, as candidate "
+        "(forktrial) or pack_source (activegraph)");
+  } else if (candidate == nullptr && pack_source == nullptr) {
+    problems.push_back("candidate: missing");
+  } else if (candidate != nullptr) {
     if (auto pack = parse_pack(*candidate, "candidate", problems)) spec.candidate = *pack;
+  } else if (auto pack = parse_pack(*pack_source, "pack_source", problems)) {
+    spec.candidate = *pack;
   }
+  if (auto store_path = f.string("store_path", false, false)) spec.store_path = *store_path;
   if (const json* extras = f.get("extra_packs", false)) {
     if (!extras->is_array()) {
       f.problem("extra_packs", "must be an array, got " + json_type(*extras));

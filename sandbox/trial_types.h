@@ -99,6 +99,11 @@ struct TrialSpecification {
   std::vector<PackSource> extra_packs;
   std::string scenario;  // "path.lua" or "path.lua::fn" inside the candidate; "" = run until idle
   TrialLimits limits;
+  // activegraph's `store_path`, kept when a specification activegraph wrote
+  // is parsed. forktrial never reads it (a trial runs against the store it is
+  // handed; activegraph's store is a SQLite file, imported with `run
+  // import-sqlite`) and to_canonical_json does not write it.
+  std::optional<std::string> store_path;
   friend bool operator==(const TrialSpecification&, const TrialSpecification&) = default;
 };
 
@@ -118,6 +123,11 @@ std::expected<TrialLimits, std::vector<std::string>> parse_trial_limits(std::str
 
 // Parses and validates; every problem is reported at once, each naming its
 // field ("limits.max_events: must be a non-negative integer, got a string").
+// Reads forktrial's form and activegraph's (executor.py TrialSpecification):
+// the candidate as `candidate` or `pack_source` (exactly one), an optional
+// `store_path` (kept in `store_path`, unused), a pin of "" or null meaning
+// unpinned, and null for `limits.max_events` or `limits.max_llm_calls`
+// meaning 0. Unknown fields are refused in both.
 std::expected<TrialSpecification, std::vector<std::string>> parse_trial_specification(
     std::string_view json);
 

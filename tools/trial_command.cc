@@ -5,10 +5,14 @@
 #include <string.h>
 
 #include <atomic>
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "pack/bundle_hash.h"
 #include "sandbox/trial.h"
@@ -92,8 +96,43 @@ struct TrialOptions {
   std::string max_appended_bytes;
   std::vector<std::string> env_pass;
   std::string label = "trial";
+  std::string spec_file;  // --spec: the whole trial as a TrialSpecification
   bool json = false;
 };
+
+// A trial specification file (forktrial's or activegraph's JSON); every
+// problem is a usage error, before anything is forked or recorded.
+sandbox::TrialSpecification read_spec_file(const std::string& path) {
+  constexpr std::size_t kMaxSpecBytes = 1 << 20;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw CommandFailed("--spec " + path + ": cannot open it: " + std::strerror(errno),
+                        kUsageError);
+  }
+  std::string text(kMaxSpecBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  if (text.size() > kMaxSpecBytes) {
+    throw CommandFailed("--spec " + path + ": larger than 1 MiB; a trial specification is small",
+                        kUsageError);
+  }
+  auto spec = sandbox::parse_trial_specification(text);
+  if (!spec) {
+    std::string message = "--spec " + path + ": not a trial specification forktrial can run:";
+    for (const auto& problem : spec.error()) message += "\n  " + problem;
+    message += "\nnothing was forked or recorded; see docs/trials.md, \"TrialSpecification\"";
+    throw CommandFailed(message, kUsageError);
+  }
+  if (spec->store_path && !spec->store_path->empty()) {
+    // activegraph's spec names its SQLite store; forktrial runs against its
+    // own store, into which such a run is imported (`run import-sqlite`).
+    std::fprintf(stderr,
+                 "forktrial: warning: --spec %s: store_path \"%s\" is ignored; the trial runs "
+                 "against the store given by --store (or FORKTRIAL_STORE)\n",
+                 terminal_safe(path).c_str(), terminal_safe(*spec->store_path).c_str());
+  }
+  return *spec;
+}
 
 int exit_status(Outcome outcome) {
   return outcome == Outcome::crashed ? 60 : sandbox::exit_code_of(outcome);
@@ -196,7 +235,7 @@ class StopSignals {
   std::_Exit(128 + signal);
 }
 
-void run_trial_command(const TrialOptions& o) {
+sandbox::TrialSpecification spec_from_options(const TrialOptions& o) {
   sandbox::TrialLimits limits;
   limits.wall_clock_seconds = o.wall_clock;
   if (!o.max_rss.empty()) limits.max_rss_bytes = parse_size(o.max_rss, "--max-rss");
@@ -218,6 +257,12 @@ void run_trial_command(const TrialOptions& o) {
   }
   spec.scenario = o.scenario;
   spec.limits = limits;
+  return spec;
+}
+
+void run_trial_command(const TrialOptions& o) {
+  const sandbox::TrialSpecification spec =
+      o.spec_file.empty() ? spec_from_options(o) : read_spec_file(o.spec_file);
 
   sandbox::Cancellation cancellation;
   sandbox::ChildOptions child_options;
@@ -279,10 +324,15 @@ void add_trial_command(CLI::App& app) {
   cmd->add_option("--store", o->store, "the store holding the recorded run")
       ->capture_default_str()
       ->envname("FORKTRIAL_STORE");
-  cmd->add_option("--run", o->run, "the recorded (parent) run")->required();
-  cmd->add_option("--at", o->at, "fork point: the parent's event id to fork at (inclusive)")
-      ->required();
-  cmd->add_option("--pack", o->pack, "the candidate pack directory")->required();
+  cmd->add_option("--spec", o->spec_file,
+                  "the whole trial as a TrialSpecification JSON file, forktrial's or "
+                  "activegraph's (instead of --run, --at, --pack and the other trial options; "
+                  "activegraph's store_path is ignored with a warning)");
+  cmd->add_option("--run", o->run, "the recorded (parent) run (required without --spec)");
+  cmd->add_option("--at", o->at,
+                  "fork point: the parent's event id to fork at, inclusive (required without "
+                  "--spec)");
+  cmd->add_option("--pack", o->pack, "the candidate pack directory (required without --spec)");
   cmd->add_option("--expect", o->expect, "the candidate's bundle pin (sha256:...)");
   cmd->add_option("--extra-pack", o->extra_packs,
                   "a trusted pack loaded before the candidate: DIR or DIR=sha256:<pin>");
@@ -311,7 +361,48 @@ void add_trial_command(CLI::App& app) {
       "forktrial trial --run run_chat --at evt_004 --pack examples/candidates/runaway \\",
       "    --wall-clock 2 --max-rss 256M --json",
   }));
-  cmd->callback([o] { run_trial_command(*o); });
+  cmd->callback([o, cmd] {
+    // --spec carries the whole trial: an option that would change it is
+    // refused rather than silently dropped or merged.
+    static constexpr const char* kTrialOptions[] = {"--run",
+                                                    "--at",
+                                                    "--pack",
+                                                    "--expect",
+                                                    "--extra-pack",
+                                                    "--scenario",
+                                                    "--wall-clock",
+                                                    "--max-rss",
+                                                    "--max-events",
+                                                    "--max-cpu",
+                                                    "--max-appended-events",
+                                                    "--max-appended-bytes",
+                                                    "--env-pass",
+                                                    "--label"};
+    if (!o->spec_file.empty()) {
+      std::string given;
+      for (const char* name : kTrialOptions) {
+        if (cmd->count(name) > 0) given += std::string(given.empty() ? "" : ", ") + name;
+      }
+      if (!given.empty()) {
+        throw CommandFailed("--spec gives the whole trial; " + given +
+                                " cannot be combined with it (put the value in the "
+                                "specification instead)",
+                            kUsageError);
+      }
+    } else {
+      std::string missing;
+      for (const char* name : {"--run", "--at", "--pack"}) {
+        if (cmd->count(name) == 0) missing += std::string(missing.empty() ? "" : ", ") + name;
+      }
+      if (!missing.empty()) {
+        throw CommandFailed(missing +
+                                " required (or give the whole trial with --spec FILE); see "
+                                "`forktrial trial --help`",
+                            kUsageError);
+      }
+    }
+    run_trial_command(*o);
+  });
 }
 
 void add_preflight_command(CLI::App& app) {

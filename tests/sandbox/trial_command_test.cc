@@ -94,6 +94,50 @@ TEST_CASE(
   CHECK(text.out.find("behavior failures  1 (0 after the fork point)\n") != std::string::npos);
 }
 
+TEST_CASE("forktrial trial --spec runs activegraph's TrialSpecification JSON", "[trial][cli]") {
+  TempDir dir;
+  const auto store = imported_store(dir);
+  const auto spec = dir.write("spec.json", R"({"at_event":"evt_010","extra_packs":[],)"
+                                           R"("label":"from-activegraph","limits":{)"
+                                           R"("env_passthrough":[],"max_events":2000,)"
+                                           R"("max_llm_calls":0,"max_rss_bytes":null,)"
+                                           R"("wall_clock_seconds":120.0},"pack_source":{)"
+                                           R"("expected_bundle_hash":"","manifest_required":true,)"
+                                           R"("root_dir":")" +
+                                               kExamples +
+                                               R"(/packs/chat_echo"},)"
+                                               R"("parent_run_id":"run_chat",)"
+                                               R"("scenario":"scenarios/replay.lua",)"
+                                               R"("schema_version":1,"store_path":"/srv/ag.db"})");
+  auto result = cli({"trial", "--store", store, "--spec", spec.string(), "--json"});
+  INFO(result.err);
+  REQUIRE(result.exit_code == 0);
+  auto report = nlohmann::json::parse(result.out);
+  CHECK(report["outcome"] == "completed");
+  CHECK(result.err.find("store_path \"/srv/ag.db\" is ignored; the trial runs against the store "
+                        "given by --store") != std::string::npos);
+  auto runs = nlohmann::json::parse(cli({"run", "ls", "--store", store, "--json"}).out);
+  bool labelled = false;
+  for (const auto& run : runs) labelled = labelled || run["label"] == "from-activegraph";
+  CHECK(labelled);
+
+  auto mixed = cli({"trial", "--store", store, "--spec", spec.string(), "--run", "run_chat"});
+  CHECK(mixed.exit_code == 2);
+  CHECK(mixed.err.find("--spec gives the whole trial; --run cannot be combined with it") !=
+        std::string::npos);
+  auto neither = cli({"trial", "--store", store, "--at", "evt_010"});
+  CHECK(neither.exit_code == 2);
+  CHECK(neither.err.find("--run, --pack required (or give the whole trial with --spec FILE)") !=
+        std::string::npos);
+  const auto unknown =
+      dir.write("unknown.json", R"({"schema_version":1,"parent_run_id":"run_chat",)"
+                                R"("at_event":"evt_010","pack_source":{)"
+                                R"("root_dir":"/p"},"priority":3})");
+  auto refused = cli({"trial", "--store", store, "--spec", unknown.string()});
+  CHECK(refused.exit_code == 2);
+  CHECK(refused.err.find("priority: unknown field") != std::string::npos);
+}
+
 TEST_CASE("forktrial trial exits with the outcome's code when not completed", "[trial][cli]") {
   TempDir dir;
   const auto store = imported_store(dir);

@@ -65,6 +65,52 @@ TEST_CASE("an empty object names every missing field", "[sandbox][spec]") {
                                    "at_event: missing", "candidate: missing"});
 }
 
+TEST_CASE("a specification activegraph wrote parses, store_path kept and unused",
+          "[sandbox][spec]") {
+  // activegraph's TrialSpecification.to_json for a fresh TrialLimits and an
+  // unpinned pack_source.
+  auto parsed = parse_trial_specification(
+      R"({"at_event":"evt_010","extra_packs":[{"expected_bundle_hash":")" + kPin +
+      R"(","manifest_required":true,"root_dir":"/packs/trusted"}],"label":"trial",)"
+      R"("limits":{"env_passthrough":["TZ"],"max_events":null,"max_llm_calls":null,)"
+      R"("max_rss_bytes":null,"wall_clock_seconds":120.0},"pack_source":{)"
+      R"("expected_bundle_hash":"","manifest_required":false,"root_dir":"/packs/candidate"},)"
+      R"("parent_run_id":"run_chat","scenario":"scenarios/replay.py::main","schema_version":1,)"
+      R"("store_path":"/data/activegraph.db"})");
+  REQUIRE(parsed.has_value());
+  CHECK(parsed->parent_run_id.str() == "run_chat");
+  CHECK(parsed->at_event.str() == "evt_010");
+  CHECK(parsed->candidate == PackSource{"/packs/candidate", std::nullopt, false});
+  CHECK(parsed->extra_packs ==
+        std::vector<PackSource>{{"/packs/trusted", forktrial::Digest::parse(kPin), true}});
+  CHECK(parsed->store_path == std::optional<std::string>("/data/activegraph.db"));
+  CHECK(parsed->limits.wall_clock_seconds == 120.0);
+  CHECK(parsed->limits.max_rss_bytes == std::nullopt);
+  CHECK(parsed->limits.max_events == 0);
+  CHECK(parsed->limits.max_llm_calls == 0);
+  CHECK(parsed->limits.env_passthrough == std::vector<std::string>{"TZ"});
+  // forktrial writes its own form: no store_path, the pack as candidate.
+  const std::string canonical = to_canonical_json(*parsed);
+  CHECK(canonical.find("store_path") == std::string::npos);
+  CHECK(canonical.find(R"("candidate":{"expected_bundle_hash":null,)") != std::string::npos);
+}
+
+TEST_CASE("candidate and pack_source together, or an unknown field, are refused",
+          "[sandbox][spec]") {
+  const std::string pack = R"({"root_dir":"/p"})";
+  CHECK(problems(R"({"schema_version":1,"parent_run_id":"r","at_event":"e","candidate":)" + pack +
+                 R"(,"pack_source":)" + pack + "}") ==
+        Problems{"candidate, pack_source: both given; give the candidate pack once, as candidate "
+                 "(forktrial) or pack_source (activegraph)"});
+  CHECK(
+      problems(R"({"schema_version":1,"parent_run_id":"r","at_event":"e","pack_source":)" + pack +
+               R"(,"store_path":"s","executor":"k8s"})") ==
+      Problems{"executor: unknown field (this build reads trial specification schema_version 1)"});
+  CHECK(problems(R"({"schema_version":1,"parent_run_id":"r","at_event":"e","pack_source":)" + pack +
+                 R"(,"store_path":7})") ==
+        Problems{"store_path: must be a string, got an integer"});
+}
+
 TEST_CASE("wrong types are refused with the field named", "[sandbox][spec]") {
   CHECK(problems(R"({"schema_version":1,"parent_run_id":7,"at_event":"e",
       "candidate":{"root_dir":"/p","manifest_required":"yes","expected_bundle_hash":"sha256:AB"},
