@@ -171,14 +171,30 @@ end
                             "object.created", "behavior.completed", "runtime.idle"});
 }
 
-TEST_CASE("the event budget stops the loop with one runtime.budget_exhausted",
-          "[runtime][dispatch]") {
-  TempDir dir;
-  const auto pack = write_pack(dir, "p", spec_with("candidate", {"again"}, R"(
+namespace {
+
+// A pack whose behavior answers every tick with the next one, so only the
+// event budget stops it.
+std::filesystem::path endless_ticks(const TempDir& dir) {
+  return write_pack(dir, "p", spec_with("candidate", {"again"}, R"(
 pack:behavior{ name = "again", on = {"tick"}, run = function(event, graph, ctx)
   graph:emit{ type = "tick", payload = { n = event.payload.n + 1 } }
 end }
 )"));
+}
+
+forktrial::runtime::RuntimeConfig budget_of(std::uint64_t max_events) {
+  auto config = test_config();
+  config.max_events = max_events;
+  return config;
+}
+
+}  // namespace
+
+TEST_CASE("the event budget stops the loop with one runtime.budget_exhausted",
+          "[runtime][dispatch]") {
+  TempDir dir;
+  const auto pack = endless_ticks(dir);
   dir.write("p/s.lua", R"(
 function main(rt)
   rt:emit{ type = "tick", payload = { n = 1 } }
@@ -189,9 +205,7 @@ function main(rt)
   while true do rt:emit{ type = "more" } end
 end
 )");
-  auto config = test_config();
-  config.max_events = 5;
-  auto r = make_runtime({}, config);
+  auto r = make_runtime({}, budget_of(5));
   load_or_fail(*r, pack);
   const auto result = r->rt->run_scenario("s.lua");
   REQUIRE(result.outcome == Outcome::limits_exceeded);
@@ -217,11 +231,7 @@ TEST_CASE("a scenario that raises after the event budget ran out is scenario_fai
   // activegraph's child checks runtime.budget_exhausted only when the
   // scenario did not raise.
   TempDir dir;
-  const auto pack = write_pack(dir, "p", spec_with("candidate", {"again"}, R"(
-pack:behavior{ name = "again", on = {"tick"}, run = function(event, graph, ctx)
-  graph:emit{ type = "tick", payload = { n = event.payload.n + 1 } }
-end }
-)"));
+  const auto pack = endless_ticks(dir);
   dir.write("p/s.lua", R"(
 function main(rt)
   rt:emit{ type = "tick", payload = { n = 1 } }
@@ -229,9 +239,7 @@ function main(rt)
   error("the candidate gave up")
 end
 )");
-  auto config = test_config();
-  config.max_events = 5;
-  auto r = make_runtime({}, config);
+  auto r = make_runtime({}, budget_of(5));
   load_or_fail(*r, pack);
   const auto result = r->rt->run_scenario("s.lua");
   REQUIRE(result.outcome == Outcome::scenario_failed);
