@@ -60,7 +60,11 @@ std::expected<UnixMillis, std::string> parse_timestamp(std::string_view text) {
          static_cast<UnixMillis>(second) * 1000 + millis;
 }
 
-std::string format_timestamp(UnixMillis millis) {
+namespace {
+
+// The UTC calendar text of `millis`, to the second, milliseconds appended
+// when `with_millis`.
+std::string format_utc(UnixMillis millis, bool with_millis) {
   constexpr UnixMillis kDay = 24LL * 60 * 60 * 1000;
   UnixMillis days = millis / kDay;
   UnixMillis rest = millis % kDay;
@@ -71,14 +75,28 @@ std::string format_timestamp(UnixMillis millis) {
   const std::chrono::year_month_day date{
       std::chrono::sys_days{std::chrono::days{static_cast<int>(days)}}};
   char buffer[40];
-  std::snprintf(buffer, sizeof buffer, "%04d-%02u-%02uT%02d:%02d:%02d.%03dZ",
+  std::snprintf(buffer, sizeof buffer, "%04d-%02u-%02uT%02d:%02d:%02d",
                 static_cast<int>(date.year()), static_cast<unsigned>(date.month()),
                 static_cast<unsigned>(date.day()), static_cast<int>(rest / 3600000),
-                static_cast<int>(rest / 60000 % 60), static_cast<int>(rest / 1000 % 60),
-                static_cast<int>(rest % 1000));
-  return buffer;
+                static_cast<int>(rest / 60000 % 60), static_cast<int>(rest / 1000 % 60));
+  std::string out = buffer;
+  if (with_millis) {
+    std::snprintf(buffer, sizeof buffer, ".%03d", static_cast<int>(rest % 1000));
+    out += buffer;
+  }
+  out += 'Z';
+  return out;
 }
 
+}  // namespace
+
+std::string format_timestamp(UnixMillis millis) {
+  return format_utc(millis, true);
+}
+
+std::string format_timestamp_seconds(UnixMillis millis) {
+  return format_utc(millis, false);
+}
 
 std::string now_timestamp() {
   const auto now = std::chrono::system_clock::now().time_since_epoch();

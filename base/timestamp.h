@@ -3,8 +3,9 @@
 // Every timestamp forktrial reads (an imported event, a fork's tip, a
 // recorded run) is ISO-8601 UTC: "YYYY-MM-DDTHH:MM:SS", an optional fraction
 // of any length after '.', then "Z" or "+00:00" — with an uppercase 'T' and
-// 'Z', a date that exists and a time of day in range. Everything forktrial
-// writes (the runtime's events, the parent's records, a run's created_at) is
+// 'Z', a date that exists and a time of day in range. The runtime's events
+// carry "YYYY-MM-DDTHH:MM:SSZ", as activegraph's Clock writes them; everything
+// else forktrial writes (the parent's records, a run's created_at) is
 // "YYYY-MM-DDTHH:MM:SS.mmmZ". Import and runtime use this same rule, so a
 // recorded run that imports is a run every trial can read.
 //
@@ -28,6 +29,11 @@ std::expected<UnixMillis, std::string> parse_timestamp(std::string_view text);
 
 // "YYYY-MM-DDTHH:MM:SS.mmmZ".
 std::string format_timestamp(UnixMillis millis);
+
+// "YYYY-MM-DDTHH:MM:SSZ", the fraction dropped (rounded down): the form
+// activegraph's Clock writes (ISO 8601, second precision, "Z"). The runtime
+// writes its events' timestamps this way.
+std::string format_timestamp_seconds(UnixMillis millis);
 
 // The system clock, now, formatted.
 std::string now_timestamp();

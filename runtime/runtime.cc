@@ -184,7 +184,7 @@ Stamp Runtime::stamp(std::string actor) const {
   return Stamp{
       std::move(actor),
       origin_.caused_by ? std::optional<std::string>(origin_.caused_by->str()) : std::nullopt,
-      format_timestamp(clock_.now() + 1), config_.run_id.str()};
+      clock_.peek(), config_.run_id.str()};
 }
 
 bool Runtime::is_loaded_pack(std::string_view name) const {
