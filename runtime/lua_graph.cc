@@ -11,6 +11,7 @@
 #include "runtime/lua_emit.h"
 #include "runtime/lua_json.h"
 #include "runtime/pack_host.h"
+#include "runtime/reserved_names.h"
 #include "runtime/runtime_services.h"
 
 namespace forktrial::runtime {
@@ -20,6 +21,14 @@ using nlohmann::json;
 namespace {
 
 constexpr const char* kGraphMeta = "forktrial.graph";
+
+// The actor of a graph change: the behavior's canonical name, or, for the
+// scenario, activegraph's default for its graph builders ("system"), which
+// is what its trial child writes when a scenario calls them. Events the
+// scenario emits keep the scenario's own actor.
+std::string graph_actor(const Origin& origin) {
+  return origin.actor == kScenarioActor ? kSystemActor : origin.actor;
+}
 
 struct GraphHandle {
   PackHost* host;
@@ -133,7 +142,7 @@ int graph_add_object(lua_State* L) {
   check_declared(L, *self.host, self.host->registered.object_types, "object type", type, what);
   json data = object_argument(L, 3, what + " data");
   const std::string id = minted(L, rt.ids().next_object(type), what);
-  const std::string actor = rt.origin().actor;
+  const std::string actor = graph_actor(rt.origin());
   append_or_raise(L, rt, what, "object.created",
                   object_created(id, type, std::move(data), rt.stamp(actor)), actor);
   ++rt.counters().objects_created;
@@ -189,7 +198,7 @@ int graph_patch_object(lua_State* L) {
   PatchOptions options = patch_options(L, 4, target.what);
   RuntimeServices& rt = target.rt;
   const std::string patch_id = minted(L, rt.ids().next_patch(), target.what);
-  const std::string actor = rt.origin().actor;
+  const std::string actor = graph_actor(rt.origin());
   append_or_raise(
       L, rt, target.what, "patch.applied",
       patch_applied_directly(patch_id, *rt.graph().object(target.id), std::move(updates),
@@ -211,7 +220,7 @@ int graph_propose_patch(lua_State* L) {
   json value = object_argument(L, 4, target.what + " value");
   PatchOptions options = patch_options(L, 5, target.what);
   const std::string patch_id = minted(L, rt.ids().next_patch(), target.what);
-  const std::string actor = rt.origin().actor;
+  const std::string actor = graph_actor(rt.origin());
   append_or_raise(
       L, rt, target.what, "patch.proposed",
       patch_proposed(patch_id, target.id, rt.graph().object(target.id), op, std::move(value),
@@ -245,7 +254,7 @@ int graph_apply_patch(lua_State* L) {
   const GraphPatch patch = proposed_patch(L, self, rt, id, what);
   const GraphObject* target = rt.graph().object(patch.target);
   const json current = target == nullptr ? json(0) : json(target->version);
-  const std::string actor = rt.origin().actor;
+  const std::string actor = graph_actor(rt.origin());
   if (current != patch.expected_version) {
     append_or_raise(L, rt, what, "patch.rejected",
                     patch_rejected(patch, target, version_mismatch_reason(patch, target)), actor);
@@ -267,14 +276,14 @@ int graph_reject_patch(lua_State* L) {
   const GraphPatch patch = proposed_patch(L, self, rt, id, what);
   append_or_raise(L, rt, what, "patch.rejected",
                   patch_rejected(patch, rt.graph().object(patch.target), reason),
-                  rt.origin().actor);
+                  graph_actor(rt.origin()));
   return 0;
 }
 
 int graph_remove_object(lua_State* L) {
   OwnObject target = own_object(L, "remove_object");
   append_or_raise(L, target.rt, target.what, "object.removed", removed(target.id),
-                  target.rt.origin().actor);
+                  graph_actor(target.rt.origin()));
   return 0;
 }
 
@@ -288,7 +297,7 @@ int graph_add_relation(lua_State* L) {
   check_declared(L, *self.host, self.host->registered.relation_types, "relation type", type, what);
   json data = object_argument(L, 5, what + " data");
   const std::string id = minted(L, rt.ids().next_relation(), what);
-  const std::string actor = rt.origin().actor;
+  const std::string actor = graph_actor(rt.origin());
   append_or_raise(L, rt, what, "relation.created",
                   relation_created(id, source, target, type, std::move(data), rt.stamp(actor)),
                   actor);
@@ -307,7 +316,7 @@ int graph_remove_relation(lua_State* L) {
   }
   check_declared(L, *self.host, self.host->registered.relation_types, "relation type",
                  relation->type, what);
-  append_or_raise(L, rt, what, "relation.removed", removed(id), rt.origin().actor);
+  append_or_raise(L, rt, what, "relation.removed", removed(id), graph_actor(rt.origin()));
   return 0;
 }
 

@@ -35,6 +35,9 @@ inline constexpr const char* kRuntimeActor = "runtime";
 inline constexpr const char* kScenarioActor = "scenario";
 // The actor of goal.created from rt:run_goal, as activegraph's run_goal has it.
 inline constexpr const char* kUserActor = "user";
+// The actor of graph changes a scenario makes: activegraph's graph builders
+// (add_object, patch_object, ...) default to it.
+inline constexpr const char* kSystemActor = "system";
 
 // "trial.*": records of the trial's parent process.
 bool is_parent_type(std::string_view type);

@@ -186,3 +186,35 @@ TEST_CASE("chat_echo replays recorded chat messages in their original order",
   REQUIRE(created[0].caused_by == replayed[0].id);
   REQUIRE(created[0].actor == "chat_echo.echo");
 }
+
+TEST_CASE("graph changes a scenario makes act as system, its emits as scenario",
+          "[runtime][scenario]") {
+  TempDir dir;
+  auto r = make_runtime();
+  const auto root = candidate(dir);
+  dir.write("p/scenarios/graph.lua", R"(
+function main(rt)
+  local n = rt.graph:add_object("note", { goal = "g" })
+  rt.graph:patch_object(n, { goal = "h" })
+  local p = rt.graph:propose_patch(n, "update", { goal = "i" })
+  rt.graph:apply_patch(p)
+  rt.graph:remove_object(n)
+  rt:emit{ type = "ping" }
+end
+)");
+  load_or_fail(*r, root);
+  REQUIRE(r->rt->run_scenario("scenarios/graph.lua").outcome == Outcome::completed);
+  // activegraph's graph builders default to actor "system"; its trial child
+  // writes a scenario's graph calls with it.
+  for (const char* type : {"object.created", "patch.applied", "patch.proposed", "object.removed"}) {
+    INFO(type);
+    for (const auto& event : r->of_type(type)) REQUIRE(event.actor == "system");
+  }
+  REQUIRE(r->of_type("patch.applied").size() == 2);
+  const json created = payload_of(r->of_type("object.created")[0]);
+  REQUIRE(created["object"]["provenance"]["created_by"] == "system");
+  const json proposed = payload_of(r->of_type("patch.proposed")[0]);
+  REQUIRE(proposed["patch"]["proposed_by"] == "system");
+  REQUIRE(payload_of(r->of_type("patch.applied")[1])["approved_by"] == "system");
+  REQUIRE(r->of_type("ping")[0].actor == "scenario");
+}
