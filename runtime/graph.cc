@@ -5,7 +5,7 @@
 namespace forktrial::runtime {
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 // `where` names the JSON object the field is read from ("payload",
 // "payload.object", ...), so an error points at the exact field.

@@ -44,9 +44,9 @@ namespace forktrial::runtime {
 struct GraphObject {
   std::string id;
   std::string type;
-  nlohmann::json data = nlohmann::json::object();
+  nlohmann::ordered_json data = nlohmann::ordered_json::object();
   std::int64_t version = 1;
-  nlohmann::json provenance = nlohmann::json::object();
+  nlohmann::ordered_json provenance = nlohmann::ordered_json::object();
 };
 
 struct GraphRelation {
@@ -54,8 +54,8 @@ struct GraphRelation {
   std::string source;
   std::string target;
   std::string type;
-  nlohmann::json data = nlohmann::json::object();
-  nlohmann::json provenance = nlohmann::json::object();
+  nlohmann::ordered_json data = nlohmann::ordered_json::object();
+  nlohmann::ordered_json provenance = nlohmann::ordered_json::object();
 };
 
 // A patch as activegraph's Patch.to_dict() lays it out.
@@ -63,18 +63,18 @@ struct GraphPatch {
   std::string id;
   std::string target;
   std::string op;  // "update" or "replace"
-  nlohmann::json value = nlohmann::json::object();
-  nlohmann::json expected_version = 0;
-  nlohmann::json proposed_by;
-  nlohmann::json rationale;  // null when none
-  nlohmann::json evidence = nlohmann::json::array();
-  std::string status = "proposed";  // proposed | applied | rejected
-  nlohmann::json rejection_reason;  // null unless rejected
-  nlohmann::json provenance = nlohmann::json::object();
+  nlohmann::ordered_json value = nlohmann::ordered_json::object();
+  nlohmann::ordered_json expected_version = 0;
+  nlohmann::ordered_json proposed_by;
+  nlohmann::ordered_json rationale;  // null when none
+  nlohmann::ordered_json evidence = nlohmann::ordered_json::array();
+  std::string status = "proposed";          // proposed | applied | rejected
+  nlohmann::ordered_json rejection_reason;  // null unless rejected
+  nlohmann::ordered_json provenance = nlohmann::ordered_json::object();
 
   // {id, target, op, value, expected_version, proposed_by, rationale,
   //  evidence, status, rejection_reason, provenance}
-  nlohmann::json to_json() const;
+  nlohmann::ordered_json to_json() const;
 };
 
 class Graph {
@@ -84,7 +84,7 @@ class Graph {
 
   // Applies one event. Errors say which field is wrong.
   std::expected<void, std::string> apply(std::string_view event_type,
-                                         const nlohmann::json& payload);
+                                         const nlohmann::ordered_json& payload);
 
   const GraphObject* object(std::string_view id) const;
   const GraphRelation* relation(std::string_view id) const;
@@ -103,7 +103,7 @@ class Graph {
   // The whole state as JSON, for comparisons:
   // {"objects": [...], "relations": [...], "patches": [...]}, each in the
   // order above, each item as activegraph's to_dict() lays it out.
-  nlohmann::json to_json() const;
+  nlohmann::ordered_json to_json() const;
 
  private:
   // Items keyed by id, with the order of first insertion kept the way a
@@ -119,7 +119,7 @@ class Graph {
   };
 
   std::expected<void, std::string> apply_patch_event(std::string_view event_type,
-                                                     const nlohmann::json& payload);
+                                                     const nlohmann::ordered_json& payload);
 
   Table<GraphObject> objects_;
   Table<GraphRelation> relations_;

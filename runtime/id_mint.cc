@@ -9,7 +9,7 @@
 namespace forktrial::runtime {
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 std::optional<std::uint64_t> digits(std::string_view text) {
   if (text.empty()) return std::nullopt;

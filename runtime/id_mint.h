@@ -30,7 +30,8 @@ namespace forktrial::runtime {
 class IdMint {
  public:
   // Advances the counters past what one event of the history holds.
-  void note(std::string_view event_id, std::string_view event_type, const nlohmann::json& payload);
+  void note(std::string_view event_id, std::string_view event_type,
+            const nlohmann::ordered_json& payload);
 
   std::expected<std::string, std::string> next_object(std::string_view type);
   std::expected<std::string, std::string> next_relation();

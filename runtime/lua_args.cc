@@ -10,7 +10,7 @@
 
 namespace forktrial::runtime {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 void raise(lua_State* L, const std::string& message) {
   luaL_where(L, 1);

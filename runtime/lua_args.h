@@ -49,7 +49,7 @@ std::optional<std::string> string_field(lua_State* L, int table, const char* key
 // nil). Raises when it is not a table, when the conversion fails
 // (runtime/lua_json.h; past its limits that is memory that ran out) and when
 // the table is a list.
-nlohmann::json object_argument(lua_State* L, int index, const std::string& what);
+nlohmann::ordered_json object_argument(lua_State* L, int index, const std::string& what);
 
 // Raises unless `value`, the event text field `field`, is plain text of at
 // most `limit` bytes: the store's rule (store/event.h), checked here so that

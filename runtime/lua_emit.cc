@@ -10,7 +10,7 @@
 
 namespace forktrial::runtime {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 void refuse_when_stopped(lua_State* L, const RuntimeServices& rt, const std::string& what) {
   if (auto refusal = rt.refusal()) raise(L, what + ": " + *refusal);

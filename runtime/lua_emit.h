@@ -24,7 +24,7 @@ void refuse_when_stopped(lua_State* L, const RuntimeServices& rt, const std::str
 // Appends the event as the current origin with `actor`; returns its id, or
 // raises "<what>: <why nothing was appended>".
 std::string append_or_raise(lua_State* L, RuntimeServices& rt, const std::string& what,
-                            const std::string& type, const nlohmann::json& payload,
+                            const std::string& type, const nlohmann::ordered_json& payload,
                             std::string actor);
 
 // Reads the emit spec table at `spec` and appends its event as the current

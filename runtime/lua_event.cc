@@ -7,7 +7,7 @@
 
 namespace forktrial::runtime {
 
-void push_event(lua_State* L, const store::Event& event, const nlohmann::json& payload) {
+void push_event(lua_State* L, const store::Event& event, const nlohmann::ordered_json& payload) {
   lua_createtable(L, 0, 7);
   const int table = lua_gettop(L);
   set_string(L, table, "id", event.id.str());

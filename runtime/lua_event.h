@@ -16,6 +16,6 @@ struct lua_State;
 namespace forktrial::runtime {
 
 // Pushes the table for `event`, whose parsed payload is `payload`.
-void push_event(lua_State* L, const store::Event& event, const nlohmann::json& payload);
+void push_event(lua_State* L, const store::Event& event, const nlohmann::ordered_json& payload);
 
 }  // namespace forktrial::runtime

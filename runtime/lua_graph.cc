@@ -16,7 +16,7 @@
 
 namespace forktrial::runtime {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 namespace {
 

@@ -12,7 +12,7 @@
 namespace forktrial::runtime {
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 // One step from the converted value down to the value being converted, kept
 // on the C++ stack; the path is rendered only for an error.

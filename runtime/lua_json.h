@@ -49,8 +49,9 @@ inline constexpr std::size_t kMaxJsonValues = 100'000;
 // ... and at most this many bytes of strings and object keys.
 inline constexpr std::size_t kMaxJsonBytes = std::size_t{16} << 20;
 
-void push_json(lua_State* L, const nlohmann::json& value);
+void push_json(lua_State* L, const nlohmann::ordered_json& value);
 
-std::expected<nlohmann::json, std::string> to_json(lua_State* L, int index, std::string_view where);
+std::expected<nlohmann::ordered_json, std::string> to_json(lua_State* L, int index,
+                                                           std::string_view where);
 
 }  // namespace forktrial::runtime

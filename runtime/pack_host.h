@@ -22,7 +22,7 @@ struct BehaviorDef {
   std::vector<std::string> on;  // event types, exact match
   int run_ref = 0;              // the run function, in the state's registry
   bool llm = false;
-  nlohmann::json where;  // a payload filter (runtime/where.h); null = none
+  nlohmann::ordered_json where;  // a payload filter (runtime/where.h); null = none
 };
 
 struct PackHost {
@@ -40,7 +40,7 @@ struct PackHost {
   std::string name;
   std::string version;
   pack::Surface registered;
-  nlohmann::json settings = nlohmann::json::object();
+  nlohmann::ordered_json settings = nlohmann::ordered_json::object();
   std::vector<BehaviorDef> behaviors;
   int pack_ref = 0;  // the pack table, in the registry
 

@@ -22,7 +22,7 @@
 
 namespace forktrial::runtime {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 namespace {
 

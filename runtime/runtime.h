@@ -181,7 +181,7 @@ class Runtime final : private RuntimeServices {
   // stamps id and time, hands it to the sink, queues it unless it is a
   // behavior.* or runtime.* event.
   std::expected<store::EventId, std::string> append(const std::string& type,
-                                                    const nlohmann::json& payload,
+                                                    const nlohmann::ordered_json& payload,
                                                     std::optional<std::string> actor,
                                                     std::optional<store::EventId> caused_by);
   store::EventId next_event_id();
@@ -191,7 +191,7 @@ class Runtime final : private RuntimeServices {
   // activegraph's Budget.remaining() for max_events: used < max.
   bool budget_remaining() const;
   // activegraph's Budget.snapshot(): {used, limits, cost_used_usd, cost_limit_usd}.
-  nlohmann::json budget_snapshot() const;
+  nlohmann::ordered_json budget_snapshot() const;
   Drain run_until_idle();
   void run_behavior(PackHost& pack, std::size_t behavior, std::size_t event_index);
   // Memory ran out, the write budget ran out or the sink failed: no more Lua
@@ -207,7 +207,9 @@ class Runtime final : private RuntimeServices {
 
   // RuntimeServices, for the Lua bindings (graph() and events() are public).
   const store::RunId& run_id() const override { return config_.run_id; }
-  const nlohmann::json& payload(std::size_t index) const override { return payloads_[index]; }
+  const nlohmann::ordered_json& payload(std::size_t index) const override {
+    return payloads_[index];
+  }
   const Origin& origin() const override { return origin_; }
   Stamp stamp(std::string actor) const override;
   bool is_loaded_pack(std::string_view name) const override;
@@ -216,7 +218,7 @@ class Runtime final : private RuntimeServices {
   std::optional<std::string> refusal() const override;
   std::optional<std::string> missing_llm_provider() const override;
   std::expected<store::EventId, std::string> append_as_origin(const std::string& type,
-                                                              const nlohmann::json& payload,
+                                                              const nlohmann::ordered_json& payload,
                                                               std::string actor) override;
   bool drain() override;
   void log_line(std::string_view origin, std::string_view message) override;
@@ -227,7 +229,7 @@ class Runtime final : private RuntimeServices {
   LuaHost host_;  // before packs_: every pack's state is closed before it
 
   std::vector<store::Event> events_;
-  std::vector<nlohmann::json> payloads_;  // events_[i].payload, parsed
+  std::vector<nlohmann::ordered_json> payloads_;  // events_[i].payload, parsed
   std::size_t history_size_ = 0;
   std::unordered_set<std::string> used_event_ids_;
   IdMint ids_;

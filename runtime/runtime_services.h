@@ -67,7 +67,7 @@ class RuntimeServices {
   // The whole history, oldest first: the fork's events, then the new ones.
   virtual const std::vector<store::Event>& events() const = 0;
   // The parsed payload of events()[index]; `index` must be below its size.
-  virtual const nlohmann::json& payload(std::size_t index) const = 0;
+  virtual const nlohmann::ordered_json& payload(std::size_t index) const = 0;
   // Who acts right now (see Origin).
   virtual const Origin& origin() const = 0;
   // Whether a pack of this name is loaded.
@@ -106,9 +106,8 @@ class RuntimeServices {
   // and time, handed to the sink, queued for dispatch. The error says why
   // nothing was appended: the graph refused the payload, the write budget ran
   // out (the runtime then stops), the sink failed now or before.
-  virtual std::expected<store::EventId, std::string> append_as_origin(const std::string& type,
-                                                                      const nlohmann::json& payload,
-                                                                      std::string actor) = 0;
+  virtual std::expected<store::EventId, std::string> append_as_origin(
+      const std::string& type, const nlohmann::ordered_json& payload, std::string actor) = 0;
 
   // Dispatches queued events until the queue is empty, the event budget runs
   // out or the runtime stops (see Runtime). Returns false, and does nothing,

@@ -6,7 +6,7 @@
 namespace forktrial::runtime {
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 constexpr std::array<std::string_view, 8> kOps = {">", "<", ">=", "<=", "==", "!=", "in", "not in"};
 

@@ -23,9 +23,9 @@ namespace forktrial::runtime {
 
 // Why `where` is not a filter (not an object, or an op outside the list);
 // nullopt when it is.
-std::optional<std::string> where_problem(const nlohmann::json& where);
+std::optional<std::string> where_problem(const nlohmann::ordered_json& where);
 
 // Whether every clause of `where` (checked by where_problem) holds on `payload`.
-bool where_holds(const nlohmann::json& where, const nlohmann::json& payload);
+bool where_holds(const nlohmann::ordered_json& where, const nlohmann::ordered_json& payload);
 
 }  // namespace forktrial::runtime

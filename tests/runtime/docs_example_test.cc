@@ -57,7 +57,7 @@ TEST_CASE("the pack authoring guide's example pack runs as described", "[runtime
   REQUIRE(graph.relations("duplicate_of").size() == 1);
   REQUIRE(graph.relations("duplicate_of")[0]->source == "bug#3");
   REQUIRE(graph.relations("duplicate_of")[0]->target == "bug#1");
-  REQUIRE(graph.object("bug#1")->data ==
+  REQUIRE(json(graph.object("bug#1")->data) ==
           json{{"title", "Crash on save"}, {"open", false}, {"fixed_by", "abc123"}});
   const auto failed = r->of_type("behavior.failed");
   REQUIRE(failed.size() == 1);
