@@ -52,6 +52,9 @@ std::optional<std::string> reserved_actor(std::string_view actor, std::string_vi
   if (actor == kScenarioActor && !scenario) {
     return named + "it names the scenario of the trial, and only the scenario may use it";
   }
+  if (actor == kSystemActor && !scenario) {
+    return named + "it writes the scenario's graph changes, and only the scenario may use it";
+  }
   if (is_forktrial_actor(actor)) {
     return named + "actors starting with \"forktrial\" name forktrial itself";
   }

@@ -10,8 +10,9 @@
 //     trial.wall_clock_exhausted);
 //   - "forktrial.*", kept for forktrial's own records.
 // Reserved actors:
-//   - "runtime" (pack.loaded, behavior.failed, runtime.*) and "scenario"
-//     (the scenario's default actor, which only the scenario may use);
+//   - "runtime" (pack.loaded, behavior.failed, runtime.*), "scenario"
+//     (the scenario's default actor) and "system" (the actor of the
+//     scenario's graph changes), the last two only the scenario may use;
 //   - anything starting with "forktrial" (e.g. "forktrial.parent");
 //   - "<pack>/<behavior>" (any actor with a '/') naming a pack other than
 //     the one emitting, and "<pack>.<behavior>" (the canonical name behaviors

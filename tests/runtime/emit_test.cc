@@ -194,8 +194,9 @@ TEST_CASE("a candidate cannot act as the runtime, the scenario, forktrial or ano
                              attempt("{ type = 'x', actor = 'trial.replay' }") +
                              attempt("{ type = 'x', actor = 'user' }") +
                              attempt("{ type = 'x', actor = 'alpha.relay' }");
-  Emitters e(common + attempt("{ type = 'x', actor = 'scenario' }"));
-  e.each(11, [](const std::vector<std::string>& outcomes, const std::string& call) {
+  Emitters e(common + attempt("{ type = 'x', actor = 'scenario' }") +
+             attempt("{ type = 'x', actor = 'system' }"));
+  e.each(12, [](const std::vector<std::string>& outcomes, const std::string& call) {
     check_refused(outcomes[0], call,
                   "actor \"runtime\" is reserved: it names the runtime, which writes "
                   "pack.loaded, behavior.failed and runtime.* events");
@@ -220,10 +221,15 @@ TEST_CASE("a candidate cannot act as the runtime, the scenario, forktrial or ano
   check_refused(e.outcomes("beta.probe")[10], "graph:emit",
                 "actor \"scenario\" is reserved: it names the scenario of the trial, and "
                 "only the scenario may use it");
+  // Nor as the actor of the scenario's graph changes.
+  CHECK(e.outcomes("scenario")[11] == "accepted");
+  check_refused(e.outcomes("beta.probe")[11], "graph:emit",
+                "actor \"system\" is reserved: it writes the scenario's graph changes, and "
+                "only the scenario may use it");
   std::vector<std::string> actors;
   for (const auto& event : e.r->of_type("x")) actors.push_back(*event.actor);
   CHECK(actors == std::vector<std::string>{"beta/anything", "trial.replay", "user", "scenario",
-                                           "beta/anything", "trial.replay", "user"});
+                                           "system", "beta/anything", "trial.replay", "user"});
 }
 
 TEST_CASE("a behavior name that cannot be an actor fails the load", "[runtime][emit]") {
