@@ -146,7 +146,8 @@ std::vector<std::string_view> split_lines(std::string_view text) {
   return lines;
 }
 
-std::optional<std::string> plain_text_problem(std::string_view text, std::size_t max_bytes) {
+std::optional<std::string> plain_text_problem(std::string_view text, std::size_t max_bytes,
+                                              LineBreaks breaks) {
   if (text.size() > max_bytes) {
     return "is " + std::to_string(text.size()) + " bytes long; the limit is " +
            std::to_string(max_bytes);
@@ -159,7 +160,8 @@ std::optional<std::string> plain_text_problem(std::string_view text, std::size_t
       append_hex(problem, "0x%02X", static_cast<unsigned char>(text[offset]));
       return problem + " at offset " + std::to_string(offset) + ")";
     }
-    if (is_control(point.value)) {
+    const bool line_break = point.value == '\t' || point.value == '\n' || point.value == '\r';
+    if (is_control(point.value) && !(line_break && breaks == LineBreaks::allowed)) {
       std::string problem = "contains the control character ";
       append_hex(problem, "U+%04X", static_cast<unsigned>(point.value));
       return problem + " at offset " + std::to_string(offset);
@@ -175,8 +177,8 @@ std::string quoted_excerpt(std::string_view text) {
 }
 
 std::optional<std::string> named_text_problem(std::string_view name, std::string_view text,
-                                              std::size_t max_bytes) {
-  auto problem = plain_text_problem(text, max_bytes);
+                                              std::size_t max_bytes, LineBreaks breaks) {
+  auto problem = plain_text_problem(text, max_bytes, breaks);
   if (!problem) return std::nullopt;
   return std::string(name) + " " + quoted_excerpt(text) + " " + *problem;
 }

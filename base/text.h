@@ -92,7 +92,11 @@ std::vector<std::string_view> split_lines(std::string_view text);
 // offset 3)", "contains the control character U+001B at offset 0". The
 // length is checked first, so a huge value is never scanned. nullopt when
 // `text` is plain.
-std::optional<std::string> plain_text_problem(std::string_view text, std::size_t max_bytes);
+// With LineBreaks::allowed, tab, line feed and carriage return are allowed
+// too (prose such as a run's goal, which the user wrote over several lines).
+enum class LineBreaks { refused, allowed };
+std::optional<std::string> plain_text_problem(std::string_view text, std::size_t max_bytes,
+                                              LineBreaks breaks = LineBreaks::refused);
 
 // `text` quoted for an error message: its first 40 bytes (at a code-point
 // boundary) passed through escape_controls, then "..." if anything was left
@@ -103,6 +107,7 @@ std::string quoted_excerpt(std::string_view text);
 // value's quoted_excerpt and the problem, e.g. `field "actor" "\x1b[2J"
 // contains the control character U+001B at offset 0`.
 std::optional<std::string> named_text_problem(std::string_view name, std::string_view text,
-                                              std::size_t max_bytes);
+                                              std::size_t max_bytes,
+                                              LineBreaks breaks = LineBreaks::refused);
 
 }  // namespace forktrial

@@ -72,7 +72,9 @@ std::optional<TextProblem> run_text_problem(const NewRun& run) {
     }
   }
   if (run.goal) {
-    if (auto problem = text_field_problem("goal", *run.goal, kMaxRunGoalBytes, false)) {
+    // A goal is prose a user wrote, often over several lines.
+    if (auto problem =
+            named_text_problem("goal", *run.goal, kMaxRunGoalBytes, LineBreaks::allowed)) {
       return TextProblem{"goal", std::move(*problem)};
     }
   }

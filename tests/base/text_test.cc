@@ -127,6 +127,17 @@ TEST_CASE("plain text problems name the length, the bad byte or the control char
   CHECK(plain_text_problem(std::string(100, '\xFF'), 10) == "is 100 bytes long; the limit is 10");
 }
 
+TEST_CASE("prose may hold tabs and line breaks, and no other control character", "[base][text]") {
+  CHECK(plain_text_problem("a\tb\r\nc", 64) == "contains the control character U+0009 at offset 1");
+  CHECK_FALSE(plain_text_problem("a\tb\r\nc", 64, LineBreaks::allowed).has_value());
+  CHECK(plain_text_problem("a\nb\x1b[2J", 64, LineBreaks::allowed) ==
+        "contains the control character U+001B at offset 3");
+  CHECK(plain_text_problem("\n\xC2\x9B", 64, LineBreaks::allowed) ==
+        "contains the control character U+009B at offset 1");
+  CHECK(plain_text_problem("a\x0b", 64, LineBreaks::allowed) ==
+        "contains the control character U+000B at offset 1");
+}
+
 TEST_CASE("excerpts are short, escaped and quoted", "[base][text]") {
   CHECK(quoted_excerpt("evt_1") == "\"evt_1\"");
   CHECK(quoted_excerpt("a\x1b[2J") == "\"a\\x1b[2J\"");

@@ -291,6 +291,23 @@ TEST_CASE("run ids, labels and creation times follow the text rules of events", 
         "r\xc3\xa9sum\xc3\xa9 \xe2\x9c\x93");
 }
 
+TEST_CASE("a run goal may span lines but holds no other control character", "[store]") {
+  forktrial::testing::TempDir dir;
+  EventStore store(dir.path() / "s", fixed_options());
+  // activegraph's goals are what a user typed, line breaks and tabs included.
+  const std::string goal = "Plan the week.\r\nThen:\n\t- report";
+  RunInfo run = must(store.create_run({.goal = goal}));
+  CHECK(run.goal == goal);
+  CHECK(store.snapshot().run(run.id)->goal == goal);
+  auto refused = store.create_run({.goal = std::string("Plan\x1b[2J")});
+  REQUIRE_FALSE(refused);
+  CHECK(refused.error().kind == Refused::invalid_input);
+  CHECK_THAT(refused.error().message,
+             Catch::Contains("goal \"Plan\\x1b[2J\" contains the control character U+001B"));
+  // A label stays one line.
+  CHECK_FALSE(store.create_run({.label = "two\nlines"}));
+}
+
 TEST_CASE("a fork of a fork of a fork reads exactly its lineage", "[store][lineage]") {
   forktrial::testing::TempDir dir;
   EventStore store(dir.path() / "s", fixed_options());
