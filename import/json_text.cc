@@ -2,46 +2,20 @@
 
 #include <cstdint>
 
+#include "base/text.h"
 #include "store/payload.h"
 
 namespace forktrial::import::json_text {
 
 namespace {
 
-// One code point of strict UTF-8 at text[pos], advancing pos; nullopt (pos
-// unchanged) for a malformed sequence.
-std::optional<char32_t> decode_utf8(std::string_view text, std::size_t& pos) {
-  const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(text[i]); };
-  const unsigned char lead = byte(pos);
-  if (lead < 0x80) return text[pos++];
-  std::size_t length = 0;
-  char32_t cp = 0;
-  unsigned char low = 0x80;
-  unsigned char high = 0xBF;
-  if (lead >= 0xC2 && lead <= 0xDF) {
-    length = 2;
-    cp = lead & 0x1F;
-  } else if (lead >= 0xE0 && lead <= 0xEF) {
-    length = 3;
-    cp = lead & 0x0F;
-    if (lead == 0xE0) low = 0xA0;   // overlong
-    if (lead == 0xED) high = 0x9F;  // surrogates
-  } else if (lead >= 0xF0 && lead <= 0xF4) {
-    length = 4;
-    cp = lead & 0x07;
-    if (lead == 0xF0) low = 0x90;   // overlong
-    if (lead == 0xF4) high = 0x8F;  // beyond U+10FFFF
-  } else {
-    return std::nullopt;
-  }
-  if (pos + length > text.size()) return std::nullopt;
-  for (std::size_t i = 1; i < length; ++i) {
-    const unsigned char c = byte(pos + i);
-    if (c < (i == 1 ? low : 0x80) || c > (i == 1 ? high : 0xBF)) return std::nullopt;
-    cp = (cp << 6) | (c & 0x3F);
-  }
-  pos += length;
-  return cp;
+// One code point of strict UTF-8 at text[pos] (base/text.h's walk),
+// advancing pos; nullopt (pos unchanged) for a malformed sequence.
+std::optional<char32_t> next_code_point(std::string_view text, std::size_t& pos) {
+  const CodePoint point = decode_utf8(text.substr(pos));
+  if (point.value < 0) return std::nullopt;
+  pos += point.size;
+  return static_cast<char32_t>(point.value);
 }
 
 void append_utf8(std::string& out, char32_t cp) {
@@ -317,7 +291,7 @@ class Scanner {
             return fail("an unknown escape");
         }
       } else {
-        auto decoded_cp = decode_utf8(text_, pos_);
+        auto decoded_cp = next_code_point(text_, pos_);
         if (!decoded_cp) return fail("text that is not valid UTF-8");
         cp = *decoded_cp;
       }
@@ -350,7 +324,7 @@ class Scanner {
       skip_space();
       std::string step = "[\"";
       for (std::size_t i = 0; i < key.size();) {
-        auto cp = decode_utf8(key, i);
+        auto cp = next_code_point(key, i);
         append_python_escaped(step, *cp);  // key was decoded from valid text
       }
       step += "\"]";
@@ -475,7 +449,7 @@ bool append_python_json(std::string& out, std::string_view value) {
 void append_python_string(std::string& out, std::string_view text) {
   out += '"';
   for (std::size_t pos = 0; pos < text.size();) {
-    auto cp = decode_utf8(text, pos);
+    auto cp = next_code_point(text, pos);
     if (!cp) {
       ++pos;
       cp = U'\uFFFD';

@@ -326,8 +326,8 @@ std::expected<TreeHashes, WalkViolations> hash_tree(const std::filesystem::path&
       seen += static_cast<std::uint64_t>(n);
       if (seen > size) break;
       feed(buffer.get(), static_cast<std::size_t>(n));
-      if (kept != nullptr) kept->append(reinterpret_cast<const char*>(buffer.get()),
-                                        static_cast<std::size_t>(n));
+      if (kept != nullptr)
+        kept->append(reinterpret_cast<const char*>(buffer.get()), static_cast<std::size_t>(n));
     }
     if (late.empty() && seen != size) {
       late.push_back({file.path, WalkRule::unreadable,

@@ -7,8 +7,8 @@
 #pragma once
 
 #include <compare>
-#include <cstdint>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <string_view>

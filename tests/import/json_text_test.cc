@@ -54,6 +54,10 @@ TEST_CASE("each kind of malformed payload is refused naming what is wrong", "[im
         "not valid JSON: text that is not valid UTF-8 at byte 10");
   CHECK(payload_problem("{\"a\": \"\xed\xa0\x80\"}") ==
         "not valid JSON: text that is not valid UTF-8 at byte 7");
+  CHECK(payload_problem("{\"a\": \"\xc0\xaf\"}") ==
+        "not valid JSON: text that is not valid UTF-8 at byte 7");
+  CHECK(payload_problem("{\"a\": \"\xf4\x90\x80\x80\"}") ==
+        "not valid JSON: text that is not valid UTF-8 at byte 7");
   CHECK(payload_problem(R"({"a": "\ud800"})") ==
         "not valid JSON: an unpaired surrogate escape at byte 13");
   CHECK(payload_problem(R"({"a": "\x"})") == "not valid JSON: an unknown escape at byte 8");
