@@ -199,4 +199,71 @@ std::string to_line(const EventView& event) {
   return line;
 }
 
+namespace {
+
+store::EventView view_of(const store::NewEvent& e) {
+  auto optional = [](const std::optional<std::string>& v) -> std::optional<std::string_view> {
+    if (!v) return std::nullopt;
+    return std::string_view(*v);
+  };
+  std::optional<std::string_view> caused_by;
+  if (e.caused_by) caused_by = e.caused_by->str();
+  return store::EventView{e.id.str(),           e.type,   e.payload, e.timestamp, optional(e.actor),
+                          optional(e.frame_id), caused_by};
+}
+
+}  // namespace
+
+store::Result<store::RunInfo> import_fork(store::EventStore& store, const store::RunId& parent,
+                                          const store::EventId& at, const store::NewRun& fork,
+                                          std::vector<store::NewEvent> events) {
+  using store::Refusal;
+  using store::Refused;
+  return store.write([&](store::Writer& w) -> store::Result<store::RunInfo> {
+    auto parent_run = w.run(parent);
+    if (!parent_run) {
+      return std::unexpected(Refusal{Refused::unknown_run, "no run " + parent.str()});
+    }
+    auto fork_point = w.find_event(*parent_run, at);
+    if (!fork_point) {
+      return std::unexpected(
+          Refusal{Refused::unknown_event, "run " + parent.str() + " has no event " + at.str()});
+    }
+    std::size_t copied = 0;
+    std::optional<Refusal> differs;
+    w.for_each_event(*parent_run, 1, [&](const store::EventView& inherited) {
+      if (inherited.seq > fork_point->seq) return false;
+      if (copied == 0 && (events.empty() || events.front().id.str() != inherited.id)) {
+        return false;  // the fork's own events only
+      }
+      const std::string what =
+          "event " + std::string(inherited.id) + " (line " + std::to_string(copied + 1) + ")";
+      if (copied == events.size()) {
+        differs = Refusal{Refused::invalid_input,
+                          "the file ends inside the inherited prefix, before " + what +
+                              ", so it is not a fork of " + parent.str() + " at " + at.str()};
+        return false;
+      }
+      if (to_line(view_of(events[copied])) != to_line(inherited)) {
+        differs =
+            Refusal{Refused::invalid_input,
+                    "the file repeats the history of " + parent.str() + " up to " + at.str() +
+                        ", but " + what + " differs from the parent's " +
+                        std::string(inherited.id) + " (seq " + std::to_string(inherited.seq) + ")"};
+        return false;
+      }
+      ++copied;
+      return true;
+    });
+    if (differs) return std::unexpected(*differs);
+    auto created = w.fork(parent, at, fork);
+    if (!created) return created;
+    auto own = std::span<const store::NewEvent>(events).subspan(copied);
+    auto head = w.append(created->id, created->head, own);
+    if (!head) return std::unexpected(head.error());
+    created->head = *head;
+    return created;
+  });
+}
+
 }  // namespace forktrial::import::jsonl

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "store/event.h"
+#include "store/event_store.h"
 
 namespace forktrial::import::jsonl {
 
@@ -42,5 +43,18 @@ std::expected<std::vector<store::NewEvent>, LineError> parse_events(std::istream
 // not valid JSON; a text field that is not valid UTF-8 (only a store older
 // than the text rule can hold one) is written with U+FFFD.
 std::string to_line(const store::EventView& event);
+
+// Imports `events` as a new fork of `parent` at event `at`, in one
+// transaction. activegraph copies a fork's inherited prefix into the fork's
+// own rows, so the export of a fork starts with its parent's history up to
+// the fork point: when the first event has the id of the parent's first
+// event, the file must repeat that whole prefix (compared as exported lines,
+// so a payload's spelling may differ but not its value) and the copy is
+// dropped; otherwise `events` are the fork's own events. Refused, with
+// nothing written, when the parent or `at` is unknown or the repeated prefix
+// differs (the message names the first differing event).
+store::Result<store::RunInfo> import_fork(store::EventStore& store, const store::RunId& parent,
+                                          const store::EventId& at, const store::NewRun& fork,
+                                          std::vector<store::NewEvent> events);
 
 }  // namespace forktrial::import::jsonl

@@ -27,19 +27,22 @@ using json = nlohmann::ordered_json;
 namespace {
 
 // Records about the loop, and the runtime's own bookkeeping, are not work
-// for it: activegraph keeps these prefixes out of its queue (Runtime._on_event).
+// for it: activegraph keeps these prefixes, and context.read, out of its
+// queue (Runtime._on_event).
 bool is_dispatched(std::string_view type) {
-  for (std::string_view prefix :
-       {"behavior.", "relation_behavior.", "runtime.", "llm.", "tool.", "pattern.", "approval."}) {
+  for (std::string_view prefix : {"behavior.", "relation_behavior.", "runtime.", "llm.", "tool.",
+                                  "pattern.", "approval.", "dev.", "authority."}) {
     if (type.starts_with(prefix)) return false;
   }
-  return true;
+  return type != "context.read";
 }
 
-// What activegraph's _requeue_unfired skips: lifecycle records.
+// What activegraph's _requeue_unfired skips: lifecycle records and
+// context.read. (It re-queues llm.*, tool.* and the other records live
+// dispatch never queues; so does forktrial, to load a fork as it does.)
 bool is_lifecycle(std::string_view type) {
   return type.starts_with("behavior.") || type.starts_with("relation_behavior.") ||
-         type.starts_with("runtime.");
+         type.starts_with("runtime.") || type == "context.read";
 }
 
 // activegraph's Runtime._maybe_object_id: payload.object.id, when there is one.
@@ -59,25 +62,17 @@ std::vector<std::string> canonical_names(const std::string& pack,
   return out;
 }
 
+// pack.loaded's capabilities, as activegraph's loader records them: four keys
+// (a manifest's action_class is not among them).
 json capabilities_json(const std::vector<pack::Capability>& capabilities) {
   json out = json::array();
   for (const auto& capability : capabilities) {
     out.push_back({{"provider", capability.provider},
                    {"capability", capability.capability},
                    {"risk_class", capability.risk_class},
-                   {"credential_ref", capability.credential_ref},
-                   {"action_class", capability.action_class}});
+                   {"credential_ref", capability.credential_ref}});
   }
   return out;
-}
-
-json surface_json(const pack::Surface& surface) {
-  return {{"object_types", surface.object_types},
-          {"relation_types", surface.relation_types},
-          {"behaviors", surface.behaviors},
-          {"tools", surface.tools},
-          {"settings_schema", surface.settings_schema},
-          {"capabilities", capabilities_json(surface.capabilities)}};
 }
 
 std::string with_traceback(const LuaFailure& failure) {
@@ -552,8 +547,7 @@ std::expected<LoadedPack, LoadError> Runtime::load_pack(pack::PackFiles files, P
   for (std::size_t i = 0; i < loaded.behaviors.size(); ++i) subscriptions_.push_back({&loaded, i});
   if (role == PackRole::candidate) candidate_loaded_ = true;
 
-  // activegraph's layout (packs/loader.py _build_pack_loaded_payload), with
-  // forktrial's surface (capabilities, settings schema) as an extra key.
+  // activegraph's layout (packs/loader.py _build_pack_loaded_payload).
   auto event = append("pack.loaded",
                       json{{"name", loaded.name},
                            {"version", loaded.version},
@@ -565,7 +559,7 @@ std::expected<LoadedPack, LoadError> Runtime::load_pack(pack::PackFiles files, P
                            {"policies", json::array()},
                            {"prompts", json::object()},
                            {"settings", loaded.settings},
-                           {"surface", surface_json(loaded.registered)}},
+                           {"capabilities", capabilities_json(loaded.registered.capabilities)}},
                       kRuntimeActor, std::nullopt);
   if (sink_failure_) std::rethrow_exception(sink_failure_);
   return LoadedPack{loaded.name, loaded.version, *event};

@@ -1,5 +1,5 @@
-// `forktrial run ...`: create, list, inspect, fork, export and import runs of
-// the event store.
+// `forktrial run ...`: create, list, inspect, project, fork, export and import
+// runs of the event store.
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -11,7 +11,9 @@
 #include "base/text.h"
 #include "import/activegraph_sqlite.h"
 #include "import/jsonl.h"
+#include "runtime/graph.h"
 #include "store/event_store.h"
+#include "store/payload.h"
 #include "tools/cli_support.h"
 #include "tools/commands.h"
 #include "tools/store_access.h"
@@ -218,6 +220,96 @@ void add_show(CLI::App& run_app) {
   });
 }
 
+// A JSON value on one line, as a terminal shows it, cut to `width` bytes.
+std::string compact(const ordered_json& value, std::size_t width = 60) {
+  std::string text =
+      terminal_safe(value.dump(-1, ' ', false, ordered_json::error_handler_t::replace));
+  if (text.size() > width) text = text.substr(0, width - 3) + "...";
+  return text;
+}
+
+void add_graph(CLI::App& run_app) {
+  auto common = std::make_shared<Common>();
+  auto run_id = std::make_shared<std::string>();
+  auto at = std::make_shared<std::string>();
+  auto* cmd = run_app.add_subcommand(
+      "graph",
+      "Project a run's history (up to an event, or whole) into its graph: objects, relations "
+      "and patches, as activegraph's projector builds them");
+  add_common(cmd, *common,
+             "Print the state as JSON: {\"objects\", \"relations\", \"patches\"}, each item "
+             "as activegraph's to_dict() lays it out");
+  cmd->add_option("RUN", *run_id, "The run id")->required();
+  cmd->add_option("--at", *at, "Project up to and including this event (default: the whole run)");
+  cmd->footer(examples_footer({
+      "forktrial run graph run_chat",
+      "forktrial run graph run_chat --at evt_009 --json",
+  }));
+  cmd->callback([=] {
+    EventStore store = open_store(common->store, false);
+    auto snap = store.snapshot();
+    RunInfo run = require_run(snap, *run_id, common->store);
+    std::uint64_t last = run.head;
+    if (!at->empty()) {
+      auto event = snap.find_event(run, store::EventId(*at));
+      if (!event) {
+        throw CommandFailed("run " + *run_id + " has no event " + *at +
+                            "; list its events with `forktrial run events " + *run_id + "`");
+      }
+      last = event->seq;
+    }
+    runtime::Graph graph;
+    std::optional<std::string> problem;
+    snap.for_each_event(run, 1, [&](const store::EventView& e) {
+      if (e.seq > last) return false;
+      if (!runtime::Graph::changes_state(e.type)) return true;
+      const std::string where = "event " + std::string(e.id) + " (" + std::string(e.type) +
+                                ", seq " + std::to_string(e.seq) + ")";
+      if (auto deep = store::payload_depth_problem(e.payload)) {
+        problem = where + ": its payload is " + *deep;
+        return false;
+      }
+      auto payload = ordered_json::parse(e.payload, nullptr, false);
+      if (payload.is_discarded()) {
+        problem = where + ": its payload is not JSON";
+      } else if (auto applied = graph.apply(e.type, payload); !applied) {
+        problem = where + ": " + applied.error();
+      }
+      return !problem;
+    });
+    if (problem) {
+      throw CommandFailed("cannot project run " + *run_id + ": " + terminal_safe(*problem) +
+                          "; activegraph's projector would stop there too");
+    }
+    if (common->json) {
+      std::cout << json_text(graph.to_json()) << '\n';
+      return;
+    }
+    const auto objects = graph.objects();
+    std::printf("OBJECTS (%zu)\n", objects.size());
+    for (const auto* o : objects) {
+      std::printf("  %-16s %-12s v%-3lld %s\n", terminal_safe(o->id).c_str(),
+                  terminal_safe(o->type).c_str(), static_cast<long long>(o->version),
+                  compact(o->data).c_str());
+    }
+    const auto relations = graph.relations();
+    std::printf("RELATIONS (%zu)\n", relations.size());
+    for (const auto* r : relations) {
+      std::printf("  %-10s %s -%s-> %s\n", terminal_safe(r->id).c_str(),
+                  terminal_safe(r->source).c_str(), terminal_safe(r->type).c_str(),
+                  terminal_safe(r->target).c_str());
+    }
+    const auto patches = graph.patches();
+    std::printf("PATCHES (%zu)\n", patches.size());
+    for (const auto* p : patches) {
+      std::string status = terminal_safe(p->status);
+      if (p->rejection_reason.is_string()) status += ": " + compact(p->rejection_reason);
+      std::printf("  %-10s %-16s %-8s %s\n", terminal_safe(p->id).c_str(),
+                  terminal_safe(p->target).c_str(), terminal_safe(p->op).c_str(), status.c_str());
+    }
+  });
+}
+
 void add_events(CLI::App& run_app) {
   auto common = std::make_shared<Common>();
   auto run_id = std::make_shared<std::string>();
@@ -339,14 +431,24 @@ void add_import(CLI::App& run_app) {
   auto common = std::make_shared<Common>();
   auto input = std::make_shared<std::string>();
   auto spec = std::make_shared<NewRunOptions>();
+  auto fork_of = std::make_shared<std::string>();
+  auto at = std::make_shared<std::string>();
   auto* cmd = run_app.add_subcommand(
-      "import", "Import activegraph JSON Lines (one event per line) into a new run");
+      "import", "Import activegraph JSON Lines (one event per line) into a new run, or a fork");
   add_common(cmd, *common);
   cmd->add_option("FILE", *input, "The JSON Lines file, or - for stdin")->required();
   spec->add_to(cmd, "A label for the new run (default: the file name)",
                "The new run's id (default: generated)");
+  auto* parent = cmd->add_option("--fork-of", *fork_of,
+                                 "Import the file as a fork of this stored run (with --at). The "
+                                 "file may repeat the parent's history up to the fork point, as "
+                                 "activegraph's export of a fork does; it must then match it");
+  cmd->add_option("--at", *at, "The parent's event the fork branches after (with --fork-of)")
+      ->needs(parent);
+  parent->needs("--at");
   cmd->footer(examples_footer({
       "forktrial run import examples/runs/chat.jsonl --id run_chat",
+      "forktrial run import examples/runs/chat-whatif.jsonl --fork-of run_chat --at evt_009",
       "forktrial run export run_a | forktrial run import - --store other-store",
   }));
   cmd->callback([=] {
@@ -360,13 +462,16 @@ void add_import(CLI::App& run_app) {
     if (!events) {
       throw CommandFailed(*input + ": " + events.error().message + "; nothing was imported");
     }
-    EventStore store = open_store(common->store, true);
+    EventStore store = open_store(common->store, fork_of->empty());
     // The default label is the file name, which may be any bytes: a label is
     // plain text (store/event.h), so it is the name as a terminal shows it.
     const std::string label =
         *input == "-" ? "stdin" : terminal_safe(fs::path(*input).filename().string());
-    auto run = accepted(store.import_run(spec->spec(label), *events), "cannot import " + *input);
-    print_created(run, common->json);
+    auto run = fork_of->empty()
+                   ? store.import_run(spec->spec(label), *events)
+                   : import::jsonl::import_fork(store, RunId(*fork_of), store::EventId(*at),
+                                                spec->spec(label), std::move(*events));
+    print_created(accepted(std::move(run), "cannot import " + *input), common->json);
   });
 }
 
@@ -417,6 +522,7 @@ void add_run_command(CLI::App& app) {
   add_ls(*run_app);
   add_show(*run_app);
   add_events(*run_app);
+  add_graph(*run_app);
   add_fork(*run_app);
   add_export(*run_app);
   add_import(*run_app);

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "tests/runtime/runtime_test_support.h"
+#include "tests/support/ag_replay.h"
 
 using namespace forktrial::testing;
 using forktrial::Outcome;
@@ -20,7 +21,6 @@ namespace {
 
 const std::filesystem::path kData =
     std::filesystem::path(FORKTRIAL_SOURCE_DIR) / "tests" / "runtime" / "data";
-constexpr const char* kReplayer = FORKTRIAL_SOURCE_DIR "/tests/runtime/ag_replayer.py";
 
 // An activegraph export (one JSON event per line) as the store returns it.
 std::vector<forktrial::store::Event> read_export(const std::filesystem::path& path) {
@@ -46,31 +46,17 @@ std::vector<forktrial::store::Event> read_export(const std::filesystem::path& pa
 }
 
 // The state the independent replayer projects from `events`.
-json replayed(const TempDir& dir, const std::vector<forktrial::store::Event>& events) {
+nlohmann::ordered_json replayed(const TempDir& dir,
+                                const std::vector<forktrial::store::Event>& events) {
   std::string text;
   for (const auto& event : events) {
-    text +=
-        json{{"id", event.id.str()}, {"type", event.type}, {"payload", json::parse(event.payload)}}
-            .dump() +
-        "\n";
+    text += nlohmann::ordered_json{{"id", event.id.str()},
+                                   {"type", event.type},
+                                   {"payload", nlohmann::ordered_json::parse(event.payload)}}
+                .dump() +
+            "\n";
   }
-  const auto file = dir.write("events.jsonl", text);
-  const auto result = run_command({"python3", kReplayer, file.string()});
-  INFO(result.err);
-  REQUIRE(result.exit_code == 0);
-  return json::parse(result.out);
-}
-
-// Compares item by item, so a difference names the object.
-void require_same_state(const json& ours, const json& theirs) {
-  for (const char* kind : {"objects", "relations", "patches"}) {
-    INFO(kind);
-    REQUIRE(ours[kind].size() == theirs[kind].size());
-    for (std::size_t i = 0; i < ours[kind].size(); ++i) {
-      INFO(ours[kind][i]["id"]);
-      REQUIRE(ours[kind][i] == theirs[kind][i]);
-    }
-  }
+  return ag_replayed(dir, text);
 }
 
 PackSpec recorder_pack() {
@@ -136,12 +122,13 @@ TEST_CASE("what a trial writes replays in the independent replayer object by obj
   INFO(result.message << result.traceback);
   REQUIRE(result.outcome == Outcome::completed);
   REQUIRE(result.behavior_failures == 0);
-  const json ours = r->rt->graph().to_json();
+  const auto ours = r->rt->graph().to_json();
   REQUIRE(ours["objects"].size() == 2);
+  // Keys in insertion order: the update merged "owner" in after the others.
   REQUIRE(ours["objects"][0]["data"] ==
-          json{{"title", "write"}, {"status", "open"}, {"owner", "me"}});
+          nlohmann::ordered_json{{"title", "write"}, {"status", "open"}, {"owner", "me"}});
   REQUIRE(ours["objects"][0]["version"] == 3);
-  REQUIRE(ours["objects"][1]["data"] == json{{"text", "final"}});
+  REQUIRE(ours["objects"][1]["data"] == nlohmann::ordered_json{{"text", "final"}});
   require_same_state(ours, replayed(dir, r->rt->events()));
 
   const auto completed = r->of_type("behavior.completed");
@@ -221,6 +208,58 @@ return pack
   // skipped, llm.* included), pack.loaded and the plan's object.created.
   const auto idle = payload_of(r->of_type("runtime.idle")[0]);
   REQUIRE(idle["snapshot"]["used"]["max_events"] == 4.0);
+}
+
+PackSpec watcher_pack() {
+  PackSpec spec;
+  spec.behaviors = {"watch"};
+  spec.pack_lua = pack_header(spec) + R"(
+pack:behavior{ name = "watch",
+  on = {"dev.probe", "authority.grant", "context.read", "context.viewed", "embedding.done",
+        "approval.asked", "pattern.matched"},
+  run = function(event, graph, ctx) ctx.log(event.type) end }
+return pack
+)";
+  spec.files["s.lua"] = R"(
+function main(rt)
+  for _, type in ipairs({"dev.probe", "authority.grant", "context.read", "context.viewed",
+                         "embedding.done", "approval.asked", "pattern.matched"}) do
+    rt:emit{ type = type, payload = {} }
+  end
+  rt:run_until_idle()
+end
+)";
+  return spec;
+}
+
+TEST_CASE("the queue keeps out the record types activegraph keeps out", "[runtime][activegraph]") {
+  TempDir dir;
+  auto spec = watcher_pack();
+  const auto written = write_pack(dir, "p", spec);
+  dir.write("p/s.lua", spec.files["s.lua"]);
+  auto r = make_runtime();
+  load_or_fail(*r, written);
+  REQUIRE(r->rt->run_scenario("s.lua").outcome == Outcome::completed);
+  // dev.*, authority.*, approval.*, pattern.* and the one type context.read
+  // are records, not work; other context.* types and embedding.* are work.
+  REQUIRE(r->log == std::vector<std::string>{"[candidate.watch] context.viewed",
+                                             "[candidate.watch] embedding.done"});
+}
+
+TEST_CASE("a fork re-queues what activegraph's loader re-queues, context.read excepted",
+          "[runtime][activegraph]") {
+  TempDir dir;
+  auto spec = watcher_pack();
+  const auto written = write_pack(dir, "p", spec);
+  // After the last idle: context.read is skipped, as live dispatch skips it;
+  // dev.probe is re-queued although live dispatch would not have queued it
+  // (activegraph's _requeue_unfired skips only lifecycle records).
+  auto r =
+      make_runtime({history_event(1, "runtime.idle", R"({"snapshot":{}})"),
+                    history_event(2, "context.read", "{}"), history_event(3, "dev.probe", "{}")});
+  load_or_fail(*r, written);
+  REQUIRE(r->rt->run_scenario("").outcome == Outcome::completed);
+  REQUIRE(r->log == std::vector<std::string>{"[candidate.watch] dev.probe"});
 }
 
 TEST_CASE("where filters a behavior on payload paths", "[runtime][activegraph]") {

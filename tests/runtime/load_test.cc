@@ -21,27 +21,27 @@ std::vector<std::string> load_problems(Recorded& r, const std::filesystem::path&
 
 }  // namespace
 
-TEST_CASE("pack.loaded records name, version and surface", "[runtime][load]") {
+TEST_CASE("pack.loaded records the pack in activegraph's layout and key order", "[runtime][load]") {
   auto r = make_runtime();
   const auto loaded = r->rt->load_pack(examples_dir() / "chat_echo", PackRole::candidate);
   REQUIRE(loaded);
   REQUIRE(loaded->name == "chat_echo");
-  REQUIRE(loaded->version == "0.2.0");
+  REQUIRE(loaded->version == "0.3.0");
   REQUIRE(loaded->loaded_event.str() == "evt_001");
   REQUIRE(r->sunk.size() == 1);
   REQUIRE(r->sunk[0].type == "pack.loaded");
   REQUIRE(r->sunk[0].actor == "runtime");
-  // activegraph's layout (packs/loader.py), forktrial's surface as an extra key.
-  REQUIRE(payload_of(r->sunk[0]) == json::parse(R"({
-    "name": "chat_echo", "version": "0.2.0",
-    "description": "Replies to every chat message and files the replies under one thread.",
+  REQUIRE_FALSE(r->sunk[0].caused_by);
+  // packs/loader.py _build_pack_loaded_payload: these keys in this order,
+  // capabilities with four keys each (no action_class).
+  REQUIRE(nlohmann::ordered_json::parse(r->sunk[0].payload) == nlohmann::ordered_json::parse(R"({
+    "name": "chat_echo", "version": "0.3.0",
+    "description": "Replies to every chat message, files the replies under one thread, and retitles the thread on /topic.",
     "object_types": ["thread", "reply"], "relation_types": ["in_thread"],
     "behaviors": ["chat_echo.echo"], "tools": [], "policies": [], "prompts": {},
     "settings": {},
-    "surface": {"object_types": ["thread", "reply"], "relation_types": ["in_thread"],
-                "behaviors": ["echo"], "tools": [], "settings_schema": "",
-                "capabilities": [{"provider": "chat_echo", "capability": "write_reply",
-                                  "risk_class": "low", "credential_ref": "", "action_class": ""}]}
+    "capabilities": [{"provider": "chat_echo", "capability": "write_reply",
+                      "risk_class": "low", "credential_ref": ""}]
   })"));
 }
 

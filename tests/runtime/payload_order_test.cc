@@ -108,5 +108,5 @@ end)");
   REQUIRE(top_keys(r->of_type("pack.loaded")[0].payload) ==
           std::vector<std::string>{"name", "version", "description", "object_types",
                                    "relation_types", "behaviors", "tools", "policies", "prompts",
-                                   "settings", "surface"});
+                                   "settings", "capabilities"});
 }

@@ -50,7 +50,7 @@ TEST_CASE("forktrial trial prints a completed report and exits 0", "[trial][cli]
   auto pin = cli({"pack", "hash", kExamples + "/packs/chat_echo"});
   REQUIRE(pin.exit_code == 0);
   pin.out.pop_back();
-  auto result = cli({"trial", "--store", store, "--run", "run_chat", "--at", "evt_010", "--pack",
+  auto result = cli({"trial", "--store", store, "--run", "run_chat", "--at", "evt_031", "--pack",
                      kExamples + "/packs/chat_echo", "--expect", pin.out, "--scenario",
                      "scenarios/replay.lua", "--json"});
   INFO(result.err);
@@ -68,20 +68,20 @@ TEST_CASE("run export of a trial's fork keeps activegraph's payload key order an
   TempDir dir;
   const auto store = imported_store(dir);
   auto result =
-      cli({"trial", "--store", store, "--run", "run_chat", "--at", "evt_010", "--pack",
+      cli({"trial", "--store", store, "--run", "run_chat", "--at", "evt_031", "--pack",
            kExamples + "/packs/chat_echo", "--scenario", "scenarios/replay.lua", "--json"});
   INFO(result.err);
   REQUIRE(result.exit_code == 0);
   const std::string fork = nlohmann::json::parse(result.out)["fork_run_id"];
   auto exported = cli({"run", "export", fork, "--store", store});
   REQUIRE(exported.exit_code == 0);
-  // The lines the trial wrote, after the fork point (evt_010).
+  // The lines the trial wrote, after the fork point (evt_031).
   std::istringstream lines(exported.out);
   std::map<std::string, std::string> first_of_type;
   std::size_t written = 0;
   for (std::string line; std::getline(lines, line);) {
     const auto event = nlohmann::ordered_json::parse(line);
-    if (event["id"].get<std::string>() <= "evt_010") continue;
+    if (event["id"].get<std::string>() <= "evt_031") continue;
     ++written;
     INFO(line);
     // activegraph's Clock form: seconds and Z.
@@ -110,8 +110,9 @@ TEST_CASE("run export of a trial's fork keeps activegraph's payload key order an
 TEST_CASE(
     "behavior failures count the inherited prefix as activegraph does, and apart after the fork",
     "[trial][cli]") {
-  // chat.jsonl holds one behavior.failed (evt_007) before the fork point
-  // evt_010; activegraph reports 1 for this fork, the trial itself adds none.
+  // chat.jsonl holds one behavior.failed (evt_024, a message without text)
+  // before the fork point evt_031; the replay fails on that message again.
+  // activegraph reports 2 for this fork: the whole log counts.
   TempDir dir;
   const auto store = imported_store(dir);
   const std::vector<std::string> trial = {"trial",
@@ -120,7 +121,7 @@ TEST_CASE(
                                           "--run",
                                           "run_chat",
                                           "--at",
-                                          "evt_010",
+                                          "evt_031",
                                           "--pack",
                                           kExamples + "/packs/chat_echo",
                                           "--scenario",
@@ -131,18 +132,18 @@ TEST_CASE(
   INFO(result.err);
   REQUIRE(result.exit_code == 0);
   auto report = nlohmann::json::parse(result.out);
-  CHECK(report["behavior_failures"] == 1);
-  CHECK(report["behavior_failures_after_fork"] == 0);
+  CHECK(report["behavior_failures"] == 2);
+  CHECK(report["behavior_failures_after_fork"] == 1);
 
   auto text = cli(trial);
   REQUIRE(text.exit_code == 0);
-  CHECK(text.out.find("behavior failures  1 (0 after the fork point)\n") != std::string::npos);
+  CHECK(text.out.find("behavior failures  2 (1 after the fork point)\n") != std::string::npos);
 }
 
 TEST_CASE("forktrial trial --spec runs activegraph's TrialSpecification JSON", "[trial][cli]") {
   TempDir dir;
   const auto store = imported_store(dir);
-  const auto spec = dir.write("spec.json", R"({"at_event":"evt_010","extra_packs":[],)"
+  const auto spec = dir.write("spec.json", R"({"at_event":"evt_031","extra_packs":[],)"
                                            R"("label":"from-activegraph","limits":{)"
                                            R"("env_passthrough":[],"max_events":2000,)"
                                            R"("max_llm_calls":0,"max_rss_bytes":null,)"
@@ -170,13 +171,13 @@ TEST_CASE("forktrial trial --spec runs activegraph's TrialSpecification JSON", "
   CHECK(mixed.exit_code == 2);
   CHECK(mixed.err.find("--spec gives the whole trial; --run cannot be combined with it") !=
         std::string::npos);
-  auto neither = cli({"trial", "--store", store, "--at", "evt_010"});
+  auto neither = cli({"trial", "--store", store, "--at", "evt_031"});
   CHECK(neither.exit_code == 2);
   CHECK(neither.err.find("--run, --pack required (or give the whole trial with --spec FILE)") !=
         std::string::npos);
   const auto unknown =
       dir.write("unknown.json", R"({"schema_version":1,"parent_run_id":"run_chat",)"
-                                R"("at_event":"evt_010","pack_source":{)"
+                                R"("at_event":"evt_031","pack_source":{)"
                                 R"("root_dir":"/p"},"priority":3})");
   auto refused = cli({"trial", "--store", store, "--spec", unknown.string()});
   CHECK(refused.exit_code == 2);
@@ -186,13 +187,13 @@ TEST_CASE("forktrial trial --spec runs activegraph's TrialSpecification JSON", "
 TEST_CASE("forktrial trial exits with the outcome's code when not completed", "[trial][cli]") {
   TempDir dir;
   const auto store = imported_store(dir);
-  auto wrong = cli({"trial", "--store", store, "--run", "run_chat", "--at", "evt_010", "--pack",
+  auto wrong = cli({"trial", "--store", store, "--run", "run_chat", "--at", "evt_031", "--pack",
                     kExamples + "/packs/greeter", "--expect", "sha256:" + std::string(64, '1')});
   CHECK(wrong.exit_code == 50);
   CHECK(wrong.out.find("materialization_failed") != std::string::npos);
   CHECK(wrong.out.find("bundle hash mismatch") != std::string::npos);
 
-  auto runaway = cli({"trial", "--store", store, "--run", "run_chat", "--at", "evt_010", "--pack",
+  auto runaway = cli({"trial", "--store", store, "--run", "run_chat", "--at", "evt_031", "--pack",
                       kExamples + "/candidates/runaway", "--scenario", "scenarios/start.lua",
                       "--max-events", "30", "--json"});
   CHECK(runaway.exit_code == 40);
@@ -227,7 +228,7 @@ TEST_CASE("a malformed pin or limit is a usage error and records nothing", "[tri
   const auto before = runs();
   const std::vector<std::string> trial = {"trial",   "--store",  store,
                                           "--run",   "run_chat", "--at",
-                                          "evt_010", "--pack",   kExamples + "/packs/chat_echo"};
+                                          "evt_031", "--pack",   kExamples + "/packs/chat_echo"};
   const auto with = [&](std::vector<std::string> extra) {
     auto args = trial;
     args.insert(args.end(), extra.begin(), extra.end());
@@ -310,7 +311,7 @@ class SpinningTrial {
     const auto pack = forktrial::testing::write_pack(f.dir, "spinner", spinner);
     std::vector<std::string> argv = {
         FORKTRIAL_BINARY, "trial",   "--store",   f.store,       "--run",      "run_chat",
-        "--at",           "evt_010", "--pack",    pack.string(), "--scenario", "spin.lua",
+        "--at",           "evt_031", "--pack",    pack.string(), "--scenario", "spin.lua",
         "--wall-clock",   "600",     "--max-cpu", "30",          "--max-rss",  "256M"};
     std::vector<std::string> env = {"TMPDIR=" + f.tmpdir.string()};
     for (char** entry = environ; *entry != nullptr; ++entry) {
@@ -463,7 +464,7 @@ TEST_CASE("the next trial sweeps the scratch directory of a killed forktrial but
   REQUIRE(::flock(lock.get(), LOCK_EX | LOCK_NB) == 0);
 
   auto next = run_command({"env", "TMPDIR=" + f.tmpdir.string(), FORKTRIAL_BINARY, "trial",
-                           "--store", f.store, "--run", "run_chat", "--at", "evt_010", "--pack",
+                           "--store", f.store, "--run", "run_chat", "--at", "evt_031", "--pack",
                            kExamples + "/packs/chat_echo", "--scenario", "scenarios/replay.lua"});
   INFO(next.err);
   CHECK(next.exit_code == 0);
@@ -482,7 +483,7 @@ TEST_CASE("forktrial trial reports hostile error text safely, as JSON and as tex
       "end\n";
   const auto pack = forktrial::testing::write_pack(dir, "hostile", spec);
   const std::vector<std::string> args = {"trial",    "--store",    store,     "--run",
-                                         "run_chat", "--at",       "evt_010", "--pack",
+                                         "run_chat", "--at",       "evt_031", "--pack",
                                          pack,       "--scenario", "main.lua"};
 
   auto with_json = args;
@@ -516,7 +517,7 @@ TEST_CASE("forktrial trial refuses a label that is not plain text before running
           "[trial][cli]") {
   TempDir dir;
   const auto store = imported_store(dir);
-  auto result = cli({"trial", "--store", store, "--run", "run_chat", "--at", "evt_010", "--pack",
+  auto result = cli({"trial", "--store", store, "--run", "run_chat", "--at", "evt_031", "--pack",
                      kExamples + "/packs/greeter", "--label", "\x1b[2J\x1b[Hforged"});
   CHECK(result.exit_code == 2);
   CHECK(result.out.empty());
