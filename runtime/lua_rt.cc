@@ -76,7 +76,7 @@ void refuse_without_llm_provider(lua_State* L, const RuntimeServices& rt, const 
 }
 
 void drain(lua_State* L, RuntimeServices& rt, const std::string& what) {
-  if (!rt.drain()) raise(L, what + " cannot be called while behaviors are running");
+  if (auto drained = rt.drain(); !drained) raise(L, what + " " + drained.error());
   refuse_when_stopped(L, rt, what);
 }
 

@@ -335,10 +335,10 @@ std::expected<store::EventId, std::string> Runtime::append_as_origin(const std::
   return append(type, payload, std::move(actor), origin_.caused_by);
 }
 
-bool Runtime::drain() {
-  if (draining_) return false;
-  run_until_idle();
-  return true;
+std::expected<void, std::string> Runtime::drain() {
+  if (draining_) return std::unexpected("cannot be called while behaviors are running");
+  if (run_until_idle() == Drain::failed) return std::unexpected("raised: " + dispatch_error_);
+  return {};
 }
 
 void Runtime::log_line(std::string_view origin, std::string_view message) {
@@ -367,7 +367,19 @@ Runtime::Drain Runtime::run_until_idle() {
       const Subscription subscription = subscriptions_[i];
       const BehaviorDef& def = subscription.pack->behaviors[subscription.behavior];
       if (std::find(def.on.begin(), def.on.end(), type) == def.on.end()) continue;
-      if (!def.where.is_null() && !where_holds(def.where, payloads_[index])) continue;
+      if (!def.where.is_null()) {
+        const auto holds = where_holds(def.where, payloads_[index]);
+        if (!holds) {
+          // activegraph's Registry.match evaluates where outside the
+          // behavior's error handling: the error leaves run_until_idle, the
+          // event stays popped and no runtime.idle is written.
+          dispatch_error_ = "the where filter of " + subscription.pack->name + "." + def.name +
+                            " on event " + events_[index].id.str() + " (" + type +
+                            "): " + holds.error();
+          return Drain::failed;
+        }
+        if (!*holds) continue;
+      }
       run_behavior(*subscription.pack, subscription.behavior, index);
       if (stopped()) return Drain::stopped;
     }
@@ -571,8 +583,8 @@ ScenarioResult Runtime::run_scenario(std::string_view spec) {
   if (spec.empty()) {
     if (auto missing = missing_llm_provider()) {
       refusal = *missing;
-    } else {
-      run_until_idle();
+    } else if (run_until_idle() == Drain::failed) {
+      refusal = "run_until_idle raised: " + dispatch_error_;
     }
   } else if (!candidate_loaded_) {
     refusal = "no candidate pack is loaded, so the scenario \"" + std::string(spec) +

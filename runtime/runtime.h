@@ -173,7 +173,9 @@ class Runtime final : private RuntimeServices {
   const RuntimeConfig& config() const { return config_; }
 
  private:
-  enum class Drain { idle, budget_exhausted, stopped };
+  // How a drain ended; `failed` when a behavior's where filter raised, as
+  // Python raises comparing what it cannot (the error is dispatch_error_).
+  enum class Drain { idle, budget_exhausted, stopped, failed };
 
   Runtime(RuntimeConfig config, EventSink sink, LogSink log);
 
@@ -220,7 +222,7 @@ class Runtime final : private RuntimeServices {
   std::expected<store::EventId, std::string> append_as_origin(const std::string& type,
                                                               const nlohmann::ordered_json& payload,
                                                               std::string actor) override;
-  bool drain() override;
+  std::expected<void, std::string> drain() override;
   void log_line(std::string_view origin, std::string_view message) override;
 
   RuntimeConfig config_;
@@ -250,6 +252,7 @@ class Runtime final : private RuntimeServices {
   std::uint64_t behavior_calls_ = 0;  // behavior runs: used max_behavior_calls
   bool idle_emitted_ = false;         // the last drain's idle record stands
   bool budget_exhausted_ = false;
+  std::string dispatch_error_;  // why the last drain failed
   bool write_budget_exhausted_ = false;
   std::uint64_t appended_bytes_ = 0;  // what the write budget counts so far
   bool draining_ = false;

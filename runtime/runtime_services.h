@@ -110,9 +110,11 @@ class RuntimeServices {
       const std::string& type, const nlohmann::ordered_json& payload, std::string actor) = 0;
 
   // Dispatches queued events until the queue is empty, the event budget runs
-  // out or the runtime stops (see Runtime). Returns false, and does nothing,
-  // while a drain is already running (a behavior cannot start one).
-  virtual bool drain() = 0;
+  // out or the runtime stops (see Runtime). The error, a phrase to follow the
+  // caller's name, says why it did nothing (a drain is already running: a
+  // behavior cannot start one) or why it stopped early (a behavior's where
+  // filter raised, as activegraph's dispatch raises out of run_until_idle).
+  virtual std::expected<void, std::string> drain() = 0;
 
   // Writes one line "[<origin>] <message>" to the runtime's log sink, both
   // escaped and the message bounded (see LogSink in runtime/runtime.h).

@@ -282,7 +282,7 @@ function main(rt)
   rt:emit{ type = "ticket", payload = { n = 2, kind = "bug", meta = { priority = 2 } } }
   rt:emit{ type = "ticket", payload = { n = 3, kind = "ask", meta = { priority = 9 } } }
   rt:emit{ type = "ticket", payload = { n = 4, kind = "bug" } }
-  rt:emit{ type = "ticket", payload = { n = 5, kind = "bug", meta = { priority = "high" } } }
+  rt:emit{ type = "ticket", payload = { n = 5, kind = "bug", meta = { priority = true } } }
   rt:run_until_idle()
 end
 )";
@@ -294,4 +294,61 @@ end
   INFO(result.message << result.traceback);
   REQUIRE(result.outcome == Outcome::completed);
   REQUIRE(r->log == std::vector<std::string>{"[candidate.urgent] urgent 1"});
+}
+
+TEST_CASE("a where filter that Python could not evaluate raises out of run_until_idle",
+          "[runtime][activegraph]") {
+  // activegraph's Registry.match raises the TypeError of "high" >= 3 out of
+  // run_until_idle: the scenario fails unless it catches the error, the
+  // event stays popped, and dispatch goes on at the next call.
+  TempDir dir;
+  PackSpec spec;
+  spec.behaviors = {"urgent"};
+  spec.pack_lua = pack_header(spec) + R"(
+pack:behavior{ name = "urgent", on = {"ticket"}, where = { priority = { [">="] = 3 } },
+  run = function(event, graph, ctx) ctx.log("urgent " .. event.payload.n) end }
+return pack
+)";
+  spec.files["caught.lua"] = R"(
+function main(rt)
+  rt:emit{ type = "ticket", payload = { n = 1, priority = "high" } }
+  rt:emit{ type = "ticket", payload = { n = 2, priority = 5 } }
+  local ok, err = pcall(rt.run_until_idle, rt)
+  assert(not ok)
+  print("caught: " .. err)
+  rt:run_until_idle()
+end
+)";
+  spec.files["uncaught.lua"] = R"(
+function main(rt)
+  rt:emit{ type = "ticket", payload = { n = 1, priority = "high" } }
+  rt:run_until_idle()
+end
+)";
+  const auto written = write_pack(dir, "p", spec);
+  dir.write("p/caught.lua", spec.files["caught.lua"]);
+  dir.write("p/uncaught.lua", spec.files["uncaught.lua"]);
+  const std::string error =
+      "rt:run_until_idle raised: the where filter of candidate.urgent on event evt_002 (ticket): "
+      "where[\"priority\"] >=: TypeError: '>=' not supported between instances of 'str' and "
+      "'int'";
+  {
+    auto r = make_runtime();
+    load_or_fail(*r, written);
+    const auto result = r->rt->run_scenario("uncaught.lua");
+    REQUIRE(result.outcome == Outcome::scenario_failed);
+    REQUIRE_THAT(result.message, Catch::Contains(error));
+    REQUIRE(r->of_type("runtime.idle").empty());
+  }
+  {
+    auto r = make_runtime();
+    load_or_fail(*r, written);
+    const auto result = r->rt->run_scenario("caught.lua");
+    INFO(result.message);
+    REQUIRE(result.outcome == Outcome::completed);
+    REQUIRE(r->log.size() == 2);
+    REQUIRE_THAT(r->log[0], Catch::Contains(error));
+    REQUIRE(r->log[1] == "[candidate.urgent] urgent 2");
+    REQUIRE(r->of_type("runtime.idle").size() == 1);
+  }
 }
