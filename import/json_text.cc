@@ -1,6 +1,7 @@
 #include "import/json_text.h"
 
 #include <cstdint>
+#include <unordered_set>
 
 #include "base/text.h"
 #include "store/payload.h"
@@ -92,6 +93,9 @@ class Scanner {
   bool allow_non_finite = true;
   std::string root = "payload";
   std::optional<std::pair<std::string, std::string>> non_finite;
+  // The first key repeated within one object, as (the object's path, the
+  // key written Python's way).
+  std::optional<std::pair<std::string, std::string>> repeated_key;
 
   // The whole text must be one value, with whitespace around it.
   bool document() {
@@ -310,6 +314,7 @@ class Scanner {
       if (out) *out += '}';
       return true;
     }
+    std::unordered_set<std::string> keys;
     for (bool first = true;; first = false) {
       skip_space();
       if (pos_ >= text_.size() || text_[pos_] != '"') return fail("expected a member name");
@@ -328,6 +333,7 @@ class Scanner {
         append_python_escaped(step, *cp);  // key was decoded from valid text
       }
       step += "\"]";
+      if (!keys.insert(key).second && !repeated_key) repeated_key.emplace(path_string(), step);
       path_.push_back(std::move(step));
       const std::size_t start = pos_;
       if (!value(depth + 1)) return false;
@@ -414,6 +420,12 @@ std::optional<std::string> payload_problem(std::string_view payload) {
     return "holds the value " + scanner.non_finite->second + " at " + scanner.non_finite->first +
            ", which is not JSON (Python writes it for a float that is not finite); forktrial "
            "refuses it so that every trial can read the run";
+  }
+  if (scanner.repeated_key) {
+    return "holds the key " + scanner.repeated_key->second + " twice in " +
+           scanner.repeated_key->first +
+           "; activegraph reads only the last of them, so what a trial reads and what forktrial "
+           "would export could differ from what activegraph reads";
   }
   return std::nullopt;
 }

@@ -27,7 +27,10 @@ namespace forktrial::import::json_text {
 // Why `payload` cannot be stored as an event's payload, or nullopt. The
 // message follows "payload is" / "payload ": "not valid JSON: ... at byte N",
 // "a JSON array, not an object", "nested N levels deep ...", or, for Python's
-// non-standard numbers, `value NaN at payload["score"] is not JSON ...`.
+// non-standard numbers, `value NaN at payload["score"] is not JSON ...`, or
+// for a key repeated within one object, `holds the key ["k"] twice in
+// payload["a"] ...` (Python's json.loads keeps the last, so the bytes would
+// not mean to activegraph what they seem to).
 std::optional<std::string> payload_problem(std::string_view payload);
 
 // The members of the JSON object `text` (surrounding whitespace allowed), as

@@ -171,6 +171,20 @@ TEST_CASE("a repeated event id is refused naming both lines", "[import][jsonl]")
   CHECK(result.error().message == "line 4: event id \"evt_001\" already appears on line 1");
 }
 
+TEST_CASE("a payload key repeated within one object is refused naming the key and the object",
+          "[import][jsonl]") {
+  // Python's json.loads keeps the last of them: the bytes would say one thing
+  // to forktrial's export and another to activegraph.
+  CHECK(error_on_line_2(R"({"id":"evt_002","type":"t","timestamp":"2026-01-01T00:00:00Z",)"
+                        R"("payload":{"a":{"k":1,"b":2,"k":3}}})") ==
+        "line 2: field \"payload\" holds the key [\"k\"] twice in "
+        "payload[\"a\"]; activegraph reads only the last of them, so what a trial reads and what "
+        "forktrial would export could differ from what activegraph reads");
+  // The same key in two objects is no repeat.
+  CHECK(parse(R"({"id":"evt_001","type":"t","timestamp":"2026-01-01T00:00:00Z",)"
+              R"("payload":{"k":{"k":1},"j":{"k":2}}})"));
+}
+
 TEST_CASE("an exported line parses back into the same event", "[import][jsonl]") {
   EventView view;
   view.id = "evt_9";
