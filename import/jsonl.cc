@@ -199,21 +199,6 @@ std::string to_line(const EventView& event) {
   return line;
 }
 
-namespace {
-
-store::EventView view_of(const store::NewEvent& e) {
-  auto optional = [](const std::optional<std::string>& v) -> std::optional<std::string_view> {
-    if (!v) return std::nullopt;
-    return std::string_view(*v);
-  };
-  std::optional<std::string_view> caused_by;
-  if (e.caused_by) caused_by = e.caused_by->str();
-  return store::EventView{e.id.str(),           e.type,   e.payload, e.timestamp, optional(e.actor),
-                          optional(e.frame_id), caused_by};
-}
-
-}  // namespace
-
 store::Result<store::RunInfo> import_fork(store::EventStore& store, const store::RunId& parent,
                                           const store::EventId& at, const store::NewRun& fork,
                                           std::vector<store::NewEvent> events) {
@@ -244,7 +229,7 @@ store::Result<store::RunInfo> import_fork(store::EventStore& store, const store:
                               ", so it is not a fork of " + parent.str() + " at " + at.str()};
         return false;
       }
-      if (to_line(view_of(events[copied])) != to_line(inherited)) {
+      if (to_line(store::view_of(events[copied])) != to_line(inherited)) {
         differs =
             Refusal{Refused::invalid_input,
                     "the file repeats the history of " + parent.str() + " up to " + at.str() +

@@ -17,6 +17,7 @@
 #include "pack/bundle_hash.h"
 #include "runtime/reserved_names.h"
 #include "runtime/runtime.h"
+#include "sandbox/delta.h"
 #include "sandbox/rlimits.h"
 #include "sandbox/scratch.h"
 #include "sandbox/spawn.h"
@@ -30,8 +31,6 @@ namespace {
 constexpr std::size_t kStderrInDetail = 2048;
 constexpr std::size_t kOutputLinesInDetail = 20;
 constexpr std::size_t kOutputBytesInDetail = 2048;
-// The event the runtime records for each error of a behavior (runtime/runtime.cc).
-constexpr std::string_view kBehaviorFailed = "behavior.failed";
 
 std::string last_bytes(const std::string& text, std::size_t n) {
   return text.size() <= n ? text : "..." + text.substr(text.size() - n);
@@ -48,18 +47,15 @@ std::string signal_text(int signal) {
 }
 
 void append_line(std::string& detail, const std::string& line) {
-  if (line.empty()) return;
-  if (!detail.empty()) detail += "\n";
-  detail += line;
+  append_detail_line(detail, line);
 }
 
 // What the parent accepts of the child's delta: the events it may record,
 // which are a prefix of what the child appended to its scratch store.
 struct DeltaScan {
-  std::uint64_t events = 0;    // leading events accepted
-  std::string last_timestamp;  // of the last accepted event ("" when none)
-  std::string cut;             // why the events after them were refused ("" when none were)
-  bool over_budget = false;    // the cut is the write budget's
+  std::uint64_t events = 0;  // leading events accepted
+  std::string cut;           // why the events after them were refused ("" when none were)
+  bool over_budget = false;  // the cut is the write budget's
 };
 
 // Parent-reserved records: the parent alone writes `trial.*` events (the
@@ -76,9 +72,10 @@ bool is_parent_record(const store::EventView& event) {
 // the one closing record the runtime writes when the budget runs out), and
 // nothing after a forged parent record.
 DeltaScan scan_delta(const store::Snapshot& scratch, const store::RunInfo& fork,
-                     std::uint64_t fork_seq, const TrialLimits& limits) {
+                     std::uint64_t fork_seq, UnixMillis tip, const TrialLimits& limits) {
   DeltaScan scan;
   std::uint64_t bytes = 0;
+  UnixMillis last = tip;
   const std::uint64_t max_events = limits.max_appended_events == 0
                                        ? std::numeric_limits<std::uint64_t>::max()
                                        : limits.max_appended_events + runtime::kClosingRecords;
@@ -100,6 +97,12 @@ DeltaScan scan_delta(const store::Snapshot& scratch, const store::RunInfo& fork,
                  ". Nothing from it on was recorded";
       return false;
     }
+    if (auto problem = continuity_problem(last, view)) {
+      scan.cut = "the child's " + which + " does not continue the fork: " + *problem +
+                 ". Nothing from it on was recorded";
+      return false;
+    }
+    last = *parse_timestamp(view.timestamp);
     bytes += store::event_text_bytes(event);
     if (scan.events + 1 > max_events || bytes > max_bytes) {
       scan.over_budget = true;
@@ -111,69 +114,9 @@ DeltaScan scan_delta(const store::Snapshot& scratch, const store::RunInfo& fork,
       return false;
     }
     ++scan.events;
-    scan.last_timestamp = event.timestamp;
     return true;
   });
   return scan;
-}
-
-// Appends the first `count` events of the child's delta to the fork, in
-// batches, never holding the delta whole. Returns the fork's new head.
-store::Result<std::uint64_t> copy_delta(store::Writer& writer, const store::RunId& fork_id,
-                                        std::uint64_t head, const store::Snapshot& scratch,
-                                        const store::RunInfo& scratch_fork, std::uint64_t fork_seq,
-                                        std::uint64_t count) {
-  constexpr std::size_t kBatchEvents = 512;
-  constexpr std::size_t kBatchBytes = std::size_t{4} << 20;
-  std::vector<store::NewEvent> batch;
-  std::size_t batch_bytes = 0;
-  std::uint64_t copied = 0;
-  std::optional<store::Refusal> refused;
-  auto flush = [&] {
-    if (batch.empty() || refused) return;
-    auto appended = writer.append(fork_id, head, batch);
-    if (!appended) {
-      refused = appended.error();
-    } else {
-      head = *appended;
-    }
-    batch.clear();
-    batch_bytes = 0;
-  };
-  if (count > 0) {
-    scratch.for_each_event(scratch_fork, fork_seq + 1, [&](const store::EventView& view) {
-      store::Event event = view.to_event();
-      batch_bytes += store::event_text_bytes(event);
-      batch.push_back(std::move(event));
-      ++copied;
-      if (batch.size() >= kBatchEvents || batch_bytes >= kBatchBytes) flush();
-      return copied < count && !refused;
-    });
-    flush();
-  }
-  if (refused) return std::unexpected(*refused);
-  return head;
-}
-
-// The event the parent records when its wall-clock kill stopped the child:
-// one millisecond after the last event in the fork, with the next id not
-// taken in the fork's history (the parent's prefix and the recorded delta).
-store::NewEvent wall_clock_event(const store::Writer& writer, const store::RunInfo& fork,
-                                 const std::string& last_timestamp, double limit_seconds) {
-  UnixMillis last = parse_timestamp(last_timestamp).value_or(0);
-  store::NewEvent event;
-  for (std::uint64_t n = fork.head + 1;; ++n) {
-    event.id = store::numbered_event_id(n);
-    if (!writer.find_event(fork, event.id)) break;
-  }
-  event.type = "trial.wall_clock_exhausted";
-  event.payload = nlohmann::json{
-      {"wall_clock_seconds", limit_seconds},
-      {"last_accepted_seq",
-       fork.head}}.dump();
-  event.timestamp = format_timestamp(last + 1);
-  event.actor = "forktrial.parent";
-  return event;
 }
 
 // How every trial child is started: the closed environment, the job on stdin.
@@ -251,23 +194,138 @@ TrialLimits default_preflight_limits() {
   return limits;
 }
 
-TrialReport run_trial(store::EventStore& store, const TrialSpecification& spec,
-                      const ChildOptions& options) {
-  // 0. What the caller got wrong is refused before anything is forked,
-  // spawned or recorded: every problem at once.
+namespace {
+
+// How the child ended, decided from what the parent saw of it: the nets
+// first (the wall clock, the CPU), then a delta the parent cut, then the
+// child's own tail when its exit code agrees with it; anything else crashed.
+TrialVerdict decide_verdict(const ChildResult& child, const DeltaScan& scan,
+                            const TrialLimits& limits) {
+  TrialVerdict verdict;
+  std::optional<ChildTail> tail;
+  std::string tail_problem;
+  if (auto decoded = decode_tail(child.tail)) {
+    tail = *decoded;
+  } else {
+    tail_problem = decoded.error();
+  }
+  if (child.tail_overflow) tail_problem = "the child wrote more than the tail allows on fd 3";
+
+  verdict.exit_code = child.exited ? child.exit_code : -child.signal;
+  verdict.wall_clock_killed = child.wall_clock_killed;
+  if (child.wall_clock_killed) {
+    verdict.outcome = Outcome::limits_exceeded;
+    verdict.stopped_by_net = true;
+    append_line(verdict.detail,
+                "wall clock exhausted: the child ran past wall_clock_seconds = " +
+                    nlohmann::json(limits.wall_clock_seconds).dump() +
+                    " and its process group was killed; trial.wall_clock_exhausted is in the fork");
+  } else if (!child.exited && child.signal == SIGXCPU) {
+    verdict.outcome = Outcome::limits_exceeded;
+    verdict.stopped_by_net = true;
+    append_line(verdict.detail, "CPU net: the child used up its RLIMIT_CPU of " +
+                                    std::to_string(cpu_seconds_for(limits)) +
+                                    " s of CPU time (SIGXCPU)");
+  } else if (!scan.cut.empty() && !scan.over_budget) {
+    verdict.outcome = Outcome::crashed;
+  } else if (scan.over_budget) {
+    verdict.outcome = Outcome::limits_exceeded;
+  } else if (child.exited && outcome_of_exit_code(child.exit_code) != Outcome::crashed && tail &&
+             exit_code_of(tail->outcome) == child.exit_code) {
+    verdict.outcome = tail->outcome;
+    append_line(verdict.detail, tail->detail);
+    verdict.warnings = tail->warnings;
+  } else {
+    verdict.outcome = Outcome::crashed;
+    if (child.exited) {
+      append_line(verdict.detail,
+                  "the child exited with unexpected code " + std::to_string(child.exit_code));
+    } else {
+      append_line(verdict.detail, "the child was killed by signal " + std::to_string(child.signal) +
+                                      " (" + signal_text(child.signal) + ")");
+    }
+    if (!tail_problem.empty()) append_line(verdict.detail, tail_problem);
+    append_line(verdict.detail, child_problem_detail(child));
+  }
+  append_line(verdict.detail, scan.cut);
+  if (tail && scan.cut.empty()) {
+    verdict.claimed_events = tail->events_appended;
+    verdict.claimed_failures = tail->behavior_failures;
+  }
+  return verdict;
+}
+
+// A child run against a scratch store that holds the fork (run `fork_id`,
+// its history up to `fork_seq` stamped up to `tip`): the child's result, the
+// scratch store reopened read-only as untrusted input, what of its delta the
+// parent accepts, and the verdict.
+struct ScratchRun {
+  std::optional<store::EventStore> scratch;
+  std::optional<store::RunInfo> fork;
+  DeltaScan scan;
+  TrialVerdict verdict;
+};
+
+ScratchRun run_on_scratch(const std::filesystem::path& scratch_store,
+                          const TrialSpecification& spec, const store::RunId& fork_id,
+                          std::uint64_t fork_seq, UnixMillis tip, const ChildOptions& options) {
+  ChildJob job;
+  job.limits = spec.limits;
+  job.spec = spec;
+  job.fork_run_id = fork_id.str();
+  job.fork_seq = fork_seq;
+  job.scratch_store = scratch_store.string();
+  job.trial_id = fork_id.str();
+
+  // A fresh child process, closed environment, job on stdin, tail on fd 3.
+  std::chrono::milliseconds wall_clock{0};
+  if (spec.limits.wall_clock_seconds > 0) {
+    wall_clock = std::chrono::milliseconds(
+        static_cast<std::int64_t>(std::ceil(spec.limits.wall_clock_seconds * 1000.0)));
+  }
+  const ChildResult child = run_child(child_request(options, job, wall_clock));
+
+  // The child wrote the scratch store, so it is read as untrusted: what
+  // cannot be read is cut.
+  ScratchRun run;
+  try {
+    run.scratch.emplace(scratch_store, scratch_store_options());
+    auto snapshot = run.scratch->snapshot();
+    run.fork = snapshot.run(fork_id);
+    if (run.fork) run.scan = scan_delta(snapshot, *run.fork, fork_seq, tip, spec.limits);
+  } catch (const std::exception& e) {
+    run.scratch.reset();
+    run.fork.reset();
+    run.scan = DeltaScan{};
+    run.scan.cut = std::string("the child's scratch store cannot be read (") + e.what() +
+                   "); nothing of its delta was recorded";
+  }
+  run.verdict = decide_verdict(child, run.scan, spec.limits);
+  return run;
+}
+
+void require_valid(const TrialSpecification& spec) {
   if (auto problems = check_trial_specification(spec); !problems.empty()) {
     throw TrialSetupError(TrialSetupError::Kind::invalid_specification,
                           invalid_message("the trial specification is invalid:", problems));
   }
+}
+
+}  // namespace
+
+TrialReport run_trial(store::EventStore& store, const TrialSpecification& spec,
+                      const ChildOptions& options) {
+  // 0. What the caller got wrong is refused before anything is forked,
+  // spawned or recorded: every problem at once.
+  require_valid(spec);
   const store::RunId& parent_run_id = spec.parent_run_id;
   const store::EventId& at_event = spec.at_event;
-  const TrialLimits& limits = spec.limits;
 
   // 1. The parent forks. The fork point is resolved and checked here; the
   // fork's record is written together with its result (step 4), so a trial
   // is in the store whole or not at all and costs one durable commit.
   std::uint64_t fork_seq = 0;
-  std::string tip_timestamp;
+  UnixMillis tip = 0;
   {
     auto snapshot = store.snapshot();
     auto parent = snapshot.run(parent_run_id);
@@ -282,13 +340,10 @@ TrialReport run_trial(store::EventStore& store, const TrialSpecification& spec,
                                 parent_run_id.str() + "; fork at one of its events");
     }
     fork_seq = point->seq;
-    tip_timestamp = point->timestamp;
+    tip = parse_timestamp(point->timestamp).value_or(0);
   }
   const store::RunId fork_id = store.new_run_id();
   const store::NewRun fork_record{.id = fork_id, .label = spec.label};
-
-  TrialReport report;
-  report.fork_run_id = fork_id.str();
 
   // 2. A scratch store holding only the fork, seeded from its segment.
   ScratchDir scratch(options.scratch_parent);
@@ -303,67 +358,26 @@ TrialReport run_trial(store::EventStore& store, const TrialSpecification& spec,
     }
   }
 
-  ChildJob job;
-  job.limits = limits;
-  job.spec = spec;
-  job.fork_run_id = fork_id.str();
-  job.fork_seq = fork_seq;
-  job.scratch_store = scratch_store.string();
-  job.trial_id = fork_id.str();
-
-  // 3. A fresh child process, closed environment, job on stdin, tail on fd 3.
-  std::chrono::milliseconds wall_clock{0};
-  if (limits.wall_clock_seconds > 0) {
-    wall_clock = std::chrono::milliseconds(
-        static_cast<std::int64_t>(std::ceil(limits.wall_clock_seconds * 1000.0)));
-  }
-  const ChildResult child = run_child(child_request(options, job, wall_clock));
+  // 3. The child, and what the parent makes of it.
+  ScratchRun run = run_on_scratch(scratch_store, spec, fork_id, fork_seq, tip, options);
 
   // 4. One transaction: the fork's lineage, the part of the child's delta
   // the parent accepts (streamed from the scratch store, never held whole),
-  // and the parent's record of a wall-clock kill. The child wrote the
-  // scratch store, so it is read as untrusted: what cannot be read is cut.
-  std::optional<store::EventStore> scratch_reader;
-  DeltaScan scan;
-  try {
-    scratch_reader.emplace(scratch_store, scratch_store_options());
-    auto snapshot = scratch_reader->snapshot();
-    if (auto run = snapshot.run(fork_id)) scan = scan_delta(snapshot, *run, fork_seq, limits);
-  } catch (const std::exception& e) {
-    scan = DeltaScan{};
-    scan.cut = std::string("the child's scratch store cannot be read (") + e.what() +
-               "); nothing of its delta was recorded";
-  }
+  // and the parent's record of a wall-clock kill.
   auto record = [&](std::uint64_t accepted) {
     return store.write([&](store::Writer& writer) -> store::Result<std::uint64_t> {
-      auto fork = writer.fork(parent_run_id, at_event, fork_record);
-      if (!fork) return std::unexpected(fork.error());
-      std::uint64_t head = fork->head;
-      if (accepted > 0) {
-        auto snapshot = scratch_reader->snapshot();
-        auto appended =
-            copy_delta(writer, fork_id, head, snapshot, *snapshot.run(fork_id), fork_seq, accepted);
-        if (!appended) return appended;
-        head = *appended;
-      }
-      if (child.wall_clock_killed) {
-        const std::string& last = accepted > 0 ? scan.last_timestamp : tip_timestamp;
-        auto event =
-            wall_clock_event(writer, *writer.run(fork_id), last, limits.wall_clock_seconds);
-        auto appended = writer.append(fork_id, head, std::span(&event, 1));
-        if (!appended) return appended;
-        head = *appended;
-      }
-      return head;
+      DeltaSource delta = [&](const EventVisitor& visit) {
+        auto snapshot = run.scratch->snapshot();
+        snapshot.for_each_event(*run.fork, fork_seq + 1, visit);
+      };
+      return record_trial(writer, spec, fork_record, accepted, delta, run.verdict);
     });
   };
-  auto recorded = record(scan.events);
-  if (!recorded && scan.events > 0) {
+  auto recorded = record(run.scan.events);
+  if (!recorded && run.scan.events > 0) {
     // The store refused what the scan accepted (a child that corrupted its
     // scratch store can produce that): record the fork without the delta.
-    scan.cut = "the store refused the child's delta (" + recorded.error().message +
-               "); nothing of it was recorded";
-    scan.events = 0;
+    run.verdict = without_delta(run.verdict, recorded.error().message);
     recorded = record(0);
   }
   if (!recorded) {
@@ -372,77 +386,43 @@ TrialReport run_trial(store::EventStore& store, const TrialSpecification& spec,
   }
 
   // 5. The store is the record: counts come from it.
+  return report_from_store(store.snapshot(), fork_id, fork_seq, run.verdict);
+}
+
+ExecutedTrial execute_trial(std::span<const std::byte> segment, const TrialSpecification& spec,
+                            const store::RunId& fork_id, const ChildOptions& options) {
+  require_valid(spec);
+  ScratchDir scratch(options.scratch_parent);
+  const auto scratch_store = scratch.path() / "store";
+  std::uint64_t fork_seq = 0;
+  UnixMillis tip = 0;
   {
-    auto snapshot = store.snapshot();
-    auto current = snapshot.run(fork_id);
-    report.events_appended = snapshot.count(*current) - fork_seq;
-    // activegraph counts the fork's whole log (the inherited prefix too);
-    // the trial's own share is reported beside it.
-    report.behavior_failures = snapshot.events_of_type(*current, kBehaviorFailed).size();
-    report.behavior_failures_after_fork =
-        snapshot.events_of_type(*current, kBehaviorFailed, fork_seq).size();
-  }
-
-  std::optional<ChildTail> tail;
-  std::string tail_problem;
-  if (auto decoded = decode_tail(child.tail)) {
-    tail = *decoded;
-  } else {
-    tail_problem = decoded.error();
-  }
-  if (child.tail_overflow) tail_problem = "the child wrote more than the tail allows on fd 3";
-
-  report.exit_code = child.exited ? child.exit_code : -child.signal;
-  if (child.wall_clock_killed) {
-    report.outcome = Outcome::limits_exceeded;
-    append_line(report.detail,
-                "wall clock exhausted: the child ran past wall_clock_seconds = " +
-                    nlohmann::json(limits.wall_clock_seconds).dump() +
-                    " and its process group was killed; trial.wall_clock_exhausted is in the fork");
-  } else if (!child.exited && child.signal == SIGXCPU) {
-    report.outcome = Outcome::limits_exceeded;
-    append_line(report.detail, "CPU net: the child used up its RLIMIT_CPU of " +
-                                   std::to_string(cpu_seconds_for(limits)) +
-                                   " s of CPU time (SIGXCPU)");
-  } else if (!scan.cut.empty() && !scan.over_budget) {
-    report.outcome = Outcome::crashed;
-  } else if (scan.over_budget) {
-    report.outcome = Outcome::limits_exceeded;
-  } else if (child.exited && outcome_of_exit_code(child.exit_code) != Outcome::crashed && tail &&
-             exit_code_of(tail->outcome) == child.exit_code) {
-    report.outcome = tail->outcome;
-    append_line(report.detail, tail->detail);
-    report.warnings = tail->warnings;
-  } else {
-    report.outcome = Outcome::crashed;
-    if (child.exited) {
-      append_line(report.detail,
-                  "the child exited with unexpected code " + std::to_string(child.exit_code));
-    } else {
-      append_line(report.detail, "the child was killed by signal " + std::to_string(child.signal) +
-                                     " (" + signal_text(child.signal) + ")");
+    store::EventStore seed(scratch_store, scratch_store_options());
+    auto loaded = seed.load_segment(segment, store::NewRun{.id = fork_id, .label = spec.label});
+    if (!loaded) {
+      throw TrialSetupError(
+          TrialSetupError::Kind::invalid_specification,
+          "the fork's history segment cannot be loaded: " + loaded.error().message);
     }
-    if (!tail_problem.empty()) append_line(report.detail, tail_problem);
-    append_line(report.detail, child_problem_detail(child));
+    fork_seq = loaded->head;
+    auto snapshot = seed.snapshot();
+    const auto history = snapshot.history(*loaded, fork_seq == 0 ? 1 : fork_seq);
+    if (!history.empty()) tip = parse_timestamp(history.back().timestamp).value_or(0);
   }
-  append_line(report.detail, scan.cut);
 
-  // The tail is a signal only: say when it disagrees with the store.
-  if (tail && scan.cut.empty()) {
-    const std::uint64_t parent_events = child.wall_clock_killed ? 1 : 0;
-    const std::uint64_t stored_child_events = report.events_appended - parent_events;
-    if (tail->events_appended != stored_child_events ||
-        tail->behavior_failures != report.behavior_failures_after_fork) {
-      append_line(report.detail,
-                  "the child's tail claimed " + std::to_string(tail->events_appended) +
-                      " events appended and " + std::to_string(tail->behavior_failures) +
-                      " behavior failures after the fork point, but the store holds " +
-                      std::to_string(stored_child_events) + " and " +
-                      std::to_string(report.behavior_failures_after_fork) +
-                      "; the store's numbers are reported");
-    }
+  ScratchRun run = run_on_scratch(scratch_store, spec, fork_id, fork_seq, tip, options);
+  ExecutedTrial executed;
+  executed.fork_seq = fork_seq;
+  executed.verdict = run.verdict;
+  if (run.scan.events > 0) {
+    auto snapshot = run.scratch->snapshot();
+    executed.events.reserve(run.scan.events);
+    snapshot.for_each_event(*run.fork, fork_seq + 1, [&](const store::EventView& view) {
+      executed.events.push_back(static_cast<store::NewEvent>(view.to_event()));
+      return executed.events.size() < run.scan.events;
+    });
   }
-  return report;
+  return executed;
 }
 
 std::vector<std::string> preflight(const TrialLimits& limits, std::chrono::milliseconds timeout,

@@ -21,12 +21,14 @@
 #include <chrono>
 #include <filesystem>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "base/error.h"
 #include "sandbox/cancellation.h"
+#include "sandbox/delta.h"
 #include "sandbox/job.h"
 #include "sandbox/trial_types.h"
 #include "store/event_store.h"
@@ -86,6 +88,26 @@ std::filesystem::path default_child_path();
 // the parent accepts of its delta, and reports.
 TrialReport run_trial(store::EventStore& store, const TrialSpecification& spec,
                       const ChildOptions& options = {});
+
+// What a trial's executing side hands back when the authoritative store is
+// elsewhere (a worker's, for the coordinator): how the child ended, and the
+// events of its delta the parent accepts, oldest first. The side holding the
+// store records them with record_trial and reports with report_from_store
+// (sandbox/delta.h).
+struct ExecutedTrial {
+  TrialVerdict verdict;
+  std::vector<store::NewEvent> events;
+  std::uint64_t fork_seq = 0;  // the fork point's seq: the events in the segment
+};
+
+// Runs the trial `spec` describes against a fork whose history is `segment`
+// (the canonical segment of the parent's history up to spec.at_event, as
+// EventStore::segment writes it), in a fresh child with a scratch store, as
+// the fork run `fork_id`. The pack directories of `spec` are local. Records
+// nothing: the caller sends the result to the store's holder. Throws as
+// run_trial does; a segment that cannot be loaded is a TrialSetupError.
+ExecutedTrial execute_trial(std::span<const std::byte> segment, const TrialSpecification& spec,
+                            const store::RunId& fork_id, const ChildOptions& options = {});
 
 // Probes with a representative memory cap (256 MiB) and the default wall clock.
 TrialLimits default_preflight_limits();

@@ -31,6 +31,18 @@ Event EventView::to_event() const {
   return e;
 }
 
+EventView view_of(const NewEvent& event) {
+  EventView view;
+  view.id = event.id.str();
+  view.type = event.type;
+  view.payload = event.payload;
+  view.timestamp = event.timestamp;
+  if (event.actor) view.actor = *event.actor;
+  if (event.frame_id) view.frame_id = *event.frame_id;
+  if (event.caused_by) view.caused_by = event.caused_by->str();
+  return view;
+}
+
 std::optional<TextProblem> event_text_problem(const NewEvent& e) {
   struct Field {
     const char* name;

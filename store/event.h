@@ -60,6 +60,9 @@ struct EventView {
   Event to_event() const;
 };
 
+// A view of `event` (seq 0), valid while `event` lives and is not changed.
+EventView view_of(const NewEvent& event);
+
 // Where a fork branches: its parent's history up to and including `event_id`
 // (at `seq`) is the fork's inherited prefix.
 struct ForkPoint {

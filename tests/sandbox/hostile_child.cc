@@ -36,12 +36,19 @@ int main() {
   const store::RunId fork(job->fork_run_id);
   std::uint64_t head = scratch.snapshot().run(fork)->head;
   std::uint64_t n = head;
+  // The fork tip's time: a delta that goes back before it does not continue
+  // the fork, and these modes are about other refusals.
+  std::string now = "2026-01-01T00:00:00.000Z";
+  if (head > 0) {
+    auto snapshot = scratch.snapshot();
+    now = snapshot.history(*snapshot.run(fork), head).back().timestamp;
+  }
   auto append = [&](std::string type, std::string payload, std::string actor) {
     store::NewEvent event;
     event.id = store::EventId("evt_" + std::to_string(++n));
     event.type = std::move(type);
     event.payload = std::move(payload);
-    event.timestamp = "2026-01-01T00:00:00.000Z";
+    event.timestamp = now;
     event.actor = std::move(actor);
     head = *scratch.append(fork, head, event);
   };
@@ -64,6 +71,11 @@ int main() {
       append("blob", payload, "scenario");
       ++written;
     }
+  } else if (mode == "backwards") {
+    append("chat.message", R"({"text":"on time"})", "scenario");
+    now = "2000-01-01T00:00:00Z";
+    append("chat.message", R"({"text":"from the past"})", "scenario");
+    written = 2;
   } else if (mode == "misreport") {
     append("chat.message", R"({"text":"one"})", "scenario");
     append("chat.message", R"({"text":"two"})", "scenario");

@@ -97,6 +97,20 @@ TEST_CASE("a child's forged parent record is never recorded", "[trial][budget]")
                  "\"forktrial.parent\"); only the parent writes those"));
 }
 
+TEST_CASE("a child's event stamped before the one it follows is never recorded",
+          "[trial][budget]") {
+  TrialFixture f;
+  auto report = hostile_trial(f, "backwards", small_budget());
+  INFO(report.detail);
+  CHECK(report.outcome == Outcome::crashed);
+  const auto events = f.fork_events(report);
+  REQUIRE(events.size() == 1);
+  CHECK(events[0].payload == R"({"text":"on time"})");
+  CHECK(contains(report.detail,
+                 "does not continue the fork: event evt_7 is stamped 2000-01-01T00:00:00Z, before "
+                 "the event it follows"));
+}
+
 TEST_CASE("the parent records no more than the write budget whatever the child wrote",
           "[trial][budget]") {
   TrialFixture f;

@@ -1,0 +1,175 @@
+#include "sandbox/delta.h"
+
+#include <nlohmann/json.hpp>
+
+#include "base/timestamp.h"
+
+namespace forktrial::sandbox {
+namespace {
+
+// The event the runtime records for each error of a behavior (runtime/runtime.cc).
+constexpr std::string_view kBehaviorFailed = "behavior.failed";
+
+// The event the parent records when its wall-clock kill stopped the child:
+// one millisecond after the last event in the fork, with the next id not
+// taken in the fork's history (the parent's prefix and the recorded delta).
+store::NewEvent wall_clock_event(const store::Writer& writer, const store::RunInfo& fork,
+                                 UnixMillis last, double limit_seconds) {
+  store::NewEvent event;
+  for (std::uint64_t n = fork.head + 1;; ++n) {
+    event.id = store::numbered_event_id(n);
+    if (!writer.find_event(fork, event.id)) break;
+  }
+  event.type = "trial.wall_clock_exhausted";
+  event.payload = nlohmann::json{
+      {"wall_clock_seconds", limit_seconds},
+      {"last_accepted_seq",
+       fork.head}}.dump();
+  event.timestamp = format_timestamp(last + 1);
+  event.actor = "forktrial.parent";
+  return event;
+}
+
+}  // namespace
+
+void append_detail_line(std::string& detail, const std::string& line) {
+  if (line.empty()) return;
+  if (!detail.empty()) detail += "\n";
+  detail += line;
+}
+
+DeltaSource delta_of(const std::vector<store::NewEvent>& events) {
+  return [&events](const EventVisitor& visit) {
+    for (const auto& event : events) {
+      if (!visit(store::view_of(event))) return;
+    }
+  };
+}
+
+std::optional<std::string> continuity_problem(std::int64_t previous_ms,
+                                              const store::EventView& event) {
+  auto stamp = parse_timestamp(event.timestamp);
+  if (!stamp) {
+    return "event " + std::string(event.id) + " has a timestamp that is not ISO-8601 UTC (" +
+           stamp.error() + ")";
+  }
+  const auto second = [](std::int64_t ms) { return ms >= 0 ? ms / 1000 : (ms - 999) / 1000; };
+  if (second(*stamp) < second(previous_ms)) {
+    return "event " + std::string(event.id) + " is stamped " + std::string(event.timestamp) +
+           ", before the event it follows (" + format_timestamp(previous_ms) +
+           "); a fork's clock never goes backwards";
+  }
+  return std::nullopt;
+}
+
+store::Result<std::uint64_t> record_trial(store::Writer& writer, const TrialSpecification& spec,
+                                          const store::NewRun& fork_record, std::uint64_t count,
+                                          const DeltaSource& delta, const TrialVerdict& verdict) {
+  auto fork = writer.fork(spec.parent_run_id, spec.at_event, fork_record);
+  if (!fork) return std::unexpected(fork.error());
+  const store::RunId fork_id = fork->id;
+  std::uint64_t head = fork->head;
+  auto point = writer.find_event(*writer.run(spec.parent_run_id), spec.at_event);
+  UnixMillis last = point ? parse_timestamp(point->timestamp).value_or(0) : 0;
+
+  // In batches, never holding the delta whole.
+  constexpr std::size_t kBatchEvents = 512;
+  constexpr std::size_t kBatchBytes = std::size_t{4} << 20;
+  std::vector<store::NewEvent> batch;
+  std::size_t batch_bytes = 0;
+  std::uint64_t copied = 0;
+  std::optional<store::Refusal> refused;
+  auto flush = [&] {
+    if (batch.empty() || refused) return;
+    auto appended = writer.append(fork_id, head, batch);
+    if (!appended) {
+      refused = appended.error();
+    } else {
+      head = *appended;
+    }
+    batch.clear();
+    batch_bytes = 0;
+  };
+  if (count > 0) {
+    delta([&](const store::EventView& view) {
+      if (auto problem = continuity_problem(last, view)) {
+        refused = store::Refusal{store::Refused::invalid_event, *problem};
+        return false;
+      }
+      last = *parse_timestamp(view.timestamp);
+      store::Event event = view.to_event();
+      batch_bytes += store::event_text_bytes(event);
+      batch.push_back(std::move(event));
+      ++copied;
+      if (batch.size() >= kBatchEvents || batch_bytes >= kBatchBytes) flush();
+      return copied < count && !refused;
+    });
+    flush();
+  }
+  if (refused) return std::unexpected(*refused);
+  if (copied != count) {
+    return std::unexpected(store::Refusal{store::Refused::invalid_input,
+                                          "the delta holds " + std::to_string(copied) +
+                                              " events, not the " + std::to_string(count) +
+                                              " it was recorded with"});
+  }
+  if (verdict.wall_clock_killed) {
+    auto event =
+        wall_clock_event(writer, *writer.run(fork_id), last, spec.limits.wall_clock_seconds);
+    auto appended = writer.append(fork_id, head, std::span(&event, 1));
+    if (!appended) return appended;
+    head = *appended;
+  }
+  return head;
+}
+
+TrialVerdict without_delta(TrialVerdict verdict, const std::string& why) {
+  if (!verdict.stopped_by_net) {
+    // What the child said of itself no longer describes what was recorded.
+    verdict.outcome = Outcome::crashed;
+    verdict.detail.clear();
+    verdict.warnings.clear();
+  }
+  verdict.claimed_events.reset();
+  verdict.claimed_failures.reset();
+  append_detail_line(verdict.detail, "the store refused the child's delta (" + why +
+                                         "); nothing of it was recorded");
+  return verdict;
+}
+
+TrialReport report_from_store(const store::Snapshot& snapshot, const store::RunId& fork_id,
+                              std::uint64_t fork_seq, const TrialVerdict& verdict) {
+  TrialReport report;
+  report.outcome = verdict.outcome;
+  report.fork_run_id = fork_id.str();
+  report.detail = verdict.detail;
+  report.warnings = verdict.warnings;
+  report.exit_code = verdict.exit_code;
+  auto fork = snapshot.run(fork_id);
+  if (!fork) return report;
+  report.events_appended = snapshot.count(*fork) - fork_seq;
+  // activegraph counts the fork's whole log (the inherited prefix too); the
+  // trial's own share is reported beside it.
+  report.behavior_failures = snapshot.events_of_type(*fork, kBehaviorFailed).size();
+  report.behavior_failures_after_fork =
+      snapshot.events_of_type(*fork, kBehaviorFailed, fork_seq).size();
+
+  // The child's claim is a signal only: say when it disagrees with the store.
+  if (verdict.claimed_events && verdict.claimed_failures) {
+    const std::uint64_t parent_events = verdict.wall_clock_killed ? 1 : 0;
+    const std::uint64_t stored_child_events = report.events_appended - parent_events;
+    if (*verdict.claimed_events != stored_child_events ||
+        *verdict.claimed_failures != report.behavior_failures_after_fork) {
+      append_detail_line(report.detail,
+                         "the child's tail claimed " + std::to_string(*verdict.claimed_events) +
+                             " events appended and " + std::to_string(*verdict.claimed_failures) +
+                             " behavior failures after the fork point, but the store holds " +
+                             std::to_string(stored_child_events) + " and " +
+                             std::to_string(report.behavior_failures_after_fork) +
+                             "; the store's numbers are reported");
+    }
+  }
+  return report;
+}
+
+}  // namespace forktrial::sandbox

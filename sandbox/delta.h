@@ -1,0 +1,80 @@
+// Recording a trial, in two halves that may run on two machines. The side
+// that ran the child decides how it ended (a TrialVerdict) and which of its
+// events to keep (the accepted delta); the side that holds the authoritative
+// store records them in one transaction (record_trial) and reports the
+// numbers the store holds (report_from_store). On one machine run_trial does
+// both; on a cluster the worker does the first and the coordinator the
+// second, so the coordinator never runs a child and never links the runtime.
+//
+// Pure functions over the store's Writer and Snapshot; thread-safe as the
+// store is.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sandbox/trial_types.h"
+#include "store/event_store.h"
+
+namespace forktrial::sandbox {
+
+// How a trial child ended, as the side that supervised it saw it.
+struct TrialVerdict {
+  Outcome outcome = Outcome::crashed;
+  std::string detail;
+  std::vector<std::string> warnings;
+  int exit_code = 0;  // the child's exit status, or -signal
+  // The wall clock or the CPU net stopped the child: that outcome stands
+  // even if the store later refuses the delta.
+  bool stopped_by_net = false;
+  bool wall_clock_killed = false;  // the parent records trial.wall_clock_exhausted
+  // The child's own claim about what it appended after the fork point (its
+  // tail), when it made one and its delta was accepted whole: compared with
+  // what the store holds, which wins.
+  std::optional<std::uint64_t> claimed_events;
+  std::optional<std::uint64_t> claimed_failures;
+  friend bool operator==(const TrialVerdict&, const TrialVerdict&) = default;
+};
+
+// Calls `visit` with each event of a delta, oldest first, until it returns
+// false or the delta ends.
+using EventVisitor = std::function<bool(const store::EventView&)>;
+using DeltaSource = std::function<void(const EventVisitor&)>;
+
+// A DeltaSource over events held in memory.
+DeltaSource delta_of(const std::vector<store::NewEvent>& events);
+
+// Why `event` cannot follow an event stamped `previous_ms` (Unix ms) in a
+// fork: its timestamp is not ISO-8601 UTC, or it is earlier, to the second,
+// than the one before it (the runtime's clock never goes backwards; it writes
+// whole seconds, so only the second is compared). nullopt when it can.
+std::optional<std::string> continuity_problem(std::int64_t previous_ms,
+                                              const store::EventView& event);
+
+// In the caller's write transaction: forks spec.parent_run_id at
+// spec.at_event as `fork`, appends the first `count` events of `delta` after
+// checking that each continues the fork (continuity_problem, from the fork
+// point on), and, when the verdict says the wall clock killed the child, the
+// parent's trial.wall_clock_exhausted record. Returns the fork's head. A
+// refusal writes nothing (the caller's transaction aborts).
+store::Result<std::uint64_t> record_trial(store::Writer& writer, const TrialSpecification& spec,
+                                          const store::NewRun& fork, std::uint64_t count,
+                                          const DeltaSource& delta, const TrialVerdict& verdict);
+
+// The verdict after the store refused the delta (`why`): the trial is
+// recorded without it, and unless a net stopped the child, it crashed.
+TrialVerdict without_delta(TrialVerdict verdict, const std::string& why);
+
+// The report, its numbers read from the recorded fork (the store is the
+// record), the verdict's outcome and detail, and a line saying when the
+// child's claim disagreed with the store.
+TrialReport report_from_store(const store::Snapshot& snapshot, const store::RunId& fork,
+                              std::uint64_t fork_seq, const TrialVerdict& verdict);
+
+// Appends `line` to `detail` on a line of its own (nothing for an empty line).
+void append_detail_line(std::string& detail, const std::string& line);
+
+}  // namespace forktrial::sandbox
