@@ -1,0 +1,220 @@
+# The messages between the coordinator, its workers and command-line
+# clients (docs/wire-protocol.md). Every ZeroMQ message is one frame holding
+# one Envelope; the coordinator's ROUTER adds the peer's routing id in front.
+#
+# Ordinals are explicit and never reused: a field or a union arm is only ever
+# added with the next ordinal. A peer answers an arm it does not know with an
+# Error (code unknownMessage), never by crashing; a change an older peer
+# would misread bumps kProtocolVersion instead.
+@0xb0c7f54c3e1a9d62;
+
+$import "/capnp/c++.capnp".namespace("forktrial::schema::wire");
+
+const kProtocolVersion :UInt32 = 1;
+
+# The most bytes a blob chunk carries.
+const kMaxChunkBytes :UInt32 = 1048576;
+
+struct Envelope {
+  version @0 :UInt32;   # kProtocolVersion of the sender
+  requestId @1 :UInt64; # chosen by the asker, echoed in the answer
+  union {
+    error @2 :Error;
+
+    # worker -> coordinator
+    workerHello @3 :WorkerHello;
+    requestWork @4 :RequestWork;
+    heartbeat @5 :Heartbeat;
+    report @6 :Report;
+    attemptFailed @7 :AttemptFailed;
+    fetchBlob @8 :FetchBlob;
+
+    # coordinator -> worker
+    welcome @9 :Welcome;
+    assignments @10 :Assignments;
+    blobChunk @11 :BlobChunk;
+    reportAck @12 :ReportAck;
+    stopTrials @13 :StopTrials;
+
+    # client -> coordinator
+    clientHello @14 :Void;
+    findMissing @15 :DigestList;
+    putBlob @16 :BlobChunk;
+    submitJob @17 :SubmitJob;
+    statusRequest @18 :JobQuery;
+    cancelJob @19 :JobQuery;
+    resultsRequest @20 :ResultsRequest;
+    workersRequest @21 :Void;
+
+    # coordinator -> client
+    missing @22 :DigestList;
+    jobAccepted @23 :JobAccepted;
+    jobStatus @24 :Json;
+    results @25 :Results;
+    workers @26 :Json;
+    ok @27 :Void;
+  }
+}
+
+enum ErrorCode {
+  malformed @0;        # not an Envelope, or a field out of range
+  wrongVersion @1;     # another protocol version
+  unknownMessage @2;   # an arm this peer does not know, or not for its role
+  outOfOrder @3;       # e.g. a worker message before its hello
+  tooLarge @4;         # the frame is over the coordinator's limit
+  refused @5;          # understood, and refused: `message` says why
+  notFound @6;         # an unknown job, trial or blob
+}
+
+struct Error {
+  code @0 :ErrorCode;
+  message @1 :Text;
+}
+
+struct Digest {
+  sha256 @0 :Data;  # 32 bytes
+}
+
+struct DigestList {
+  digests @0 :List(Digest);
+}
+
+# A JSON document (a status, a list of workers): the human-facing views the
+# command line prints, versioned by their own fields.
+struct Json {
+  text @0 :Text;
+}
+
+struct TrialRef {
+  job @0 :Text;
+  index @1 :UInt32;
+  attempt @2 :UInt32;
+}
+
+struct WorkerHello {
+  workerId @0 :Text;
+  slots @1 :UInt32;
+  warnings @2 :List(Text);     # nets preflight says degrade on this host
+  isolation @3 :Text;          # its guarantees, as JSON
+  cached @4 :List(Digest);     # what its cache holds (bounded)
+}
+
+struct Welcome {
+  leaseMillis @0 :UInt64;      # how often to heartbeat: well inside this
+}
+
+struct RequestWork {
+  freeSlots @0 :UInt32;
+}
+
+struct Assignment {
+  trial @0 :TrialRef;
+  spec @1 :Text;               # canonical TrialSpecification JSON; pack roots are bundles
+  forkRunId @2 :Text;          # the run the fork will be recorded as
+  segment @3 :Digest;          # the parent's history up to the fork point
+  bundles @4 :List(Bundle);    # every pack of the trial, candidate last
+  leaseExpiresMillis @5 :Int64;
+}
+
+struct Bundle {
+  pin @0 :Digest;              # the bundle hash the directory must have
+  archive @1 :Digest;          # the blob holding the pack's archive
+}
+
+struct Assignments {
+  assignments @0 :List(Assignment);
+}
+
+struct Heartbeat {
+  running @0 :List(TrialRef);
+}
+
+struct StopTrials {
+  trials @0 :List(TrialRef);   # kill these; their reports will be fenced
+}
+
+struct FetchBlob {
+  digest @0 :Digest;
+  offset @1 :UInt64;
+  length @2 :UInt32;           # at most kMaxChunkBytes
+}
+
+struct BlobChunk {
+  digest @0 :Digest;
+  totalSize @1 :UInt64;
+  offset @2 :UInt64;
+  bytes @3 :Data;
+}
+
+struct Event {
+  id @0 :Text;
+  type @1 :Text;
+  payload @2 :Text;
+  timestamp @3 :Text;
+  actor :union {
+    noActor @4 :Void;
+    actorName @5 :Text;
+  }
+  frame :union {
+    noFrame @6 :Void;
+    frameId @7 :Text;
+  }
+  cause :union {
+    noCause @8 :Void;
+    causedBy @9 :Text;
+  }
+}
+
+struct Report {
+  trial @0 :TrialRef;
+  outcome @1 :UInt8;           # schema/outcome.h Outcome
+  detail @2 :Text;
+  warnings @3 :List(Text);
+  exitCode @4 :Int32;
+  stoppedByNet @5 :Bool;
+  wallClockKilled @6 :Bool;
+  hasClaim @7 :Bool;
+  claimedEvents @8 :UInt64;
+  claimedFailures @9 :UInt64;
+  forkSeq @10 :UInt64;
+  events @11 :List(Event);     # the accepted delta, oldest first
+  durationMillis @12 :UInt64;
+}
+
+struct ReportAck {
+  trial @0 :TrialRef;
+  verdict @1 :Text;            # accepted, fenced, duplicate, unknown
+}
+
+struct AttemptFailed {
+  trial @0 :TrialRef;
+  reason @1 :Text;
+}
+
+struct SubmitJob {
+  name @0 :Text;
+  priority @1 :Int32;
+  specs @2 :List(Text);        # canonical TrialSpecification JSON, pack roots as bundles
+  bundles @3 :List(Bundle);    # every pack the specs name
+}
+
+struct JobAccepted {
+  job @0 :Text;
+  total @1 :UInt64;
+}
+
+struct JobQuery {
+  job @0 :Text;                # "" for every job
+}
+
+struct ResultsRequest {
+  job @0 :Text;
+  after @1 :UInt32;            # results of trials with index >= after
+  limit @2 :UInt32;
+}
+
+struct Results {
+  lines @0 :List(Text);        # one JSON object per trial
+  next @1 :UInt32;             # the index to ask from next; total when done
+  total @2 :UInt32;
+}
