@@ -14,6 +14,7 @@
 #include "base/text.h"
 #include "base/unique_fd.h"
 #include "pack/manifest.h"
+#include "pack/path_text.h"
 
 namespace forktrial::pack {
 namespace {
@@ -48,29 +49,6 @@ std::string code_points(std::string_view text) {
     }
   });
   return out;
-}
-
-// Rule 3: the relative path must be valid UTF-8 and NFC-normalized.
-std::optional<WalkViolation> check_path_text(const std::string& path) {
-  if (const auto offset = first_invalid_utf8(path)) {
-    return WalkViolation{path, WalkRule::non_utf8_path,
-                         "path is not valid UTF-8 (bad byte at offset " + std::to_string(*offset) +
-                             "); rename it with a UTF-8 name"};
-  }
-  std::unique_ptr<utf8proc_uint8_t, decltype(&std::free)> normalized(
-      utf8proc_NFC(reinterpret_cast<const utf8proc_uint8_t*>(path.c_str())), &std::free);
-  if (normalized == nullptr) {
-    return WalkViolation{path, WalkRule::non_utf8_path,
-                         "path cannot be normalized as UTF-8; rename it with a UTF-8 name"};
-  }
-  if (path != reinterpret_cast<const char*>(normalized.get())) {
-    return WalkViolation{
-        path, WalkRule::non_nfc_path,
-        "path is not NFC-normalized (found \"" + code_points(path) + "\", NFC form \"" +
-            code_points(reinterpret_cast<const char*>(normalized.get())) +
-            "\"); rename it to its NFC form, e.g. with `convmv -f utf8 -t utf8 --nfc`"};
-  }
-  return std::nullopt;
 }
 
 struct DirCloser {
@@ -198,6 +176,28 @@ WalkViolations make_violations(const std::filesystem::path& root, std::vector<Wa
 
 }  // namespace
 
+std::optional<WalkViolation> check_path_text(const std::string& path) {
+  if (const auto offset = first_invalid_utf8(path)) {
+    return WalkViolation{path, WalkRule::non_utf8_path,
+                         "path is not valid UTF-8 (bad byte at offset " + std::to_string(*offset) +
+                             "); rename it with a UTF-8 name"};
+  }
+  std::unique_ptr<utf8proc_uint8_t, decltype(&std::free)> normalized(
+      utf8proc_NFC(reinterpret_cast<const utf8proc_uint8_t*>(path.c_str())), &std::free);
+  if (normalized == nullptr) {
+    return WalkViolation{path, WalkRule::non_utf8_path,
+                         "path cannot be normalized as UTF-8; rename it with a UTF-8 name"};
+  }
+  if (path != reinterpret_cast<const char*>(normalized.get())) {
+    return WalkViolation{
+        path, WalkRule::non_nfc_path,
+        "path is not NFC-normalized (found \"" + code_points(path) + "\", NFC form \"" +
+            code_points(reinterpret_cast<const char*>(normalized.get())) +
+            "\"); rename it to its NFC form, e.g. with `convmv -f utf8 -t utf8 --nfc`"};
+  }
+  return std::nullopt;
+}
+
 bool is_code_path(std::string_view path) {
   return path == kManifestFile || path.ends_with(".lua");
 }
@@ -314,6 +314,7 @@ std::expected<TreeHashes, WalkViolations> hash_tree(const std::filesystem::path&
     feed(file.path.data(), file.path.size());
     feed("", 1);
     feed(header, sizeof header);
+    if (request.sink != nullptr) request.sink->file(file.path, size);
     std::uint64_t seen = 0;
     for (;;) {
       ssize_t n = retry_eintr([&] { return ::read(fd.get(), buffer.get(), kReadBufferSize); });
@@ -326,6 +327,10 @@ std::expected<TreeHashes, WalkViolations> hash_tree(const std::filesystem::path&
       seen += static_cast<std::uint64_t>(n);
       if (seen > size) break;
       feed(buffer.get(), static_cast<std::size_t>(n));
+      if (request.sink != nullptr) {
+        request.sink->content(std::string_view(reinterpret_cast<const char*>(buffer.get()),
+                                               static_cast<std::size_t>(n)));
+      }
       if (kept != nullptr)
         kept->append(reinterpret_cast<const char*>(buffer.get()), static_cast<std::size_t>(n));
     }

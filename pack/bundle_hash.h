@@ -71,6 +71,18 @@ struct TreeHashes {
   std::map<std::string, std::string, std::less<>> code;
 };
 
+// Receives every file of the bundle walk as it is hashed, in hash order:
+// file() with its relative path and size, then its bytes through content(),
+// in chunks, exactly as they are fed to the hash. A walk that ends in a
+// violation may have passed some files, or part of one: the caller discards
+// what it received. Called on the walking thread only.
+class FileSink {
+ public:
+  virtual ~FileSink() = default;
+  virtual void file(std::string_view path, std::uint64_t size) = 0;
+  virtual void content(std::string_view chunk) = 0;
+};
+
 struct HashRequest {
   bool bundle = true;
   bool content = true;
@@ -78,6 +90,9 @@ struct HashRequest {
   // every file ending in ".lua") as they are fed to the hash, in the same
   // read: nothing is read twice, so the kept bytes are the hashed bytes.
   bool keep_code = false;
+  // When set, receives every file of the walk in the same read (the pack
+  // archive, pack/bundle_archive.h); must outlive the call.
+  FileSink* sink = nullptr;
 };
 
 // True for the files HashRequest::keep_code keeps.

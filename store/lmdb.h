@@ -1,4 +1,6 @@
-// Move-only owners for LMDB handles, private to the store.
+// Move-only owners for LMDB handles: the store's, and public for any
+// component that keeps an LMDB environment of its own (the worker's blob
+// cache). Nothing here knows the store's databases.
 //
 // `Env` owns an MDB_env, `Txn` an MDB_txn (aborted in its destructor unless
 // commit() was called), `Cursor` an MDB_cursor. Every failing LMDB call throws

@@ -239,7 +239,8 @@ TEST_CASE("a store source cannot include the runtime's header", "[layering]") {
   // The same command compiles the store's own headers, private ones too, and
   // those of the base it links.
   const CommandResult own = store.run(
-      "#include \"store/lmdb.h\"\n#include \"store/txn_gate.h\"\n#include \"base/text.h\"\n");
+      "#include \"store/environment.h\"\n#include \"store/txn_gate.h\"\n#include "
+      "\"base/text.h\"\n");
   INFO(own.err);
   CHECK(own.exit_code == 0);
 }
@@ -251,7 +252,7 @@ TEST_CASE("a consumer of the store compiles its public headers and cannot includ
   REQUIRE(store.consumer);
   const Compiler consumer = compiler_for(*store.consumer);
 
-  for (const char* header : {"lmdb.h", "txn_gate.h", "codec.h"}) {
+  for (const char* header : {"environment.h", "txn_gate.h", "codec.h"}) {
     const std::string name = std::string("store/") + header;
     const CommandResult result = consumer.run("#include \"" + name + "\"\n");
     INFO(name << ": " << result.err);
