@@ -8,6 +8,7 @@
 
 #include "base/text.h"
 #include "pack/pack_check.h"
+#include "pack/scenario.h"
 #include "runtime/lua_api.h"
 #include "runtime/lua_event.h"
 #include "runtime/lua_graph.h"
@@ -15,7 +16,6 @@
 #include "runtime/lua_rt.h"
 #include "runtime/pack_host.h"
 #include "runtime/reserved_names.h"
-#include "runtime/scenario.h"
 #include "runtime/surface_check.h"
 #include "runtime/where.h"
 #include "store/payload.h"
@@ -589,7 +589,7 @@ ScenarioResult Runtime::run_scenario(std::string_view spec) {
   } else if (!candidate_loaded_) {
     refusal = "no candidate pack is loaded, so the scenario \"" + std::string(spec) +
               "\" has no pack root to resolve in";
-  } else if (auto parsed = parse_scenario_spec(spec); !parsed) {
+  } else if (auto parsed = pack::parse_scenario_spec(spec); !parsed) {
     refusal = parsed.error();
   } else if (auto source = packs_.back()->files.lua_file(parsed->path, "scenario path"); !source) {
     refusal = source.error();

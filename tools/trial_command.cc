@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "pack/bundle_hash.h"
+#include "sandbox/limit_units.h"
 #include "sandbox/trial.h"
 #include "tools/cli_support.h"
 #include "tools/commands.h"
@@ -26,31 +27,13 @@ namespace {
 
 using nlohmann::ordered_json;
 
-// "268435456", "256M", "1G", "512K" (binary multiples) -> bytes.
-std::uint64_t parse_size(const std::string& text, const char* option) {
-  std::size_t used = 0;
-  unsigned long long value = 0;
-  try {
-    value = std::stoull(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  std::string suffix = text.substr(used);
-  std::uint64_t scale = 1;
-  if (suffix == "K" || suffix == "KiB")
-    scale = 1ull << 10;
-  else if (suffix == "M" || suffix == "MiB")
-    scale = 1ull << 20;
-  else if (suffix == "G" || suffix == "GiB")
-    scale = 1ull << 30;
-  else if (!suffix.empty())
-    used = 0;
-  if (used == 0 || text.empty() || text[0] == '-') {
-    throw CommandFailed(std::string(option) + " " + text +
-                            ": not a size; give bytes or a number with K, M or G (e.g. 256M)",
-                        kUsageError);
-  }
-  return value * scale;
+// A limit in human units (sandbox/limit_units.h); one that does not parse is
+// a usage error naming the option. Its range is checked with the others, by
+// check_trial_limits, before anything runs.
+template <typename T>
+T parse_limit(std::expected<T, std::string> parsed, const char* option) {
+  if (!parsed) throw CommandFailed(std::string(option) + ": " + parsed.error(), kUsageError);
+  return *parsed;
 }
 
 // A pin given on the command line, refused before anything runs when it is
@@ -88,10 +71,10 @@ struct TrialOptions {
   std::string expect;
   std::vector<std::string> extra_packs;
   std::string scenario;
-  double wall_clock = 120;
+  std::string wall_clock = "120";
   std::string max_rss;
   std::uint64_t max_events = 2000;
-  std::uint64_t max_cpu = 0;
+  std::string max_cpu;
   std::uint64_t max_appended_events = sandbox::TrialLimits::kDefaultMaxAppendedEvents;
   std::string max_appended_bytes;
   std::vector<std::string> env_pass;
@@ -237,13 +220,20 @@ class StopSignals {
 
 sandbox::TrialSpecification spec_from_options(const TrialOptions& o) {
   sandbox::TrialLimits limits;
-  limits.wall_clock_seconds = o.wall_clock;
-  if (!o.max_rss.empty()) limits.max_rss_bytes = parse_size(o.max_rss, "--max-rss");
+  limits.wall_clock_seconds =
+      parse_limit(sandbox::parse_duration_seconds(o.wall_clock), "--wall-clock");
+  if (!o.max_rss.empty()) {
+    limits.max_rss_bytes = parse_limit(sandbox::parse_byte_size(o.max_rss), "--max-rss");
+  }
   limits.max_events = o.max_events;
-  if (o.max_cpu > 0) limits.max_cpu_seconds = o.max_cpu;
+  if (!o.max_cpu.empty()) {
+    const auto cpu = parse_limit(sandbox::parse_whole_seconds(o.max_cpu), "--max-cpu");
+    if (cpu > 0) limits.max_cpu_seconds = cpu;
+  }
   limits.max_appended_events = o.max_appended_events;
   if (!o.max_appended_bytes.empty()) {
-    limits.max_appended_bytes = parse_size(o.max_appended_bytes, "--max-appended-bytes");
+    limits.max_appended_bytes =
+        parse_limit(sandbox::parse_byte_size(o.max_appended_bytes), "--max-appended-bytes");
   }
   limits.env_passthrough = o.env_pass;
   sandbox::TrialSpecification spec;
@@ -338,13 +328,15 @@ void add_trial_command(CLI::App& app) {
                   "a trusted pack loaded before the candidate: DIR or DIR=sha256:<pin>");
   cmd->add_option("--scenario", o->scenario,
                   "file.lua or file.lua::fn inside the candidate (default: run until idle)");
-  cmd->add_option("--wall-clock", o->wall_clock, "wall-clock limit in seconds (0: none)")
+  cmd->add_option("--wall-clock", o->wall_clock,
+                  "wall-clock limit: seconds, or 10s / 500ms / 2m (0: none)")
       ->capture_default_str();
   cmd->add_option("--max-rss", o->max_rss,
                   "memory cap: bytes, or 256M / 1G (default 1G; 0 turns the net off, which the "
                   "report then says)");
   cmd->add_option("--max-events", o->max_events, "event budget")->capture_default_str();
-  cmd->add_option("--max-cpu", o->max_cpu, "CPU seconds (default: wall clock + 5)");
+  cmd->add_option("--max-cpu", o->max_cpu,
+                  "CPU net: whole seconds, or 30s / 2m (default, or 0: wall clock + 5 s)");
   cmd->add_option("--max-appended-events", o->max_appended_events,
                   "write budget: events the trial may append to its fork (0: none)")
       ->capture_default_str();
@@ -407,20 +399,22 @@ void add_trial_command(CLI::App& app) {
 
 void add_preflight_command(CLI::App& app) {
   auto max_rss = std::make_shared<std::string>("256M");
-  auto wall_clock = std::make_shared<double>(120);
+  auto wall_clock = std::make_shared<std::string>("120");
   auto json = std::make_shared<bool>(false);
   CLI::App* cmd = app.add_subcommand(
       "preflight",
       "Check that a trial child can start on this machine under the given nets. Prints the\n"
       "nets that degraded here (none: every net applies), or the child's startup error.");
   cmd->add_option("--max-rss", *max_rss, "memory cap to probe")->capture_default_str();
-  cmd->add_option("--wall-clock", *wall_clock, "wall clock to probe")->capture_default_str();
+  cmd->add_option("--wall-clock", *wall_clock, "wall clock to probe: seconds, or 10s / 2m")
+      ->capture_default_str();
   cmd->add_flag("--json", *json, "print {\"ok\", \"child\", \"warnings\"} as JSON");
   cmd->footer(examples_footer({"forktrial preflight", "forktrial preflight --max-rss 1G --json"}));
   cmd->callback([=] {
     sandbox::TrialLimits limits;
-    limits.max_rss_bytes = parse_size(*max_rss, "--max-rss");
-    limits.wall_clock_seconds = *wall_clock;
+    limits.max_rss_bytes = parse_limit(sandbox::parse_byte_size(*max_rss), "--max-rss");
+    limits.wall_clock_seconds =
+        parse_limit(sandbox::parse_duration_seconds(*wall_clock), "--wall-clock");
     std::vector<std::string> warnings;
     try {
       warnings = sandbox::preflight(limits);

@@ -1,7 +1,5 @@
 // The scenario driver: spec resolution inside the candidate's root, function
 // selection, failures with tracebacks, determinism, and the example packs.
-#include "runtime/scenario.h"
-
 #include <catch2/catch.hpp>
 
 #include "tests/runtime/runtime_test_support.h"
@@ -44,18 +42,6 @@ forktrial::runtime::ScenarioResult run_spec(const std::string& spec) {
 }
 
 }  // namespace
-
-TEST_CASE("scenario specs parse into path and function", "[runtime][scenario]") {
-  using forktrial::runtime::parse_scenario_spec;
-  REQUIRE(parse_scenario_spec("a/b.lua")->function == "main");
-  REQUIRE(parse_scenario_spec("a/b.lua::run_it")->path == "a/b.lua");
-  REQUIRE(parse_scenario_spec("a/b.lua::run_it")->function == "run_it");
-  REQUIRE(parse_scenario_spec("a/b.py").error() ==
-          "scenario \"a/b.py\" does not name a .lua file; write \"path.lua\" or \"path.lua::fn\"");
-  REQUIRE(parse_scenario_spec("a.lua::").error() ==
-          "scenario \"a.lua::\" names the function \"\", which is not a Lua identifier; write "
-          "\"path.lua::fn\"");
-}
 
 TEST_CASE("scenario paths outside the candidate's root are refused", "[runtime][scenario]") {
   auto absolute = run_spec("/etc/s.lua");

@@ -213,7 +213,7 @@ TEST_CASE("forktrial trial refuses bad input with what to do", "[trial][cli]") {
   auto bad_size = cli({"trial", "--store", store, "--run", "run_chat", "--at", "evt_001", "--pack",
                        kExamples + "/packs/greeter", "--max-rss", "lots"});
   CHECK(bad_size.exit_code == 2);
-  CHECK(bad_size.err.find("--max-rss lots: not a size") != std::string::npos);
+  CHECK(bad_size.err.find("--max-rss: \"lots\" is not a size") != std::string::npos);
 
   auto no_store = cli({"trial", "--store", (dir.path() / "none").string(), "--run", "r", "--at",
                        "e", "--pack", kExamples + "/packs/greeter"});

@@ -1,6 +1,6 @@
-#include "runtime/scenario.h"
+#include "pack/scenario.h"
 
-namespace forktrial::runtime {
+namespace forktrial::pack {
 namespace {
 
 bool is_identifier(std::string_view name) {
@@ -32,4 +32,4 @@ std::expected<ScenarioSpec, std::string> parse_scenario_spec(std::string_view sp
   return out;
 }
 
-}  // namespace forktrial::runtime
+}  // namespace forktrial::pack

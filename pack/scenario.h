@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-namespace forktrial::runtime {
+namespace forktrial::pack {
 
 struct ScenarioSpec {
   std::string path;               // relative to the candidate's root
@@ -18,4 +18,4 @@ struct ScenarioSpec {
 // Errors name the spec and say what form is expected.
 std::expected<ScenarioSpec, std::string> parse_scenario_spec(std::string_view spec);
 
-}  // namespace forktrial::runtime
+}  // namespace forktrial::pack
