@@ -85,4 +85,14 @@ std::optional<Digest> digest_of(schema::wire::Digest::Reader reader) {
   return Digest(bytes);
 }
 
+std::string bundle_root(const Digest& archive) {
+  return std::string(kBundleRootPrefix) + archive.hex();
+}
+
+std::optional<Digest> archive_of_root(std::string_view root_dir) {
+  if (!root_dir.starts_with(kBundleRootPrefix)) return std::nullopt;
+  root_dir.remove_prefix(kBundleRootPrefix.size());
+  return Digest::parse(std::string(Digest::kPrefix) + std::string(root_dir));
+}
+
 }  // namespace forktrial::wire

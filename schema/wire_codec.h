@@ -63,6 +63,13 @@ std::string error_frame(std::uint64_t request_id, ErrorCode code, const std::str
 void set_digest(schema::wire::Digest::Builder builder, const Digest& digest);
 std::optional<Digest> digest_of(schema::wire::Digest::Reader reader);
 
+// On the wire, a trial specification names each pack by the blob holding its
+// archive (pack/bundle_archive.h) instead of a directory: its root_dir is
+// "bundle:<64 hex>". The worker materializes it and puts the directory there.
+inline constexpr std::string_view kBundleRootPrefix = "bundle:";
+std::string bundle_root(const Digest& archive);
+std::optional<Digest> archive_of_root(std::string_view root_dir);
+
 // Text of a Cap'n Proto Text field.
 inline std::string text(capnp::Text::Reader reader) {
   return {reader.begin(), reader.size()};

@@ -1,0 +1,476 @@
+#include "worker/worker.h"
+
+#include <poll.h>
+#include <tbb/task_arena.h>
+#include <tbb/task_group.h>
+#include <unistd.h>
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <zmq.hpp>
+
+#include "pack/bundle_archive.h"
+#include "schema/wire_codec.h"
+#include "worker/blob_assembly.h"
+#include "worker/blob_cache.h"
+
+namespace forktrial::worker {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using schema::wire::Envelope;
+using wire::ErrorCode;
+
+struct AttemptKey {
+  std::string job;
+  std::uint32_t index = 0;
+  std::uint32_t attempt = 0;
+  friend auto operator<=>(const AttemptKey&, const AttemptKey&) = default;
+  std::string str() const {
+    return job + "#" + std::to_string(index) + " attempt " + std::to_string(attempt);
+  }
+};
+
+struct BundleRef {
+  Digest pin;
+  Digest archive;
+};
+
+// One assignment, from its arrival to its report's acknowledgement.
+struct Trial {
+  AttemptKey key;
+  std::string spec;
+  std::string fork_run_id;
+  Digest segment;
+  std::vector<BundleRef> bundles;
+  std::vector<BlobCache::Pin> pins;  // what it needs stays in the cache
+  std::shared_ptr<sandbox::Cancellation> cancel = std::make_shared<sandbox::Cancellation>();
+  bool started = false;
+};
+
+// A blob being fetched, chunk by chunk.
+struct Fetch {
+  std::optional<BlobAssembly> assembly;
+  bool in_flight = false;
+};
+
+// What a slot hands back: the frame to send (a report or a failure).
+struct Finished {
+  AttemptKey key;
+  std::string frame;
+};
+
+void set_ref(schema::wire::TrialRef::Builder ref, const AttemptKey& key) {
+  ref.setJob(key.job);
+  ref.setIndex(key.index);
+  ref.setAttempt(key.attempt);
+}
+
+AttemptKey key_of(schema::wire::TrialRef::Reader ref) {
+  return {wire::text(ref.getJob()), ref.getIndex(), ref.getAttempt()};
+}
+
+std::string failure_frame(const AttemptKey& key, const std::string& reason) {
+  capnp::MallocMessageBuilder message;
+  auto failed = wire::start(message, 0).initAttemptFailed();
+  set_ref(failed.initTrial(), key);
+  failed.setReason(reason);
+  return wire::encode(message);
+}
+
+std::string report_frame(const AttemptKey& key, const sandbox::ExecutedTrial& executed,
+                         std::chrono::milliseconds duration) {
+  capnp::MallocMessageBuilder message;
+  auto report = wire::start(message, 0).initReport();
+  set_ref(report.initTrial(), key);
+  const auto& verdict = executed.verdict;
+  report.setOutcome(static_cast<std::uint8_t>(verdict.outcome));
+  report.setDetail(verdict.detail);
+  auto warnings = report.initWarnings(static_cast<unsigned>(verdict.warnings.size()));
+  for (unsigned i = 0; i < verdict.warnings.size(); ++i) warnings.set(i, verdict.warnings[i]);
+  report.setExitCode(verdict.exit_code);
+  report.setStoppedByNet(verdict.stopped_by_net);
+  report.setWallClockKilled(verdict.wall_clock_killed);
+  report.setHasClaim(verdict.claimed_events.has_value() && verdict.claimed_failures.has_value());
+  report.setClaimedEvents(verdict.claimed_events.value_or(0));
+  report.setClaimedFailures(verdict.claimed_failures.value_or(0));
+  report.setForkSeq(executed.fork_seq);
+  report.setDurationMillis(static_cast<std::uint64_t>(duration.count()));
+  auto events = report.initEvents(static_cast<unsigned>(executed.events.size()));
+  for (unsigned i = 0; i < executed.events.size(); ++i) {
+    const auto& e = executed.events[i];
+    auto out = events[i];
+    out.setId(e.id.str());
+    out.setType(e.type);
+    out.setPayload(e.payload);
+    out.setTimestamp(e.timestamp);
+    if (e.actor) out.getActor().setActorName(*e.actor);
+    if (e.frame_id) out.getFrame().setFrameId(*e.frame_id);
+    if (e.caused_by) out.getCause().setCausedBy(e.caused_by->str());
+  }
+  return wire::encode(message);
+}
+
+class Worker {
+ public:
+  Worker(const WorkerConfig& config, const sandbox::Cancellation& stop, const Log& log)
+      : config_(config),
+        stop_(stop),
+        log_(log),
+        cache_(config.cache_dir / "blobs", config.cache_bytes),
+        socket_(context_, zmq::socket_type::dealer),
+        arena_(static_cast<int>(config.slots)) {
+    // A fresh routing id per incarnation, so a restarted worker is never
+    // mistaken for the connection it replaces.
+    std::random_device random;
+    socket_.set(zmq::sockopt::routing_id, config.worker_id + "/" + std::to_string(::getpid()) +
+                                              "/" + std::to_string(random()));
+    socket_.set(zmq::sockopt::linger, 0);
+    socket_.connect(config.coordinator);
+  }
+
+  int run() {
+    say_hello();
+    while (!stop_.cancelled() && exit_code_ < 0) {
+      wait_for_input(std::chrono::milliseconds(20));
+      while (receive_one()) {
+      }
+      send_finished();
+      const auto now = Clock::now();
+      if (welcomed_ && now - last_heartbeat_ >= config_.heartbeat) send_heartbeat();
+      if (now - last_heard_ >= config_.coordinator_timeout &&
+          now - last_hello_ >= config_.heartbeat) {
+        if (welcomed_) log_(LogLevel::warn, "the coordinator is silent; saying hello again");
+        welcomed_ = false;
+        say_hello();
+      }
+      request_fetches();
+      start_ready_trials();
+      ask_for_work();
+    }
+    for (auto& [key, trial] : trials_) trial.cancel->cancel();
+    arena_.execute([&] { group_.wait(); });
+    return exit_code_ < 0 ? 0 : exit_code_;
+  }
+
+ private:
+  void send(const std::string& frame) {
+    socket_.send(zmq::buffer(frame), zmq::send_flags::dontwait);
+  }
+
+  void wait_for_input(std::chrono::milliseconds timeout) {
+    zmq::pollitem_t items[] = {{socket_.handle(), 0, ZMQ_POLLIN, 0},
+                               {nullptr, stop_.fd(), ZMQ_POLLIN, 0}};
+    zmq::poll(items, 2, timeout);
+  }
+
+  void say_hello() {
+    capnp::MallocMessageBuilder message;
+    auto hello = wire::start(message, ++request_id_).initWorkerHello();
+    hello.setWorkerId(config_.worker_id);
+    hello.setSlots(config_.slots);
+    auto warnings = hello.initWarnings(static_cast<unsigned>(config_.preflight_warnings.size()));
+    for (unsigned i = 0; i < config_.preflight_warnings.size(); ++i) {
+      warnings.set(i, config_.preflight_warnings[i]);
+    }
+    hello.setIsolation(config_.isolation);
+    // A bounded summary: the coordinator only uses it to prefer this worker.
+    auto held = cache_.summary();
+    if (held.size() > 4096) held.resize(4096);
+    auto cached = hello.initCached(static_cast<unsigned>(held.size()));
+    for (unsigned i = 0; i < held.size(); ++i) wire::set_digest(cached[i], held[i]);
+    send(wire::encode(message));
+    last_hello_ = Clock::now();
+  }
+
+  bool receive_one() {
+    zmq::message_t frame;
+    if (!socket_.recv(frame, zmq::recv_flags::dontwait)) return false;
+    last_heard_ = Clock::now();
+    auto decoded = wire::decode(frame.to_string_view());
+    if (!decoded) {
+      log_(LogLevel::warn,
+           "the coordinator sent a message this worker cannot read: " + decoded.error().message);
+      return true;
+    }
+    try {
+      handle(decoded->envelope());
+    } catch (const kj::Exception& e) {
+      log_(LogLevel::warn, std::string("a message from the coordinator is malformed: ") +
+                               e.getDescription().cStr());
+    }
+    return true;
+  }
+
+  void handle(Envelope::Reader envelope) {
+    switch (envelope.which()) {
+      case Envelope::WELCOME:
+        if (!welcomed_) log_(LogLevel::info, "joined the coordinator at " + config_.coordinator);
+        welcomed_ = true;
+        lease_ = std::chrono::milliseconds(envelope.getWelcome().getLeaseMillis());
+        work_requested_ = false;
+        for (const auto& [key, frame] : unacked_) send(frame);
+        return;
+      case Envelope::ASSIGNMENTS:
+        work_requested_ = false;
+        if (envelope.getAssignments().getAssignments().size() == 0) {
+          next_request_ = Clock::now() + std::chrono::milliseconds(100);
+        }
+        for (auto assignment : envelope.getAssignments().getAssignments()) accept(assignment);
+        return;
+      case Envelope::BLOB_CHUNK:
+        on_chunk(envelope.getBlobChunk());
+        return;
+      case Envelope::REPORT_ACK:
+        unacked_.erase(key_of(envelope.getReportAck().getTrial()));
+        return;
+      case Envelope::STOP_TRIALS:
+        for (auto ref : envelope.getStopTrials().getTrials()) {
+          auto it = trials_.find(key_of(ref));
+          if (it == trials_.end()) continue;
+          log_(LogLevel::info, "stopping trial " + it->first.str() + " as the coordinator asked");
+          it->second.cancel->cancel();
+          if (!it->second.started) trials_.erase(it);
+        }
+        return;
+      case Envelope::ERROR: {
+        auto error = envelope.getError();
+        const std::string message = wire::text(error.getMessage());
+        if (error.getCode() == ErrorCode::OUT_OF_ORDER) {
+          // The coordinator does not know this worker (it restarted).
+          welcomed_ = false;
+          say_hello();
+          return;
+        }
+        if (!welcomed_ && error.getCode() == ErrorCode::REFUSED) {
+          log_(LogLevel::error, "the coordinator refused this worker: " + message);
+          exit_code_ = 1;
+          return;
+        }
+        log_(LogLevel::warn, "the coordinator answered with an error: " + message);
+        work_requested_ = false;
+        return;
+      }
+      default:
+        log_(LogLevel::warn, "the coordinator sent a message not meant for a worker");
+    }
+  }
+
+  void accept(schema::wire::Assignment::Reader assignment) {
+    Trial trial;
+    trial.key = key_of(assignment.getTrial());
+    trial.spec = wire::text(assignment.getSpec());
+    trial.fork_run_id = wire::text(assignment.getForkRunId());
+    auto segment = wire::digest_of(assignment.getSegment());
+    if (!segment) {
+      finished_frame(trial.key, failure_frame(trial.key, "the assignment names no segment"));
+      return;
+    }
+    trial.segment = *segment;
+    std::vector<Digest> needed{trial.segment};
+    for (auto bundle : assignment.getBundles()) {
+      auto pin = wire::digest_of(bundle.getPin());
+      auto archive = wire::digest_of(bundle.getArchive());
+      if (!pin || !archive) {
+        finished_frame(trial.key, failure_frame(trial.key, "the assignment names a bad bundle"));
+        return;
+      }
+      trial.bundles.push_back({*pin, *archive});
+      needed.push_back(*archive);
+    }
+    for (const auto& digest : needed) {
+      trial.pins.push_back(cache_.pin(digest));
+      if (!cache_.contains(digest)) fetches_.try_emplace(digest);
+    }
+    trials_.insert_or_assign(trial.key, std::move(trial));
+  }
+
+  void request_fetches() {
+    for (auto& [digest, fetch] : fetches_) {
+      if (fetch.in_flight) continue;
+      capnp::MallocMessageBuilder message;
+      auto request = wire::start(message, ++request_id_).initFetchBlob();
+      wire::set_digest(request.initDigest(), digest);
+      const std::uint64_t offset = fetch.assembly ? fetch.assembly->received() : 0;
+      request.setOffset(offset);
+      request.setLength(schema::wire::K_MAX_CHUNK_BYTES);
+      send(wire::encode(message));
+      fetch.in_flight = true;
+    }
+  }
+
+  void on_chunk(schema::wire::BlobChunk::Reader chunk) {
+    auto digest = wire::digest_of(chunk.getDigest());
+    if (!digest) return;
+    auto it = fetches_.find(*digest);
+    if (it == fetches_.end()) return;
+    Fetch& fetch = it->second;
+    fetch.in_flight = false;
+    auto bytes = chunk.getBytes();
+    if (!fetch.assembly) {
+      auto started = BlobAssembly::start(*digest, chunk.getTotalSize(), config_.cache_bytes);
+      if (!started) return fail_fetch(*digest, started.error().message);
+      fetch.assembly.emplace(std::move(*started));
+    }
+    auto added = fetch.assembly->add(
+        chunk.getOffset(),
+        std::string_view(reinterpret_cast<const char*>(bytes.begin()), bytes.size()));
+    if (!added) return fail_fetch(*digest, added.error().message);
+    if (!fetch.assembly->complete()) return;
+    auto whole = std::move(*fetch.assembly).finish();
+    fetches_.erase(it);
+    if (!whole) return fail_fetch(*digest, whole.error().message);
+    if (auto put = cache_.put(*digest, *whole); !put) fail_fetch(*digest, put.error().message);
+  }
+
+  void fail_fetch(const Digest& digest, const std::string& why) {
+    fetches_.erase(digest);
+    for (auto it = trials_.begin(); it != trials_.end();) {
+      Trial& trial = it->second;
+      bool needs = trial.segment == digest;
+      for (const auto& bundle : trial.bundles) needs = needs || bundle.archive == digest;
+      if (!trial.started && needs) {
+        finished_frame(trial.key,
+                       failure_frame(trial.key, "cannot fetch blob " + digest.str() + ": " + why));
+        it = trials_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  void start_ready_trials() {
+    for (auto& [key, trial] : trials_) {
+      if (trial.started || trial.cancel->cancelled()) continue;
+      bool ready = cache_.contains(trial.segment);
+      for (const auto& bundle : trial.bundles) ready = ready && cache_.contains(bundle.archive);
+      if (!ready) continue;
+      trial.started = true;
+      Trial* running = &trial;
+      arena_.execute([&] { group_.run([this, running] { execute(*running); }); });
+    }
+  }
+
+  // On a slot thread: materialize, run, and hand the frame back.
+  void execute(const Trial& trial) {
+    const auto started = Clock::now();
+    std::string frame;
+    try {
+      auto spec = sandbox::parse_trial_specification(trial.spec);
+      if (!spec)
+        throw std::runtime_error("the assigned specification is invalid: " + spec.error().front());
+      std::vector<sandbox::PackSource*> packs{&spec->candidate};
+      for (auto& extra : spec->extra_packs) packs.push_back(&extra);
+      for (auto* pack : packs) {
+        auto archive = wire::archive_of_root(pack->root_dir);
+        if (!archive || !pack->expected_bundle_hash) {
+          throw std::runtime_error("pack " + pack->root_dir + " is not a pinned bundle");
+        }
+        auto bytes = cache_.get(*archive);
+        if (!bytes)
+          throw std::runtime_error("bundle archive " + archive->str() + " left the cache");
+        auto dir =
+            pack::materialize(*bytes, *pack->expected_bundle_hash, config_.cache_dir / "bundles");
+        if (!dir)
+          throw std::runtime_error("cannot materialize " + archive->str() + ": " +
+                                   dir.error().message);
+        pack->root_dir = dir->string();
+      }
+      auto segment = cache_.get(trial.segment);
+      if (!segment) throw std::runtime_error("segment " + trial.segment.str() + " left the cache");
+      sandbox::ChildOptions options = config_.child;
+      options.cancellation = trial.cancel.get();
+      const auto bytes = std::as_bytes(std::span(segment->data(), segment->size()));
+      auto executed =
+          sandbox::execute_trial(bytes, *spec, store::RunId(trial.fork_run_id), options);
+      frame = report_frame(
+          trial.key, executed,
+          std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started));
+    } catch (const sandbox::Cancelled&) {
+      frame.clear();  // stopped: nothing to say
+    } catch (const std::exception& e) {
+      frame = failure_frame(trial.key, e.what());
+    }
+    std::lock_guard lock(finished_mutex_);
+    finished_.push_back({trial.key, std::move(frame)});
+  }
+
+  void finished_frame(const AttemptKey& key, std::string frame) {
+    std::lock_guard lock(finished_mutex_);
+    finished_.push_back({key, std::move(frame)});
+  }
+
+  void send_finished() {
+    std::deque<Finished> done;
+    {
+      std::lock_guard lock(finished_mutex_);
+      done.swap(finished_);
+    }
+    for (auto& item : done) {
+      trials_.erase(item.key);
+      if (item.frame.empty()) continue;
+      send(item.frame);
+      unacked_[item.key] = std::move(item.frame);
+    }
+  }
+
+  void send_heartbeat() {
+    capnp::MallocMessageBuilder message;
+    auto heartbeat = wire::start(message, ++request_id_).initHeartbeat();
+    auto running = heartbeat.initRunning(static_cast<unsigned>(trials_.size()));
+    unsigned i = 0;
+    for (const auto& [key, trial] : trials_) set_ref(running[i++], key);
+    send(wire::encode(message));
+    last_heartbeat_ = Clock::now();
+  }
+
+  void ask_for_work() {
+    if (!welcomed_ || work_requested_ || Clock::now() < next_request_) return;
+    const std::size_t busy = trials_.size();
+    if (busy >= config_.slots) return;
+    capnp::MallocMessageBuilder message;
+    wire::start(message, ++request_id_)
+        .initRequestWork()
+        .setFreeSlots(static_cast<std::uint32_t>(config_.slots - busy));
+    send(wire::encode(message));
+    work_requested_ = true;
+  }
+
+  const WorkerConfig& config_;
+  const sandbox::Cancellation& stop_;
+  const Log& log_;
+  BlobCache cache_;
+  zmq::context_t context_;
+  zmq::socket_t socket_;
+  tbb::task_arena arena_;
+  tbb::task_group group_;
+  int exit_code_ = -1;
+  std::uint64_t request_id_ = 0;
+  bool welcomed_ = false;
+  bool work_requested_ = false;
+  std::chrono::milliseconds lease_{30000};
+  Clock::time_point last_heard_ = Clock::now();
+  Clock::time_point last_hello_ = Clock::now();
+  Clock::time_point last_heartbeat_ = Clock::now();
+  Clock::time_point next_request_ = Clock::now();
+  // Owned by the loop thread; a slot reads only its own Trial, which stays
+  // in the map (std::map nodes do not move) until its result is drained.
+  std::map<AttemptKey, Trial> trials_;
+  std::map<Digest, Fetch> fetches_;
+  std::map<AttemptKey, std::string> unacked_;  // reports sent, not yet acknowledged
+  std::mutex finished_mutex_;
+  std::deque<Finished> finished_;  // guarded by finished_mutex_
+};
+
+}  // namespace
+
+int run_worker(const WorkerConfig& config, const sandbox::Cancellation& stop, const Log& log) {
+  Worker worker(config, stop, log);
+  return worker.run();
+}
+
+}  // namespace forktrial::worker

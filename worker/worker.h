@@ -1,0 +1,50 @@
+// The worker daemon: joins a coordinator, pulls trials for its free slots,
+// fetches what they need by digest into its blob cache, materializes each
+// bundle once, runs every trial in a fresh forktrial-child through the
+// sandbox (execute_trial), and reports the verdict and the accepted delta
+// back. The coordinator records; the worker never holds the authoritative
+// store.
+//
+// Threads: run_worker's thread owns the ZeroMQ socket and every piece of
+// protocol state; trials run in a oneTBB arena of `slots` threads and hand
+// their results back through a queue the loop drains. Nothing else shares
+// state.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "sandbox/cancellation.h"
+#include "sandbox/trial.h"
+
+namespace forktrial::worker {
+
+struct WorkerConfig {
+  std::string coordinator;  // a ZeroMQ endpoint, tcp://host:port or ipc://path
+  std::filesystem::path cache_dir;
+  std::uint64_t cache_bytes = std::uint64_t{4} << 30;
+  unsigned slots = 1;
+  std::string worker_id;  // unique per worker; empty: <hostname>-<pid>
+  sandbox::ChildOptions child;
+  std::chrono::milliseconds heartbeat{1000};
+  // A coordinator silent for this long is presumed restarted: the worker
+  // says hello again (its unacknowledged reports are sent again then).
+  std::chrono::milliseconds coordinator_timeout{5000};
+  std::vector<std::string> preflight_warnings;  // what preflight said at start
+  std::string isolation;                        // its guarantees, as JSON
+};
+
+// One line of the worker's log (the command line routes it to spdlog).
+enum class LogLevel { debug, info, warn, error };
+using Log = std::function<void(LogLevel, const std::string&)>;
+
+// Runs until `stop` is cancelled; returns 0, or non-zero when the worker
+// cannot go on (the coordinator refused it, the cache cannot be opened).
+// Running trials are killed on stop.
+int run_worker(const WorkerConfig& config, const sandbox::Cancellation& stop, const Log& log);
+
+}  // namespace forktrial::worker
