@@ -561,6 +561,14 @@ struct Scheduler::State {
 };
 
 Scheduler::Scheduler(SchedulerConfig config) : state_(std::make_unique<State>()) {
+  if (config.lease_duration <= Duration::zero() || config.worker_timeout <= Duration::zero() ||
+      config.max_attempts == 0) {
+    throw Error(ErrorCode::invalid_argument,
+                "scheduler configuration: lease_duration (" +
+                    std::to_string(config.lease_duration.count()) + " ms), worker_timeout (" +
+                    std::to_string(config.worker_timeout.count()) + " ms) and max_attempts (" +
+                    std::to_string(config.max_attempts) + ") must all be positive");
+  }
   state_->config = config;
 }
 Scheduler::~Scheduler() = default;

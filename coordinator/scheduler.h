@@ -26,8 +26,10 @@
 // store's orchestration log (before it tells any peer about them: "state
 // changes are events first"); a restarted coordinator replays the log into a
 // fresh Scheduler and has the state the old one had when it wrote the last
-// record, with the same decisions to come. Liveness is state too: heartbeats
-// are recorded (worker.heartbeat), since they move lease expiries.
+// record, with the same decisions to come, then calls `recover` once. A
+// record applies without the configuration: it carries what was decided.
+// Liveness is state too: heartbeats are recorded (worker.heartbeat), since
+// they move lease expiries.
 //
 // Scheduling is pull: a worker offers free slots (request_work) and gets up to
 // that many trials. Jobs are served by priority, higher first; among jobs of
@@ -210,6 +212,8 @@ class Scheduler {
   // How many cached digests of a worker one assignment looks up at most.
   static constexpr std::size_t kAffinityProbes = 64;
 
+  // Throws forktrial::Error (invalid_argument) for a configuration with a
+  // duration or max_attempts that is not positive.
   explicit Scheduler(SchedulerConfig config = {});
   ~Scheduler();
   Scheduler(Scheduler&&) noexcept;
@@ -223,7 +227,8 @@ class Scheduler {
 
   // Cancels the job (job.cancelled): queued and leased trials become
   // cancelled; `running` lists the leased ones, to be killed. Cancelling a
-  // cancelled job changes nothing. Refused: an unknown job.
+  // cancelled job changes nothing. Refused: an unknown job. Costs O(trials
+  // of the job), the one input that visits a whole job.
   std::expected<CancelResult, Refusal> cancel(const JobId& job, Instant now);
 
   // A worker's hello (worker.joined). A worker that joins under the id of a

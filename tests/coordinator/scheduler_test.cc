@@ -340,6 +340,22 @@ TEST_CASE("inputs the state does not allow are refused without a change",
   CHECK(s.log.size() == 1);
 }
 
+TEST_CASE("a configuration that would disable leases or attempts is refused",
+          "[coordinator][scheduler]") {
+  const auto refused = [](SchedulerConfig config) {
+    try {
+      Scheduler s(config);
+    } catch (const Error& error) {
+      return error.code() == ErrorCode::invalid_argument;
+    }
+    return false;
+  };
+  CHECK(refused(SchedulerConfig{Duration{0}, Duration{1}, 1}));
+  CHECK(refused(SchedulerConfig{Duration{1}, Duration{-1}, 1}));
+  CHECK(refused(SchedulerConfig{Duration{1}, Duration{1}, 0}));
+  CHECK_FALSE(refused(SchedulerConfig{Duration{1}, Duration{1}, 1}));
+}
+
 TEST_CASE("a job's status counts its trials by status", "[coordinator][scheduler]") {
   Logged s;
   s.submit(testing::job("a", 3, 4), at(0));
