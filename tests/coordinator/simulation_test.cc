@@ -84,6 +84,7 @@ class Simulation {
       deliver(now);
       reconcile(now);
       s_.tick(at(now));
+      check_counters();
       if (now > kChaosEnds && all_finished() && reconciliations_.empty()) break;
     }
     INFO("virtual time " << now << " ms");
@@ -121,6 +122,25 @@ class Simulation {
   }
 
  private:
+  // The counters agree with each other: every trial has one status, and the
+  // live workers hold every lease.
+  void check_counters() const {
+    std::uint64_t leased = 0;
+    for (const JobStatus& job : s_.scheduler.jobs()) {
+      std::uint64_t total = 0;
+      for (const std::uint64_t count : job.counts) total += count;
+      REQUIRE(total == job.trials);
+      leased += job.count(TrialStatus::leased);
+    }
+    std::uint64_t held = 0;
+    for (const WorkerStatus& worker : s_.scheduler.workers()) {
+      REQUIRE((worker.alive || worker.running == 0));
+      REQUIRE(worker.running <= worker.slots);
+      held += worker.running;
+    }
+    REQUIRE(held == leased);
+  }
+
   std::uint64_t roll(std::uint64_t n) { return rng_() % n; }
   bool chance(std::uint64_t per_thousand) { return roll(1000) < per_thousand; }
 
