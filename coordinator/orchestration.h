@@ -1,0 +1,175 @@
+// The coordinator's orchestration records: one value per state change of the
+// scheduler (coordinator/scheduler.h), which the coordinator appends to the
+// store's orchestration log, and which Scheduler::replay applies again to
+// rebuild the scheduler's state after a restart.
+//
+// A record carries every value the change decided (a lease's expiry, the
+// attempt a requeue leaves behind, the reasons of an abandoned trial), so
+// applying it consults no configuration: a coordinator restarted with other
+// settings rebuilds the same state, and only its later decisions follow the
+// new settings. Each record names its event type in `kType`; the store keeps
+// it as an event of that type.
+//
+// Plain values: copyable, comparable, safe to share between threads.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "base/digest.h"
+#include "coordinator/ids.h"
+#include "schema/outcome.h"
+
+namespace forktrial::coordinator {
+
+// One trial of a submission. The payload is the caller's (the serialized
+// trial specification, in practice) and is never read here; the digests are
+// the content the trial needs on a worker, which the scheduler matches
+// against what workers hold.
+struct TrialInput {
+  std::string payload;
+  Digest segment;
+  std::vector<Digest> bundles;
+  friend bool operator==(const TrialInput&, const TrialInput&) = default;
+};
+
+// A (trial, attempt) pair, as workers list what they run.
+struct AttemptRef {
+  TrialId trial;
+  Attempt attempt = 0;
+  friend bool operator==(const AttemptRef&, const AttemptRef&) = default;
+  friend auto operator<=>(const AttemptRef&, const AttemptRef&) = default;
+};
+
+// A job and all its trials were accepted; its trials are queued with
+// attempt 1, their ids are (job, 0..n-1).
+struct JobSubmitted {
+  static constexpr std::string_view kType = "job.submitted";
+  JobId job;
+  int priority = 0;
+  std::string name;
+  std::vector<TrialInput> trials;
+  Instant at;
+  friend bool operator==(const JobSubmitted&, const JobSubmitted&) = default;
+};
+
+// The job was cancelled: its queued trials and its leased ones are
+// cancelled; trials already reported go on to reconciliation.
+struct JobCancelled {
+  static constexpr std::string_view kType = "job.cancelled";
+  JobId job;
+  Instant at;
+  friend bool operator==(const JobCancelled&, const JobCancelled&) = default;
+};
+
+// A worker joined (or joined again) with `slots` trial slots and a cache
+// holding `cached`. It is last seen at `at`.
+struct WorkerJoined {
+  static constexpr std::string_view kType = "worker.joined";
+  WorkerId worker;
+  std::uint32_t slots = 0;
+  std::vector<Digest> cached;
+  Instant at;
+  friend bool operator==(const WorkerJoined&, const WorkerJoined&) = default;
+};
+
+// The worker is gone. Its leases were ended by the records before this one
+// (trial.requeued or trial.abandoned), so it holds none.
+struct WorkerLost {
+  static constexpr std::string_view kType = "worker.lost";
+  WorkerId worker;
+  std::string reason;
+  Instant at;
+  friend bool operator==(const WorkerLost&, const WorkerLost&) = default;
+};
+
+// The worker heartbeat at `at`; the leases in `renewed` now expire at
+// `expires`.
+struct LeasesRenewed {
+  static constexpr std::string_view kType = "worker.heartbeat";
+  WorkerId worker;
+  std::vector<AttemptRef> renewed;
+  Instant expires;
+  Instant at;
+  friend bool operator==(const LeasesRenewed&, const LeasesRenewed&) = default;
+};
+
+// The trial's attempt `attempt` is leased to `worker` until `expires`.
+struct TrialLeased {
+  static constexpr std::string_view kType = "trial.leased";
+  TrialId trial;
+  Attempt attempt = 0;
+  WorkerId worker;
+  Instant expires;
+  Instant at;
+  friend bool operator==(const TrialLeased&, const TrialLeased&) = default;
+};
+
+// The attempt `attempt` failed for `reason` (its lease lapsed, its worker was
+// lost or said it failed); the trial is queued again as attempt + 1.
+struct TrialRequeued {
+  static constexpr std::string_view kType = "trial.requeued";
+  TrialId trial;
+  Attempt attempt = 0;
+  std::string reason;
+  Instant at;
+  friend bool operator==(const TrialRequeued&, const TrialRequeued&) = default;
+};
+
+// The last attempt failed too; `reasons` holds every attempt's reason, the
+// first attempt's first.
+struct TrialAbandoned {
+  static constexpr std::string_view kType = "trial.abandoned";
+  TrialId trial;
+  Attempt attempt = 0;
+  std::vector<std::string> reasons;
+  Instant at;
+  friend bool operator==(const TrialAbandoned&, const TrialAbandoned&) = default;
+};
+
+// The worker reported the attempt it holds the lease of; the lease ends and
+// the caller reconciles the report in the store.
+struct TrialReported {
+  static constexpr std::string_view kType = "trial.reported";
+  TrialId trial;
+  Attempt attempt = 0;
+  WorkerId worker;
+  Instant at;
+  friend bool operator==(const TrialReported&, const TrialReported&) = default;
+};
+
+// A report (or a failure) for an attempt that is not the live lease of the
+// worker that sent it was refused. Nothing else changes; the job counts it.
+struct TrialFenced {
+  static constexpr std::string_view kType = "trial.fenced";
+  TrialId trial;
+  Attempt attempt = 0;
+  WorkerId worker;
+  std::string reason;
+  Instant at;
+  friend bool operator==(const TrialFenced&, const TrialFenced&) = default;
+};
+
+// The caller reconciled the reported attempt in the store; the trial is done.
+struct TrialReconciled {
+  static constexpr std::string_view kType = "trial.reconciled";
+  TrialId trial;
+  Attempt attempt = 0;
+  Outcome outcome = Outcome::crashed;
+  Instant at;
+  friend bool operator==(const TrialReconciled&, const TrialReconciled&) = default;
+};
+
+using OrchestrationRecord =
+    std::variant<JobSubmitted, JobCancelled, WorkerJoined, WorkerLost, LeasesRenewed, TrialLeased,
+                 TrialRequeued, TrialAbandoned, TrialReported, TrialFenced, TrialReconciled>;
+
+// The record's event type ("trial.leased", ...).
+inline std::string_view record_type(const OrchestrationRecord& record) {
+  return std::visit([](const auto& r) { return r.kType; }, record);
+}
+
+}  // namespace forktrial::coordinator

@@ -1,0 +1,869 @@
+#include "coordinator/scheduler.h"
+
+#include <algorithm>
+#include <compare>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <list>
+#include <map>
+#include <set>
+#include <tuple>
+#include <unordered_map>
+#include <utility>
+
+#include "base/timestamp.h"
+
+namespace forktrial::coordinator {
+
+std::string_view trial_status_name(TrialStatus status) {
+  switch (status) {
+    case TrialStatus::queued:
+      return "queued";
+    case TrialStatus::leased:
+      return "leased";
+    case TrialStatus::reported:
+      return "reported";
+    case TrialStatus::reconciled:
+      return "reconciled";
+    case TrialStatus::cancelled:
+      return "cancelled";
+    case TrialStatus::abandoned:
+      return "abandoned";
+  }
+  return "?";
+}
+
+std::string_view report_verdict_name(ReportVerdict verdict) {
+  switch (verdict) {
+    case ReportVerdict::accepted:
+      return "accepted";
+    case ReportVerdict::fenced:
+      return "fenced";
+    case ReportVerdict::duplicate:
+      return "duplicate";
+    case ReportVerdict::unknown:
+      return "unknown";
+  }
+  return "?";
+}
+
+std::uint64_t JobStatus::done() const {
+  return count(TrialStatus::reconciled) + count(TrialStatus::cancelled) +
+         count(TrialStatus::abandoned);
+}
+
+namespace {
+
+// The state refers to jobs, workers and digests by their position in a
+// table: four bytes instead of a string in every index.
+using JobIx = std::uint32_t;
+using WorkerIx = std::uint32_t;
+using DigestIx = std::uint32_t;
+constexpr WorkerIx kNoWorker = std::numeric_limits<WorkerIx>::max();
+
+struct TrialKey {
+  JobIx job = 0;
+  std::uint32_t index = 0;
+  friend auto operator<=>(const TrialKey&, const TrialKey&) = default;
+};
+
+struct Trial {
+  std::string payload;
+  std::vector<DigestIx> digests;     // the segment's, then the bundles'
+  std::vector<std::string> reasons;  // of each failed attempt
+  Instant lease_expires{};           // while leased
+  WorkerIx worker = kNoWorker;       // the holder of the last lease
+  Attempt attempt = 1;               // the live or next attempt
+  Attempt leased_attempt = 0;        // the last attempt leased; 0: none
+  TrialStatus status = TrialStatus::queued;
+};
+
+struct Job {
+  JobId id;
+  std::string name;
+  int priority = 0;
+  bool cancelled = false;
+  std::vector<Trial> trials;
+  // The queued trials by index (oldest first), and by each digest they need.
+  std::set<std::uint32_t> queue;
+  std::map<DigestIx, std::set<std::uint32_t>> queued_by_digest;
+  // Its place in the round of its priority, while it has queued trials.
+  std::optional<std::list<JobIx>::iterator> turn;
+  std::array<std::uint64_t, kTrialStatusCount> counts{};
+  std::array<std::uint64_t, kOutcomes.size()> outcomes{};
+  std::uint64_t failed_attempts = 0;
+  std::uint64_t fenced_reports = 0;
+};
+
+struct Worker {
+  WorkerId id;
+  bool alive = false;
+  std::uint32_t slots = 0;
+  Instant last_seen{};
+  std::set<DigestIx> cached;
+  std::set<TrialKey> leases;
+};
+
+struct DigestHash {
+  std::size_t operator()(const Digest& digest) const noexcept {
+    std::size_t hash = 0;
+    std::memcpy(&hash, digest.bytes().data(), sizeof hash);
+    return hash;
+  }
+};
+
+std::string text_of(Instant instant) {
+  return format_timestamp(instant.time_since_epoch().count());
+}
+
+template <typename Record>
+[[noreturn]] void does_not_apply(const Record&, const std::string& why) {
+  throw Error(ErrorCode::internal,
+              "orchestration record " + std::string(Record::kType) + " does not apply: " + why);
+}
+
+}  // namespace
+
+struct Scheduler::State {
+  SchedulerConfig config;
+
+  std::vector<Job> jobs;
+  std::map<JobId, JobIx> job_by_id;
+  std::vector<Worker> workers;
+  std::map<WorkerId, WorkerIx> worker_by_id;
+  std::vector<Digest> digests;
+  std::unordered_map<Digest, DigestIx, DigestHash> digest_by_value;
+
+  // Per priority, highest first, the jobs with queued trials in the order of
+  // their turns: the front one is served next, then goes to the back.
+  std::map<int, std::list<JobIx>, std::greater<>> rounds;
+  // Live leases by expiry, live workers by when they were last heard of.
+  std::set<std::pair<Instant, TrialKey>> lease_expiries;
+  std::set<std::pair<Instant, WorkerIx>> last_heard;
+  std::set<TrialKey> reported;  // reported, not yet reconciled
+  std::size_t queued = 0;
+
+  // ---- Look-ups.
+
+  std::optional<TrialKey> find(const TrialId& id) const {
+    const auto job = job_by_id.find(id.job);
+    if (job == job_by_id.end() || id.index >= jobs[job->second].trials.size()) return {};
+    return TrialKey{job->second, id.index};
+  }
+  std::optional<WorkerIx> find(const WorkerId& id) const {
+    const auto worker = worker_by_id.find(id);
+    if (worker == worker_by_id.end()) return {};
+    return worker->second;
+  }
+  std::optional<WorkerIx> find_alive(const WorkerId& id) const {
+    const auto worker = find(id);
+    if (!worker || !workers[*worker].alive) return {};
+    return worker;
+  }
+  Trial& trial(TrialKey key) { return jobs[key.job].trials[key.index]; }
+  const Trial& trial(TrialKey key) const { return jobs[key.job].trials[key.index]; }
+  TrialId id_of(TrialKey key) const { return TrialId{jobs[key.job].id, key.index}; }
+
+  template <typename Record>
+  TrialKey require_trial(const Record& record) const {
+    const auto key = find(record.trial);
+    if (!key) does_not_apply(record, "no trial " + record.trial.str());
+    return *key;
+  }
+  template <typename Record>
+  WorkerIx require_alive(const Record& record) const {
+    const auto worker = find_alive(record.worker);
+    if (!worker) does_not_apply(record, "no live worker " + record.worker.str());
+    return *worker;
+  }
+  // The trial is `status` (or `other`) at `record.attempt`.
+  template <typename Record>
+  void require_status(const Record& record, TrialKey key, TrialStatus status,
+                      std::optional<TrialStatus> other = {}) const {
+    const Trial& t = trial(key);
+    if ((t.status != status && t.status != other) || t.attempt != record.attempt) {
+      does_not_apply(record, record.trial.str() + " is " +
+                                 std::string(trial_status_name(t.status)) + " at attempt " +
+                                 std::to_string(t.attempt) + ", not " +
+                                 std::string(trial_status_name(status)) + " at attempt " +
+                                 std::to_string(record.attempt));
+    }
+  }
+
+  DigestIx intern(const Digest& digest) {
+    const auto [it, added] =
+        digest_by_value.try_emplace(digest, static_cast<DigestIx>(digests.size()));
+    if (added) digests.push_back(digest);
+    return it->second;
+  }
+
+  // ---- The queue and the rounds.
+
+  void set_status(TrialKey key, TrialStatus status) {
+    Job& job = jobs[key.job];
+    Trial& t = job.trials[key.index];
+    --job.counts[static_cast<std::size_t>(t.status)];
+    ++job.counts[static_cast<std::size_t>(status)];
+    if (t.status == TrialStatus::reported) reported.erase(key);
+    if (status == TrialStatus::reported) reported.insert(key);
+    t.status = status;
+  }
+
+  void enqueue(TrialKey key) {
+    Job& job = jobs[key.job];
+    job.queue.insert(key.index);
+    for (const DigestIx digest : job.trials[key.index].digests) {
+      job.queued_by_digest[digest].insert(key.index);
+    }
+    ++queued;
+    if (!job.turn) {
+      auto& round = rounds[job.priority];
+      job.turn = round.insert(round.end(), key.job);
+    }
+  }
+
+  void dequeue(TrialKey key) {
+    Job& job = jobs[key.job];
+    job.queue.erase(key.index);
+    for (const DigestIx digest : job.trials[key.index].digests) {
+      const auto queued_here = job.queued_by_digest.find(digest);
+      if (queued_here == job.queued_by_digest.end()) continue;
+      queued_here->second.erase(key.index);
+      if (queued_here->second.empty()) job.queued_by_digest.erase(queued_here);
+    }
+    --queued;
+    if (job.queue.empty()) leave_round(key.job);
+  }
+
+  void leave_round(JobIx index) {
+    Job& job = jobs[index];
+    if (!job.turn) return;
+    const auto round = rounds.find(job.priority);
+    round->second.erase(*job.turn);
+    if (round->second.empty()) rounds.erase(round);
+    job.turn.reset();
+  }
+
+  // The job's turn is over: it goes to the back of its round.
+  void end_turn(JobIx index) {
+    Job& job = jobs[index];
+    if (!job.turn) return;
+    auto& round = rounds.at(job.priority);
+    round.splice(round.end(), round, *job.turn);
+  }
+
+  void end_lease(TrialKey key) {
+    Trial& t = trial(key);
+    lease_expiries.erase({t.lease_expires, key});
+    workers[t.worker].leases.erase(key);
+  }
+
+  // ---- apply: the one place the state changes.
+
+  void apply(const OrchestrationRecord& record) {
+    std::visit([this](const auto& r) { apply_one(r); }, record);
+  }
+
+  void apply_one(const JobSubmitted& r) {
+    if (job_by_id.contains(r.job)) does_not_apply(r, "job " + r.job.str() + " exists");
+    const auto index = static_cast<JobIx>(jobs.size());
+    Job& job = jobs.emplace_back();
+    job_by_id.emplace(r.job, index);
+    job.id = r.job;
+    job.name = r.name;
+    job.priority = r.priority;
+    job.trials.resize(r.trials.size());
+    for (std::size_t i = 0; i < r.trials.size(); ++i) {
+      Trial& t = job.trials[i];
+      t.payload = r.trials[i].payload;
+      t.digests.reserve(1 + r.trials[i].bundles.size());
+      t.digests.push_back(intern(r.trials[i].segment));
+      for (const Digest& bundle : r.trials[i].bundles) t.digests.push_back(intern(bundle));
+    }
+    job.counts[static_cast<std::size_t>(TrialStatus::queued)] = r.trials.size();
+    for (std::uint32_t i = 0; i < r.trials.size(); ++i) enqueue({index, i});
+  }
+
+  void apply_one(const JobCancelled& r) {
+    const auto found = job_by_id.find(r.job);
+    if (found == job_by_id.end()) does_not_apply(r, "no job " + r.job.str());
+    const JobIx index = found->second;
+    if (jobs[index].cancelled) does_not_apply(r, "job " + r.job.str() + " is cancelled");
+    jobs[index].cancelled = true;
+    for (std::uint32_t i = 0; i < jobs[index].trials.size(); ++i) {
+      const TrialKey key{index, i};
+      const TrialStatus status = trial(key).status;
+      if (status == TrialStatus::queued) {
+        dequeue(key);
+      } else if (status == TrialStatus::leased) {
+        end_lease(key);
+      } else {
+        continue;
+      }
+      set_status(key, TrialStatus::cancelled);
+    }
+  }
+
+  void apply_one(const WorkerJoined& r) {
+    auto index = find(r.worker);
+    if (index && workers[*index].alive) {
+      does_not_apply(r, "worker " + r.worker.str() + " is alive");
+    }
+    if (!index) {
+      index = static_cast<WorkerIx>(workers.size());
+      workers.emplace_back().id = r.worker;
+      worker_by_id.emplace(r.worker, *index);
+    }
+    Worker& worker = workers[*index];
+    worker.alive = true;
+    worker.slots = r.slots;
+    worker.last_seen = r.at;
+    worker.cached.clear();
+    for (const Digest& digest : r.cached) worker.cached.insert(intern(digest));
+    last_heard.insert({r.at, *index});
+  }
+
+  void apply_one(const WorkerLost& r) {
+    const WorkerIx index = require_alive(r);
+    Worker& worker = workers[index];
+    if (!worker.leases.empty()) {
+      does_not_apply(r, "worker " + r.worker.str() + " still holds " +
+                            std::to_string(worker.leases.size()) + " leases");
+    }
+    worker.alive = false;
+    last_heard.erase({worker.last_seen, index});
+  }
+
+  void apply_one(const LeasesRenewed& r) {
+    const WorkerIx index = require_alive(r);
+    Worker& worker = workers[index];
+    last_heard.erase({worker.last_seen, index});
+    worker.last_seen = r.at;
+    last_heard.insert({r.at, index});
+    for (const AttemptRef& renewed : r.renewed) {
+      const auto key = find(renewed.trial);
+      if (!key || !worker.leases.contains(*key) || trial(*key).attempt != renewed.attempt) {
+        does_not_apply(r, "worker " + r.worker.str() + " holds no lease of " + renewed.trial.str() +
+                              " attempt " + std::to_string(renewed.attempt));
+      }
+      Trial& t = trial(*key);
+      lease_expiries.erase({t.lease_expires, *key});
+      t.lease_expires = r.expires;
+      lease_expiries.insert({r.expires, *key});
+    }
+  }
+
+  void apply_one(const TrialLeased& r) {
+    const TrialKey key = require_trial(r);
+    require_status(r, key, TrialStatus::queued);
+    const WorkerIx index = require_alive(r);
+    dequeue(key);
+    end_turn(key.job);
+    set_status(key, TrialStatus::leased);
+    Trial& t = trial(key);
+    t.worker = index;
+    t.leased_attempt = r.attempt;
+    t.lease_expires = r.expires;
+    lease_expiries.insert({r.expires, key});
+    Worker& worker = workers[index];
+    worker.leases.insert(key);
+    worker.cached.insert(t.digests.begin(), t.digests.end());
+  }
+
+  // A requeue or an abandonment: the attempt is over, leased or reported.
+  template <typename Record>
+  void end_attempt(const Record& r, TrialKey key) {
+    require_status(r, key, TrialStatus::leased, TrialStatus::reported);
+    if (trial(key).status == TrialStatus::leased) end_lease(key);
+    ++jobs[key.job].failed_attempts;
+  }
+
+  void apply_one(const TrialRequeued& r) {
+    const TrialKey key = require_trial(r);
+    end_attempt(r, key);
+    Trial& t = trial(key);
+    t.reasons.push_back(r.reason);
+    ++t.attempt;
+    set_status(key, TrialStatus::queued);
+    enqueue(key);
+  }
+
+  void apply_one(const TrialAbandoned& r) {
+    const TrialKey key = require_trial(r);
+    end_attempt(r, key);
+    trial(key).reasons = r.reasons;
+    set_status(key, TrialStatus::abandoned);
+  }
+
+  void apply_one(const TrialReported& r) {
+    const TrialKey key = require_trial(r);
+    require_status(r, key, TrialStatus::leased);
+    const WorkerIx index = require_alive(r);
+    if (trial(key).worker != index) {
+      does_not_apply(r, r.trial.str() + " is not leased to " + r.worker.str());
+    }
+    end_lease(key);
+    set_status(key, TrialStatus::reported);
+  }
+
+  void apply_one(const TrialFenced& r) { ++jobs[require_trial(r).job].fenced_reports; }
+
+  void apply_one(const TrialReconciled& r) {
+    const TrialKey key = require_trial(r);
+    require_status(r, key, TrialStatus::reported);
+    set_status(key, TrialStatus::reconciled);
+    ++jobs[key.job].outcomes[static_cast<std::size_t>(r.outcome)];
+  }
+
+  // Applies the record and hands it to the caller: every decision ends here.
+  void record(Records& out, OrchestrationRecord r) {
+    apply(r);
+    out.push_back(std::move(r));
+  }
+
+  // ---- Decisions.
+
+  // The attempt ended without a report the store kept: requeued, or
+  // abandoned when it was the last.
+  void fail_attempt(TrialKey key, const std::string& reason, Instant now, Records& out) {
+    const Trial& t = trial(key);
+    if (t.attempt >= config.max_attempts) {
+      std::vector<std::string> reasons = t.reasons;
+      reasons.push_back(reason);
+      record(out, TrialAbandoned{id_of(key), t.attempt, std::move(reasons), now});
+    } else {
+      record(out, TrialRequeued{id_of(key), t.attempt, reason, now});
+    }
+  }
+
+  void lose_worker(WorkerIx index, const std::string& reason, Instant now, Records& out) {
+    const Worker& worker = workers[index];
+    const std::string why = "worker " + worker.id.str() + " lost: " + reason;
+    const std::set<TrialKey> leases = worker.leases;  // fail_attempt ends them
+    for (const TrialKey key : leases) fail_attempt(key, why, now, out);
+    record(out, WorkerLost{worker.id, reason, now});
+  }
+
+  std::size_t affinity(const Trial& t, const Worker& worker) const {
+    return static_cast<std::size_t>(std::ranges::count_if(
+        t.digests, [&worker](DigestIx digest) { return worker.cached.contains(digest); }));
+  }
+
+  // The queued trial of the job to lease to the worker: the one holding most
+  // of its digests in the worker's cache, the oldest among equals, looking at
+  // the oldest queued trial and at the oldest one for each of at most
+  // kAffinityProbes digests the worker and the job's queue have in common,
+  // going through the smaller of the two sets.
+  std::uint32_t pick(const Job& job, const Worker& worker) const {
+    std::uint32_t best = *job.queue.begin();
+    std::size_t best_score = affinity(job.trials[best], worker);
+    bool complete = best_score == job.trials[best].digests.size();
+    const auto consider = [&](std::uint32_t candidate) {
+      const std::size_t score = affinity(job.trials[candidate], worker);
+      if (score > best_score || (score == best_score && candidate < best)) {
+        best = candidate;
+        best_score = score;
+        complete = score == job.trials[candidate].digests.size();
+      }
+    };
+    std::size_t probes = 0;
+    if (worker.cached.size() <= job.queued_by_digest.size()) {
+      for (const DigestIx digest : worker.cached) {
+        if (complete || probes++ == kAffinityProbes) break;
+        const auto queued_here = job.queued_by_digest.find(digest);
+        if (queued_here != job.queued_by_digest.end()) consider(*queued_here->second.begin());
+      }
+    } else {
+      for (const auto& [digest, queued_here] : job.queued_by_digest) {
+        if (complete || probes++ == kAffinityProbes) break;
+        if (worker.cached.contains(digest)) consider(*queued_here.begin());
+      }
+    }
+    return best;
+  }
+
+  // How a report of (trial, attempt) from the worker is to be taken.
+  std::pair<ReportVerdict, std::string> judge(const WorkerId& worker, const TrialId& id,
+                                              Attempt attempt) const {
+    const auto key = find(id);
+    if (!key) return {ReportVerdict::unknown, "there is no trial " + id.str()};
+    const Trial& t = trial(*key);
+    const std::string which = id.str() + " attempt " + std::to_string(attempt);
+    if (attempt == 0 || attempt > t.leased_attempt) {
+      return {ReportVerdict::unknown, which + " was never leased"};
+    }
+    if (attempt < t.attempt) {
+      return {ReportVerdict::fenced,
+              which + " is superseded by attempt " + std::to_string(t.attempt)};
+    }
+    const WorkerId& holder = workers[t.worker].id;
+    if (holder != worker) {
+      return {ReportVerdict::fenced,
+              which + " is leased to " + holder.str() + ", not to " + worker.str()};
+    }
+    switch (t.status) {
+      case TrialStatus::leased:
+        return {ReportVerdict::accepted, ""};
+      case TrialStatus::reported:
+      case TrialStatus::reconciled:
+        return {ReportVerdict::duplicate, which + " was reported before"};
+      case TrialStatus::cancelled:
+        return {ReportVerdict::fenced, which + " was cancelled with job " + id.job.str()};
+      case TrialStatus::abandoned:
+        return {ReportVerdict::fenced, which + " was abandoned"};
+      case TrialStatus::queued:
+        break;
+    }
+    return {ReportVerdict::unknown, which + " is queued"};
+  }
+
+  // A report or failure judged, and recorded when fenced.
+  ReportResult judged(const WorkerId& worker, const TrialId& id, Attempt attempt, Instant now) {
+    ReportResult result;
+    std::tie(result.verdict, result.reason) = judge(worker, id, attempt);
+    if (result.verdict == ReportVerdict::fenced) {
+      record(result.records, TrialFenced{id, attempt, worker, result.reason, now});
+    }
+    return result;
+  }
+
+  std::expected<TrialKey, Refusal> reported_trial(const TrialId& id) const {
+    const auto key = find(id);
+    if (!key) return std::unexpected(Refusal{ErrorCode::not_found, "no trial " + id.str()});
+    return *key;
+  }
+
+  Refusal not_reported(const TrialId& id, const Trial& t) const {
+    return Refusal{ErrorCode::failed_precondition,
+                   id.str() + " is " + std::string(trial_status_name(t.status)) + ", not reported"};
+  }
+
+  JobStatus status_of(const Job& job) const {
+    return JobStatus{
+        job.id,     job.name,     job.priority,        job.cancelled,     job.trials.size(),
+        job.counts, job.outcomes, job.failed_attempts, job.fenced_reports};
+  }
+
+  // The status of every entry of `table`, in the order of their ids.
+  template <typename Id, typename Entry>
+  auto statuses(const std::map<Id, std::uint32_t>& by_id, const std::vector<Entry>& table) const {
+    std::vector<decltype(status_of(table.front()))> all;
+    for (const auto& [id, index] : by_id) all.push_back(status_of(table[index]));
+    return all;
+  }
+
+  WorkerStatus status_of(const Worker& worker) const {
+    return WorkerStatus{worker.id,        worker.alive,
+                        worker.slots,     static_cast<std::uint32_t>(worker.leases.size()),
+                        worker.last_seen, worker.cached.size()};
+  }
+};
+
+Scheduler::Scheduler(SchedulerConfig config) : state_(std::make_unique<State>()) {
+  if (config.lease_duration <= Duration::zero() || config.worker_timeout <= Duration::zero() ||
+      config.max_attempts == 0) {
+    throw Error(ErrorCode::invalid_argument,
+                "scheduler configuration: lease_duration (" +
+                    std::to_string(config.lease_duration.count()) + " ms), worker_timeout (" +
+                    std::to_string(config.worker_timeout.count()) + " ms) and max_attempts (" +
+                    std::to_string(config.max_attempts) + ") must all be positive");
+  }
+  state_->config = config;
+}
+Scheduler::~Scheduler() = default;
+Scheduler::Scheduler(Scheduler&&) noexcept = default;
+Scheduler& Scheduler::operator=(Scheduler&&) noexcept = default;
+
+std::expected<Records, Refusal> Scheduler::submit(JobSubmission job, Instant now) {
+  if (job.id.empty()) {
+    return std::unexpected(Refusal{ErrorCode::invalid_argument, "a job needs an id"});
+  }
+  if (state_->job_by_id.contains(job.id)) {
+    return std::unexpected(
+        Refusal{ErrorCode::conflict, "job " + job.id.str() + " was submitted before"});
+  }
+  if (job.trials.size() > std::numeric_limits<std::uint32_t>::max()) {
+    return std::unexpected(
+        Refusal{ErrorCode::invalid_argument, "job " + job.id.str() + " has " +
+                                                 std::to_string(job.trials.size()) +
+                                                 " trials; a job holds at most 4294967295"});
+  }
+  Records out;
+  state_->record(out, JobSubmitted{std::move(job.id), job.priority, std::move(job.name),
+                                   std::move(job.trials), now});
+  return out;
+}
+
+std::expected<CancelResult, Refusal> Scheduler::cancel(const JobId& job, Instant now) {
+  const auto found = state_->job_by_id.find(job);
+  if (found == state_->job_by_id.end()) {
+    return std::unexpected(Refusal{ErrorCode::not_found, "no job " + job.str()});
+  }
+  CancelResult result;
+  const Job& cancelled = state_->jobs[found->second];
+  if (cancelled.cancelled) return result;
+  for (std::uint32_t i = 0; i < cancelled.trials.size(); ++i) {
+    const Trial& t = cancelled.trials[i];
+    if (t.status == TrialStatus::leased) {
+      result.running.push_back({state_->workers[t.worker].id, TrialId{job, i}, t.attempt});
+    }
+  }
+  state_->record(result.records, JobCancelled{job, now});
+  return result;
+}
+
+std::expected<Records, Refusal> Scheduler::worker_joined(WorkerHello hello, Instant now) {
+  if (hello.id.empty()) {
+    return std::unexpected(Refusal{ErrorCode::invalid_argument, "a worker needs an id"});
+  }
+  if (hello.slots == 0) {
+    return std::unexpected(
+        Refusal{ErrorCode::invalid_argument, "worker " + hello.id.str() + " offers no slots"});
+  }
+  Records out;
+  if (const auto previous = state_->find_alive(hello.id)) {
+    state_->lose_worker(*previous, "it joined again, so what it ran before is gone", now, out);
+  }
+  state_->record(out, WorkerJoined{std::move(hello.id), hello.slots, std::move(hello.cached), now});
+  return out;
+}
+
+namespace {
+
+Refusal not_alive(const WorkerId& worker) {
+  return Refusal{ErrorCode::not_found,
+                 "worker " + worker.str() + " has not joined, or was lost; it must join again"};
+}
+
+}  // namespace
+
+std::expected<HeartbeatResult, Refusal> Scheduler::heartbeat(const WorkerId& worker,
+                                                             std::span<const AttemptRef> running,
+                                                             Instant now) {
+  const auto index = state_->find_alive(worker);
+  if (!index) return std::unexpected(not_alive(worker));
+  HeartbeatResult result;
+  LeasesRenewed renewal{worker, {}, now + state_->config.lease_duration, now};
+  for (const AttemptRef& entry : running) {
+    const auto key = state_->find(entry.trial);
+    const bool live = key && state_->workers[*index].leases.contains(*key) &&
+                      state_->trial(*key).attempt == entry.attempt;
+    (live ? renewal.renewed : result.stale).push_back(entry);
+  }
+  state_->record(result.records, std::move(renewal));
+  return result;
+}
+
+Records Scheduler::worker_lost(const WorkerId& worker, const std::string& reason, Instant now) {
+  Records out;
+  if (const auto index = state_->find_alive(worker)) state_->lose_worker(*index, reason, now, out);
+  return out;
+}
+
+std::expected<WorkResult, Refusal> Scheduler::request_work(const WorkerId& worker,
+                                                           std::uint32_t free_slots, Instant now) {
+  const auto index = state_->find_alive(worker);
+  if (!index) return std::unexpected(not_alive(worker));
+  const Worker& w = state_->workers[*index];
+  const std::size_t held = w.leases.size();
+  std::size_t wanted = std::min<std::size_t>(free_slots, w.slots > held ? w.slots - held : 0);
+  WorkResult result;
+  for (; wanted > 0 && !state_->rounds.empty(); --wanted) {
+    const JobIx job = state_->rounds.begin()->second.front();
+    const std::uint32_t chosen = state_->pick(state_->jobs[job], w);
+    const TrialKey key{job, chosen};
+    const Assignment assignment{state_->id_of(key), state_->trial(key).attempt,
+                                now + state_->config.lease_duration};
+    state_->record(result.records, TrialLeased{assignment.trial, assignment.attempt, worker,
+                                               assignment.expires, now});
+    result.assignments.push_back(assignment);
+  }
+  return result;
+}
+
+Records Scheduler::tick(Instant now) {
+  State& s = *state_;
+  Records out;
+  while (!s.last_heard.empty() && s.last_heard.begin()->first + s.config.worker_timeout <= now) {
+    const auto [last_seen, worker] = *s.last_heard.begin();
+    s.lose_worker(worker, "not heard of since " + text_of(last_seen), now, out);
+  }
+  while (!s.lease_expiries.empty() && s.lease_expiries.begin()->first <= now) {
+    const auto [expires, key] = *s.lease_expiries.begin();
+    s.fail_attempt(key,
+                   "lease on worker " + s.workers[s.trial(key).worker].id.str() + " expired at " +
+                       text_of(expires),
+                   now, out);
+  }
+  return out;
+}
+
+ReportResult Scheduler::on_report(const WorkerId& worker, const TrialId& trial, Attempt attempt,
+                                  Instant now) {
+  ReportResult result = state_->judged(worker, trial, attempt, now);
+  if (result.verdict == ReportVerdict::accepted) {
+    state_->record(result.records, TrialReported{trial, attempt, worker, now});
+  }
+  return result;
+}
+
+ReportResult Scheduler::attempt_failed(const WorkerId& worker, const TrialId& trial,
+                                       Attempt attempt, const std::string& reason, Instant now) {
+  ReportResult result = state_->judged(worker, trial, attempt, now);
+  if (result.verdict == ReportVerdict::accepted) {
+    state_->fail_attempt(*state_->find(trial), "worker " + worker.str() + " failed: " + reason, now,
+                         result.records);
+  }
+  return result;
+}
+
+std::expected<Records, Refusal> Scheduler::reconciled(const TrialId& trial, Outcome outcome,
+                                                      Instant now) {
+  const auto key = state_->reported_trial(trial);
+  if (!key) return std::unexpected(key.error());
+  const Trial& t = state_->trial(*key);
+  Records out;
+  if (t.status == TrialStatus::reconciled) return out;
+  if (t.status != TrialStatus::reported) return std::unexpected(state_->not_reported(trial, t));
+  state_->record(out, TrialReconciled{trial, t.attempt, outcome, now});
+  return out;
+}
+
+std::expected<Records, Refusal> Scheduler::reconcile_failed(const TrialId& trial,
+                                                            const std::string& reason,
+                                                            Instant now) {
+  const auto key = state_->reported_trial(trial);
+  if (!key) return std::unexpected(key.error());
+  const Trial& t = state_->trial(*key);
+  if (t.status != TrialStatus::reported) return std::unexpected(state_->not_reported(trial, t));
+  Records out;
+  state_->fail_attempt(*key, "reconciliation failed: " + reason, now, out);
+  return out;
+}
+
+void Scheduler::replay(const OrchestrationRecord& record) {
+  state_->apply(record);
+}
+
+Records Scheduler::recover(Instant now) {
+  State& s = *state_;
+  Records out;
+  for (const Worker& worker : s.workers) {
+    if (!worker.alive) continue;
+    LeasesRenewed renewal{worker.id, {}, now + s.config.lease_duration, now};
+    for (const TrialKey key : worker.leases) {
+      renewal.renewed.push_back({s.id_of(key), s.trial(key).attempt});
+    }
+    s.record(out, std::move(renewal));
+  }
+  const std::set<TrialKey> unreconciled = s.reported;  // fail_attempt ends them
+  for (const TrialKey key : unreconciled) {
+    s.fail_attempt(key, "the coordinator restarted before it reconciled the report", now, out);
+  }
+  return out;
+}
+
+std::optional<JobStatus> Scheduler::job_status(const JobId& job) const {
+  const auto found = state_->job_by_id.find(job);
+  if (found == state_->job_by_id.end()) return {};
+  return state_->status_of(state_->jobs[found->second]);
+}
+
+std::vector<JobStatus> Scheduler::jobs() const {
+  return state_->statuses(state_->job_by_id, state_->jobs);
+}
+
+std::optional<WorkerStatus> Scheduler::worker_status(const WorkerId& worker) const {
+  const auto index = state_->find(worker);
+  if (!index) return {};
+  return state_->status_of(state_->workers[*index]);
+}
+
+std::vector<WorkerStatus> Scheduler::workers() const {
+  return state_->statuses(state_->worker_by_id, state_->workers);
+}
+
+std::optional<TrialState> Scheduler::trial_state(const TrialId& trial) const {
+  const auto key = state_->find(trial);
+  if (!key) return {};
+  const Trial& t = state_->trial(*key);
+  TrialState result{trial, t.status, t.attempt, {}, {}, t.reasons};
+  if (t.worker != kNoWorker) result.worker = state_->workers[t.worker].id;
+  if (t.status == TrialStatus::leased) result.lease_expires = t.lease_expires;
+  return result;
+}
+
+const std::string* Scheduler::payload(const TrialId& trial) const {
+  const auto key = state_->find(trial);
+  return key ? &state_->trial(*key).payload : nullptr;
+}
+
+std::size_t Scheduler::queued_trials() const {
+  return state_->queued;
+}
+
+std::string Scheduler::state_text() const {
+  const State& s = *state_;
+  std::string text;
+  const auto line = [&text](const std::string& content) { text += content + "\n"; };
+  const auto millis = [](Instant instant) {
+    return std::to_string(instant.time_since_epoch().count());
+  };
+  for (std::size_t i = 0; i < s.digests.size(); ++i) {
+    line("digest " + std::to_string(i) + " " + s.digests[i].str());
+  }
+  for (const Job& job : s.jobs) {
+    std::string counts;
+    for (const std::uint64_t count : job.counts) counts += " " + std::to_string(count);
+    for (const std::uint64_t count : job.outcomes) counts += " " + std::to_string(count);
+    line("job " + job.id.str() + " name=" + job.name + " priority=" + std::to_string(job.priority) +
+         " cancelled=" + std::to_string(job.cancelled) + " counts" + counts + " failed=" +
+         std::to_string(job.failed_attempts) + " fenced=" + std::to_string(job.fenced_reports));
+    for (std::size_t i = 0; i < job.trials.size(); ++i) {
+      const Trial& t = job.trials[i];
+      std::string digests;
+      for (const DigestIx digest : t.digests) digests += " " + std::to_string(digest);
+      std::string reasons;
+      for (const std::string& reason : t.reasons) reasons += " [" + reason + "]";
+      line(" trial " + std::to_string(i) + " " + std::string(trial_status_name(t.status)) +
+           " attempt=" + std::to_string(t.attempt) + " leased=" + std::to_string(t.leased_attempt) +
+           " worker=" + (t.worker == kNoWorker ? "-" : s.workers[t.worker].id.str()) +
+           " expires=" + millis(t.lease_expires) + " digests" + digests + " payload=" + t.payload +
+           " reasons" + reasons);
+    }
+    std::string queue;
+    for (const std::uint32_t index : job.queue) queue += " " + std::to_string(index);
+    line(" queue" + queue);
+    for (const auto& [digest, queued_here] : job.queued_by_digest) {
+      std::string trials;
+      for (const std::uint32_t index : queued_here) trials += " " + std::to_string(index);
+      line(" queued_by " + std::to_string(digest) + ":" + trials);
+    }
+  }
+  for (const Worker& worker : s.workers) {
+    std::string cached;
+    for (const DigestIx digest : worker.cached) cached += " " + std::to_string(digest);
+    std::string leases;
+    for (const TrialKey key : worker.leases) leases += " " + s.id_of(key).str();
+    line("worker " + worker.id.str() + " alive=" + std::to_string(worker.alive) +
+         " slots=" + std::to_string(worker.slots) + " seen=" + millis(worker.last_seen) +
+         " cached" + cached + " leases" + leases);
+  }
+  for (const auto& [priority, round] : s.rounds) {
+    std::string order;
+    for (const JobIx job : round) order += " " + s.jobs[job].id.str();
+    line("round " + std::to_string(priority) + ":" + order);
+  }
+  for (const auto& [expires, key] : s.lease_expiries) {
+    line("lease " + s.id_of(key).str() + " " + millis(expires));
+  }
+  for (const auto& [seen, worker] : s.last_heard) {
+    line("heard " + s.workers[worker].id.str() + " " + millis(seen));
+  }
+  for (const TrialKey key : s.reported) line("reported " + s.id_of(key).str());
+  line("queued " + std::to_string(s.queued));
+  return text;
+}
+
+}  // namespace forktrial::coordinator

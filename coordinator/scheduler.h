@@ -1,0 +1,317 @@
+// The coordinator's scheduling core: which trial runs where, for how long its
+// lease holds, and what a worker's report means. A deterministic state
+// machine: no sockets, no threads, no clock, no store. The coordinator's loop
+// feeds it inputs (a submission, a worker's hello, heartbeat, offer of slots
+// or report, the passing of time) with the time they happen at, and carries
+// out what it returns; a simulator drives it the same way with virtual
+// workers and virtual time.
+//
+// States of a trial (TrialStatus):
+//
+//   queued ──lease──▶ leased ──report──▶ reported ──reconciled──▶ reconciled
+//     ▲                 │ │                  │
+//     └──── requeue ────┘ │ (lease lapsed,    │ (reconciliation failed)
+//     ▲   (attempt + 1)   │  worker lost,     │
+//     └───────────────────┼─ worker failed) ──┘
+//                         ▼
+//   abandoned: the attempt that failed was the last (SchedulerConfig::
+//   max_attempts); cancelled: the job was cancelled while the trial was
+//   queued or leased.
+//
+// Record, then apply. Every input decides what changes and writes each change
+// as an orchestration record (coordinator/orchestration.h), then applies the
+// record to the state through `apply`, the one function that changes state;
+// `replay(record)` is that same function. The records an input returns are
+// already applied, in the order returned. The caller appends them to the
+// store's orchestration log (before it tells any peer about them: "state
+// changes are events first"); a restarted coordinator replays the log into a
+// fresh Scheduler and has the state the old one had when it wrote the last
+// record, with the same decisions to come, then calls `recover` once. A
+// record applies without the configuration: it carries what was decided.
+// Liveness is state too: heartbeats are recorded (worker.heartbeat), since
+// they move lease expiries.
+//
+// Scheduling is pull: a worker offers free slots (request_work) and gets up to
+// that many trials. Jobs are served by priority, higher first; among jobs of
+// equal priority one trial each in turn (round-robin), so a large job cannot
+// starve a small one. Within the job whose turn it is, the trial whose
+// digests (segment and bundles) the worker holds most of is preferred: the
+// digests of its hello and of every trial it has been leased since. The
+// preference looks at the job's oldest queued trial and at most
+// kAffinityProbes cached digests, so an assignment costs O(log n) in the
+// queued trials whatever the size of the queue and of the worker's cache.
+//
+// A report is judged by its (trial, attempt) and the worker that sent it
+// (ReportVerdict). Only the live lease's holder is accepted; a superseded
+// attempt, a trial no longer leased to the sender, or a cancelled or
+// abandoned trial is fenced (and recorded, nothing else changes); a second
+// report of an accepted attempt is a duplicate (acknowledged, no change); an
+// attempt that was never leased is unknown.
+//
+// Queries read counters kept as the state changes: a job's status costs a map
+// look-up, whatever its size.
+//
+// Not thread-safe: a Scheduler has one owner, the coordinator's loop thread,
+// which makes every call. References and pointers returned by queries are
+// valid until the next input or replay.
+//
+// Errors. What a peer or a user may get wrong (an unknown worker offering
+// slots, a job id already taken, a report for a trial that does not exist) is
+// a value: a Refusal or a ReportVerdict. A record that replay cannot apply to
+// the state (a lease of a trial that is not queued, a record of an unknown
+// job) means the log and the state disagree, a corruption: replay throws
+// forktrial::Error with ErrorCode::internal, naming the record and the state
+// it found, and the Scheduler must be discarded.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <expected>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/digest.h"
+#include "base/error.h"
+#include "coordinator/ids.h"
+#include "coordinator/orchestration.h"
+#include "schema/outcome.h"
+
+namespace forktrial::coordinator {
+
+// Decisions only: applying a record never reads these, so a coordinator may
+// restart with other values.
+struct SchedulerConfig {
+  Duration lease_duration{30'000};  // a lease's life from its grant or last renewal
+  Duration worker_timeout{30'000};  // a worker unheard of for this long is lost
+  Attempt max_attempts = 3;         // attempts of a trial before it is abandoned
+};
+
+enum class TrialStatus : std::uint8_t {
+  queued,
+  leased,
+  reported,
+  reconciled,
+  cancelled,
+  abandoned
+};
+inline constexpr std::size_t kTrialStatusCount = 6;
+std::string_view trial_status_name(TrialStatus status);  // "queued", ...
+
+// What the caller does with a report (or a failure) of an attempt.
+enum class ReportVerdict : std::uint8_t {
+  accepted,   // reconcile it (a failure: the trial was requeued or abandoned)
+  fenced,     // refuse it: superseded attempt, not this worker's, or job cancelled
+  duplicate,  // acknowledge it; it was accepted before and changes nothing
+  unknown,    // refuse it: that attempt of that trial was never leased
+};
+std::string_view report_verdict_name(ReportVerdict verdict);
+
+// An input refused without any change; `code` says why (base/error.h):
+// not_found for an unknown job, trial or worker, conflict for a job id already
+// taken, failed_precondition when the state does not allow it, invalid_argument
+// for malformed input.
+struct Refusal {
+  ErrorCode code;
+  std::string message;  // names the job, trial, worker and state involved
+  friend bool operator==(const Refusal&, const Refusal&) = default;
+};
+
+using Records = std::vector<OrchestrationRecord>;
+
+struct JobSubmission {
+  JobId id;
+  int priority = 0;
+  std::string name;
+  std::vector<TrialInput> trials;
+};
+
+struct WorkerHello {
+  WorkerId id;
+  std::uint32_t slots = 0;
+  std::vector<Digest> cached;
+};
+
+struct Assignment {
+  TrialId trial;
+  Attempt attempt = 0;
+  Instant expires;
+};
+
+struct WorkResult {
+  std::vector<Assignment> assignments;
+  Records records;
+};
+
+struct HeartbeatResult {
+  // Entries of the running set that are not the sender's live leases (a
+  // superseded attempt, a cancelled job): the worker should stop them.
+  std::vector<AttemptRef> stale;
+  Records records;
+};
+
+struct ReportResult {
+  ReportVerdict verdict = ReportVerdict::unknown;
+  std::string reason;  // why, for fenced and unknown
+  Records records;
+};
+
+struct RunningTrial {
+  WorkerId worker;
+  TrialId trial;
+  Attempt attempt = 0;
+  friend bool operator==(const RunningTrial&, const RunningTrial&) = default;
+};
+
+struct CancelResult {
+  std::vector<RunningTrial> running;  // to be killed; their reports will be fenced
+  Records records;
+};
+
+struct JobStatus {
+  JobId id;
+  std::string name;
+  int priority = 0;
+  bool cancelled = false;
+  std::uint64_t trials = 0;
+  std::array<std::uint64_t, kTrialStatusCount> counts{};   // by TrialStatus
+  std::array<std::uint64_t, kOutcomes.size()> outcomes{};  // of reconciled trials, by Outcome
+  std::uint64_t failed_attempts = 0;                       // requeues and abandonments
+  std::uint64_t fenced_reports = 0;
+
+  std::uint64_t count(TrialStatus status) const { return counts[static_cast<std::size_t>(status)]; }
+  // Trials that reached a final status (reconciled, cancelled, abandoned).
+  std::uint64_t done() const;
+  // No trial is queued, leased or reported.
+  bool finished() const { return done() == trials; }
+};
+
+struct WorkerStatus {
+  WorkerId id;
+  bool alive = false;
+  std::uint32_t slots = 0;
+  std::uint32_t running = 0;  // live leases
+  Instant last_seen;
+  std::size_t cached_digests = 0;
+};
+
+struct TrialState {
+  TrialId id;
+  TrialStatus status = TrialStatus::queued;
+  Attempt attempt = 1;                   // the live or next attempt
+  std::optional<WorkerId> worker;        // the holder of the last lease
+  std::optional<Instant> lease_expires;  // while leased
+  std::vector<std::string> reasons;      // of each failed attempt, the first's first
+};
+
+class Scheduler {
+ public:
+  // How many cached digests of a worker one assignment looks up at most.
+  static constexpr std::size_t kAffinityProbes = 64;
+
+  // Throws forktrial::Error (invalid_argument) for a configuration with a
+  // duration or max_attempts that is not positive.
+  explicit Scheduler(SchedulerConfig config = {});
+  ~Scheduler();
+  Scheduler(Scheduler&&) noexcept;
+  Scheduler& operator=(Scheduler&&) noexcept;
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Queues every trial of the job (job.submitted). Refused: an empty or
+  // taken job id (conflict), more trials than a job may hold.
+  std::expected<Records, Refusal> submit(JobSubmission job, Instant now);
+
+  // Cancels the job (job.cancelled): queued and leased trials become
+  // cancelled; `running` lists the leased ones, to be killed. Cancelling a
+  // cancelled job changes nothing. Refused: an unknown job. Costs O(trials
+  // of the job), the one input that visits a whole job.
+  std::expected<CancelResult, Refusal> cancel(const JobId& job, Instant now);
+
+  // A worker's hello (worker.joined). A worker that joins under the id of a
+  // live one is a new incarnation: the old one is lost first, and its leases
+  // requeued. Refused: an empty id, zero slots.
+  std::expected<Records, Refusal> worker_joined(WorkerHello hello, Instant now);
+
+  // The worker's running set: renews those that are its live leases
+  // (worker.heartbeat), returns the others as stale. A lease the worker does
+  // not list is left to run out (its assignment may still be on the way).
+  // Refused: a worker that is unknown or lost (it should join again).
+  std::expected<HeartbeatResult, Refusal> heartbeat(const WorkerId& worker,
+                                                    std::span<const AttemptRef> running,
+                                                    Instant now);
+
+  // The worker is gone (a closed connection): its leases lapse now, each
+  // requeued or abandoned, then worker.lost. A worker unknown or already lost
+  // changes nothing.
+  Records worker_lost(const WorkerId& worker, const std::string& reason, Instant now);
+
+  // Up to min(free_slots, slots it has free by its leases) assignments
+  // (trial.leased each). Refused: a worker that is unknown or lost.
+  std::expected<WorkResult, Refusal> request_work(const WorkerId& worker, std::uint32_t free_slots,
+                                                  Instant now);
+
+  // The passing of time: workers silent for worker_timeout are lost, then
+  // leases whose expiry is at or before `now` lapse (trial.requeued, or
+  // trial.abandoned after the last attempt).
+  Records tick(Instant now);
+
+  // A worker's report of an attempt. accepted: trial.reported, the caller
+  // reconciles it in the store and then calls `reconciled`; fenced:
+  // trial.fenced; duplicate and unknown: no records.
+  ReportResult on_report(const WorkerId& worker, const TrialId& trial, Attempt attempt,
+                         Instant now);
+
+  // The worker could not run the attempt (it could not materialize the trial,
+  // say): judged as a report is, and if accepted the trial is requeued or
+  // abandoned with `reason`, as for a lapsed lease.
+  ReportResult attempt_failed(const WorkerId& worker, const TrialId& trial, Attempt attempt,
+                              const std::string& reason, Instant now);
+
+  // The caller reconciled the reported attempt in the store
+  // (trial.reconciled). Reconciling a reconciled trial changes nothing.
+  // Refused: an unknown trial, a trial that is not reported.
+  std::expected<Records, Refusal> reconciled(const TrialId& trial, Outcome outcome, Instant now);
+
+  // The store refused the reported attempt's reconciliation: requeued or
+  // abandoned with `reason`. Refused: an unknown trial, a trial not reported.
+  std::expected<Records, Refusal> reconcile_failed(const TrialId& trial, const std::string& reason,
+                                                   Instant now);
+
+  // Applies one record of a log this class wrote, as the input that wrote it
+  // did. Throws forktrial::Error (internal) when it does not apply to the
+  // state.
+  void replay(const OrchestrationRecord& record);
+
+  // Called once after the last record is replayed, before any other input.
+  // The time the coordinator was down counts against no one: every live
+  // worker's leases are renewed and it is heard of now (worker.heartbeat).
+  // A reported trial was being reconciled when the coordinator stopped, and
+  // its reconciliation, one store transaction with trial.reconciled, did not
+  // commit: the report is gone, and the attempt fails (requeued or abandoned);
+  // the worker's report, if it sends it again, is fenced.
+  Records recover(Instant now);
+
+  // Queries.
+  std::optional<JobStatus> job_status(const JobId& job) const;
+  std::vector<JobStatus> jobs() const;  // by id
+  std::optional<WorkerStatus> worker_status(const WorkerId& worker) const;
+  std::vector<WorkerStatus> workers() const;  // by id, the lost ones too
+  std::optional<TrialState> trial_state(const TrialId& trial) const;
+  // The trial's payload as submitted; nullptr for an unknown trial.
+  const std::string* payload(const TrialId& trial) const;
+  std::size_t queued_trials() const;  // of every job
+
+  // Every value of the state, one line each, in a fixed order: equal texts
+  // mean equal states (the replay tests compare them). Costs O(state).
+  std::string state_text() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace forktrial::coordinator

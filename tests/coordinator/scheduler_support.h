@@ -1,0 +1,111 @@
+// Shared by the coordinator's tests: virtual time, digests made from small
+// numbers, jobs of numbered trials, and a scheduler that keeps the log of
+// every record it returned.
+#pragma once
+
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/digest.h"
+#include "coordinator/scheduler.h"
+
+namespace forktrial::coordinator::testing {
+
+// `ms` milliseconds after a fixed start.
+inline Instant at(std::int64_t ms) {
+  return Instant{Duration{1'700'000'000'000 + ms}};
+}
+
+inline Digest digest(int n) {
+  return Sha256::of("digest " + std::to_string(n));
+}
+
+// A trial needing segment `segment` and bundle `bundle`; its payload names
+// both.
+inline TrialInput trial_input(int segment, int bundle = 0) {
+  return TrialInput{"segment " + std::to_string(segment), digest(segment), {digest(1000 + bundle)}};
+}
+
+// `n` trials, trial i on segment i.
+inline JobSubmission job(const std::string& id, int priority, std::size_t n) {
+  JobSubmission submission{JobId{id}, priority, "job " + id, {}};
+  for (std::size_t i = 0; i < n; ++i) {
+    submission.trials.push_back(trial_input(static_cast<int>(i)));
+  }
+  return submission;
+}
+
+inline TrialId trial(const std::string& job, std::uint32_t index) {
+  return TrialId{JobId{job}, index};
+}
+
+// A scheduler whose inputs append what they return to `log`, and REQUIRE
+// that they were not refused.
+struct Logged {
+  Scheduler scheduler;
+  std::vector<OrchestrationRecord> log;
+
+  explicit Logged(SchedulerConfig config = {}) : scheduler(config) {}
+
+  const Records& keep(const Records& records) {
+    log.insert(log.end(), records.begin(), records.end());
+    return records;
+  }
+  template <typename T>
+  T keep(std::expected<T, Refusal> result) {
+    if (!result) FAIL(result.error().message);
+    if constexpr (std::is_same_v<T, Records>) {
+      keep(static_cast<const Records&>(*result));
+    } else {
+      keep(static_cast<const Records&>(result->records));
+    }
+    return std::move(*result);
+  }
+
+  void submit(JobSubmission submission, Instant now) {
+    keep(scheduler.submit(std::move(submission), now));
+  }
+  void join(const std::string& worker, std::uint32_t slots, Instant now,
+            std::vector<Digest> cached = {}) {
+    keep(scheduler.worker_joined(WorkerHello{WorkerId{worker}, slots, std::move(cached)}, now));
+  }
+  std::vector<Assignment> work(const std::string& worker, std::uint32_t slots, Instant now) {
+    return keep(scheduler.request_work(WorkerId{worker}, slots, now)).assignments;
+  }
+  HeartbeatResult heartbeat(const std::string& worker, const std::vector<AttemptRef>& running,
+                            Instant now) {
+    return keep(scheduler.heartbeat(WorkerId{worker}, running, now));
+  }
+  ReportResult report(const std::string& worker, const TrialId& id, Attempt attempt, Instant now) {
+    ReportResult result = scheduler.on_report(WorkerId{worker}, id, attempt, now);
+    keep(result.records);
+    return result;
+  }
+  void reconcile(const TrialId& id, Instant now, Outcome outcome = Outcome::completed) {
+    keep(scheduler.reconciled(id, outcome, now));
+  }
+  Records tick(Instant now) { return keep(scheduler.tick(now)); }
+
+  TrialStatus status(const TrialId& id) const { return scheduler.trial_state(id)->status; }
+  JobStatus job(const std::string& id) const { return *scheduler.job_status(JobId{id}); }
+};
+
+// The trial ids of `assignments`, as "<job>#<index>".
+inline std::vector<std::string> names(const std::vector<Assignment>& assignments) {
+  std::vector<std::string> result;
+  for (const Assignment& assignment : assignments) result.push_back(assignment.trial.str());
+  return result;
+}
+
+// A scheduler rebuilt from `log` by replay.
+inline Scheduler replayed(const std::vector<OrchestrationRecord>& log,
+                          SchedulerConfig config = {}) {
+  Scheduler scheduler(config);
+  for (const OrchestrationRecord& record : log) scheduler.replay(record);
+  return scheduler;
+}
+
+}  // namespace forktrial::coordinator::testing

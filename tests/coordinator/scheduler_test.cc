@@ -1,0 +1,381 @@
+// The scheduler's decisions, one input at a time, in virtual time.
+#include "coordinator/scheduler.h"
+
+#include <catch2/catch.hpp>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "tests/coordinator/scheduler_support.h"
+
+namespace forktrial::coordinator {
+namespace {
+
+using testing::at;
+using testing::digest;
+using testing::Logged;
+using testing::names;
+using testing::trial;
+using Names = std::vector<std::string>;
+
+// Leases shorter than the worker timeout, so that a test sees one or the other.
+constexpr SchedulerConfig kShortLeases{Duration{10'000}, Duration{60'000}, 3};
+
+template <typename Record>
+Record only(const Records& records) {
+  REQUIRE(records.size() == 1);
+  REQUIRE(std::holds_alternative<Record>(records[0]));
+  return std::get<Record>(records[0]);
+}
+
+TEST_CASE("jobs of higher priority are served first", "[coordinator][scheduler]") {
+  Logged s;
+  s.submit(testing::job("low", 0, 3), at(0));
+  s.submit(testing::job("high", 5, 2), at(1));
+  s.join("w1", 8, at(2));
+  CHECK(names(s.work("w1", 4, at(3))) == Names{"high#0", "high#1", "low#0", "low#1"});
+  CHECK(s.scheduler.queued_trials() == 1);
+}
+
+TEST_CASE("jobs of equal priority take turns so a large job cannot starve a small one",
+          "[coordinator][scheduler]") {
+  Logged s;
+  s.submit(testing::job("big", 0, 100), at(0));
+  s.submit(testing::job("small", 0, 2), at(1));
+  s.submit(testing::job("other", 1, 0), at(2));  // an empty job is never anyone's turn
+  s.join("w1", 10, at(3));
+  CHECK(names(s.work("w1", 3, at(4))) == Names{"big#0", "small#0", "big#1"});
+  s.join("w2", 10, at(5));
+  CHECK(names(s.work("w2", 3, at(6))) == Names{"small#1", "big#2", "big#3"});
+  CHECK(s.job("small").count(TrialStatus::leased) == 2);
+  CHECK(s.job("other").finished());
+}
+
+TEST_CASE("a worker is given the trials whose digests it holds", "[coordinator][scheduler]") {
+  Logged s;
+  s.submit(testing::job("a", 0, 10), at(0));
+  s.join("warm", 1, at(1), {digest(7), digest(1000)});
+  s.join("cold", 1, at(1));
+  CHECK(names(s.work("warm", 1, at(2))) == Names{"a#7"});
+  CHECK(names(s.work("cold", 1, at(2))) == Names{"a#0"});
+}
+
+TEST_CASE("a worker prefers the digests of trials it was leased before",
+          "[coordinator][scheduler]") {
+  Logged s;
+  JobSubmission job{JobId{"a"}, 0, "a", {}};
+  for (const int segment : {5, 6, 7, 5, 6}) job.trials.push_back(testing::trial_input(segment));
+  s.submit(std::move(job), at(0));
+  s.join("w1", 5, at(1));
+  CHECK(names(s.work("w1", 1, at(2))) == Names{"a#0"});
+  CHECK(names(s.work("w1", 1, at(3))) == Names{"a#3"});  // segment 5 again
+  CHECK(names(s.work("w1", 3, at(4))) == Names{"a#1", "a#4", "a#2"});
+  CHECK(s.scheduler.worker_status(WorkerId{"w1"})->cached_digests == 4);
+}
+
+TEST_CASE("a worker gets no more trials than its free slots", "[coordinator][scheduler]") {
+  Logged s;
+  s.submit(testing::job("a", 0, 10), at(0));
+  s.join("w1", 2, at(1));
+  CHECK(s.work("w1", 5, at(2)).size() == 2);
+  CHECK(s.work("w1", 5, at(3)).empty());  // it holds two leases of its two slots
+  CHECK(s.report("w1", trial("a", 0), 1, at(4)).verdict == ReportVerdict::accepted);
+  CHECK(s.work("w1", 5, at(5)).size() == 1);
+  CHECK(s.work("w1", 0, at(6)).empty());
+  const WorkerStatus worker = *s.scheduler.worker_status(WorkerId{"w1"});
+  CHECK(worker.running == 2);
+  CHECK(worker.slots == 2);
+  CHECK(worker.last_seen == at(1));
+}
+
+TEST_CASE("a lease that is not renewed expires and its trial is queued with the next attempt",
+          "[coordinator][scheduler]") {
+  Logged s(kShortLeases);
+  s.submit(testing::job("a", 0, 1), at(0));
+  s.join("w1", 1, at(0));
+  const auto leased = s.work("w1", 1, at(0));
+  REQUIRE(leased.size() == 1);
+  CHECK(leased[0].attempt == 1);
+  CHECK(leased[0].expires == at(10'000));
+  CHECK(s.tick(at(9'999)).empty());
+  const auto& requeued = only<TrialRequeued>(s.tick(at(10'000)));
+  CHECK(requeued.attempt == 1);
+  CHECK(requeued.reason.find("lease on worker w1 expired at") == 0);
+  const TrialState state = *s.scheduler.trial_state(trial("a", 0));
+  CHECK(state.status == TrialStatus::queued);
+  CHECK(state.attempt == 2);
+  CHECK(state.reasons == std::vector{requeued.reason});
+  const auto again = s.work("w1", 1, at(10'001));
+  REQUIRE(again.size() == 1);
+  CHECK(again[0].attempt == 2);
+  CHECK(s.job("a").failed_attempts == 1);
+}
+
+TEST_CASE("a heartbeat renews the worker's leases and names the attempts it should stop",
+          "[coordinator][scheduler]") {
+  Logged s(kShortLeases);
+  s.submit(testing::job("a", 0, 2), at(0));
+  s.join("w1", 1, at(0));
+  s.join("w2", 1, at(0));
+  REQUIRE(s.work("w1", 1, at(0)).size() == 1);
+  REQUIRE(s.work("w2", 1, at(0)).size() == 1);
+  const std::vector<AttemptRef> running{
+      {trial("a", 0), 1}, {trial("a", 1), 1}, {trial("a", 0), 7}, {trial("nope", 0), 1}};
+  const HeartbeatResult beat = s.heartbeat("w1", running, at(8'000));
+  CHECK(beat.stale == std::vector<AttemptRef>(running.begin() + 1, running.end()));
+  const auto& renewed = only<LeasesRenewed>(beat.records);
+  CHECK(renewed.renewed == std::vector<AttemptRef>{{trial("a", 0), 1}});
+  CHECK(renewed.expires == at(18'000));
+  CHECK(s.scheduler.trial_state(trial("a", 0))->lease_expires == at(18'000));
+  CHECK(s.scheduler.worker_status(WorkerId{"w1"})->last_seen == at(8'000));
+  // w2's lease was not renewed.
+  const auto& requeued = only<TrialRequeued>(s.tick(at(10'000)));
+  CHECK(requeued.trial == trial("a", 1));
+  CHECK(s.tick(at(17'999)).empty());
+  CHECK(only<TrialRequeued>(s.tick(at(18'000))).trial == trial("a", 0));
+}
+
+TEST_CASE("a late report of a superseded attempt is fenced and changes nothing else",
+          "[coordinator][scheduler]") {
+  Logged s(kShortLeases);
+  s.submit(testing::job("a", 0, 1), at(0));
+  s.join("slow", 1, at(0));
+  s.join("fast", 1, at(0));
+  REQUIRE(s.work("slow", 1, at(0)).size() == 1);
+  s.tick(at(10'000));
+  REQUIRE(s.work("fast", 1, at(10'001)).size() == 1);
+
+  const ReportResult late = s.report("slow", trial("a", 0), 1, at(10'002));
+  CHECK(late.verdict == ReportVerdict::fenced);
+  CHECK(late.reason == "a#0 attempt 1 is superseded by attempt 2");
+  const auto& fenced = only<TrialFenced>(late.records);
+  CHECK(fenced.worker == WorkerId{"slow"});
+  CHECK(fenced.attempt == 1);
+  CHECK(s.job("a").fenced_reports == 1);
+  const TrialState after = *s.scheduler.trial_state(trial("a", 0));
+  CHECK(after.status == TrialStatus::leased);
+  CHECK(after.attempt == 2);
+  CHECK(after.worker == WorkerId{"fast"});
+  CHECK(after.lease_expires == at(20'001));
+
+  // The current attempt from another worker is fenced too.
+  CHECK(s.report("slow", trial("a", 0), 2, at(10'003)).reason ==
+        "a#0 attempt 2 is leased to fast, not to slow");
+  CHECK(s.report("fast", trial("a", 0), 2, at(10'004)).verdict == ReportVerdict::accepted);
+  CHECK(s.status(trial("a", 0)) == TrialStatus::reported);
+}
+
+TEST_CASE("a second report of an accepted attempt is a duplicate", "[coordinator][scheduler]") {
+  Logged s;
+  s.submit(testing::job("a", 0, 1), at(0));
+  s.join("w1", 1, at(0));
+  REQUIRE(s.work("w1", 1, at(0)).size() == 1);
+  CHECK(only<TrialReported>(s.report("w1", trial("a", 0), 1, at(1)).records).attempt == 1);
+  const std::string reported = s.scheduler.state_text();
+  const ReportResult again = s.report("w1", trial("a", 0), 1, at(2));
+  CHECK(again.verdict == ReportVerdict::duplicate);
+  CHECK(again.records.empty());
+  CHECK(s.scheduler.state_text() == reported);
+
+  s.reconcile(trial("a", 0), at(3), Outcome::scenario_failed);
+  CHECK(s.report("w1", trial("a", 0), 1, at(4)).verdict == ReportVerdict::duplicate);
+  CHECK(s.keep(*s.scheduler.reconciled(trial("a", 0), Outcome::completed, at(5))).empty());
+  const JobStatus job = s.job("a");
+  CHECK(job.count(TrialStatus::reconciled) == 1);
+  CHECK(job.outcomes[static_cast<std::size_t>(Outcome::scenario_failed)] == 1);
+  CHECK(job.finished());
+}
+
+TEST_CASE("a report of an attempt that was never leased is unknown", "[coordinator][scheduler]") {
+  Logged s;
+  s.submit(testing::job("a", 0, 2), at(0));
+  s.join("w1", 1, at(0));
+  REQUIRE(s.work("w1", 1, at(0)).size() == 1);
+  const auto unknown = [&](const TrialId& id, Attempt attempt) {
+    const ReportResult result = s.report("w1", id, attempt, at(1));
+    CHECK(result.records.empty());
+    return result.verdict == ReportVerdict::unknown ? result.reason : "not unknown";
+  };
+  CHECK(unknown(trial("a", 2), 1) == "there is no trial a#2");
+  CHECK(unknown(trial("b", 0), 1) == "there is no trial b#0");
+  CHECK(unknown(trial("a", 0), 2) == "a#0 attempt 2 was never leased");
+  CHECK(unknown(trial("a", 0), 0) == "a#0 attempt 0 was never leased");
+  CHECK(unknown(trial("a", 1), 1) == "a#1 attempt 1 was never leased");
+  CHECK(s.status(trial("a", 0)) == TrialStatus::leased);
+}
+
+TEST_CASE("a trial whose last attempt fails is abandoned with every attempt's reason",
+          "[coordinator][scheduler]") {
+  Logged s(kShortLeases);
+  s.submit(testing::job("a", 0, 1), at(0));
+  s.join("w1", 1, at(0));
+  REQUIRE(s.work("w1", 1, at(0)).size() == 1);
+  s.tick(at(10'000));  // attempt 1: the lease lapses
+  REQUIRE(s.work("w1", 1, at(10'000)).size() == 1);
+  ReportResult failed =
+      s.scheduler.attempt_failed(WorkerId{"w1"}, trial("a", 0), 2, "no disk", at(10'001));
+  CHECK(failed.verdict == ReportVerdict::accepted);
+  CHECK(only<TrialRequeued>(failed.records).reason == "worker w1 failed: no disk");
+  REQUIRE(s.work("w1", 1, at(10'002)).size() == 1);
+  REQUIRE(
+      s.keep(s.scheduler.on_report(WorkerId{"w1"}, trial("a", 0), 3, at(10'003)).records).size() ==
+      1);
+  const Records last =
+      s.keep(*s.scheduler.reconcile_failed(trial("a", 0), "head moved", at(10'004)));
+  const auto& abandoned = only<TrialAbandoned>(last);
+  CHECK(abandoned.attempt == 3);
+  REQUIRE(abandoned.reasons.size() == 3);
+  CHECK(abandoned.reasons[0].find("lease on worker w1 expired at ") == 0);
+  CHECK(abandoned.reasons[1] == "worker w1 failed: no disk");
+  CHECK(abandoned.reasons[2] == "reconciliation failed: head moved");
+  CHECK(s.scheduler.trial_state(trial("a", 0))->reasons == abandoned.reasons);
+  const JobStatus job = s.job("a");
+  CHECK(job.count(TrialStatus::abandoned) == 1);
+  CHECK(job.failed_attempts == 3);
+  CHECK(job.finished());
+  CHECK(s.report("w1", trial("a", 0), 3, at(10'005)).reason == "a#0 attempt 3 was abandoned");
+  CHECK(s.work("w1", 1, at(10'006)).empty());
+}
+
+TEST_CASE("cancelling a job drops its queued trials and names its running ones",
+          "[coordinator][scheduler]") {
+  Logged s;
+  s.submit(testing::job("a", 0, 5), at(0));
+  s.submit(testing::job("b", 0, 1), at(0));
+  s.join("w1", 3, at(0));
+  REQUIRE(s.work("w1", 3, at(1)).size() == 3);  // a#0, b#0, a#1
+  REQUIRE(s.report("w1", trial("a", 1), 1, at(2)).verdict == ReportVerdict::accepted);
+  const CancelResult cancelled = s.keep(s.scheduler.cancel(JobId{"a"}, at(3)));
+  CHECK(cancelled.running == std::vector<RunningTrial>{{WorkerId{"w1"}, trial("a", 0), 1}});
+  CHECK(only<JobCancelled>(cancelled.records).job == JobId{"a"});
+  const JobStatus job = s.job("a");
+  CHECK(job.cancelled);
+  CHECK(job.count(TrialStatus::cancelled) == 4);
+  CHECK(job.count(TrialStatus::reported) == 1);  // reconciliation goes on
+  CHECK_FALSE(job.finished());
+  CHECK(s.scheduler.queued_trials() == 0);
+  CHECK(s.scheduler.worker_status(WorkerId{"w1"})->running == 1);  // b#0
+
+  CHECK(s.report("w1", trial("a", 0), 1, at(4)).reason == "a#0 attempt 1 was cancelled with job a");
+  CHECK(s.heartbeat("w1", {{trial("a", 0), 1}, {trial("b", 0), 1}}, at(5)).stale ==
+        std::vector<AttemptRef>{{trial("a", 0), 1}});
+  s.reconcile(trial("a", 1), at(6));
+  CHECK(s.job("a").finished());
+  CHECK(s.keep(s.scheduler.cancel(JobId{"a"}, at(7))).records.empty());
+  CHECK(s.work("w1", 3, at(8)).empty());
+}
+
+TEST_CASE("a lost worker's leases are requeued", "[coordinator][scheduler]") {
+  Logged s;
+  s.submit(testing::job("a", 0, 3), at(0));
+  s.join("w1", 2, at(0));
+  REQUIRE(s.work("w1", 2, at(1)).size() == 2);
+  const Records lost = s.keep(s.scheduler.worker_lost(WorkerId{"w1"}, "connection closed", at(2)));
+  REQUIRE(lost.size() == 3);
+  CHECK(std::get<TrialRequeued>(lost[0]).reason == "worker w1 lost: connection closed");
+  CHECK(std::get<WorkerLost>(lost[2]).reason == "connection closed");
+  CHECK(s.scheduler.queued_trials() == 3);
+  CHECK_FALSE(s.scheduler.worker_status(WorkerId{"w1"})->alive);
+  CHECK(s.scheduler.request_work(WorkerId{"w1"}, 1, at(3)).error().code == ErrorCode::not_found);
+  CHECK(s.scheduler.heartbeat(WorkerId{"w1"}, {}, at(3)).error().code == ErrorCode::not_found);
+  CHECK(s.scheduler.worker_lost(WorkerId{"w1"}, "again", at(3)).empty());
+  // It may join again, with a cache of its own.
+  s.join("w1", 1, at(4), {digest(2)});
+  CHECK(names(s.work("w1", 1, at(5))) == Names{"a#2"});
+}
+
+TEST_CASE("a worker unheard of past the timeout is lost", "[coordinator][scheduler]") {
+  Logged s(SchedulerConfig{Duration{60'000}, Duration{5'000}, 3});
+  s.submit(testing::job("a", 0, 2), at(0));
+  s.join("quiet", 1, at(0));
+  s.join("chatty", 1, at(0));
+  REQUIRE(s.work("quiet", 1, at(0)).size() == 1);
+  s.heartbeat("chatty", {}, at(4'000));
+  const Records lost = s.tick(at(5'000));
+  REQUIRE(lost.size() == 2);
+  CHECK(std::get<TrialRequeued>(lost[0]).trial == trial("a", 0));
+  CHECK(std::get<WorkerLost>(lost[1]).worker == WorkerId{"quiet"});
+  CHECK(std::get<WorkerLost>(lost[1]).reason.find("not heard of since ") == 0);
+  CHECK(s.scheduler.worker_status(WorkerId{"chatty"})->alive);
+  CHECK(only<WorkerLost>(s.tick(at(9'000))).worker == WorkerId{"chatty"});
+}
+
+TEST_CASE("a worker that joins again under its id loses what it held", "[coordinator][scheduler]") {
+  Logged s;
+  s.submit(testing::job("a", 0, 1), at(0));
+  s.join("w1", 1, at(0));
+  REQUIRE(s.work("w1", 1, at(1)).size() == 1);
+  const Records joined =
+      s.keep(s.scheduler.worker_joined(WorkerHello{WorkerId{"w1"}, 4, {}}, at(2)));
+  REQUIRE(joined.size() == 3);
+  CHECK(std::holds_alternative<TrialRequeued>(joined[0]));
+  CHECK(std::holds_alternative<WorkerLost>(joined[1]));
+  CHECK(std::get<WorkerJoined>(joined[2]).slots == 4);
+  CHECK(s.report("w1", trial("a", 0), 1, at(3)).verdict == ReportVerdict::fenced);
+  const auto again = s.work("w1", 4, at(4));
+  REQUIRE(again.size() == 1);
+  CHECK(again[0].attempt == 2);
+}
+
+TEST_CASE("inputs the state does not allow are refused without a change",
+          "[coordinator][scheduler]") {
+  Logged s;
+  s.submit(testing::job("a", 0, 1), at(0));
+  const std::string before = s.scheduler.state_text();
+  CHECK(s.scheduler.submit(testing::job("a", 0, 1), at(1)).error() ==
+        Refusal{ErrorCode::conflict, "job a was submitted before"});
+  CHECK(s.scheduler.submit(testing::job("", 0, 1), at(1)).error().code ==
+        ErrorCode::invalid_argument);
+  CHECK(s.scheduler.worker_joined(WorkerHello{WorkerId{"w"}, 0, {}}, at(1)).error() ==
+        Refusal{ErrorCode::invalid_argument, "worker w offers no slots"});
+  CHECK(s.scheduler.request_work(WorkerId{"w"}, 1, at(1)).error().code == ErrorCode::not_found);
+  CHECK(s.scheduler.cancel(JobId{"b"}, at(1)).error() == Refusal{ErrorCode::not_found, "no job b"});
+  CHECK(s.scheduler.reconciled(trial("a", 0), Outcome::completed, at(1)).error() ==
+        Refusal{ErrorCode::failed_precondition, "a#0 is queued, not reported"});
+  CHECK(s.scheduler.reconciled(trial("a", 1), Outcome::completed, at(1)).error().code ==
+        ErrorCode::not_found);
+  CHECK(s.scheduler.reconcile_failed(trial("a", 0), "x", at(1)).error().code ==
+        ErrorCode::failed_precondition);
+  CHECK(s.scheduler.state_text() == before);
+  CHECK(s.log.size() == 1);
+}
+
+TEST_CASE("a configuration that would disable leases or attempts is refused",
+          "[coordinator][scheduler]") {
+  const auto refused = [](SchedulerConfig config) {
+    try {
+      Scheduler s(config);
+    } catch (const Error& error) {
+      return error.code() == ErrorCode::invalid_argument;
+    }
+    return false;
+  };
+  CHECK(refused(SchedulerConfig{Duration{0}, Duration{1}, 1}));
+  CHECK(refused(SchedulerConfig{Duration{1}, Duration{-1}, 1}));
+  CHECK(refused(SchedulerConfig{Duration{1}, Duration{1}, 0}));
+  CHECK_FALSE(refused(SchedulerConfig{Duration{1}, Duration{1}, 1}));
+}
+
+TEST_CASE("a job's status counts its trials by status", "[coordinator][scheduler]") {
+  Logged s;
+  s.submit(testing::job("a", 3, 4), at(0));
+  s.join("w1", 2, at(0));
+  REQUIRE(s.work("w1", 2, at(1)).size() == 2);
+  REQUIRE(s.report("w1", trial("a", 0), 1, at(2)).verdict == ReportVerdict::accepted);
+  JobStatus job = s.job("a");
+  CHECK(job.name == "job a");
+  CHECK(job.priority == 3);
+  CHECK(job.trials == 4);
+  CHECK(job.counts == std::array<std::uint64_t, kTrialStatusCount>{2, 1, 1, 0, 0, 0});
+  CHECK(job.done() == 0);
+  s.reconcile(trial("a", 0), at(3));
+  CHECK(s.job("a").done() == 1);
+  CHECK(*s.scheduler.payload(trial("a", 3)) == "segment 3");
+  CHECK(s.scheduler.payload(trial("a", 4)) == nullptr);
+  CHECK(s.scheduler.jobs().size() == 1);
+  CHECK(s.scheduler.workers().size() == 1);
+  CHECK_FALSE(s.scheduler.job_status(JobId{"b"}));
+}
+
+}  // namespace
+}  // namespace forktrial::coordinator
