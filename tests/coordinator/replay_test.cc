@@ -19,35 +19,8 @@ using testing::Logged;
 using testing::replayed;
 using testing::trial;
 
-constexpr SchedulerConfig kConfig{Duration{10'000}, Duration{20'000}, 2};
-
-// Inputs that write every kind of record: priorities, leases, heartbeats, a
-// lapsed lease, a fenced report, a worker failure, an abandoned trial, a lost
-// worker, a cancelled job.
-void busy_morning(Logged& s) {
-  s.submit(testing::job("a", 0, 6), at(0));
-  s.submit(testing::job("b", 1, 3), at(0));
-  s.submit(testing::job("c", 0, 4), at(0));
-  s.join("w1", 2, at(0), {digest(2)});
-  s.join("w2", 3, at(0));
-  s.work("w1", 2, at(100));
-  s.work("w2", 3, at(100));
-  s.heartbeat("w1", {{trial("b", 0), 1}, {trial("b", 1), 1}}, at(5'000));
-  s.report("w1", trial("b", 0), 1, at(6'000));
-  s.reconcile(trial("b", 0), at(6'100), Outcome::completed);
-  s.tick(at(10'100));  // w2's leases lapse
-  s.work("w1", 2, at(10'200));
-  s.report("w2", trial("b", 2), 1, at(10'300));  // fenced
-  s.keep(
-      s.scheduler.attempt_failed(WorkerId{"w1"}, trial("b", 1), 1, "no disk", at(10'400)).records);
-  s.join("w3", 4, at(11'000));
-  s.work("w3", 4, at(11'000));
-  s.keep(s.scheduler.cancel(JobId{"c"}, at(12'000)));
-  s.keep(s.scheduler.worker_lost(WorkerId{"w1"}, "connection closed", at(13'000)));
-  s.heartbeat("w3", {}, at(14'000));
-  s.tick(at(21'500));  // w3's leases lapse for the second time: abandoned
-  s.work("w3", 4, at(21'600));
-}
+constexpr SchedulerConfig kConfig = testing::kMorningConfig;
+using testing::busy_morning;
 
 std::set<std::string_view> kinds(const std::vector<OrchestrationRecord>& log) {
   std::set<std::string_view> seen;

@@ -1,0 +1,596 @@
+#include "coordinator/orchestration_log.h"
+
+#include <algorithm>
+#include <array>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "base/text.h"
+#include "base/timestamp.h"
+
+namespace forktrial::coordinator {
+namespace {
+
+// Ordered, so that a record's fields appear in its struct's order and equal
+// records give equal payload bytes.
+using Json = nlohmann::ordered_json;
+
+constexpr std::size_t kRecordKinds = std::variant_size_v<OrchestrationRecord>;
+
+template <std::size_t... I>
+constexpr std::array<std::string_view, sizeof...(I)> record_types(std::index_sequence<I...>) {
+  return {std::variant_alternative_t<I, OrchestrationRecord>::kType...};
+}
+// The event type of each alternative, by variant index.
+constexpr auto kRecordTypes = record_types(std::make_index_sequence<kRecordKinds>{});
+
+std::optional<std::size_t> record_index(std::string_view type) {
+  const auto* found = std::find(kRecordTypes.begin(), kRecordTypes.end(), type);
+  if (found == kRecordTypes.end()) return std::nullopt;
+  return static_cast<std::size_t>(found - kRecordTypes.begin());
+}
+
+// The first and last instants ISO-8601's four-digit years can show
+// (0001-01-01T00:00:00.000Z, 9999-12-31T23:59:59.999Z).
+constexpr UnixMillis kFirstTimestamp = -62'135'596'800'000;
+constexpr UnixMillis kLastTimestamp = 253'402'300'799'999;
+
+// ---- Encoding ---------------------------------------------------------------
+
+constexpr std::string_view kHexDigits = "0123456789abcdef";
+
+// Text as a JSON value: a string when it is valid UTF-8 (JSON text holds
+// nothing else), its bytes in hex otherwise.
+Json text_json(std::string_view text) {
+  if (is_valid_utf8(text)) return Json(std::string(text));
+  std::string hex;
+  hex.reserve(text.size() * 2);
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    hex += kHexDigits[byte >> 4];
+    hex += kHexDigits[byte & 0xF];
+  }
+  Json object = Json::object();
+  object["hex"] = std::move(hex);
+  return object;
+}
+
+Json instant_json(Instant instant) {
+  return Json(static_cast<std::int64_t>(instant.time_since_epoch().count()));
+}
+
+Json trial_json(const TrialId& trial) {
+  Json object = Json::object();
+  object["job"] = text_json(trial.job.str());
+  object["index"] = trial.index;
+  return object;
+}
+
+Json digests_json(const std::vector<Digest>& digests) {
+  Json array = Json::array();
+  array.get_ref<Json::array_t&>().reserve(digests.size());
+  for (const Digest& digest : digests) array.push_back(digest.str());
+  return array;
+}
+
+void encode(const JobSubmitted& r, Json& out) {
+  out["job"] = text_json(r.job.str());
+  out["priority"] = r.priority;
+  out["name"] = text_json(r.name);
+  Json trials = Json::array();
+  trials.get_ref<Json::array_t&>().reserve(r.trials.size());
+  for (const TrialInput& input : r.trials) {
+    Json trial = Json::object();
+    trial["payload"] = text_json(input.payload);
+    trial["segment"] = input.segment.str();
+    trial["bundles"] = digests_json(input.bundles);
+    trials.push_back(std::move(trial));
+  }
+  out["trials"] = std::move(trials);
+}
+
+void encode(const JobCancelled& r, Json& out) {
+  out["job"] = text_json(r.job.str());
+}
+
+void encode(const WorkerJoined& r, Json& out) {
+  out["worker"] = text_json(r.worker.str());
+  out["slots"] = r.slots;
+  out["cached"] = digests_json(r.cached);
+}
+
+void encode(const WorkerLost& r, Json& out) {
+  out["worker"] = text_json(r.worker.str());
+  out["reason"] = text_json(r.reason);
+}
+
+void encode(const LeasesRenewed& r, Json& out) {
+  out["worker"] = text_json(r.worker.str());
+  Json renewed = Json::array();
+  for (const AttemptRef& ref : r.renewed) {
+    Json entry = Json::object();
+    entry["trial"] = trial_json(ref.trial);
+    entry["attempt"] = ref.attempt;
+    renewed.push_back(std::move(entry));
+  }
+  out["renewed"] = std::move(renewed);
+  out["expires"] = instant_json(r.expires);
+}
+
+void encode(const TrialLeased& r, Json& out) {
+  out["trial"] = trial_json(r.trial);
+  out["attempt"] = r.attempt;
+  out["worker"] = text_json(r.worker.str());
+  out["expires"] = instant_json(r.expires);
+}
+
+void encode(const TrialRequeued& r, Json& out) {
+  out["trial"] = trial_json(r.trial);
+  out["attempt"] = r.attempt;
+  out["reason"] = text_json(r.reason);
+}
+
+void encode(const TrialAbandoned& r, Json& out) {
+  out["trial"] = trial_json(r.trial);
+  out["attempt"] = r.attempt;
+  Json reasons = Json::array();
+  for (const std::string& reason : r.reasons) reasons.push_back(text_json(reason));
+  out["reasons"] = std::move(reasons);
+}
+
+void encode(const TrialReported& r, Json& out) {
+  out["trial"] = trial_json(r.trial);
+  out["attempt"] = r.attempt;
+  out["worker"] = text_json(r.worker.str());
+}
+
+void encode(const TrialFenced& r, Json& out) {
+  out["trial"] = trial_json(r.trial);
+  out["attempt"] = r.attempt;
+  out["worker"] = text_json(r.worker.str());
+  out["reason"] = text_json(r.reason);
+}
+
+void encode(const TrialReconciled& r, Json& out) {
+  out["trial"] = trial_json(r.trial);
+  out["attempt"] = r.attempt;
+  out["outcome"] = std::string(outcome_name(r.outcome));
+}
+
+// ---- Decoding ---------------------------------------------------------------
+//
+// The readers keep the first problem they meet and go on with default values
+// (every later read is then a no-op), so that a record's decoder reads like
+// its encoder, without a check after each field.
+
+// A field's path from the payload ("trial.index", "trials[3].bundles[0]");
+// empty for the payload itself.
+std::string describe(const std::string& path) {
+  return path.empty() ? "payload" : "field \"" + bounded_escaped(path, 256) + "\"";
+}
+
+std::string article_type(const Json& value) {
+  const std::string_view name = value.type_name();
+  return (name == "object" || name == "array" ? "an " : "a ") + std::string(name);
+}
+
+// A number as written, anything else by its type (a string may be huge).
+std::string value_text(const Json& value) {
+  return value.is_number() ? value.dump() : article_type(value);
+}
+
+class Problem {
+ public:
+  bool found() const { return !message_.empty(); }
+  void report(const std::string& path, const std::string& what) {
+    if (!found()) message_ = describe(path) + " " + what;
+  }
+  void mistyped(const std::string& path, const Json& value, std::string_view expected) {
+    report(path, "is " + article_type(value) + ", not " + std::string(expected));
+  }
+  std::string take() { return std::move(message_); }
+
+ private:
+  std::string message_;
+};
+
+int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  return -1;
+}
+
+// The fields of one JSON object. Each is read once, by name; finish()
+// reports a field nobody read, since a field this build does not write means
+// a record it does not know.
+class Fields {
+ public:
+  Fields(const Json& value, std::string path, Problem& problem)
+      : object_(value.is_object() ? &value : nullptr), path_(std::move(path)), problem_(problem) {
+    if (object_ == nullptr) problem_.mistyped(path_, value, "an object");
+  }
+
+  std::string text(std::string_view key) {
+    const Json* value = take(key);
+    return value == nullptr ? std::string() : text_of(*value, name(key));
+  }
+
+  std::vector<std::string> texts(std::string_view key) {
+    std::vector<std::string> texts;
+    each(key, [&](const Json& element, const std::string& path) {
+      texts.push_back(text_of(element, path));
+    });
+    return texts;
+  }
+
+  std::uint32_t u32(std::string_view key) {
+    const Json* value = take(key);
+    if (value == nullptr) return 0;
+    if (!value->is_number_unsigned() ||
+        value->get<std::uint64_t>() > std::numeric_limits<std::uint32_t>::max()) {
+      problem_.report(name(key), "is " + value_text(*value) + ", not an integer in 0.." +
+                                     std::to_string(std::numeric_limits<std::uint32_t>::max()));
+      return 0;
+    }
+    return static_cast<std::uint32_t>(value->get<std::uint64_t>());
+  }
+
+  // A signed integer in [min, max].
+  std::int64_t integer(std::string_view key, std::int64_t min, std::int64_t max) {
+    const Json* value = take(key);
+    if (value == nullptr) return 0;
+    std::optional<std::int64_t> number;
+    if (value->is_number_unsigned()) {
+      const auto u = value->get<std::uint64_t>();
+      if (u <= static_cast<std::uint64_t>(max)) number = static_cast<std::int64_t>(u);
+    } else if (value->is_number_integer()) {
+      number = value->get<std::int64_t>();
+    }
+    if (!number || *number < min || *number > max) {
+      problem_.report(name(key), "is " + value_text(*value) + ", not an integer in " +
+                                     std::to_string(min) + ".." + std::to_string(max));
+      return 0;
+    }
+    return *number;
+  }
+
+  Instant instant(std::string_view key) {
+    return Instant{Duration{integer(key, std::numeric_limits<Duration::rep>::min(),
+                                    std::numeric_limits<Duration::rep>::max())}};
+  }
+
+  Digest digest(std::string_view key) {
+    const Json* value = take(key);
+    if (value == nullptr) return {};
+    return digest_of(*value, name(key));
+  }
+
+  Outcome outcome(std::string_view key) {
+    const Json* value = take(key);
+    if (value == nullptr) return {};
+    if (!value->is_string()) {
+      problem_.mistyped(name(key), *value, "a string");
+      return {};
+    }
+    const auto& text = value->get_ref<const std::string&>();
+    const std::optional<Outcome> outcome = outcome_from_name(text);
+    if (!outcome) problem_.report(name(key), quoted_excerpt(text) + " is not an outcome name");
+    return outcome.value_or(Outcome{});
+  }
+
+  TrialId trial(std::string_view key) {
+    const Json* value = take(key);
+    if (value == nullptr) return {};
+    Fields fields(*value, name(key), problem_);
+    TrialId trial{JobId{fields.text("job")}, fields.u32("index")};
+    fields.finish();
+    return trial;
+  }
+
+  // Calls `item(element, path)` for each element of the array `key` until a
+  // problem is found.
+  template <typename Item>
+  void each(std::string_view key, Item&& item) {
+    const Json* value = take(key);
+    if (value == nullptr) return;
+    if (!value->is_array()) {
+      problem_.mistyped(name(key), *value, "an array");
+      return;
+    }
+    const std::string prefix = name(key) + "[";
+    std::size_t index = 0;
+    for (const Json& element : *value) {
+      if (problem_.found()) return;
+      item(element, prefix + std::to_string(index++) + "]");
+    }
+  }
+
+  std::vector<Digest> digests(std::string_view key) {
+    std::vector<Digest> digests;
+    each(key, [&](const Json& element, const std::string& path) {
+      digests.push_back(digest_of(element, path));
+    });
+    return digests;
+  }
+
+  void finish() {
+    if (object_ == nullptr || problem_.found() || taken_.size() == object_->size()) return;
+    for (const auto& [key, value] : object_->items()) {
+      if (std::find(taken_.begin(), taken_.end(), key) == taken_.end()) {
+        problem_.report(name(key), "is not a field of this record");
+        return;
+      }
+    }
+  }
+
+  std::string name(std::string_view key) const {
+    return path_.empty() ? std::string(key) : path_ + "." + std::string(key);
+  }
+  Problem& problem() { return problem_; }
+
+ private:
+  // The field `key`, or nullptr when there is a problem (a missing field is
+  // one).
+  const Json* take(std::string_view key) {
+    if (object_ == nullptr || problem_.found()) return nullptr;
+    const auto found = object_->find(key);
+    if (found == object_->end()) {
+      problem_.report(name(key), "is missing");
+      return nullptr;
+    }
+    taken_.push_back(key);
+    return &found.value();
+  }
+
+  // A string, or {"hex": "<lowercase hex of its bytes>"} for text that is
+  // not UTF-8.
+  std::string text_of(const Json& value, const std::string& path) {
+    if (problem_.found()) return {};
+    if (value.is_string()) return value.get<std::string>();
+    if (!value.is_object()) {
+      problem_.mistyped(path, value, "a string");
+      return {};
+    }
+    Fields hex_object(value, path, problem_);
+    const Json* hex = hex_object.take("hex");
+    hex_object.finish();
+    if (hex == nullptr) return {};
+    if (!hex->is_string()) {
+      problem_.mistyped(hex_object.name("hex"), *hex, "a string");
+      return {};
+    }
+    const auto& digits = hex->get_ref<const std::string&>();
+    std::string bytes;
+    bytes.reserve(digits.size() / 2);
+    for (std::size_t i = 0; i + 1 < digits.size(); i += 2) {
+      const int high = hex_value(digits[i]);
+      const int low = hex_value(digits[i + 1]);
+      if (high < 0 || low < 0) break;
+      bytes += static_cast<char>(high << 4 | low);
+    }
+    if (bytes.size() * 2 != digits.size()) {
+      problem_.report(hex_object.name("hex"), "is not an even number of lowercase hex digits");
+      return {};
+    }
+    return bytes;
+  }
+
+  Digest digest_of(const Json& value, const std::string& path) {
+    if (problem_.found()) return {};
+    if (!value.is_string()) {
+      problem_.mistyped(path, value, "a digest string");
+      return {};
+    }
+    const auto& text = value.get_ref<const std::string&>();
+    if (std::optional<Digest> digest = Digest::parse(text)) return *digest;
+    problem_.report(path, quoted_excerpt(text) + " is not a digest: " +
+                              Digest::describe_pin_problem(text).value_or("malformed"));
+    return {};
+  }
+
+  const Json* object_;
+  std::string path_;
+  Problem& problem_;
+  std::vector<std::string_view> taken_;  // the keys read, all string literals
+};
+
+void decode(Fields& f, JobSubmitted& r) {
+  r.job = JobId{f.text("job")};
+  r.priority = static_cast<int>(
+      f.integer("priority", std::numeric_limits<int>::min(), std::numeric_limits<int>::max()));
+  r.name = f.text("name");
+  f.each("trials", [&](const Json& element, std::string path) {
+    Fields trial(element, std::move(path), f.problem());
+    TrialInput& input = r.trials.emplace_back();
+    input.payload = trial.text("payload");
+    input.segment = trial.digest("segment");
+    input.bundles = trial.digests("bundles");
+    trial.finish();
+  });
+}
+
+void decode(Fields& f, JobCancelled& r) {
+  r.job = JobId{f.text("job")};
+}
+
+void decode(Fields& f, WorkerJoined& r) {
+  r.worker = WorkerId{f.text("worker")};
+  r.slots = f.u32("slots");
+  r.cached = f.digests("cached");
+}
+
+void decode(Fields& f, WorkerLost& r) {
+  r.worker = WorkerId{f.text("worker")};
+  r.reason = f.text("reason");
+}
+
+void decode(Fields& f, LeasesRenewed& r) {
+  r.worker = WorkerId{f.text("worker")};
+  f.each("renewed", [&](const Json& element, std::string path) {
+    Fields entry(element, std::move(path), f.problem());
+    AttemptRef& ref = r.renewed.emplace_back();
+    ref.trial = entry.trial("trial");
+    ref.attempt = entry.u32("attempt");
+    entry.finish();
+  });
+  r.expires = f.instant("expires");
+}
+
+void decode(Fields& f, TrialLeased& r) {
+  r.trial = f.trial("trial");
+  r.attempt = f.u32("attempt");
+  r.worker = WorkerId{f.text("worker")};
+  r.expires = f.instant("expires");
+}
+
+void decode(Fields& f, TrialRequeued& r) {
+  r.trial = f.trial("trial");
+  r.attempt = f.u32("attempt");
+  r.reason = f.text("reason");
+}
+
+void decode(Fields& f, TrialAbandoned& r) {
+  r.trial = f.trial("trial");
+  r.attempt = f.u32("attempt");
+  r.reasons = f.texts("reasons");
+}
+
+void decode(Fields& f, TrialReported& r) {
+  r.trial = f.trial("trial");
+  r.attempt = f.u32("attempt");
+  r.worker = WorkerId{f.text("worker")};
+}
+
+void decode(Fields& f, TrialFenced& r) {
+  r.trial = f.trial("trial");
+  r.attempt = f.u32("attempt");
+  r.worker = WorkerId{f.text("worker")};
+  r.reason = f.text("reason");
+}
+
+void decode(Fields& f, TrialReconciled& r) {
+  r.trial = f.trial("trial");
+  r.attempt = f.u32("attempt");
+  r.outcome = f.outcome("outcome");
+}
+
+template <typename Record>
+OrchestrationRecord decode_as(Fields& fields) {
+  Record record;
+  decode(fields, record);
+  record.at = fields.instant("at");
+  fields.finish();
+  return record;
+}
+
+template <std::size_t... I>
+constexpr auto record_decoders(std::index_sequence<I...>) {
+  return std::array<OrchestrationRecord (*)(Fields&), sizeof...(I)>{
+      &decode_as<std::variant_alternative_t<I, OrchestrationRecord>>...};
+}
+// The decoder of each alternative, by variant index.
+constexpr auto kRecordDecoders = record_decoders(std::make_index_sequence<kRecordKinds>{});
+
+std::string event_name(const store::EventView& event) {
+  return "event " + bounded_escaped(event.id, 256) + " (" + bounded_escaped(event.type, 256) + ")";
+}
+
+}  // namespace
+
+store::NewEvent to_event(const OrchestrationRecord& record, std::uint64_t event_number) {
+  Json payload = Json::object();
+  const Instant at = std::visit(
+      [&payload](const auto& r) {
+        encode(r, payload);
+        payload["at"] = instant_json(r.at);
+        return r.at;
+      },
+      record);
+  store::NewEvent event;
+  event.id = store::numbered_event_id(event_number);
+  event.type = std::string(record_type(record));
+  event.payload = payload.dump();
+  event.timestamp =
+      format_timestamp(std::clamp(at.time_since_epoch().count(), kFirstTimestamp, kLastTimestamp));
+  event.actor = std::string(kCoordinatorActor);
+  return event;
+}
+
+std::expected<OrchestrationRecord, std::string> record_of(const store::EventView& event) {
+  const std::optional<std::size_t> index = record_index(event.type);
+  if (!index) return std::unexpected(event_name(event) + ": not an orchestration record type");
+  Json payload;
+  try {
+    payload = Json::parse(event.payload);
+  } catch (const Json::parse_error& error) {
+    // The message quotes what it last read of the payload, which may be
+    // anything.
+    return std::unexpected(event_name(event) +
+                           ": payload is not JSON: " + bounded_escaped(error.what(), 512));
+  }
+  Problem problem;
+  Fields fields(payload, "", problem);
+  OrchestrationRecord record = kRecordDecoders[*index](fields);
+  if (problem.found()) return std::unexpected(event_name(event) + ": " + problem.take());
+  return record;
+}
+
+bool is_record_type(std::string_view type) {
+  return record_index(type).has_value();
+}
+
+store::Result<std::uint64_t> append_to_log(store::Writer& writer,
+                                           std::span<const OrchestrationRecord> records,
+                                           std::span<const store::NewEvent> extra) {
+  std::optional<store::RunInfo> run = writer.run(kOrchestrationRun);
+  if (!run) {
+    store::Result<store::RunInfo> created = writer.create_run(
+        store::NewRun{.id = kOrchestrationRun, .label = std::string(kOrchestrationRunLabel)});
+    if (!created) return std::unexpected(std::move(created.error()));
+    run = std::move(*created);
+  }
+  const std::uint64_t head = run->head;
+  if (records.empty() && extra.empty()) return head;
+  std::vector<store::NewEvent> events;
+  events.reserve(records.size() + extra.size());
+  std::uint64_t number = head;
+  for (const OrchestrationRecord& record : records) events.push_back(to_event(record, ++number));
+  for (const store::NewEvent& event : extra) {
+    events.push_back(event);
+    events.back().id = store::numbered_event_id(++number);
+  }
+  return writer.append(kOrchestrationRun, head, events);
+}
+
+std::expected<void, std::string> read_log(
+    const store::Snapshot& snapshot,
+    const std::function<void(const OrchestrationRecord&)>& on_record,
+    const std::function<void(const store::EventView&)>& on_other) {
+  const std::optional<store::RunInfo> run = snapshot.run(kOrchestrationRun);
+  if (!run) return {};
+  std::string error;
+  snapshot.for_each_event(*run, 1, [&](const store::EventView& event) {
+    if (!is_record_type(event.type)) {
+      on_other(event);
+      return true;
+    }
+    std::expected<OrchestrationRecord, std::string> record = record_of(event);
+    if (!record) {
+      error = std::move(record.error());
+      return false;
+    }
+    on_record(*record);
+    return true;
+  });
+  if (!error.empty()) {
+    return std::unexpected("the orchestration log (run " + kOrchestrationRun.str() +
+                           ") is corrupt: " + error);
+  }
+  return {};
+}
+
+}  // namespace forktrial::coordinator

@@ -1,0 +1,91 @@
+// The orchestration log: the store run that holds the coordinator's
+// orchestration records (coordinator/orchestration.h) as events, the codec
+// between a record and its event, and the helpers that append to the log and
+// read it back for Scheduler::replay. The event format, field by field, is
+// docs/orchestration-log.md.
+//
+// A record is stored as one event: its type is the record's kType, its
+// payload a JSON object holding every field of the record, exactly (a
+// decoded record compares equal to the one encoded), its timestamp the
+// record's `at` and its actor kCoordinatorActor. The payload is the truth;
+// the timestamp is for people and tools reading the run, and is clamped to
+// the years 0001..9999 that ISO-8601 text can show.
+//
+// Text of a record (ids, names, reasons, trial payloads) may come from peers
+// and need not be valid UTF-8, which JSON text cannot hold: such a value is
+// stored as {"hex": "<its bytes in lowercase hex>"} instead of a string, so
+// every record encodes, and decodes to the same bytes.
+//
+// The log also holds events of the coordinator's own that are not records
+// (e.g. "trial.result", written in the same transaction as a
+// trial.reconciled); read_log hands those over untouched.
+//
+// Thread-safety: the functions are pure apart from the Writer or Snapshot
+// they are given, and follow that object's rules (store/event_store.h).
+//
+// Errors: record_of and read_log return a message naming the event (id and
+// type) and the field when an event of a record type is not one this build
+// writes; append_to_log returns the store's Refusal; nothing here throws
+// apart from the store's own StoreError family and std::bad_alloc.
+#pragma once
+
+#include <cstdint>
+#include <expected>
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "coordinator/orchestration.h"
+#include "store/event.h"
+#include "store/event_store.h"
+#include "store/ids.h"
+
+namespace forktrial::coordinator {
+
+// The run that holds the log, created on first use (label "orchestration log").
+inline const store::RunId kOrchestrationRun{"forktrial.orchestration"};
+inline constexpr std::string_view kOrchestrationRunLabel = "orchestration log";
+// The actor of every record event.
+inline constexpr std::string_view kCoordinatorActor = "forktrial.coordinator";
+
+// The event `record` is stored as, with id numbered_event_id(event_number).
+// Costs O(size of the record); a job of 100,000 trials is one event.
+store::NewEvent to_event(const OrchestrationRecord& record, std::uint64_t event_number);
+
+// The record `event` holds. An error, naming the event's id and type and the
+// field at fault, when the type is not a record type or the payload is not
+// what to_event writes for it: not JSON, not an object, a field missing,
+// unknown or of the wrong type, a number out of the field's range, a digest
+// or outcome name that is not one, a bad hex text. The event's timestamp and
+// actor are not read.
+std::expected<OrchestrationRecord, std::string> record_of(const store::EventView& event);
+
+// Whether `type` is the kType of one of the records (other events in the log
+// are the coordinator's own and are not records).
+bool is_record_type(std::string_view type);
+
+// In the caller's write transaction: creates the log's run if it is missing,
+// then appends `records` (in order) followed by `extra` (the caller's own
+// events, typed: their id is replaced, every other field is kept), numbering
+// event ids on from the log's head (numbered_event_id(head + 1), ...). Returns
+// the new head. Refused by the store (nothing appended; the caller's body
+// should return the refusal so that the transaction aborts) for an extra
+// event breaking the store's rules, or an event id already in the log (a log
+// that something else appended to with its own numbering).
+store::Result<std::uint64_t> append_to_log(store::Writer& writer,
+                                           std::span<const OrchestrationRecord> records,
+                                           std::span<const store::NewEvent> extra = {});
+
+// Reads the whole log in order: each record to `on_record`, every other event
+// to `on_other` (its views valid during the call only). A store without the
+// log's run is an empty log. A record event that does not decode means the
+// log is corrupt: reading stops there and the error is returned, the events
+// before it having been handed over. Exceptions thrown by the callbacks (a
+// Scheduler::replay that finds the state disagreeing) propagate.
+std::expected<void, std::string> read_log(
+    const store::Snapshot& snapshot,
+    const std::function<void(const OrchestrationRecord&)>& on_record,
+    const std::function<void(const store::EventView&)>& on_other);
+
+}  // namespace forktrial::coordinator

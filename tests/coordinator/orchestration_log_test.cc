@@ -1,0 +1,497 @@
+// The orchestration log: records to events and back, exactly; a log
+// appended over many transactions and read back in order; one test per kind
+// of damage to a record event; and a scheduler rebuilt from a real store.
+#include "coordinator/orchestration_log.h"
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <limits>
+#include <set>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "base/timestamp.h"
+#include "coordinator/scheduler.h"
+#include "store/event.h"
+#include "store/event_store.h"
+#include "tests/coordinator/scheduler_support.h"
+#include "tests/support/temp_dir.h"
+
+namespace forktrial::coordinator {
+namespace {
+
+using testing::at;
+using testing::digest;
+using testing::trial;
+
+constexpr Attempt kMaxAttempt = std::numeric_limits<Attempt>::max();
+constexpr std::uint32_t kMaxIndex = std::numeric_limits<std::uint32_t>::max();
+const Instant kEpoch{Duration{0}};
+const Instant kFarFuture = Instant::max();
+const Instant kFarPast = Instant::min();
+
+// Text that JSON must escape or cannot hold: quotes, backslashes, line
+// breaks, NUL, a terminal escape, non-ASCII, and bytes that are not UTF-8
+// (a stray byte, a UTF-16 surrogate, an overlong NUL, a cut sequence).
+const std::vector<std::string> kAwkwardTexts = {
+    "",
+    "say \"hi\" \\ to\nthe\r\nworld\t!",
+    std::string("nul\0inside", 10),
+    "\x1b[2J\x7f",
+    "café ✓ 日本 🎲 \u2028",
+    "\xff\xfe not UTF-8",
+    "\xed\xa0\x80",
+    "\xc0\x80",
+    "cut \xe2\x82",
+};
+
+// Records of every type, each at the edges of its fields.
+std::vector<OrchestrationRecord> edge_records() {
+  std::vector<OrchestrationRecord> records;
+  records.push_back(JobSubmitted{JobId{"j"}, 0, "", {}, kEpoch});
+  {
+    JobSubmitted job{JobId{"job \"1\"\n"}, std::numeric_limits<int>::min(), "name", {}, kFarFuture};
+    for (const std::string& text : kAwkwardTexts) {
+      job.trials.push_back(TrialInput{text, digest(1), {}});
+      job.trials.push_back(TrialInput{text, digest(2), {digest(3), digest(4), digest(3)}});
+    }
+    records.push_back(job);
+  }
+  records.push_back(
+      JobSubmitted{JobId{"\xff"}, std::numeric_limits<int>::max(), "\xfe", {}, kFarPast});
+  records.push_back(JobCancelled{JobId{"j"}, at(1)});
+  records.push_back(WorkerJoined{WorkerId{"w"}, 0, {}, kEpoch});
+  records.push_back(WorkerJoined{WorkerId{"w ✓"},
+                                 std::numeric_limits<std::uint32_t>::max(),
+                                 {digest(1), digest(2)},
+                                 kFarFuture});
+  records.push_back(LeasesRenewed{WorkerId{"w"}, {}, kEpoch, kEpoch});
+  records.push_back(LeasesRenewed{WorkerId{"w"},
+                                  {{trial("a", 0), 1}, {trial("b\n", kMaxIndex), kMaxAttempt}},
+                                  kFarFuture,
+                                  at(7)});
+  records.push_back(
+      TrialLeased{trial("a", kMaxIndex), kMaxAttempt, WorkerId{"w"}, kFarFuture, kFarPast});
+  records.push_back(TrialReported{trial("a", 0), 0, WorkerId{""}, kEpoch});
+  records.push_back(TrialAbandoned{trial("a", 1), 3, {}, at(2)});
+  records.push_back(TrialAbandoned{trial("a", 1), kMaxAttempt, kAwkwardTexts, at(2)});
+  for (const std::string& text : kAwkwardTexts) {
+    records.push_back(WorkerLost{WorkerId{text}, text, at(3)});
+    records.push_back(TrialRequeued{trial(text, 2), 1, text, at(4)});
+    records.push_back(TrialFenced{trial("a", 3), 2, WorkerId{text}, text, at(5)});
+  }
+  for (const Outcome outcome : kOutcomes) {
+    records.push_back(TrialReconciled{trial("a", 4), 1, outcome, at(6)});
+  }
+  return records;
+}
+
+// An event of `type` with `payload`, id evt_042.
+store::NewEvent event_of(std::string type, std::string payload) {
+  store::NewEvent event;
+  event.id = store::EventId("evt_042");
+  event.type = std::move(type);
+  event.payload = std::move(payload);
+  event.timestamp = "2026-02-03T04:05:06.789Z";
+  return event;
+}
+
+// The error record_of gives for an event of `type` with `payload`.
+std::string decode_error(std::string_view type, std::string payload) {
+  const auto record = record_of(store::view_of(event_of(std::string(type), std::move(payload))));
+  return record ? "decoded" : record.error();
+}
+
+store::StoreOptions quick_options() {
+  store::StoreOptions options;
+  options.sync = false;
+  options.clock = [] { return std::string("2026-01-01T00:00:00.000Z"); };
+  return options;
+}
+
+// One of the coordinator's own events, as it hands it to append_to_log
+// (whose id it replaces).
+store::NewEvent own_event(std::string type, std::string payload) {
+  store::NewEvent event = event_of(std::move(type), std::move(payload));
+  event.actor = "forktrial.coordinator";
+  event.caused_by = store::EventId("evt_001");
+  return event;
+}
+
+std::uint64_t append(store::EventStore& store, std::span<const OrchestrationRecord> records,
+                     std::span<const store::NewEvent> extra = {}) {
+  const auto head =
+      store.write([&](store::Writer& writer) { return append_to_log(writer, records, extra); });
+  if (!head) FAIL(head.error().message);
+  return *head;
+}
+
+struct ReadBack {
+  std::vector<OrchestrationRecord> records;
+  std::vector<store::Event> others;
+  // "r:<type>" or "o:<type>" for each event, in the order read.
+  std::vector<std::string> order;
+};
+
+std::expected<ReadBack, std::string> read_all(const store::EventStore& store) {
+  ReadBack read;
+  const store::Snapshot snapshot = store.snapshot();
+  const auto done = read_log(
+      snapshot,
+      [&](const OrchestrationRecord& record) {
+        read.records.push_back(record);
+        read.order.push_back("r:" + std::string(record_type(record)));
+      },
+      [&](const store::EventView& event) {
+        read.others.push_back(event.to_event());
+        read.order.push_back("o:" + std::string(event.type));
+      });
+  if (!done) return std::unexpected(done.error());
+  return read;
+}
+
+TEST_CASE("every record type round-trips through its event exactly, edge values included",
+          "[coordinator][orchestration_log]") {
+  const std::vector<OrchestrationRecord> records = edge_records();
+  std::set<std::string_view> types;
+  for (const OrchestrationRecord& record : records) {
+    types.insert(record_type(record));
+    const store::NewEvent event = to_event(record, 12);
+    INFO(record_type(record) << " " << event.payload.substr(0, 400));
+    CHECK(event.type == record_type(record));
+    CHECK(event.id.str() == "evt_012");
+    CHECK(event.actor == std::string(kCoordinatorActor));
+    // The store takes it as it is.
+    CHECK(store::event_problem(event) == std::nullopt);
+    const auto decoded = record_of(store::view_of(event));
+    REQUIRE(decoded.has_value());
+    CHECK(*decoded == record);
+    // Equal records, equal bytes.
+    CHECK(to_event(*decoded, 12) == event);
+  }
+  CHECK(types.size() == std::variant_size_v<OrchestrationRecord>);
+}
+
+TEST_CASE("a record event holds the record's fields as JSON, its time and the coordinator's name",
+          "[coordinator][orchestration_log]") {
+  const store::NewEvent leased =
+      to_event(TrialLeased{trial("a", 3), 2, WorkerId{"w1"}, at(10'000), at(0)}, 7);
+  CHECK(leased.id.str() == "evt_007");
+  CHECK(leased.type == "trial.leased");
+  CHECK(leased.payload ==
+        R"({"trial":{"job":"a","index":3},"attempt":2,"worker":"w1","expires":1700000010000,)"
+        R"("at":1700000000000})");
+  CHECK(leased.timestamp == "2023-11-14T22:13:20.000Z");
+  CHECK(leased.actor == "forktrial.coordinator");
+  CHECK(leased.frame_id == std::nullopt);
+  CHECK(leased.caused_by == std::nullopt);
+
+  const store::NewEvent submitted = to_event(
+      JobSubmitted{JobId{"j"}, -2, "n", {TrialInput{"p\"\n", digest(1), {digest(2)}}}, at(1)},
+      1234);
+  CHECK(submitted.id.str() == "evt_1234");
+  CHECK(submitted.payload == R"({"job":"j","priority":-2,"name":"n","trials":[{"payload":"p\"\n",)"
+                             R"("segment":")" +
+                                 digest(1).str() + R"(","bundles":[")" + digest(2).str() +
+                                 R"("]}],"at":1700000000001})");
+
+  // Text that is not UTF-8 is kept as its bytes in hex.
+  CHECK(to_event(WorkerLost{WorkerId{"w\xff"}, "ok", at(0)}, 1).payload ==
+        R"({"worker":{"hex":"77ff"},"reason":"ok","at":1700000000000})");
+  CHECK(to_event(TrialReconciled{trial("a", 0), 1, Outcome::limits_exceeded, at(0)}, 1).payload ==
+        R"({"trial":{"job":"a","index":0},"attempt":1,"outcome":"limits_exceeded",)"
+        R"("at":1700000000000})");
+
+  // The timestamp shows what ISO-8601 can; the payload keeps the instant.
+  CHECK(to_event(JobCancelled{JobId{"j"}, kEpoch}, 1).timestamp == "1970-01-01T00:00:00.000Z");
+  CHECK(to_event(JobCancelled{JobId{"j"}, kFarFuture}, 1).timestamp == "9999-12-31T23:59:59.999Z");
+  CHECK(to_event(JobCancelled{JobId{"j"}, kFarPast}, 1).timestamp == "0001-01-01T00:00:00.000Z");
+  CHECK(to_event(JobCancelled{JobId{"j"}, kFarFuture}, 1).payload ==
+        R"({"job":"j","at":9223372036854775807})");
+  for (const OrchestrationRecord& record : edge_records()) {
+    CHECK(parse_timestamp(to_event(record, 1).timestamp).has_value());
+  }
+}
+
+TEST_CASE("the record types are told from the coordinator's other events",
+          "[coordinator][orchestration_log]") {
+  for (const std::string_view type :
+       {"job.submitted", "job.cancelled", "worker.joined", "worker.lost", "worker.heartbeat",
+        "trial.leased", "trial.requeued", "trial.abandoned", "trial.reported", "trial.fenced",
+        "trial.reconciled"}) {
+    CHECK(is_record_type(type));
+  }
+  for (const std::string_view type : {"trial.result", "", "trial.leased ", "Trial.leased", "job"}) {
+    CHECK_FALSE(is_record_type(type));
+  }
+  CHECK(decode_error("trial.result", "{}") ==
+        "event evt_042 (trial.result): not an orchestration record type");
+}
+
+TEST_CASE("a damaged record event is an error naming the event and the field",
+          "[coordinator][orchestration_log]") {
+  const std::string d = digest(1).str();
+  const auto leased = [](const std::string& fields) {
+    return decode_error("trial.leased", "{" + fields + "}");
+  };
+  const std::string trial_ok = R"("trial":{"job":"a","index":3},)";
+  const std::string rest = R"("worker":"w1","expires":5,"at":1)";
+
+  SECTION("payload that is not JSON") {
+    const std::string error = decode_error("trial.leased", R"({"trial": )");
+    CHECK(error.starts_with("event evt_042 (trial.leased): payload is not JSON: "));
+    CHECK(error.find("parse error") != std::string::npos);
+  }
+  SECTION("payload that is not an object") {
+    CHECK(decode_error("job.cancelled", R"(["j", 1])") ==
+          "event evt_042 (job.cancelled): payload is an array, not an object");
+  }
+  SECTION("a missing field") {
+    CHECK(leased(trial_ok + R"("attempt":1,"worker":"w1","at":1)") ==
+          "event evt_042 (trial.leased): field \"expires\" is missing");
+    CHECK(leased(R"("trial":{"job":"a"},"attempt":1,)" + rest) ==
+          "event evt_042 (trial.leased): field \"trial.index\" is missing");
+  }
+  SECTION("a field this build does not write") {
+    CHECK(leased(trial_ok + R"("attempt":1,"lease":9,)" + rest) ==
+          "event evt_042 (trial.leased): field \"lease\" is not a field of this record");
+    CHECK(leased(R"("trial":{"job":"a","index":3,"x":0},"attempt":1,)" + rest) ==
+          "event evt_042 (trial.leased): field \"trial.x\" is not a field of this record");
+  }
+  SECTION("a field of the wrong type") {
+    CHECK(leased(trial_ok + R"("attempt":"1",)" + rest) ==
+          "event evt_042 (trial.leased): field \"attempt\" is a string, not an integer in "
+          "0..4294967295");
+    CHECK(leased(R"("trial":"a#3","attempt":1,)" + rest) ==
+          "event evt_042 (trial.leased): field \"trial\" is a string, not an object");
+    CHECK(leased(trial_ok + R"("attempt":1,"worker":7,"expires":5,"at":1)") ==
+          "event evt_042 (trial.leased): field \"worker\" is a number, not a string");
+    CHECK(leased(trial_ok + R"("attempt":1,"worker":"w1","expires":1.5,"at":1)") ==
+          "event evt_042 (trial.leased): field \"expires\" is 1.5, not an integer in "
+          "-9223372036854775808..9223372036854775807");
+    CHECK(decode_error("worker.joined", R"({"worker":"w","slots":1,"cached":{},"at":1})") ==
+          "event evt_042 (worker.joined): field \"cached\" is an object, not an array");
+  }
+  SECTION("a number out of the field's range") {
+    CHECK(leased(trial_ok + R"("attempt":-1,)" + rest) ==
+          "event evt_042 (trial.leased): field \"attempt\" is -1, not an integer in 0..4294967295");
+    CHECK(leased(trial_ok + R"("attempt":4294967296,)" + rest) ==
+          "event evt_042 (trial.leased): field \"attempt\" is 4294967296, not an integer in "
+          "0..4294967295");
+    CHECK(leased(trial_ok + R"("attempt":1,"worker":"w1","expires":9223372036854775808,"at":1)") ==
+          "event evt_042 (trial.leased): field \"expires\" is 9223372036854775808, not an integer "
+          "in -9223372036854775808..9223372036854775807");
+    CHECK(decode_error("job.submitted",
+                       R"({"job":"j","priority":2147483648,"name":"","trials":[],"at":1})") ==
+          "event evt_042 (job.submitted): field \"priority\" is 2147483648, not an integer in "
+          "-2147483648..2147483647");
+  }
+  SECTION("a digest that is not one") {
+    const std::string error =
+        decode_error("job.submitted",
+                     R"({"job":"j","priority":0,"name":"","trials":[{"payload":"p","segment":")" +
+                         d + R"(","bundles":[")" + d + R"(","sha256:abc"]}],"at":1})");
+    CHECK(
+        error.starts_with("event evt_042 (job.submitted): field \"trials[0].bundles[1]\" "
+                          "\"sha256:abc\" is not a digest: "));
+    CHECK(decode_error("worker.joined", R"({"worker":"w","slots":1,"cached":[5],"at":1})") ==
+          "event evt_042 (worker.joined): field \"cached[0]\" is a number, not a digest string");
+  }
+  SECTION("an outcome name that is not one") {
+    CHECK(decode_error("trial.reconciled",
+                       R"({"trial":{"job":"a","index":0},"attempt":1,"outcome":"won","at":1})") ==
+          "event evt_042 (trial.reconciled): field \"outcome\" \"won\" is not an outcome name");
+  }
+  SECTION("hex text that is not hex") {
+    CHECK(decode_error("worker.lost", R"({"worker":{"hex":"7"},"reason":"","at":1})") ==
+          "event evt_042 (worker.lost): field \"worker.hex\" is not an even number of lowercase "
+          "hex digits");
+    CHECK(decode_error("worker.lost", R"({"worker":{"hex":"FF"},"reason":"","at":1})") ==
+          "event evt_042 (worker.lost): field \"worker.hex\" is not an even number of lowercase "
+          "hex digits");
+    CHECK(decode_error("trial.abandoned",
+                       R"({"trial":{"job":"a","index":0},"attempt":1,"reasons":["x",{"hx":"00"}],)"
+                       R"("at":1})") ==
+          "event evt_042 (trial.abandoned): field \"reasons[1].hex\" is missing");
+  }
+  SECTION("an event id or type that cannot be shown as it is") {
+    store::NewEvent event;
+    event.id = store::EventId("evt\x1b[2J");
+    event.type = "trial.leased";
+    event.payload = "[]";
+    CHECK(record_of(store::view_of(event)).error() ==
+          "event evt\\x1b[2J (trial.leased): payload is an array, not an object");
+  }
+}
+
+TEST_CASE("a log appended over several transactions reads back in order, other events apart",
+          "[coordinator][orchestration_log]") {
+  forktrial::testing::TempDir dir;
+  store::EventStore store(dir.path() / "store", quick_options());
+
+  // No log yet: nothing to read.
+  const auto empty = read_all(store);
+  REQUIRE(empty.has_value());
+  CHECK(empty->order.empty());
+
+  const std::vector<OrchestrationRecord> first = {
+      JobSubmitted{JobId{"a"}, 1, "job a", {testing::trial_input(1)}, at(0)},
+      WorkerJoined{WorkerId{"w1"}, 2, {digest(1)}, at(1)},
+  };
+  CHECK(append(store, first) == 2);
+  const std::vector<OrchestrationRecord> second = {
+      TrialLeased{trial("a", 0), 1, WorkerId{"w1"}, at(10'000), at(2)},
+      TrialReported{trial("a", 0), 1, WorkerId{"w1"}, at(3)},
+      TrialReconciled{trial("a", 0), 1, Outcome::scenario_failed, at(4)},
+  };
+  const std::vector<store::NewEvent> result = {own_event("trial.result", R"({"ok":false})"),
+                                               own_event("trial.note", R"({"n":1})")};
+  CHECK(append(store, second, result) == 7);
+  // Only the caller's own events, and nothing at all.
+  const std::vector<store::NewEvent> note = {own_event("trial.note", R"({"n":2})")};
+  CHECK(append(store, {}, note) == 8);
+  CHECK(append(store, {}) == 8);
+  const std::vector<OrchestrationRecord> third = {JobCancelled{JobId{"a"}, at(5)}};
+  CHECK(append(store, third) == 9);
+
+  const store::Snapshot snapshot = store.snapshot();
+  const std::optional<store::RunInfo> run = snapshot.run(kOrchestrationRun);
+  REQUIRE(run);
+  CHECK(run->label == "orchestration log");
+  std::vector<std::string> ids;
+  for (const store::Event& event : snapshot.history(*run)) ids.push_back(event.id.str());
+  CHECK(ids == std::vector<std::string>{"evt_001", "evt_002", "evt_003", "evt_004", "evt_005",
+                                        "evt_006", "evt_007", "evt_008", "evt_009"});
+
+  const auto read = read_all(store);
+  REQUIRE(read.has_value());
+  CHECK(read->order == std::vector<std::string>{"r:job.submitted", "r:worker.joined",
+                                                "r:trial.leased", "r:trial.reported",
+                                                "r:trial.reconciled", "o:trial.result",
+                                                "o:trial.note", "o:trial.note", "r:job.cancelled"});
+  std::vector<OrchestrationRecord> expected = first;
+  expected.insert(expected.end(), second.begin(), second.end());
+  expected.insert(expected.end(), third.begin(), third.end());
+  CHECK(read->records == expected);
+
+  // The caller's events keep everything but their id.
+  REQUIRE(read->others.size() == 3);
+  store::NewEvent kept = result[0];
+  kept.id = store::EventId("evt_006");
+  CHECK(static_cast<const store::NewEvent&>(read->others[0]) == kept);
+  CHECK(read->others[0].seq == 6);
+  CHECK(read->others[2].id.str() == "evt_008");
+  CHECK(read->others[2].payload == R"({"n":2})");
+}
+
+TEST_CASE("an event the store refuses appends nothing to the log",
+          "[coordinator][orchestration_log]") {
+  forktrial::testing::TempDir dir;
+  store::EventStore store(dir.path() / "store", quick_options());
+  const std::vector<OrchestrationRecord> records = {JobCancelled{JobId{"a"}, at(0)}};
+  CHECK(append(store, records) == 1);
+  const std::vector<store::NewEvent> bad = {own_event("trial\nresult", "{}")};
+  const auto refused =
+      store.write([&](store::Writer& writer) { return append_to_log(writer, records, bad); });
+  REQUIRE_FALSE(refused.has_value());
+  CHECK(refused.error().kind == store::Refused::invalid_event);
+  CHECK(store.snapshot().run(kOrchestrationRun)->head == 1);
+}
+
+TEST_CASE("a log holding a damaged record is reported corrupt at that record",
+          "[coordinator][orchestration_log]") {
+  forktrial::testing::TempDir dir;
+  store::EventStore store(dir.path() / "store", quick_options());
+  const std::vector<OrchestrationRecord> records = {JobCancelled{JobId{"a"}, at(0)},
+                                                    JobCancelled{JobId{"b"}, at(1)}};
+  append(store, records);
+  store::NewEvent damaged =
+      own_event("trial.reconciled", R"({"trial":{"job":"a","index":0},"attempt":1,)"
+                                    R"("outcome":"exploded","at":1})");
+  damaged.id = store::numbered_event_id(3);
+  const std::vector<store::NewEvent> tail = {damaged, to_event(JobCancelled{JobId{"c"}, at(2)}, 4)};
+  REQUIRE(store.append(kOrchestrationRun, 2, tail).has_value());
+
+  std::vector<OrchestrationRecord> seen;
+  const auto read = read_log(
+      store.snapshot(), [&](const OrchestrationRecord& record) { seen.push_back(record); },
+      [](const store::EventView&) { FAIL("no other events"); });
+  REQUIRE_FALSE(read.has_value());
+  CHECK(read.error() ==
+        "the orchestration log (run forktrial.orchestration) is corrupt: event evt_003 "
+        "(trial.reconciled): field \"outcome\" \"exploded\" is not an outcome name");
+  // What came before the damage was handed over; nothing after it.
+  CHECK(seen == records);
+}
+
+TEST_CASE("a scheduler replaying the log from the store has the state of the one that wrote it",
+          "[coordinator][orchestration_log]") {
+  testing::Logged live(testing::kMorningConfig);
+  testing::busy_morning(live);
+
+  forktrial::testing::TempDir dir;
+  const std::filesystem::path path = dir.path() / "store";
+  {
+    store::EventStore store(path, quick_options());
+    // Transactions of 1, 2, 3, ... records; each holding a trial.reconciled
+    // also holds the coordinator's result event, as a reconciliation does.
+    std::size_t from = 0;
+    for (std::size_t size = 1; from < live.log.size(); ++size) {
+      const std::size_t to = std::min(live.log.size(), from + size);
+      const std::span<const OrchestrationRecord> batch(live.log.data() + from, to - from);
+      std::vector<store::NewEvent> extra;
+      for (const OrchestrationRecord& record : batch) {
+        if (const auto* reconciled = std::get_if<TrialReconciled>(&record)) {
+          extra.push_back(
+              own_event("trial.result", R"({"trial":")" + reconciled->trial.str() + R"("})"));
+        }
+      }
+      append(store, batch, extra);
+      from = to;
+    }
+  }
+
+  // A restarted coordinator: a new process opening the store.
+  store::EventStore store(path, quick_options());
+  Scheduler restarted;
+  std::size_t replayed = 0;
+  std::vector<std::string> results;
+  const auto read = read_log(
+      store.snapshot(),
+      [&](const OrchestrationRecord& record) {
+        restarted.replay(record);
+        ++replayed;
+      },
+      [&](const store::EventView& event) { results.emplace_back(event.payload); });
+  REQUIRE(read.has_value());
+  CHECK(replayed == live.log.size());
+  CHECK(results == std::vector<std::string>{R"({"trial":"b#0"})"});
+  CHECK(restarted.state_text() == live.scheduler.state_text());
+}
+
+TEST_CASE("a job of 100000 trials round-trips in one event", "[coordinator][orchestration_log]") {
+  JobSubmitted job{JobId{"big"}, 5, "a big job", {}, at(0)};
+  job.trials.reserve(100'000);
+  std::string payload(600, 'x');
+  for (std::uint32_t i = 0; i < 100'000; ++i) {
+    const std::string number = std::to_string(i);
+    payload.replace(0, number.size(), number);
+    job.trials.push_back(TrialInput{
+        payload, digest(static_cast<int>(i % 97)), {digest(static_cast<int>(1000 + i % 5))}});
+  }
+  job.trials[123].payload = "{\"quote\": \"\\\"\", \"line\": \"\n\", \"bytes\": \"\xff\"}";
+  const store::NewEvent event = to_event(job, 1);
+  CHECK(event.payload.size() > 100'000 * 600);
+  const auto decoded = record_of(store::view_of(event));
+  REQUIRE(decoded.has_value());
+  const auto& back = std::get<JobSubmitted>(*decoded);
+  CHECK(back.trials.size() == 100'000);
+  CHECK(back.trials[123].payload == job.trials[123].payload);
+  CHECK(back.trials[99'999] == job.trials[99'999]);
+  CHECK(back == job);
+}
+
+}  // namespace
+}  // namespace forktrial::coordinator
