@@ -10,5 +10,6 @@ void add_pack_command(CLI::App& app);
 void add_run_command(CLI::App& app);
 void add_trial_command(CLI::App& app);
 void add_preflight_command(CLI::App& app);
+void add_cluster_commands(CLI::App& app);
 
 }  // namespace forktrial::tools

@@ -19,12 +19,14 @@ int main(int argc, char** argv) {
       "forktrial trial --run run_chat --at evt_004 --pack examples/packs/chat_echo \\",
       "    --scenario scenarios/replay.lua                     # trial a pack on a fork",
       "forktrial preflight                                   # can trial children start here?",
+      "forktrial batch nightly.toml --workers 2              # a batch on this machine",
       "forktrial <command> --help                            # help on one command",
   }));
   forktrial::tools::add_pack_command(app);
   forktrial::tools::add_run_command(app);
   forktrial::tools::add_trial_command(app);
   forktrial::tools::add_preflight_command(app);
+  forktrial::tools::add_cluster_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -19,6 +19,7 @@
 #include "sandbox/trial.h"
 #include "tools/cli_support.h"
 #include "tools/commands.h"
+#include "tools/stop_signals.h"
 #include "tools/store_access.h"
 #include "tools/terminal.h"
 
@@ -153,71 +154,6 @@ void print_report(const sandbox::TrialReport& r) {
   }
 }
 
-// The trial a SIGTERM or SIGINT stops, and the signal that came. Written by
-// the handlers, hence atomics: a handler may run at any point of the command.
-std::atomic<sandbox::Cancellation*> stop_target{nullptr};
-volatile std::sig_atomic_t stop_signal = 0;
-
-extern "C" void on_stop_signal(int signal) {
-  stop_signal = signal;
-  if (sandbox::Cancellation* target = stop_target.load()) target->cancel();
-}
-
-// While alive, SIGTERM and SIGINT cancel `cancellation` instead of ending the
-// process, so that the trial can kill its child, remove its scratch
-// directory and record nothing before the command ends; the destructor puts
-// the previous dispositions back. A signal the command was started with
-// ignored (a shell's background job ignores SIGINT) stays ignored. No
-// SA_RESTART: a blocking call the signal interrupts returns.
-class StopSignals {
- public:
-  explicit StopSignals(sandbox::Cancellation& cancellation) {
-    stop_target = &cancellation;
-    struct sigaction action {};
-    action.sa_handler = on_stop_signal;
-    sigemptyset(&action.sa_mask);
-    for (int signal : kSignals) sigaddset(&action.sa_mask, signal);
-    for (std::size_t i = 0; i < std::size(kSignals); ++i) {
-      const std::string name = std::string("SIG") + ::sigabbrev_np(kSignals[i]);
-      if (::sigaction(kSignals[i], nullptr, &previous_[i]) != 0) {
-        throw SystemError("sigaction(" + name + ", nullptr, &previous)", errno);
-      }
-      installed_[i] = previous_[i].sa_handler != SIG_IGN;
-      if (installed_[i] && ::sigaction(kSignals[i], &action, nullptr) != 0) {
-        throw SystemError("sigaction(" + name + ", on_stop_signal)", errno);
-      }
-    }
-  }
-  ~StopSignals() {
-    for (std::size_t i = 0; i < std::size(kSignals); ++i) {
-      if (installed_[i]) ::sigaction(kSignals[i], &previous_[i], nullptr);
-    }
-    stop_target = nullptr;
-  }
-  StopSignals(const StopSignals&) = delete;
-  StopSignals& operator=(const StopSignals&) = delete;
-
- private:
-  static constexpr int kSignals[] = {SIGTERM, SIGINT};
-  struct sigaction previous_[std::size(kSignals)]{};
-  bool installed_[std::size(kSignals)] = {};
-};
-
-// Ends the process the way `signal` would have, once nothing is left to clean
-// up: a shell then sees a death by that signal (status 128 + signal) and, for
-// SIGINT, stops the script that ran the command.
-[[noreturn]] void end_by(int signal) {
-  std::fflush(stdout);
-  std::fflush(stderr);
-  ::signal(signal, SIG_DFL);
-  sigset_t only;
-  sigemptyset(&only);
-  sigaddset(&only, signal);
-  ::sigprocmask(SIG_UNBLOCK, &only, nullptr);
-  ::raise(signal);
-  std::_Exit(128 + signal);
-}
-
 sandbox::TrialSpecification spec_from_options(const TrialOptions& o) {
   sandbox::TrialLimits limits;
   limits.wall_clock_seconds =
@@ -278,7 +214,7 @@ void run_trial_command(const TrialOptions& o) {
                           "events RUN`");
     }
   }
-  const int signal = stop_signal;
+  const int signal = stop_signal_received();
   if (stopped) {
     std::fprintf(stderr,
                  "forktrial: trial interrupted by SIG%s: the trial was stopped, its scratch store "

@@ -1,10 +1,12 @@
 #include "worker/worker.h"
 
 #include <poll.h>
+#include <tbb/global_control.h>
 #include <tbb/task_arena.h>
-#include <tbb/task_group.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <condition_variable>
 #include <deque>
 #include <map>
 #include <memory>
@@ -123,7 +125,13 @@ class Worker {
         log_(log),
         cache_(config.cache_dir / "blobs", config.cache_bytes),
         socket_(context_, zmq::socket_type::dealer),
-        arena_(static_cast<int>(config.slots)) {
+        // A trial mostly waits on its child: every slot gets a thread of its
+        // own, whatever the number of cores, and none is kept for this one.
+        parallelism_(tbb::global_control::max_allowed_parallelism,
+                     std::max<std::size_t>(config.slots + 1,
+                                           tbb::global_control::active_value(
+                                               tbb::global_control::max_allowed_parallelism))),
+        arena_(static_cast<int>(config.slots), 0) {
     // A fresh routing id per incarnation, so a restarted worker is never
     // mistaken for the connection it replaces.
     std::random_device random;
@@ -153,7 +161,8 @@ class Worker {
       ask_for_work();
     }
     for (auto& [key, trial] : trials_) trial.cancel->cancel();
-    arena_.execute([&] { group_.wait(); });
+    std::unique_lock lock(finished_mutex_);
+    idle_.wait(lock, [&] { return in_slots_ == 0; });
     return exit_code_ < 0 ? 0 : exit_code_;
   }
 
@@ -165,7 +174,11 @@ class Worker {
   void wait_for_input(std::chrono::milliseconds timeout) {
     zmq::pollitem_t items[] = {{socket_.handle(), 0, ZMQ_POLLIN, 0},
                                {nullptr, stop_.fd(), ZMQ_POLLIN, 0}};
-    zmq::poll(items, 2, timeout);
+    try {
+      zmq::poll(items, 2, timeout);
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EINTR) throw;  // a signal: the loop looks at `stop`
+    }
   }
 
   void say_hello() {
@@ -231,11 +244,13 @@ class Worker {
       case Envelope::STOP_TRIALS:
         for (auto ref : envelope.getStopTrials().getTrials()) {
           auto it = trials_.find(key_of(ref));
-          if (it == trials_.end()) continue;
+          if (it == trials_.end() || it->second.cancel->cancelled()) continue;
           log_(LogLevel::info, "stopping trial " + it->first.str() + " as the coordinator asked");
           it->second.cancel->cancel();
           if (!it->second.started) trials_.erase(it);
         }
+        return;
+      case Envelope::OK:
         return;
       case Envelope::ERROR: {
         auto error = envelope.getError();
@@ -351,7 +366,11 @@ class Worker {
       if (!ready) continue;
       trial.started = true;
       Trial* running = &trial;
-      arena_.execute([&] { group_.run([this, running] { execute(*running); }); });
+      {
+        std::lock_guard lock(finished_mutex_);
+        ++in_slots_;
+      }
+      arena_.enqueue([this, running] { execute(*running); });
     }
   }
 
@@ -397,6 +416,8 @@ class Worker {
     }
     std::lock_guard lock(finished_mutex_);
     finished_.push_back({trial.key, std::move(frame)});
+    --in_slots_;
+    idle_.notify_all();
   }
 
   void finished_frame(const AttemptKey& key, std::string frame) {
@@ -446,8 +467,8 @@ class Worker {
   BlobCache cache_;
   zmq::context_t context_;
   zmq::socket_t socket_;
+  tbb::global_control parallelism_;
   tbb::task_arena arena_;
-  tbb::task_group group_;
   int exit_code_ = -1;
   std::uint64_t request_id_ = 0;
   bool welcomed_ = false;
@@ -464,6 +485,8 @@ class Worker {
   std::map<AttemptKey, std::string> unacked_;  // reports sent, not yet acknowledged
   std::mutex finished_mutex_;
   std::deque<Finished> finished_;  // guarded by finished_mutex_
+  std::size_t in_slots_ = 0;       // trials in the arena; guarded by finished_mutex_
+  std::condition_variable idle_;   // in_slots_ reached 0
 };
 
 }  // namespace

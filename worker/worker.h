@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "base/log.h"
 #include "sandbox/cancellation.h"
 #include "sandbox/trial.h"
 
@@ -37,10 +38,6 @@ struct WorkerConfig {
   std::vector<std::string> preflight_warnings;  // what preflight said at start
   std::string isolation;                        // its guarantees, as JSON
 };
-
-// One line of the worker's log (the command line routes it to spdlog).
-enum class LogLevel { debug, info, warn, error };
-using Log = std::function<void(LogLevel, const std::string&)>;
 
 // Runs until `stop` is cancelled; returns 0, or non-zero when the worker
 // cannot go on (the coordinator refused it, the cache cannot be opened).

@@ -1,0 +1,169 @@
+#include "coordinator/client.h"
+
+#include <functional>
+#include <zmq.hpp>
+
+#include "schema/wire_codec.h"
+
+namespace forktrial::coordinator {
+
+using schema::wire::Envelope;
+
+struct Client::Impl {
+  zmq::context_t context;
+  zmq::socket_t socket{context, zmq::socket_type::dealer};
+  std::chrono::milliseconds timeout;
+  std::uint64_t request_id = 0;
+  std::string endpoint;
+  std::function<bool()> interrupted;
+
+  // Sends the envelope `fill` builds and returns the answer to it; answers
+  // to earlier, abandoned requests are skipped.
+  wire::Frame call(const std::function<void(Envelope::Builder)>& fill) {
+    capnp::MallocMessageBuilder message;
+    const std::uint64_t id = ++request_id;
+    fill(wire::start(message, id));
+    socket.send(zmq::buffer(wire::encode(message)), zmq::send_flags::none);
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      zmq::pollitem_t items[] = {{socket.handle(), 0, ZMQ_POLLIN, 0}};
+      int ready = 0;
+      try {
+        ready = left.count() <= 0 ? 0 : zmq::poll(items, 1, left);
+      } catch (const zmq::error_t& e) {
+        if (e.num() != EINTR) throw;
+        if (interrupted && interrupted()) {
+          throw Error(ErrorCode::cancelled, "stopped while waiting for the coordinator");
+        }
+        continue;  // a signal the caller does not stop for
+      }
+      if (ready == 0) {
+        throw Error(ErrorCode::unavailable,
+                    "the coordinator at " + endpoint + " did not answer within " +
+                        std::to_string(timeout.count()) +
+                        " ms; is it running (forktrial coordinator --listen " + endpoint + ")?");
+      }
+      zmq::message_t reply;
+      if (!socket.recv(reply, zmq::recv_flags::none)) continue;
+      auto frame = wire::decode(reply.to_string_view());
+      if (!frame) {
+        throw Error(ErrorCode::internal,
+                    "the coordinator sent an unreadable answer: " + frame.error().message);
+      }
+      const auto envelope = frame->envelope();
+      if (envelope.getRequestId() != id) continue;
+      if (envelope.which() == Envelope::ERROR) {
+        const auto code = envelope.getError().getCode();
+        throw Error(code == schema::wire::ErrorCode::NOT_FOUND ? ErrorCode::not_found
+                                                               : ErrorCode::failed_precondition,
+                    wire::text(envelope.getError().getMessage()));
+      }
+      return std::move(*frame);
+    }
+  }
+};
+
+Client::Client(const std::string& endpoint, std::chrono::milliseconds timeout)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->timeout = timeout;
+  impl_->endpoint = endpoint;
+  impl_->socket.set(zmq::sockopt::linger, 0);
+  try {
+    impl_->socket.connect(endpoint);
+  } catch (const zmq::error_t& e) {
+    throw Error(ErrorCode::invalid_argument,
+                "cannot connect to " + endpoint + ": " + e.what() +
+                    "; give an endpoint such as tcp://host:7600 or ipc:///path/to/socket");
+  }
+  impl_->call([](Envelope::Builder envelope) { envelope.setClientHello(); });
+}
+
+Client::~Client() = default;
+
+void Client::set_interrupted(std::function<bool()> interrupted) {
+  impl_->interrupted = std::move(interrupted);
+}
+
+std::vector<Digest> Client::find_missing(const std::vector<Digest>& digests) {
+  auto frame = impl_->call([&](Envelope::Builder envelope) {
+    auto list = envelope.initFindMissing().initDigests(static_cast<unsigned>(digests.size()));
+    for (unsigned i = 0; i < digests.size(); ++i) wire::set_digest(list[i], digests[i]);
+  });
+  std::vector<Digest> missing;
+  for (auto d : frame.envelope().getMissing().getDigests()) {
+    if (auto digest = wire::digest_of(d)) missing.push_back(*digest);
+  }
+  return missing;
+}
+
+void Client::put_blob(const Digest& digest, const std::string& bytes) {
+  std::uint64_t offset = 0;
+  do {
+    const std::size_t length =
+        std::min<std::size_t>(bytes.size() - offset, schema::wire::K_MAX_CHUNK_BYTES);
+    impl_->call([&](Envelope::Builder envelope) {
+      auto chunk = envelope.initPutBlob();
+      wire::set_digest(chunk.initDigest(), digest);
+      chunk.setTotalSize(bytes.size());
+      chunk.setOffset(offset);
+      chunk.setBytes(
+          capnp::Data::Reader(reinterpret_cast<const capnp::byte*>(bytes.data()) + offset, length));
+    });
+    offset += length;
+  } while (offset < bytes.size());
+}
+
+SubmittedJob Client::submit(const std::string& name, int priority,
+                            const std::vector<std::string>& trials,
+                            const std::vector<BundleBlob>& bundles) {
+  auto frame = impl_->call([&](Envelope::Builder envelope) {
+    auto job = envelope.initSubmitJob();
+    job.setName(name);
+    job.setPriority(priority);
+    auto specs = job.initSpecs(static_cast<unsigned>(trials.size()));
+    for (unsigned i = 0; i < trials.size(); ++i) specs.set(i, trials[i]);
+    auto list = job.initBundles(static_cast<unsigned>(bundles.size()));
+    for (unsigned i = 0; i < bundles.size(); ++i) {
+      wire::set_digest(list[i].initPin(), bundles[i].pin);
+      wire::set_digest(list[i].initArchive(), bundles[i].archive);
+    }
+  });
+  auto accepted = frame.envelope().getJobAccepted();
+  return {wire::text(accepted.getJob()), accepted.getTotal()};
+}
+
+nlohmann::ordered_json Client::status(const std::string& job) {
+  auto frame =
+      impl_->call([&](Envelope::Builder envelope) { envelope.initStatusRequest().setJob(job); });
+  return nlohmann::ordered_json::parse(wire::text(frame.envelope().getJobStatus().getText()));
+}
+
+nlohmann::ordered_json Client::cancel(const std::string& job) {
+  auto frame =
+      impl_->call([&](Envelope::Builder envelope) { envelope.initCancelJob().setJob(job); });
+  return nlohmann::ordered_json::parse(wire::text(frame.envelope().getJobStatus().getText()));
+}
+
+ResultsPage Client::results(const std::string& job, std::uint32_t after, std::uint32_t limit) {
+  auto frame = impl_->call([&](Envelope::Builder envelope) {
+    auto request = envelope.initResultsRequest();
+    request.setJob(job);
+    request.setAfter(after);
+    request.setLimit(limit);
+  });
+  auto results = frame.envelope().getResults();
+  ResultsPage page;
+  for (auto line : results.getLines()) page.lines.push_back(wire::text(line));
+  page.next = results.getNext();
+  page.total = results.getTotal();
+  return page;
+}
+
+nlohmann::ordered_json Client::workers() {
+  auto frame = impl_->call([](Envelope::Builder envelope) { envelope.setWorkersRequest(); });
+  return nlohmann::ordered_json::parse(wire::text(frame.envelope().getWorkers().getText()));
+}
+
+}  // namespace forktrial::coordinator

@@ -1,0 +1,70 @@
+// The command line's side of the wire: one DEALER connection to a
+// coordinator, one request at a time, each answered or timed out. Used by
+// `forktrial submit | status | wait | cancel | results | workers | batch`.
+//
+// Not thread-safe: one owner.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "base/digest.h"
+#include "base/error.h"
+
+namespace forktrial::coordinator {
+
+// A bundle a job names: its pin and the blob holding its archive.
+struct BundleBlob {
+  Digest pin;
+  Digest archive;
+};
+
+struct SubmittedJob {
+  std::string job;
+  std::uint64_t total = 0;
+};
+
+struct ResultsPage {
+  std::vector<std::string> lines;  // one JSON object per trial
+  std::uint32_t next = 0;
+  std::uint32_t total = 0;
+};
+
+class Client {
+ public:
+  // Connects to `endpoint` and says hello. Throws Error (unavailable) when
+  // the coordinator does not answer within `timeout`, Error (internal) for
+  // an endpoint ZeroMQ refuses.
+  Client(const std::string& endpoint, std::chrono::milliseconds timeout);
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // A signal interrupting a wait ends the call with Error (cancelled) when
+  // `interrupted` says so; other signals are waited through.
+  void set_interrupted(std::function<bool()> interrupted);
+
+  // Each call throws Error: unavailable when no answer came in time,
+  // failed_precondition or not_found (with the coordinator's message) when it
+  // refused.
+  std::vector<Digest> find_missing(const std::vector<Digest>& digests);
+  void put_blob(const Digest& digest, const std::string& bytes);
+  SubmittedJob submit(const std::string& name, int priority, const std::vector<std::string>& trials,
+                      const std::vector<BundleBlob>& bundles);
+  nlohmann::ordered_json status(const std::string& job);  // "" for every job
+  nlohmann::ordered_json cancel(const std::string& job);
+  ResultsPage results(const std::string& job, std::uint32_t after, std::uint32_t limit);
+  nlohmann::ordered_json workers();
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace forktrial::coordinator

@@ -1,0 +1,841 @@
+#include "coordinator/server.h"
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
+#include <set>
+#include <zmq.hpp>
+
+#include "base/timestamp.h"
+#include "coordinator/orchestration_log.h"
+#include "sandbox/delta.h"
+#include "sandbox/trial_types.h"
+#include "schema/wire_codec.h"
+#include "store/event_store.h"
+
+namespace forktrial::coordinator {
+namespace {
+
+using nlohmann::ordered_json;
+using schema::wire::Envelope;
+using WireCode = wire::ErrorCode;
+
+constexpr std::string_view kResultType = "trial.result";
+constexpr std::size_t kMaxMessagesPerTurn = 256;
+constexpr std::uint64_t kMaxUploadBytes = std::uint64_t{1} << 30;
+
+Instant clock_now() {
+  return std::chrono::time_point_cast<Duration>(std::chrono::system_clock::now());
+}
+
+// The run a trial's attempt is recorded as: one per attempt, so a superseded
+// attempt can never write into the fork of the one that replaced it.
+store::RunId fork_run_of(const TrialId& trial, Attempt attempt) {
+  return store::RunId("run_" + trial.job.str() + "_" + std::to_string(trial.index) + "_a" +
+                      std::to_string(attempt));
+}
+
+// A trial as submitted: the specification (pack roots are bundles) and the
+// candidate's name, for results.
+struct SubmittedTrial {
+  sandbox::TrialSpecification spec;
+  std::string candidate;
+};
+
+std::expected<SubmittedTrial, std::string> parse_submitted(const std::string& text) {
+  auto doc = ordered_json::parse(text, nullptr, false);
+  if (!doc.is_object() || !doc.contains("spec") || !doc["spec"].is_object()) {
+    return std::unexpected(std::string("a submitted trial is {\"candidate\", \"spec\"}"));
+  }
+  auto spec = sandbox::parse_trial_specification(doc["spec"].dump());
+  if (!spec) return std::unexpected(spec.error().front());
+  SubmittedTrial trial{*spec, doc.value("candidate", std::string())};
+  return trial;
+}
+
+struct Peer {
+  enum class Role { worker, client } role = Role::client;
+  WorkerId worker;
+};
+
+struct Upload {
+  std::uint64_t total = 0;
+  std::string bytes;
+};
+
+class Server {
+ public:
+  Server(const ServerConfig& config, const sandbox::Cancellation& stop, const Log& log)
+      : config_(config),
+        stop_(stop),
+        log_(log),
+        store_(config.store),
+        scheduler_(config.scheduler),
+        socket_(context_, zmq::socket_type::router) {
+    socket_.set(zmq::sockopt::router_mandatory, 1);
+    socket_.set(zmq::sockopt::sndtimeo, 100);
+    socket_.set(zmq::sockopt::linger, 0);
+    socket_.set(zmq::sockopt::maxmsgsize, static_cast<std::int64_t>(config.max_frame_bytes));
+    socket_.bind(config.listen);
+    recover();
+  }
+
+  int run() {
+    log_(LogLevel::info, "coordinator listening on " + config_.listen);
+    while (!stop_.cancelled()) {
+      zmq::pollitem_t items[] = {{socket_.handle(), 0, ZMQ_POLLIN, 0},
+                                 {nullptr, stop_.fd(), ZMQ_POLLIN, 0}};
+      try {
+        zmq::poll(items, 2, config_.tick);
+      } catch (const zmq::error_t& e) {
+        if (e.num() != EINTR) throw;  // a signal: the loop looks at `stop`
+      }
+      const Instant now = clock_now();
+      for (std::size_t i = 0; i < kMaxMessagesPerTurn && receive_one(now); ++i) {
+      }
+      keep(scheduler_.tick(now));
+      flush();
+    }
+    log_(LogLevel::info, "coordinator stopping");
+    return 0;
+  }
+
+ private:
+  // ---- persistence: every record is in the store before a peer hears of it.
+
+  void keep(Records records) {
+    for (auto& record : records) pending_.push_back(std::move(record));
+  }
+
+  void flush() {
+    if (!pending_.empty()) {
+      auto written = store_.write([&](store::Writer& writer) -> store::Result<std::uint64_t> {
+        return append_to_log(writer, pending_);
+      });
+      if (!written) {
+        throw Error(forktrial::ErrorCode::internal,
+                    "cannot write the orchestration log: " + written.error().message);
+      }
+      pending_.clear();
+    }
+    for (auto& [route, frame] : outbox_) send_to(route, frame);
+    outbox_.clear();
+  }
+
+  void send_to(const std::string& route, const std::string& frame) {
+    try {
+      socket_.send(zmq::buffer(route), zmq::send_flags::sndmore);
+      socket_.send(zmq::buffer(frame), zmq::send_flags::none);
+    } catch (const zmq::error_t& e) {
+      // The peer is gone (ROUTER_MANDATORY) or not reading: it asks again.
+      log_(LogLevel::debug, std::string("cannot send to a peer: ") + e.what());
+    }
+  }
+
+  void reply(const std::string& route, std::string frame) {
+    outbox_.emplace_back(route, std::move(frame));
+  }
+
+  void reply_error(const std::string& route, std::uint64_t request, WireCode code,
+                   const std::string& message) {
+    ++errors_;
+    reply(route, wire::error_frame(request, code, message));
+  }
+
+  // ---- start-up
+
+  void recover() {
+    auto snapshot = store_.snapshot();
+    std::uint64_t records = 0;
+    auto read = read_log(
+        snapshot,
+        [&](const OrchestrationRecord& record) {
+          scheduler_.replay(record);
+          if (const auto* job = std::get_if<JobSubmitted>(&record)) note_job(*job);
+          ++records;
+        },
+        [&](const store::EventView& event) {
+          if (event.type == kResultType) remember_result(std::string(event.payload));
+        });
+    if (!read)
+      throw Error(forktrial::ErrorCode::internal,
+                  "the orchestration log does not replay: " + read.error());
+    keep(scheduler_.recover(clock_now()));
+    flush();
+    if (records > 0) {
+      log_(LogLevel::info, "replayed " + std::to_string(records) + " orchestration records");
+    }
+  }
+
+  // The digests each trial of a job needs (the scheduler keeps only its
+  // payload), for assignments.
+  void note_job(const JobSubmitted& job) {
+    for (std::uint32_t i = 0; i < job.trials.size(); ++i) {
+      digests_[TrialId{job.job, i}] = TrialInput{{}, job.trials[i].segment, job.trials[i].bundles};
+    }
+  }
+
+  void remember_result(const std::string& payload) {
+    auto doc = ordered_json::parse(payload, nullptr, false);
+    if (!doc.is_object() || !doc["job"].is_string() || !doc["index"].is_number_unsigned()) return;
+    results_[doc["job"].get<std::string>()][doc["index"].get<std::uint32_t>()] = payload;
+  }
+
+  // ---- receiving
+
+  bool receive_one(Instant now) {
+    std::vector<zmq::message_t> parts;
+    zmq::message_t part;
+    if (!socket_.recv(part, zmq::recv_flags::dontwait)) return false;
+    const std::string route = part.to_string();
+    std::string frame;
+    std::size_t count = 1;
+    while (part.more()) {
+      if (!socket_.recv(part, zmq::recv_flags::none)) break;
+      if (++count == 2) frame = part.to_string();
+    }
+    if (count != 2) {
+      reply_error(route, 0, WireCode::MALFORMED, "a message is one frame");
+      return true;
+    }
+    auto decoded = wire::decode(frame, config_.max_frame_bytes);
+    if (!decoded) {
+      reply_error(route, 0, decoded.error().code, decoded.error().message);
+      return true;
+    }
+    const auto envelope = decoded->envelope();
+    try {
+      handle(route, envelope, now);
+    } catch (const kj::Exception& e) {
+      reply_error(route, envelope.getRequestId(), WireCode::MALFORMED,
+                  std::string("the message cannot be read: ") + e.getDescription().cStr());
+    }
+    return true;
+  }
+
+  void handle(const std::string& route, Envelope::Reader envelope, Instant now) {
+    const std::uint64_t request = envelope.getRequestId();
+    const auto which = envelope.which();
+    if (which == Envelope::WORKER_HELLO) return on_worker_hello(route, envelope, now);
+    if (which == Envelope::CLIENT_HELLO) {
+      peers_[route] = Peer{Peer::Role::client, WorkerId("")};
+      return reply_ok(route, request);
+    }
+    auto peer = peers_.find(route);
+    if (peer == peers_.end()) {
+      return reply_error(route, request, WireCode::OUT_OF_ORDER,
+                         "say hello first (workerHello or clientHello)");
+    }
+    if (peer->second.role == Peer::Role::worker) {
+      const WorkerId& worker = peer->second.worker;
+      switch (which) {
+        case Envelope::REQUEST_WORK:
+          return on_request_work(route, worker, envelope, now);
+        case Envelope::HEARTBEAT:
+          return on_heartbeat(route, worker, envelope, now);
+        case Envelope::REPORT:
+          return on_report(route, worker, envelope, now);
+        case Envelope::ATTEMPT_FAILED:
+          return on_attempt_failed(route, worker, envelope, now);
+        case Envelope::FETCH_BLOB:
+          return on_fetch(route, envelope);
+        default:
+          return reply_error(route, request, WireCode::UNKNOWN_MESSAGE,
+                             "a worker may not send this message");
+      }
+    }
+    switch (which) {
+      case Envelope::FIND_MISSING:
+        return on_find_missing(route, envelope);
+      case Envelope::PUT_BLOB:
+        return on_put_blob(route, envelope);
+      case Envelope::SUBMIT_JOB:
+        return on_submit(route, envelope, now);
+      case Envelope::STATUS_REQUEST:
+        return on_status(route, envelope);
+      case Envelope::CANCEL_JOB:
+        return on_cancel(route, envelope, now);
+      case Envelope::RESULTS_REQUEST:
+        return on_results(route, envelope);
+      case Envelope::WORKERS_REQUEST:
+        return on_workers(route, request);
+      default:
+        return reply_error(route, request, WireCode::UNKNOWN_MESSAGE,
+                           "a client may not send this message");
+    }
+  }
+
+  void reply_ok(const std::string& route, std::uint64_t request) {
+    capnp::MallocMessageBuilder message;
+    wire::start(message, request).setOk();
+    reply(route, wire::encode(message));
+  }
+
+  // ---- workers
+
+  void on_worker_hello(const std::string& route, Envelope::Reader envelope, Instant now) {
+    auto hello = envelope.getWorkerHello();
+    WorkerHello input;
+    input.id = WorkerId(wire::text(hello.getWorkerId()));
+    input.slots = hello.getSlots();
+    for (auto digest : hello.getCached()) {
+      if (auto d = wire::digest_of(digest)) input.cached.push_back(*d);
+    }
+    auto joined = scheduler_.worker_joined(input, now);
+    if (!joined) {
+      return reply_error(route, envelope.getRequestId(), WireCode::REFUSED, joined.error().message);
+    }
+    keep(std::move(*joined));
+    // A worker that joins again from a new connection leaves its old one.
+    if (auto old = worker_routes_.find(input.id); old != worker_routes_.end()) {
+      peers_.erase(old->second);
+    }
+    peers_[route] = Peer{Peer::Role::worker, input.id};
+    worker_routes_[input.id] = route;
+    log_(LogLevel::info,
+         "worker " + input.id.str() + " joined with " + std::to_string(input.slots) + " slots");
+    for (auto warning : hello.getWarnings()) {
+      log_(LogLevel::warn, "worker " + input.id.str() + ": " + wire::text(warning));
+    }
+    capnp::MallocMessageBuilder message;
+    wire::start(message, envelope.getRequestId())
+        .initWelcome()
+        .setLeaseMillis(static_cast<std::uint64_t>(config_.scheduler.lease_duration.count()));
+    reply(route, wire::encode(message));
+  }
+
+  void on_request_work(const std::string& route, const WorkerId& worker, Envelope::Reader envelope,
+                       Instant now) {
+    auto work = scheduler_.request_work(worker, envelope.getRequestWork().getFreeSlots(), now);
+    if (!work) {
+      return reply_error(route, envelope.getRequestId(), WireCode::OUT_OF_ORDER,
+                         work.error().message);
+    }
+    keep(std::move(work->records));
+    capnp::MallocMessageBuilder message;
+    auto list = wire::start(message, envelope.getRequestId())
+                    .initAssignments()
+                    .initAssignments(static_cast<unsigned>(work->assignments.size()));
+    for (unsigned i = 0; i < work->assignments.size(); ++i) {
+      const Assignment& a = work->assignments[i];
+      auto out = list[i];
+      auto ref = out.initTrial();
+      ref.setJob(a.trial.job.str());
+      ref.setIndex(a.trial.index);
+      ref.setAttempt(a.attempt);
+      const std::string* payload = scheduler_.payload(a.trial);
+      auto submitted = parse_submitted(*payload);
+      out.setSpec(sandbox::to_canonical_json(submitted->spec));
+      out.setForkRunId(fork_run_of(a.trial, a.attempt).str());
+      const TrialInput& input = inputs_of(a.trial);
+      wire::set_digest(out.initSegment(), input.segment);
+      auto packs = sandbox::packs_in_load_order(submitted->spec);
+      auto bundles = out.initBundles(static_cast<unsigned>(packs.size()));
+      for (unsigned p = 0; p < packs.size(); ++p) {
+        wire::set_digest(bundles[p].initPin(), *packs[p]->expected_bundle_hash);
+        wire::set_digest(bundles[p].initArchive(), *wire::archive_of_root(packs[p]->root_dir));
+      }
+      out.setLeaseExpiresMillis(a.expires.time_since_epoch().count());
+    }
+    reply(route, wire::encode(message));
+  }
+
+  void on_heartbeat(const std::string& route, const WorkerId& worker, Envelope::Reader envelope,
+                    Instant now) {
+    std::vector<AttemptRef> running;
+    for (auto ref : envelope.getHeartbeat().getRunning()) {
+      running.push_back(
+          {TrialId{JobId(wire::text(ref.getJob())), ref.getIndex()}, ref.getAttempt()});
+    }
+    auto beat = scheduler_.heartbeat(worker, running, now);
+    if (!beat) {
+      return reply_error(route, envelope.getRequestId(), WireCode::OUT_OF_ORDER,
+                         beat.error().message);
+    }
+    keep(std::move(beat->records));
+    // Always answered: a worker that hears nothing presumes a restart.
+    if (beat->stale.empty()) return reply_ok(route, envelope.getRequestId());
+    send_stop(route, beat->stale);
+  }
+
+  void send_stop(const std::string& route, const std::vector<AttemptRef>& trials) {
+    capnp::MallocMessageBuilder message;
+    auto list =
+        wire::start(message, 0).initStopTrials().initTrials(static_cast<unsigned>(trials.size()));
+    for (unsigned i = 0; i < trials.size(); ++i) {
+      list[i].setJob(trials[i].trial.job.str());
+      list[i].setIndex(trials[i].trial.index);
+      list[i].setAttempt(trials[i].attempt);
+    }
+    reply(route, wire::encode(message));
+  }
+
+  void ack(const std::string& route, std::uint64_t request, schema::wire::TrialRef::Reader ref,
+           ReportVerdict verdict) {
+    capnp::MallocMessageBuilder message;
+    auto out = wire::start(message, request).initReportAck();
+    out.setTrial(ref);
+    out.setVerdict(std::string(report_verdict_name(verdict)));
+    reply(route, wire::encode(message));
+  }
+
+  const TrialInput& inputs_of(const TrialId& trial) { return digests_.at(trial); }
+
+  void on_attempt_failed(const std::string& route, const WorkerId& worker,
+                         Envelope::Reader envelope, Instant now) {
+    auto failed = envelope.getAttemptFailed();
+    const TrialId trial{JobId(wire::text(failed.getTrial().getJob())),
+                        failed.getTrial().getIndex()};
+    const std::string reason = "worker " + worker.str() + ": " + wire::text(failed.getReason());
+    auto result =
+        scheduler_.attempt_failed(worker, trial, failed.getTrial().getAttempt(), reason, now);
+    keep(std::move(result.records));
+    log_(LogLevel::warn, "trial " + trial.str() + " attempt " +
+                             std::to_string(failed.getTrial().getAttempt()) + " failed: " + reason);
+    ack(route, envelope.getRequestId(), failed.getTrial(), result.verdict);
+  }
+
+  void on_report(const std::string& route, const WorkerId& worker, Envelope::Reader envelope,
+                 Instant now) {
+    auto report = envelope.getReport();
+    const TrialId trial{JobId(wire::text(report.getTrial().getJob())),
+                        report.getTrial().getIndex()};
+    const Attempt attempt = report.getTrial().getAttempt();
+    auto judged = scheduler_.on_report(worker, trial, attempt, now);
+    keep(std::move(judged.records));
+    if (judged.verdict != ReportVerdict::accepted) {
+      if (judged.verdict == ReportVerdict::fenced) {
+        log_(LogLevel::info, "fenced a report of " + trial.str() + " attempt " +
+                                 std::to_string(attempt) + ": " + judged.reason);
+      }
+      return ack(route, envelope.getRequestId(), report.getTrial(), judged.verdict);
+    }
+    reconcile(worker, trial, attempt, report, now);
+    ack(route, envelope.getRequestId(), report.getTrial(), ReportVerdict::accepted);
+  }
+
+  // One store transaction: the fork with the reported delta, the records so
+  // far (trial.reported among them), trial.reconciled and the result.
+  void reconcile(const WorkerId& worker, const TrialId& trial, Attempt attempt,
+                 schema::wire::Report::Reader report, Instant now) {
+    auto submitted = parse_submitted(*scheduler_.payload(trial));
+    sandbox::TrialVerdict verdict;
+    auto outcome = outcome_from_ordinal(report.getOutcome());
+    verdict.outcome = outcome.value_or(Outcome::crashed);
+    verdict.detail = wire::text(report.getDetail());
+    for (auto w : report.getWarnings()) verdict.warnings.push_back(wire::text(w));
+    verdict.exit_code = report.getExitCode();
+    verdict.stopped_by_net = report.getStoppedByNet();
+    verdict.wall_clock_killed = report.getWallClockKilled();
+    if (report.getHasClaim()) {
+      verdict.claimed_events = report.getClaimedEvents();
+      verdict.claimed_failures = report.getClaimedFailures();
+    }
+    std::vector<store::NewEvent> events;
+    events.reserve(report.getEvents().size());
+    for (auto e : report.getEvents()) {
+      store::NewEvent event;
+      event.id = store::EventId(wire::text(e.getId()));
+      event.type = wire::text(e.getType());
+      event.payload = wire::text(e.getPayload());
+      event.timestamp = wire::text(e.getTimestamp());
+      if (e.getActor().isActorName()) event.actor = wire::text(e.getActor().getActorName());
+      if (e.getFrame().isFrameId()) event.frame_id = wire::text(e.getFrame().getFrameId());
+      if (e.getCause().isCausedBy()) {
+        event.caused_by = store::EventId(wire::text(e.getCause().getCausedBy()));
+      }
+      events.push_back(std::move(event));
+    }
+    const store::RunId fork_id = fork_run_of(trial, attempt);
+    const store::NewRun fork{.id = fork_id, .label = submitted->spec.label};
+    auto write = [&](const sandbox::TrialVerdict& v, std::uint64_t count) {
+      // The body may run again (when the map grows): it changes nothing but
+      // the store.
+      return store_.write([&](store::Writer& writer) -> store::Result<std::uint64_t> {
+        auto recorded = sandbox::record_trial(writer, submitted->spec, fork, count,
+                                              sandbox::delta_of(events), v);
+        if (!recorded) return recorded;
+        Records records = pending_;
+        records.push_back(TrialReconciled{trial, attempt, v.outcome, now});
+        auto run = writer.run(fork_id);
+        const std::uint64_t fork_seq = run->fork_of ? run->fork_of->seq : 0;
+        ordered_json result = result_json(trial, attempt, *submitted, v, worker);
+        result["fork_run_id"] = fork_id.str();
+        result["events_appended"] = run->head - fork_seq;
+        result["behavior_failures"] = writer.events_of_type(*run, "behavior.failed").size();
+        result["behavior_failures_after_fork"] =
+            writer.events_of_type(*run, "behavior.failed", fork_seq).size();
+        result["duration_ms"] = report.getDurationMillis();
+        store::NewEvent event;
+        event.type = kResultType;
+        event.payload = result.dump();
+        event.timestamp = format_timestamp(now.time_since_epoch().count());
+        event.actor = std::string(kCoordinatorActor);
+        auto appended = append_to_log(writer, records, std::span(&event, 1));
+        if (appended) last_result_ = event.payload;
+        return appended;
+      });
+    };
+    auto written = write(verdict, events.size());
+    if (!written && !events.empty()) {
+      log_(LogLevel::warn,
+           "the store refused the delta of " + trial.str() + ": " + written.error().message);
+      verdict = sandbox::without_delta(verdict, written.error().message);
+      written = write(verdict, 0);
+    }
+    if (!written) {
+      // Nothing of the report is recorded: the attempt failed.
+      keep(scheduler_
+               .reconcile_failed(trial, "the store refused the report: " + written.error().message,
+                                 now)
+               .value_or(Records{}));
+      return;
+    }
+    pending_.clear();  // written with the fork
+    remember_result(last_result_);
+    // Applied after the commit; its record is the one written above.
+    (void)scheduler_.reconciled(trial, verdict.outcome, now);
+  }
+
+  ordered_json result_json(const TrialId& trial, Attempt attempts, const SubmittedTrial& submitted,
+                           const sandbox::TrialVerdict& verdict, const WorkerId& worker) {
+    ordered_json out;
+    out["trial"] = trial.str();
+    out["job"] = trial.job.str();
+    out["index"] = trial.index;
+    out["candidate"] = submitted.candidate;
+    out["pin"] = submitted.spec.candidate.expected_bundle_hash
+                     ? submitted.spec.candidate.expected_bundle_hash->str()
+                     : "";
+    out["scenario"] = submitted.spec.scenario;
+    out["at"] = submitted.spec.at_event.str();
+    out["status"] = "reconciled";
+    out["outcome"] = std::string(outcome_name(verdict.outcome));
+    out["exit_code"] = verdict.exit_code;
+    out["detail"] = verdict.detail;
+    out["warnings"] = verdict.warnings;
+    out["worker"] = worker.str();
+    out["attempts"] = attempts;
+    return out;
+  }
+
+  void on_fetch(const std::string& route, Envelope::Reader envelope) {
+    auto fetch = envelope.getFetchBlob();
+    auto digest = wire::digest_of(fetch.getDigest());
+    if (!digest) {
+      return reply_error(route, envelope.getRequestId(), WireCode::MALFORMED, "not a digest");
+    }
+    auto snapshot = store_.snapshot();
+    auto blob = snapshot.blob(*digest);
+    if (!blob) {
+      return reply_error(route, envelope.getRequestId(), WireCode::NOT_FOUND,
+                         "no blob " + digest->str() + " in the coordinator's store");
+    }
+    const std::uint64_t offset = std::min<std::uint64_t>(fetch.getOffset(), blob->size());
+    const std::uint64_t length = std::min<std::uint64_t>(
+        {fetch.getLength(), schema::wire::K_MAX_CHUNK_BYTES, blob->size() - offset});
+    capnp::MallocMessageBuilder message;
+    auto chunk = wire::start(message, envelope.getRequestId()).initBlobChunk();
+    wire::set_digest(chunk.initDigest(), *digest);
+    chunk.setTotalSize(blob->size());
+    chunk.setOffset(offset);
+    chunk.setBytes(
+        capnp::Data::Reader(reinterpret_cast<const capnp::byte*>(blob->data()) + offset, length));
+    reply(route, wire::encode(message));
+  }
+
+  // ---- clients
+
+  void on_find_missing(const std::string& route, Envelope::Reader envelope) {
+    std::vector<Digest> wanted;
+    for (auto d : envelope.getFindMissing().getDigests()) {
+      if (auto digest = wire::digest_of(d)) wanted.push_back(*digest);
+    }
+    auto missing = store_.snapshot().missing_blobs(wanted);
+    capnp::MallocMessageBuilder message;
+    auto list = wire::start(message, envelope.getRequestId())
+                    .initMissing()
+                    .initDigests(static_cast<unsigned>(missing.size()));
+    for (unsigned i = 0; i < missing.size(); ++i) wire::set_digest(list[i], missing[i]);
+    reply(route, wire::encode(message));
+  }
+
+  void on_put_blob(const std::string& route, Envelope::Reader envelope) {
+    auto chunk = envelope.getPutBlob();
+    auto digest = wire::digest_of(chunk.getDigest());
+    const std::uint64_t request = envelope.getRequestId();
+    if (!digest) return reply_error(route, request, WireCode::MALFORMED, "not a digest");
+    if (chunk.getTotalSize() > kMaxUploadBytes) {
+      return reply_error(route, request, WireCode::TOO_LARGE,
+                         "a blob of " + std::to_string(chunk.getTotalSize()) +
+                             " bytes is over the limit of " + std::to_string(kMaxUploadBytes));
+    }
+    Upload& upload = uploads_[{route, *digest}];
+    if (chunk.getOffset() == 0) upload = Upload{chunk.getTotalSize(), {}};
+    auto bytes = chunk.getBytes();
+    if (chunk.getOffset() != upload.bytes.size() || upload.total != chunk.getTotalSize() ||
+        upload.bytes.size() + bytes.size() > upload.total) {
+      uploads_.erase({route, *digest});
+      return reply_error(route, request, WireCode::OUT_OF_ORDER,
+                         "chunks of a blob come in order, from offset 0, within its size");
+    }
+    upload.bytes.append(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
+    if (upload.bytes.size() == upload.total) {
+      const std::string whole = std::move(upload.bytes);
+      uploads_.erase({route, *digest});
+      if (Sha256::of(whole) != *digest) {
+        return reply_error(route, request, WireCode::REFUSED,
+                           "the blob's bytes do not hash to " + digest->str());
+      }
+      store_.put_blob(std::as_bytes(std::span(whole.data(), whole.size())));
+    }
+    reply_ok(route, request);
+  }
+
+  void on_submit(const std::string& route, Envelope::Reader envelope, Instant now) {
+    auto job = envelope.getSubmitJob();
+    const std::uint64_t request = envelope.getRequestId();
+    JobSubmission submission;
+    submission.priority = job.getPriority();
+    submission.name = wire::text(job.getName());
+    std::random_device random;
+    char id[32];
+    std::snprintf(id, sizeof id, "job_%08x%08x", random(), random());
+    submission.id = JobId(id);
+    std::vector<std::string> problems;
+    std::map<std::pair<std::string, std::string>, Digest> segments;
+    std::vector<TrialInput> inputs;
+    auto snapshot = store_.snapshot();
+    for (auto text : job.getSpecs()) {
+      const std::size_t index = inputs.size();
+      auto submitted = parse_submitted(wire::text(text));
+      if (!submitted) {
+        problems.push_back("trial " + std::to_string(index) + ": " + submitted.error());
+        if (problems.size() >= 20) break;
+        continue;
+      }
+      TrialInput input;
+      const auto& spec = submitted->spec;
+      for (const auto* pack : sandbox::packs_in_load_order(spec)) {
+        auto archive = wire::archive_of_root(pack->root_dir);
+        if (!archive || !pack->expected_bundle_hash) {
+          problems.push_back("trial " + std::to_string(index) + ": pack " + pack->root_dir +
+                             " is not a pinned bundle");
+          continue;
+        }
+        if (!snapshot.has_blob(*archive)) {
+          problems.push_back("trial " + std::to_string(index) + ": bundle " + archive->str() +
+                             " was not uploaded");
+        }
+        input.bundles.push_back(*archive);
+      }
+      const auto key = std::make_pair(spec.parent_run_id.str(), spec.at_event.str());
+      auto segment = segments.find(key);
+      if (segment == segments.end()) {
+        auto digest = segment_of(snapshot, spec);
+        if (!digest) {
+          problems.push_back("trial " + std::to_string(index) + ": " + digest.error());
+          continue;
+        }
+        segment = segments.emplace(key, *digest).first;
+      }
+      input.segment = segment->second;
+      ordered_json payload{{"candidate", submitted->candidate},
+                           {"spec", ordered_json::parse(sandbox::to_canonical_json(spec))}};
+      input.payload = payload.dump();
+      inputs.push_back(std::move(input));
+    }
+    if (!problems.empty()) {
+      std::string message = "the job was not submitted:";
+      for (const auto& p : problems) message += "\n  " + p;
+      return reply_error(route, request, WireCode::REFUSED, message);
+    }
+    const std::size_t total = inputs.size();
+    submission.trials = std::move(inputs);
+    auto records = scheduler_.submit(std::move(submission), now);
+    if (!records) return reply_error(route, request, WireCode::REFUSED, records.error().message);
+    for (const auto& record : *records) {
+      if (const auto* submitted = std::get_if<JobSubmitted>(&record)) note_job(*submitted);
+    }
+    keep(std::move(*records));
+    log_(LogLevel::info,
+         std::string("job ") + id + " submitted with " + std::to_string(total) + " trials");
+    capnp::MallocMessageBuilder message;
+    auto accepted = wire::start(message, request).initJobAccepted();
+    accepted.setJob(id);
+    accepted.setTotal(total);
+    reply(route, wire::encode(message));
+  }
+
+  // The blob of the parent's history up to the fork point, stored once.
+  std::expected<Digest, std::string> segment_of(const store::Snapshot& snapshot,
+                                                const sandbox::TrialSpecification& spec) {
+    auto parent = snapshot.run(spec.parent_run_id);
+    if (!parent) return std::unexpected("no run " + spec.parent_run_id.str() + " in the store");
+    auto point = snapshot.find_event(*parent, spec.at_event);
+    if (!point) {
+      return std::unexpected("no event " + spec.at_event.str() + " in the history of run " +
+                             spec.parent_run_id.str());
+    }
+    auto stored = store_.write([&](store::Writer& writer) {
+      return writer.store_segment(spec.parent_run_id, point->seq);
+    });
+    if (!stored) return std::unexpected(stored.error().message);
+    return *stored;
+  }
+
+  ordered_json status_json(const JobStatus& job) const {
+    ordered_json counts = ordered_json::object();
+    for (std::size_t s = 0; s < kTrialStatusCount; ++s) {
+      counts[std::string(trial_status_name(static_cast<TrialStatus>(s)))] = job.counts[s];
+    }
+    ordered_json outcomes = ordered_json::object();
+    for (std::size_t o = 0; o < kOutcomes.size(); ++o) {
+      outcomes[std::string(outcome_name(kOutcomes[o]))] = job.outcomes[o];
+    }
+    return ordered_json{{"job", job.id.str()},
+                        {"name", job.name},
+                        {"priority", job.priority},
+                        {"cancelled", job.cancelled},
+                        {"total", job.trials},
+                        {"done", job.done()},
+                        {"finished", job.finished()},
+                        {"status", counts},
+                        {"outcomes", outcomes},
+                        {"failed_attempts", job.failed_attempts},
+                        {"fenced_reports", job.fenced_reports}};
+  }
+
+  void reply_json(const std::string& route, std::uint64_t request, const ordered_json& doc,
+                  bool workers) {
+    capnp::MallocMessageBuilder message;
+    auto envelope = wire::start(message, request);
+    if (workers) {
+      envelope.initWorkers().setText(doc.dump());
+    } else {
+      envelope.initJobStatus().setText(doc.dump());
+    }
+    reply(route, wire::encode(message));
+  }
+
+  void on_status(const std::string& route, Envelope::Reader envelope) {
+    const std::string job = wire::text(envelope.getStatusRequest().getJob());
+    if (job.empty()) {
+      ordered_json all = ordered_json::array();
+      for (const auto& status : scheduler_.jobs()) all.push_back(status_json(status));
+      return reply_json(route, envelope.getRequestId(), ordered_json{{"jobs", all}}, false);
+    }
+    auto status = scheduler_.job_status(JobId(job));
+    if (!status) {
+      return reply_error(route, envelope.getRequestId(), WireCode::NOT_FOUND, "no job " + job);
+    }
+    reply_json(route, envelope.getRequestId(), status_json(*status), false);
+  }
+
+  void on_cancel(const std::string& route, Envelope::Reader envelope, Instant now) {
+    const JobId job(wire::text(envelope.getCancelJob().getJob()));
+    auto cancelled = scheduler_.cancel(job, now);
+    if (!cancelled) {
+      return reply_error(route, envelope.getRequestId(), WireCode::NOT_FOUND,
+                         cancelled.error().message);
+    }
+    keep(std::move(cancelled->records));
+    std::map<std::string, std::vector<AttemptRef>> stops;
+    for (const auto& running : cancelled->running) {
+      auto worker_route = worker_routes_.find(running.worker);
+      if (worker_route == worker_routes_.end()) continue;
+      stops[worker_route->second].push_back({running.trial, running.attempt});
+    }
+    for (const auto& [worker_route, trials] : stops) send_stop(worker_route, trials);
+    log_(LogLevel::info, "job " + job.str() + " cancelled; " +
+                             std::to_string(cancelled->running.size()) +
+                             " running trials told to stop");
+    reply_json(route, envelope.getRequestId(), status_json(*scheduler_.job_status(job)), false);
+  }
+
+  void on_results(const std::string& route, Envelope::Reader envelope) {
+    auto query = envelope.getResultsRequest();
+    const JobId job(wire::text(query.getJob()));
+    auto status = scheduler_.job_status(job);
+    if (!status) {
+      return reply_error(route, envelope.getRequestId(), WireCode::NOT_FOUND,
+                         "no job " + job.str());
+    }
+    const auto total = static_cast<std::uint32_t>(status->trials);
+    const std::uint32_t from = std::min(query.getAfter(), total);
+    const std::uint32_t limit = std::clamp<std::uint32_t>(query.getLimit(), 1, 2000);
+    const std::uint32_t to = std::min<std::uint64_t>(total, std::uint64_t{from} + limit);
+    capnp::MallocMessageBuilder message;
+    auto results = wire::start(message, envelope.getRequestId()).initResults();
+    auto lines = results.initLines(to - from);
+    const auto& known = results_[job.str()];
+    for (std::uint32_t i = from; i < to; ++i) {
+      auto found = known.find(i);
+      if (found != known.end()) {
+        lines.set(i - from, found->second);
+        continue;
+      }
+      const TrialId trial{job, i};
+      auto state = scheduler_.trial_state(trial);
+      auto submitted = parse_submitted(*scheduler_.payload(trial));
+      ordered_json line =
+          result_json(trial, state->attempt, *submitted, {}, state->worker.value_or(WorkerId("")));
+      line["status"] = std::string(trial_status_name(state->status));
+      line["outcome"] = nullptr;
+      line["exit_code"] = nullptr;
+      line["detail"] = "";
+      for (const auto& reason : state->reasons) {
+        line["detail"] = line["detail"].get<std::string>() +
+                         (line["detail"].get<std::string>().empty() ? "" : "\n") + reason;
+      }
+      line["fork_run_id"] = nullptr;
+      line["events_appended"] = nullptr;
+      line["behavior_failures"] = nullptr;
+      line["duration_ms"] = nullptr;
+      lines.set(i - from, line.dump());
+    }
+    results.setNext(to);
+    results.setTotal(total);
+    reply(route, wire::encode(message));
+  }
+
+  void on_workers(const std::string& route, std::uint64_t request) {
+    ordered_json list = ordered_json::array();
+    for (const auto& w : scheduler_.workers()) {
+      list.push_back({{"worker", w.id.str()},
+                      {"alive", w.alive},
+                      {"slots", w.slots},
+                      {"running", w.running},
+                      {"last_seen", format_timestamp(w.last_seen.time_since_epoch().count())},
+                      {"cached_digests", w.cached_digests}});
+    }
+    reply_json(route, request, ordered_json{{"workers", list}, {"errors_answered", errors_}}, true);
+  }
+
+  const ServerConfig& config_;
+  const sandbox::Cancellation& stop_;
+  const Log& log_;
+  store::EventStore store_;
+  Scheduler scheduler_;
+  zmq::context_t context_;
+  zmq::socket_t socket_;
+  Records pending_;                                          // applied, not yet in the store
+  std::vector<std::pair<std::string, std::string>> outbox_;  // (route, frame), after the commit
+  std::map<std::string, Peer> peers_;                        // by routing id
+  std::map<WorkerId, std::string> worker_routes_;
+  std::map<TrialId, TrialInput> digests_;  // each trial's segment and bundles (no payload)
+  std::map<std::pair<std::string, Digest>, Upload> uploads_;
+  std::map<std::string, std::map<std::uint32_t, std::string>> results_;  // job -> index -> JSON
+  std::string last_result_;
+  std::uint64_t errors_ = 0;
+};
+
+}  // namespace
+
+int run_coordinator(const ServerConfig& config, const sandbox::Cancellation& stop, const Log& log) {
+  Server server(config, stop, log);
+  return server.run();
+}
+
+}  // namespace forktrial::coordinator

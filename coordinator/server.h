@@ -1,0 +1,35 @@
+// The coordinator daemon: the one ROUTER endpoint workers and command-line
+// clients connect to, the scheduler (coordinator/scheduler.h) fed by their
+// messages and the clock, and the authoritative store, where every state
+// change is an orchestration event before any peer hears of it and every
+// trial's report is reconciled in one transaction with its fork.
+//
+// Threads: run_coordinator's thread owns the socket, the scheduler and the
+// store's writes; nothing else runs. A restart on the same store replays the
+// orchestration log and goes on where the last commit left off.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <filesystem>
+#include <string>
+
+#include "base/log.h"
+#include "coordinator/scheduler.h"
+#include "sandbox/cancellation.h"
+
+namespace forktrial::coordinator {
+
+struct ServerConfig {
+  std::filesystem::path store;
+  std::string listen;  // a ZeroMQ endpoint to bind: tcp://0.0.0.0:7600, ipc:///run/ft.sock
+  SchedulerConfig scheduler;
+  std::size_t max_frame_bytes = std::size_t{256} << 20;
+  std::chrono::milliseconds tick{100};  // how often time passes for the scheduler
+};
+
+// Runs until `stop` is cancelled; returns 0, or throws forktrial::Error when
+// the store or the endpoint cannot be opened, or the log does not replay.
+int run_coordinator(const ServerConfig& config, const sandbox::Cancellation& stop, const Log& log);
+
+}  // namespace forktrial::coordinator

@@ -1,0 +1,353 @@
+// The cluster as a user runs it: a real coordinator and real workers, each
+// its own `forktrial` process on an ipc endpoint, and the command line's
+// clients. Every trial that ends must have exactly one reconciled fork in the
+// store, whatever was killed, retried or restarted.
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <set>
+#include <thread>
+#include <zmq.hpp>
+
+#include "schema/wire_codec.h"
+#include "tests/support/temp_dir.h"
+
+extern char** environ;
+
+using forktrial::testing::run_forktrial;
+using forktrial::testing::TempDir;
+using json = nlohmann::json;
+
+namespace {
+
+const std::string kExamples = FORKTRIAL_SOURCE_DIR "/examples";
+
+// A `forktrial` daemon of the test, killed (SIGKILL) and reaped when it goes.
+class Daemon {
+ public:
+  explicit Daemon(std::vector<std::string> args, const std::string& log) {
+    args.insert(args.begin(), FORKTRIAL_BINARY);
+    std::vector<char*> argv;
+    for (auto& arg : args) argv.push_back(arg.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, log.c_str(),
+                                     O_WRONLY | O_CREAT | O_APPEND, 0644);
+    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+    REQUIRE(::posix_spawn(&pid_, FORKTRIAL_BINARY, &actions, nullptr, argv.data(), environ) == 0);
+    posix_spawn_file_actions_destroy(&actions);
+  }
+  ~Daemon() { kill(SIGKILL); }
+  Daemon(const Daemon&) = delete;
+  Daemon& operator=(const Daemon&) = delete;
+
+  void kill(int signal) {
+    if (pid_ <= 0) return;
+    ::kill(pid_, signal);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    pid_ = 0;
+  }
+
+ private:
+  pid_t pid_ = 0;
+};
+
+// A coordinator, workers and a store holding the recorded chat run.
+struct Cluster {
+  TempDir dir;
+  std::string store = (dir.path() / "store").string();
+  std::string endpoint = "ipc://" + (dir.path() / "coordinator.sock").string();
+  std::string log = (dir.path() / "daemons.log").string();
+  std::unique_ptr<Daemon> coordinator;
+  std::vector<std::unique_ptr<Daemon>> workers;
+
+  Cluster() {
+    auto imported = run_forktrial(
+        {"run", "import", kExamples + "/runs/chat.jsonl", "--store", store, "--id", "run_chat"});
+    REQUIRE(imported.exit_code == 0);
+  }
+
+  void start_coordinator(const std::string& lease = "3") {
+    coordinator =
+        std::make_unique<Daemon>(std::vector<std::string>{"coordinator", "--store", store,
+                                                          "--listen", endpoint, "--lease", lease},
+                                 log);
+  }
+  void start_worker(int n, unsigned slots = 1) {
+    workers.push_back(std::make_unique<Daemon>(
+        std::vector<std::string>{"worker", "--connect", endpoint, "--cache",
+                                 (dir.path() / ("cache-" + std::to_string(n))).string(), "--slots",
+                                 std::to_string(slots), "--id", "w" + std::to_string(n)},
+        log));
+  }
+
+  forktrial::testing::CommandResult client(std::vector<std::string> args) {
+    args.insert(args.end(), {"--coordinator", endpoint, "--timeout", "30"});
+    return run_forktrial(std::move(args));
+  }
+
+  // A JSON Lines batch: `per_kind` trials of each of four outcomes.
+  std::string outcome_batch(int per_kind) {
+    auto spec = [](const std::string& pack, const std::string& scenario, int max_events) {
+      return json{{"schema_version", 1},
+                  {"parent_run_id", "run_chat"},
+                  {"at_event", "evt_031"},
+                  {"label", pack},
+                  {"candidate", {{"root_dir", kExamples + "/" + pack}}},
+                  {"extra_packs", json::array()},
+                  {"scenario", scenario},
+                  {"limits", {{"wall_clock_seconds", 20}, {"max_events", max_events}}}}
+          .dump();
+    };
+    std::string text;
+    for (int i = 0; i < per_kind; ++i) {
+      text += spec("packs/greeter", "scenarios/smoke.lua", 2000) + "\n";
+      text += spec("candidates/flaky_replies", "scenarios/check.lua", 2000) + "\n";
+      text += spec("candidates/runaway", "scenarios/start.lua", 200) + "\n";
+      text += spec("candidates/undeclared", "scenarios/main.lua", 2000) + "\n";
+    }
+    return dir.write("batch.jsonl", text).string();
+  }
+
+  std::string submit(const std::string& batch) {
+    auto submitted = client({"submit", batch, "--json"});
+    INFO(submitted.err);
+    REQUIRE(submitted.exit_code == 0);
+    return json::parse(submitted.out)["job"];
+  }
+
+  // Polls until at least `done` trials of the job are done; how many are.
+  std::uint64_t wait_until_done(const std::string& job, std::uint64_t done) {
+    for (int i = 0; i < 1000; ++i) {
+      auto status = client({"status", job, "--json"});
+      if (status.exit_code == 0) {
+        const std::uint64_t now = json::parse(status.out)["done"];
+        if (now >= done) return now;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    FAIL("the job never had " << done << " trials done");
+    return 0;
+  }
+
+  json wait(const std::string& job) {
+    auto waited = client({"wait", job, "--json"});
+    INFO(waited.err);
+    return json::parse(forktrial::testing::lines_of(waited.out).back());
+  }
+
+  std::vector<json> results(const std::string& job) {
+    auto listed = client({"results", job, "--json"});
+    INFO(listed.err);
+    REQUIRE(listed.exit_code == 0);
+    std::vector<json> out;
+    for (const auto& line : forktrial::testing::lines_of(listed.out))
+      out.push_back(json::parse(line));
+    return out;
+  }
+
+  // Every fork of run_chat in the store, by run id.
+  std::map<std::string, json> forks() {
+    auto listed = run_forktrial({"run", "ls", "--store", store, "--json"});
+    REQUIRE(listed.exit_code == 0);
+    std::map<std::string, json> out;
+    for (const auto& run : json::parse(listed.out)) {
+      if (run["parent"].is_object() && run["parent"]["run"] == "run_chat") {
+        out[run["id"]] = run;
+      }
+    }
+    return out;
+  }
+
+  std::string log_text() {
+    std::ifstream in(log);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+};
+
+// Every reconciled result has its fork, with the reported counts, and no
+// fork is left over: one fork per trial.
+void require_exactly_once(Cluster& cluster, const std::vector<json>& results) {
+  auto forks = cluster.forks();
+  std::set<std::string> seen;
+  for (const auto& r : results) {
+    INFO(r.dump());
+    REQUIRE(r["status"] == "reconciled");
+    const std::string fork = r["fork_run_id"];
+    REQUIRE(seen.insert(fork).second);
+    REQUIRE(forks.contains(fork));
+    const std::uint64_t own = forks[fork]["events"].get<std::uint64_t>() - 31;
+    REQUIRE(own == r["events_appended"].get<std::uint64_t>());
+  }
+  CHECK(forks.size() == results.size());
+}
+
+}  // namespace
+
+TEST_CASE("a batch of 200 trials across two workers ends in every outcome, each fork recorded once",
+          "[cluster]") {
+  Cluster cluster;
+  cluster.start_coordinator();
+  cluster.start_worker(1);
+  cluster.start_worker(2);
+  const std::string job = cluster.submit(cluster.outcome_batch(50));
+  const json summary = cluster.wait(job);
+  INFO(summary.dump() << cluster.log_text());
+  CHECK(summary["total"] == 200);
+  CHECK(summary["reconciled"] == 200);
+  CHECK(summary["completed"] == 50);
+  CHECK(summary["scenario_failed"] == 50);
+  CHECK(summary["limits_exceeded"] == 50);
+  CHECK(summary["materialization_failed"] == 50);
+  const auto results = cluster.results(job);
+  REQUIRE(results.size() == 200);
+  require_exactly_once(cluster, results);
+  std::set<std::string> workers;
+  for (const auto& r : results) workers.insert(r["worker"].get<std::string>());
+  CHECK(workers == std::set<std::string>{"w1", "w2"});
+  // The parent run is unchanged.
+  auto shown = run_forktrial({"run", "show", "run_chat", "--store", cluster.store, "--json"});
+  CHECK(json::parse(shown.out)["events"] == 31);
+}
+
+TEST_CASE("a worker killed in the middle of a batch loses nothing and doubles nothing",
+          "[cluster]") {
+  Cluster cluster;
+  cluster.start_coordinator("2");
+  cluster.start_worker(1);
+  cluster.start_worker(2);
+  const std::string job = cluster.submit(cluster.outcome_batch(15));
+  // Killed in the middle: some trials are done, not all.
+  CHECK(cluster.wait_until_done(job, 10) < 60);
+  cluster.workers[0]->kill(SIGKILL);
+  const json summary = cluster.wait(job);
+  INFO(summary.dump() << cluster.log_text());
+  CHECK(summary["reconciled"] == 60);
+  CHECK(summary["abandoned"] == 0);
+  require_exactly_once(cluster, cluster.results(job));
+}
+
+TEST_CASE("a coordinator killed in the middle of a batch restarts from its log and finishes once",
+          "[cluster]") {
+  Cluster cluster;
+  cluster.start_coordinator();
+  cluster.start_worker(1);
+  cluster.start_worker(2);
+  const std::string job = cluster.submit(cluster.outcome_batch(15));
+  CHECK(cluster.wait_until_done(job, 10) < 60);
+  cluster.coordinator->kill(SIGKILL);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  cluster.start_coordinator();
+  const json summary = cluster.wait(job);
+  INFO(summary.dump() << cluster.log_text());
+  CHECK(summary["reconciled"] == 60);
+  CHECK(summary["abandoned"] == 0);
+  require_exactly_once(cluster, cluster.results(job));
+}
+
+TEST_CASE("cancel drops the queued trials of a job and the coordinator says so", "[cluster]") {
+  Cluster cluster;
+  cluster.start_coordinator();
+  const std::string job = cluster.submit(cluster.outcome_batch(5));
+  auto cancelled = cluster.client({"cancel", job, "--json"});
+  INFO(cancelled.err);
+  REQUIRE(cancelled.exit_code == 0);
+  CHECK(json::parse(cancelled.out)["status"]["cancelled"] == 20);
+  cluster.start_worker(1);
+  auto waited = cluster.client({"wait", job, "--json"});
+  CHECK(waited.exit_code == 1);  // cancelled: not every trial was reconciled
+  CHECK(cluster.forks().empty());
+  CHECK(cluster.log_text().find("job " + job + " cancelled") != std::string::npos);
+}
+
+TEST_CASE("malformed and hostile messages are answered with errors and the coordinator carries on",
+          "[cluster]") {
+  Cluster cluster;
+  cluster.start_coordinator();
+  zmq::context_t context;
+  zmq::socket_t peer(context, zmq::socket_type::dealer);
+  peer.set(zmq::sockopt::linger, 0);
+  peer.set(zmq::sockopt::rcvtimeo, 10000);
+  peer.connect(cluster.endpoint);
+  auto answer = [&](const std::string& frame) {
+    peer.send(zmq::buffer(frame), zmq::send_flags::none);
+    zmq::message_t reply;
+    REQUIRE(peer.recv(reply, zmq::recv_flags::none));
+    auto decoded = forktrial::wire::decode(reply.to_string_view());
+    REQUIRE(decoded);
+    REQUIRE(decoded->envelope().which() == forktrial::schema::wire::Envelope::ERROR);
+    return decoded->envelope().getError().getCode();
+  };
+  using Code = forktrial::wire::ErrorCode;
+  std::mt19937 random(7);
+  std::string noise(4096, '\0');
+  for (auto& c : noise) c = static_cast<char>(random());
+  CHECK(answer(noise) == Code::MALFORMED);
+  CHECK(answer("short") == Code::MALFORMED);
+  {
+    capnp::MallocMessageBuilder message;
+    forktrial::wire::start(message, 1).setVersion(99);
+    CHECK(answer(forktrial::wire::encode(message)) == Code::WRONG_VERSION);
+  }
+  {
+    // A report before any hello, for a trial never assigned.
+    capnp::MallocMessageBuilder message;
+    auto ref = forktrial::wire::start(message, 2).initReport().initTrial();
+    ref.setJob("job_none");
+    ref.setIndex(3);
+    ref.setAttempt(1);
+    CHECK(answer(forktrial::wire::encode(message)) == Code::OUT_OF_ORDER);
+  }
+  {
+    // A frame past the coordinator's limit is dropped by ZeroMQ itself; the
+    // coordinator goes on answering.
+    peer.send(zmq::buffer(std::string(std::size_t{300} << 20, 'x')), zmq::send_flags::none);
+  }
+  // Still serving: a real client gets its answers.
+  auto status = cluster.client({"status", "--json"});
+  INFO(status.err);
+  CHECK(status.exit_code == 0);
+  auto workers = cluster.client({"workers", "--json"});
+  CHECK(workers.exit_code == 0);
+  CHECK(json::parse(workers.out)["errors_answered"].get<int>() >= 4);
+}
+
+TEST_CASE("forktrial batch runs a batch file end to end on local workers", "[cluster]") {
+  TempDir dir;
+  const std::string store = (dir.path() / "store").string();
+  REQUIRE(run_forktrial({"run", "import", kExamples + "/runs/chat.jsonl", "--store", store, "--id",
+                         "run_chat"})
+              .exit_code == 0);
+  const auto batch = dir.write("nightly.toml",
+                               "name = \"nightly\"\nrun = \"run_chat\"\n"
+                               "at = [\"evt_009\", \"evt_031\"]\nrepeat = 3\n"
+                               "[limits]\nwall_clock = \"20s\"\n"
+                               "[[candidates]]\npack = \"" +
+                                   kExamples +
+                                   "/packs/chat_echo\"\n"
+                                   "[[scenarios]]\nfile = \"scenarios/replay.lua\"\n");
+  auto ran = run_forktrial({"batch", batch.string(), "--store", store, "--workers", "2", "--json"});
+  INFO(ran.err);
+  REQUIRE(ran.exit_code == 0);
+  const auto lines = forktrial::testing::lines_of(ran.out);
+  REQUIRE(lines.size() == 7);  // six results, then the summary
+  for (std::size_t i = 0; i < 6; ++i) {
+    const json r = json::parse(lines[i]);
+    CHECK(r["outcome"] == "completed");
+    CHECK(r["candidate"] == "chat_echo");
+  }
+  const json summary = json::parse(lines.back());
+  CHECK(summary["reconciled"] == 6);
+  CHECK(summary["completed"] == 6);
+}

@@ -1,0 +1,720 @@
+// `forktrial coordinator | worker | submit | status | wait | cancel | results |
+// workers | batch`: trials sharded over ZeroMQ to workers, and the batch
+// that runs the same thing on this machine alone.
+#include <signal.h>
+#include <spawn.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "coordinator/batch_file.h"
+#include "coordinator/client.h"
+#include "coordinator/server.h"
+#include "pack/bundle_archive.h"
+#include "sandbox/executor.h"
+#include "sandbox/limit_units.h"
+#include "sandbox/trial.h"
+#include "schema/wire_codec.h"
+#include "tools/cli_support.h"
+#include "tools/commands.h"
+#include "tools/stop_signals.h"
+#include "tools/store_access.h"
+#include "tools/terminal.h"
+#include "worker/worker.h"
+
+extern char** environ;
+
+namespace forktrial::tools {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::ordered_json;
+
+constexpr const char* kCoordinatorEnv = "FORKTRIAL_COORDINATOR";
+constexpr const char* kDefaultEndpoint = "tcp://127.0.0.1:7600";
+
+// --log-level and --log-json, shared by the daemons.
+struct LogOptions {
+  std::string level = "info";
+  bool json = false;
+
+  void add_to(CLI::App* cmd) {
+    cmd->add_option("--log-level", level, "debug, info, warn or error")
+        ->check(CLI::IsMember({"debug", "info", "warn", "error"}))
+        ->capture_default_str();
+    cmd->add_flag("--log-json", json, "Log one JSON object per line");
+  }
+
+  // A Log writing to stderr through spdlog. Messages are escaped for JSON
+  // output, so a line is always one object.
+  Log make(const std::string& name) const {
+    auto logger = spdlog::stderr_color_mt(name);
+    logger->set_level(spdlog::level::from_str(level));
+    if (json) {
+      logger->set_pattern(R"({"time":"%Y-%m-%dT%H:%M:%S.%eZ","level":"%l","role":"%n","msg":%v})",
+                          spdlog::pattern_time_type::utc);
+    } else {
+      logger->set_pattern("%Y-%m-%dT%H:%M:%S.%eZ %n %l: %v", spdlog::pattern_time_type::utc);
+    }
+    const bool as_json = json;
+    return [logger, as_json](LogLevel severity, const std::string& text) {
+      const std::string line = as_json ? ordered_json(text).dump() : terminal_text(text);
+      switch (severity) {
+        case LogLevel::debug:
+          logger->debug(line);
+          break;
+        case LogLevel::info:
+          logger->info(line);
+          break;
+        case LogLevel::warn:
+          logger->warn(line);
+          break;
+        case LogLevel::error:
+          logger->error(line);
+          break;
+      }
+    };
+  }
+};
+
+std::string default_endpoint() {
+  const char* env = std::getenv(kCoordinatorEnv);
+  return env != nullptr && *env != '\0' ? env : kDefaultEndpoint;
+}
+
+void add_endpoint(CLI::App* cmd, std::string& endpoint) {
+  endpoint = default_endpoint();
+  cmd->add_option("--coordinator", endpoint,
+                  "The coordinator's endpoint (env FORKTRIAL_COORDINATOR)")
+      ->capture_default_str();
+}
+
+void add_coordinator(CLI::App& app) {
+  auto config = std::make_shared<coordinator::ServerConfig>();
+  auto store = std::make_shared<std::string>(kDefaultStore);
+  auto lease = std::make_shared<double>(30);
+  auto attempts = std::make_shared<unsigned>(3);
+  auto logging = std::make_shared<LogOptions>();
+  config->listen = kDefaultEndpoint;
+  auto* cmd = app.add_subcommand(
+      "coordinator",
+      "Run the coordinator: workers and clients connect to it; trials are scheduled, leased and "
+      "reconciled into its store, where every state change is an event first");
+  cmd->add_option("--store", *store, "The store directory (runs and the orchestration log)")
+      ->capture_default_str()
+      ->envname("FORKTRIAL_STORE");
+  cmd->add_option("--listen", config->listen, "The endpoint to bind")->capture_default_str();
+  cmd->add_option("--lease", *lease, "Seconds a lease lasts without a heartbeat")
+      ->capture_default_str();
+  cmd->add_option("--max-attempts", *attempts, "Attempts of a trial before it is abandoned")
+      ->capture_default_str();
+  logging->add_to(cmd);
+  cmd->footer(examples_footer({
+      "forktrial coordinator --store /srv/ft --listen tcp://0.0.0.0:7600",
+  }));
+  cmd->callback([=] {
+    config->store = *store;
+    config->scheduler.lease_duration =
+        std::chrono::milliseconds(static_cast<std::int64_t>(*lease * 1000));
+    config->scheduler.worker_timeout = config->scheduler.lease_duration;
+    config->scheduler.max_attempts = *attempts;
+    sandbox::Cancellation stop;
+    StopSignals signals(stop);
+    coordinator::run_coordinator(*config, stop, logging->make("coordinator"));
+  });
+}
+
+void add_worker(CLI::App& app) {
+  auto config = std::make_shared<worker::WorkerConfig>();
+  auto cache = std::make_shared<std::string>("./forktrial-cache");
+  auto cache_size = std::make_shared<std::string>("4G");
+  auto logging = std::make_shared<LogOptions>();
+  auto endpoint = std::make_shared<std::string>();
+  auto* cmd = app.add_subcommand(
+      "worker",
+      "Run a worker: it checks that trial children can start here (preflight), joins the "
+      "coordinator, and runs the trials it pulls, one per slot, each in a fresh child");
+  cmd->add_option("--connect", *endpoint, "The coordinator's endpoint (env FORKTRIAL_COORDINATOR)");
+  cmd->add_option("--cache", *cache, "Directory of the blob cache and materialized bundles")
+      ->capture_default_str();
+  cmd->add_option("--cache-size", *cache_size, "The cache's byte cap (e.g. 4G)")
+      ->capture_default_str();
+  cmd->add_option("--slots", config->slots, "Trials run at once")->capture_default_str();
+  cmd->add_option("--id", config->worker_id, "The worker's name (default: host-pid)");
+  logging->add_to(cmd);
+  cmd->footer(examples_footer({
+      "forktrial worker --connect tcp://coord:7600 --cache /var/cache/ft --slots 8",
+  }));
+  cmd->callback([=] {
+    if (endpoint->empty()) *endpoint = default_endpoint();
+    config->coordinator = *endpoint;
+    config->cache_dir = *cache;
+    auto bytes = sandbox::parse_byte_size(*cache_size);
+    if (!bytes) throw CommandFailed("--cache-size: " + bytes.error(), kUsageError);
+    config->cache_bytes = *bytes;
+    if (config->slots == 0) throw CommandFailed("--slots: give at least 1", kUsageError);
+    if (config->worker_id.empty()) {
+      char host[256] = {};
+      ::gethostname(host, sizeof host - 1);
+      config->worker_id = std::string(host) + "-" + std::to_string(::getpid());
+    }
+    const Log log = logging->make("worker");
+    try {
+      config->preflight_warnings = sandbox::preflight();
+    } catch (const std::exception& e) {
+      throw CommandFailed(std::string("this host cannot run trials, so the worker does not "
+                                      "join: ") +
+                          e.what());
+    }
+    for (const auto& warning : config->preflight_warnings) log(LogLevel::warn, warning);
+    const sandbox::LocalSubprocessExecutor executor;
+    ordered_json isolation;
+    for (const auto& [name, guarantee] :
+         {std::pair{"process", executor.isolation().process},
+          {"filesystem", executor.isolation().filesystem},
+          {"network", executor.isolation().network},
+          {"syscalls", executor.isolation().syscalls},
+          {"environment", executor.isolation().environment},
+          {"security_sandbox", executor.isolation().security_sandbox}}) {
+      isolation[name] = {{"provided", guarantee.provided}, {"how", guarantee.how}};
+    }
+    config->isolation = isolation.dump();
+    sandbox::Cancellation stop;
+    StopSignals signals(stop);
+    const int code = worker::run_worker(*config, stop, log);
+    if (code != 0) throw ExitStatus(code);
+  });
+}
+
+// ---- clients
+
+std::string progress_line(const ordered_json& status) {
+  const std::uint64_t total = status["total"];
+  const std::uint64_t done = status["done"];
+  const int width = 30;
+  const int filled = total == 0 ? width : static_cast<int>(width * done / total);
+  std::string bar(static_cast<std::size_t>(filled), '#');
+  bar.resize(width, '.');
+  std::string line = "[" + bar + "] " + std::to_string(done) + "/" + std::to_string(total);
+  for (const auto& [name, count] : status["outcomes"].items()) {
+    if (count.get<std::uint64_t>() > 0) line += "  " + name + " " + count.dump();
+  }
+  const std::uint64_t abandoned = status["status"]["abandoned"];
+  if (abandoned > 0) line += "  abandoned " + std::to_string(abandoned);
+  return line;
+}
+
+// Polls until the job is finished; the final status.
+ordered_json wait_for(coordinator::Client& client, const std::string& job, bool progress) {
+  const bool tty = progress && ::isatty(STDERR_FILENO);
+  for (;;) {
+    ordered_json status = client.status(job);
+    if (tty) std::fprintf(stderr, "\r%s", progress_line(status).c_str());
+    if (status["finished"].get<bool>()) {
+      if (tty) std::fprintf(stderr, "\n");
+      return status;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+ordered_json summary_of(const ordered_json& status) {
+  ordered_json out{{"job", status["job"]}, {"total", status["total"]}};
+  for (const auto& [name, count] : status["status"].items()) out[name] = count;
+  for (const auto& [name, count] : status["outcomes"].items()) out[name] = count;
+  out["cancelled"] = status["cancelled"];
+  return out;
+}
+
+void print_summary(const ordered_json& status, bool json) {
+  if (json) {
+    std::printf("%s\n", summary_of(status).dump().c_str());
+    return;
+  }
+  std::printf("job        %s\n", status["job"].get<std::string>().c_str());
+  std::printf("trials     %s\n", status["total"].dump().c_str());
+  for (const auto& [name, count] : status["status"].items()) {
+    if (count.get<std::uint64_t>() > 0)
+      std::printf("  %-22s %s\n", name.c_str(), count.dump().c_str());
+  }
+  std::printf("outcomes\n");
+  for (const auto& [name, count] : status["outcomes"].items()) {
+    std::printf("  %-22s %s\n", name.c_str(), count.dump().c_str());
+  }
+}
+
+// wait's exit status: 0 when every trial was reconciled.
+int wait_status(const ordered_json& status) {
+  const bool all = status["status"]["reconciled"] == status["total"];
+  return all && !status["cancelled"].get<bool>() ? 0 : 1;
+}
+
+// Uploads what the coordinator lacks and submits the batch.
+coordinator::SubmittedJob submit_batch(coordinator::Client& client,
+                                       const coordinator::Batch& batch) {
+  std::map<std::string, coordinator::BundleBlob> bundles;  // by directory
+  std::map<std::string, std::string> archives;             // digest hex -> bytes
+  for (const auto& pack : batch.packs) {
+    auto archive = pack::archive_pack(pack.root_dir);
+    if (!archive)
+      throw CommandFailed("cannot archive " + pack.root_dir + ": " + archive.error().message);
+    if (archive->bundle_hash != pack.bundle_hash) {
+      throw CommandFailed(pack.root_dir + " changed while the batch was read (it hashed to " +
+                          pack.bundle_hash.str() + ", now " + archive->bundle_hash.str() +
+                          "); submit again");
+    }
+    const Digest digest = Sha256::of(archive->bytes);
+    bundles[pack.root_dir] = {pack.bundle_hash, digest};
+    archives[digest.hex()] = std::move(archive->bytes);
+  }
+  std::vector<Digest> wanted;
+  for (const auto& [dir, bundle] : bundles) wanted.push_back(bundle.archive);
+  for (const auto& digest : client.find_missing(wanted)) {
+    client.put_blob(digest, archives.at(digest.hex()));
+  }
+  std::vector<std::string> trials;
+  trials.reserve(batch.trials.size());
+  for (sandbox::TrialSpecification spec : batch.trials) {
+    const std::string candidate = fs::path(spec.candidate.root_dir).filename().string();
+    for (sandbox::PackSource* pack : [&] {
+           std::vector<sandbox::PackSource*> all{&spec.candidate};
+           for (auto& extra : spec.extra_packs) all.push_back(&extra);
+           return all;
+         }()) {
+      pack->root_dir = wire::bundle_root(bundles.at(pack->root_dir).archive);
+    }
+    trials.push_back(ordered_json{{"candidate", candidate},
+                                  {"spec", ordered_json::parse(sandbox::to_canonical_json(spec))}}
+                         .dump());
+  }
+  std::vector<coordinator::BundleBlob> list;
+  for (const auto& [dir, bundle] : bundles) list.push_back(bundle);
+  return client.submit(batch.name, batch.priority, trials, list);
+}
+
+coordinator::Batch read_batch_or_fail(const std::string& file) {
+  auto batch = coordinator::read_batch_file(file);
+  if (!batch) {
+    std::string message = file + " has " + std::to_string(batch.error().size()) +
+                          (batch.error().size() == 1 ? " problem" : " problems") +
+                          "; nothing was submitted:";
+    for (const auto& problem : batch.error()) message += "\n  " + problem;
+    throw CommandFailed(message, kUsageError);
+  }
+  return std::move(*batch);
+}
+
+// Every result of the job, page by page.
+std::vector<ordered_json> all_results(coordinator::Client& client, const std::string& job) {
+  std::vector<ordered_json> out;
+  std::uint32_t next = 0;
+  for (;;) {
+    auto page = client.results(job, next, 1000);
+    for (const auto& line : page.lines) out.push_back(ordered_json::parse(line));
+    if (page.next >= page.total || page.lines.empty()) break;
+    next = page.next;
+  }
+  return out;
+}
+
+constexpr const char* kResultFields[] = {
+    "trial",     "candidate", "pin",         "scenario",        "at",
+    "status",    "outcome",   "fork_run_id", "events_appended", "behavior_failures",
+    "exit_code", "detail",    "worker",      "attempts",        "duration_ms"};
+
+std::string csv_cell(const ordered_json& value) {
+  std::string text = value.is_string() ? value.get<std::string>()
+                     : value.is_null() ? ""
+                                       : value.dump();
+  if (text.find_first_of(",\"\n") == std::string::npos) return text;
+  std::string quoted = "\"";
+  for (char c : text) quoted += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return quoted + "\"";
+}
+
+void print_results(const std::vector<ordered_json>& results, const std::string& format,
+                   const std::string& by) {
+  if (by == "candidate") {
+    struct Row {
+      std::uint64_t trials = 0;
+      std::map<std::string, std::uint64_t> outcomes;
+    };
+    std::map<std::string, Row> rows;
+    for (const auto& r : results) {
+      Row& row = rows[r["candidate"].get<std::string>()];
+      ++row.trials;
+      row.outcomes[r["outcome"].is_string() ? r["outcome"].get<std::string>()
+                                            : r["status"].get<std::string>()]++;
+    }
+    std::vector<std::pair<std::string, Row>> ranked(rows.begin(), rows.end());
+    auto share = [](const Row& row) {
+      auto it = row.outcomes.find("completed");
+      return row.trials == 0 ? 0.0
+                             : static_cast<double>(it == row.outcomes.end() ? 0 : it->second) /
+                                   static_cast<double>(row.trials);
+    };
+    std::stable_sort(ranked.begin(), ranked.end(), [&](const auto& a, const auto& b) {
+      return share(a.second) > share(b.second);
+    });
+    if (format == "json") {
+      for (const auto& [name, row] : ranked) {
+        ordered_json line{{"candidate", name},
+                          {"trials", row.trials},
+                          {"completed_share", share(row)},
+                          {"outcomes", row.outcomes}};
+        std::printf("%s\n", line.dump().c_str());
+      }
+      return;
+    }
+    std::printf("%-4s %-24s %7s %9s  %s\n", "RANK", "CANDIDATE", "TRIALS", "COMPLETED", "OUTCOMES");
+    int rank = 0;
+    for (const auto& [name, row] : ranked) {
+      std::string outcomes;
+      for (const auto& [outcome, count] : row.outcomes) {
+        outcomes += outcome + " " + std::to_string(count) + "  ";
+      }
+      std::printf("%-4d %-24s %7llu %8.1f%%  %s\n", ++rank, terminal_text(name).c_str(),
+                  static_cast<unsigned long long>(row.trials), 100.0 * share(row),
+                  outcomes.c_str());
+    }
+    return;
+  }
+  if (format == "json") {
+    for (const auto& r : results) std::printf("%s\n", r.dump().c_str());
+    return;
+  }
+  if (format == "csv") {
+    std::string header;
+    for (const char* field : kResultFields)
+      header += std::string(header.empty() ? "" : ",") + field;
+    std::printf("%s\n", header.c_str());
+    for (const auto& r : results) {
+      std::string line;
+      bool first = true;
+      for (const char* field : kResultFields) {
+        line += (first ? "" : ",") + csv_cell(r.contains(field) ? r[field] : ordered_json());
+        first = false;
+      }
+      std::printf("%s\n", line.c_str());
+    }
+    return;
+  }
+  std::printf("%-16s %-16s %-24s %-10s %-22s %6s %8s\n", "TRIAL", "CANDIDATE", "SCENARIO", "AT",
+              "OUTCOME", "EVENTS", "FAILURES");
+  for (const auto& r : results) {
+    auto text = [](const ordered_json& v) {
+      return terminal_text(v.is_string() ? v.get<std::string>() : v.is_null() ? "-" : v.dump());
+    };
+    std::printf("%-16s %-16s %-24s %-10s %-22s %6s %8s\n", text(r["trial"]).c_str(),
+                text(r["candidate"]).c_str(), text(r["scenario"]).c_str(), text(r["at"]).c_str(),
+                (r["outcome"].is_string() ? text(r["outcome"]) : text(r["status"])).c_str(),
+                text(r["events_appended"]).c_str(), text(r["behavior_failures"]).c_str());
+  }
+}
+
+struct ClientOptions {
+  std::string endpoint;
+  double timeout = 10;
+  bool json = false;
+
+  void add_to(CLI::App* cmd) {
+    add_endpoint(cmd, endpoint);
+    cmd->add_option("--timeout", timeout, "Seconds to wait for each answer")->capture_default_str();
+    cmd->add_flag("--json", json, "Print JSON for scripts instead of text");
+  }
+  coordinator::Client connect() const {
+    return coordinator::Client(
+        endpoint, std::chrono::milliseconds(static_cast<std::int64_t>(timeout * 1000)));
+  }
+};
+
+void add_submit(CLI::App& app) {
+  auto o = std::make_shared<ClientOptions>();
+  auto file = std::make_shared<std::string>();
+  auto wait = std::make_shared<bool>(false);
+  auto* cmd = app.add_subcommand(
+      "submit",
+      "Submit a batch file (a TOML matrix or JSON Lines of trial specifications); "
+      "uploads only the bundles the coordinator lacks; prints the job id");
+  cmd->add_option("FILE", *file, "The batch file")->required();
+  cmd->add_flag("--wait", *wait, "Wait for the job, with progress, then print a summary");
+  o->add_to(cmd);
+  cmd->footer(examples_footer({
+      "forktrial submit nightly.toml --coordinator tcp://coord:7600 --wait",
+      "forktrial submit nightly.toml --json            # {\"job\": ID, \"total\": N}",
+  }));
+  cmd->callback([=] {
+    const auto batch = read_batch_or_fail(*file);
+    auto client = o->connect();
+    const auto job = submit_batch(client, batch);
+    if (!*wait) {
+      if (o->json) {
+        std::printf("%s\n", ordered_json{{"job", job.job}, {"total", job.total}}.dump().c_str());
+      } else {
+        std::printf("%s\n", job.job.c_str());
+      }
+      return;
+    }
+    if (!o->json)
+      std::fprintf(stderr, "job %s: %llu trials\n", job.job.c_str(),
+                   static_cast<unsigned long long>(job.total));
+    const auto status = wait_for(client, job.job, true);
+    print_summary(status, o->json);
+    if (const int code = wait_status(status); code != 0) throw ExitStatus(code);
+  });
+}
+
+void add_status(CLI::App& app) {
+  auto o = std::make_shared<ClientOptions>();
+  auto job = std::make_shared<std::string>();
+  auto* cmd = app.add_subcommand("status", "Jobs and their progress (one job with JOB)");
+  cmd->add_option("JOB", *job, "A job id");
+  o->add_to(cmd);
+  cmd->callback([=] {
+    auto client = o->connect();
+    auto status = client.status(*job);
+    if (o->json) {
+      std::printf("%s\n", status.dump().c_str());
+      return;
+    }
+    if (!job->empty()) {
+      std::printf("%s\n", progress_line(status).c_str());
+      return;
+    }
+    std::printf("%-22s %-20s %8s %8s  %s\n", "JOB", "NAME", "TRIALS", "DONE", "PROGRESS");
+    for (const auto& j : status["jobs"]) {
+      std::printf("%-22s %-20s %8s %8s  %s\n", j["job"].get<std::string>().c_str(),
+                  terminal_text(j["name"].get<std::string>()).c_str(), j["total"].dump().c_str(),
+                  j["done"].dump().c_str(), progress_line(j).c_str());
+    }
+  });
+}
+
+void add_wait(CLI::App& app) {
+  auto o = std::make_shared<ClientOptions>();
+  auto job = std::make_shared<std::string>();
+  auto* cmd = app.add_subcommand(
+      "wait",
+      "Wait for a job, with progress; exits 0 when every trial was reconciled, 1 when "
+      "any was abandoned or the job was cancelled");
+  cmd->add_option("JOB", *job, "The job id")->required();
+  o->add_to(cmd);
+  cmd->callback([=] {
+    auto client = o->connect();
+    const auto status = wait_for(client, *job, true);
+    print_summary(status, o->json);
+    if (const int code = wait_status(status); code != 0) throw ExitStatus(code);
+  });
+}
+
+void add_cancel(CLI::App& app) {
+  auto o = std::make_shared<ClientOptions>();
+  auto job = std::make_shared<std::string>();
+  auto* cmd = app.add_subcommand(
+      "cancel", "Cancel a job: queued trials are dropped, running ones killed on their workers");
+  cmd->add_option("JOB", *job, "The job id")->required();
+  o->add_to(cmd);
+  cmd->callback([=] {
+    auto client = o->connect();
+    auto status = client.cancel(*job);
+    if (o->json) {
+      std::printf("%s\n", status.dump().c_str());
+    } else {
+      std::printf("cancelled %s: %s\n", job->c_str(), progress_line(status).c_str());
+    }
+  });
+}
+
+void add_results(CLI::App& app) {
+  auto o = std::make_shared<ClientOptions>();
+  auto job = std::make_shared<std::string>();
+  auto csv = std::make_shared<bool>(false);
+  auto by = std::make_shared<std::string>();
+  auto* cmd = app.add_subcommand(
+      "results",
+      "A job's results, one per trial (--json: JSON Lines; --csv); --by candidate "
+      "ranks candidates by the share of their trials that completed");
+  cmd->add_option("JOB", *job, "The job id")->required();
+  cmd->add_flag("--csv", *csv, "Print CSV");
+  cmd->add_option("--by", *by, "Aggregate: candidate")->check(CLI::IsMember({"candidate"}));
+  o->add_to(cmd);
+  cmd->callback([=] {
+    auto client = o->connect();
+    const auto results = all_results(client, *job);
+    print_results(results, o->json ? "json" : *csv ? "csv" : "text", *by);
+  });
+}
+
+void add_workers(CLI::App& app) {
+  auto o = std::make_shared<ClientOptions>();
+  auto* cmd = app.add_subcommand("workers", "The workers the coordinator knows");
+  o->add_to(cmd);
+  cmd->callback([=] {
+    auto client = o->connect();
+    auto workers = client.workers();
+    if (o->json) {
+      std::printf("%s\n", workers.dump().c_str());
+      return;
+    }
+    std::printf("%-28s %-6s %6s %8s  %s\n", "WORKER", "ALIVE", "SLOTS", "RUNNING", "LAST SEEN");
+    for (const auto& w : workers["workers"]) {
+      std::printf("%-28s %-6s %6s %8s  %s\n", terminal_text(w["worker"].get<std::string>()).c_str(),
+                  w["alive"].get<bool>() ? "yes" : "no", w["slots"].dump().c_str(),
+                  w["running"].dump().c_str(), w["last_seen"].get<std::string>().c_str());
+    }
+  });
+}
+
+// ---- batch: a coordinator and workers as child processes of this one.
+
+class Daemon {
+ public:
+  explicit Daemon(std::vector<std::string> args) {
+    std::vector<char*> argv;
+    for (auto& arg : args) argv.push_back(arg.data());
+    argv.push_back(nullptr);
+    const std::string self = fs::read_symlink("/proc/self/exe").string();
+    if (int rc = ::posix_spawn(&pid_, self.c_str(), nullptr, nullptr, argv.data(), environ);
+        rc != 0) {
+      throw SystemError("posix_spawn(" + self + ")", rc);
+    }
+  }
+  ~Daemon() { stop(); }
+  Daemon(const Daemon&) = delete;
+  Daemon& operator=(const Daemon&) = delete;
+
+  void stop() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGTERM);
+    int status = 0;
+    for (int i = 0; i < 100; ++i) {
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = 0;
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, &status, 0);
+    pid_ = 0;
+  }
+  bool running() {
+    int status = 0;
+    return pid_ > 0 && ::waitpid(pid_, &status, WNOHANG) == 0;
+  }
+
+ private:
+  pid_t pid_ = 0;
+};
+
+void add_batch(CLI::App& app) {
+  auto file = std::make_shared<std::string>();
+  auto store = std::make_shared<std::string>(kDefaultStore);
+  auto workers = std::make_shared<unsigned>(2);
+  auto slots = std::make_shared<unsigned>(1);
+  auto json = std::make_shared<bool>(false);
+  auto by = std::make_shared<std::string>();
+  auto log_level = std::make_shared<std::string>("warn");
+  auto* cmd = app.add_subcommand(
+      "batch",
+      "Run a batch file on this machine alone: a coordinator and N workers as local processes "
+      "(the same code paths as a cluster), then print the results");
+  cmd->add_option("FILE", *file, "The batch file")->required();
+  cmd->add_option("--store", *store, "The store holding the batch's parent run")
+      ->capture_default_str()
+      ->envname("FORKTRIAL_STORE");
+  cmd->add_option("--workers", *workers, "Worker processes")->capture_default_str();
+  cmd->add_option("--slots", *slots, "Slots per worker")->capture_default_str();
+  cmd->add_option("--by", *by, "Aggregate the results: candidate")
+      ->check(CLI::IsMember({"candidate"}));
+  cmd->add_flag("--json", *json, "Results as JSON Lines, then the summary object");
+  cmd->add_option("--log-level", *log_level, "The daemons' log level")->capture_default_str();
+  cmd->footer(examples_footer({
+      "forktrial batch nightly.toml --workers 2",
+      "forktrial batch nightly.toml --by candidate",
+  }));
+  cmd->callback([=] {
+    if (*workers == 0) throw CommandFailed("--workers: give at least 1", kUsageError);
+    const auto batch = read_batch_or_fail(*file);
+    const fs::path scratch =
+        fs::temp_directory_path() / ("forktrial-batch-" + std::to_string(::getpid()));
+    fs::create_directories(scratch);
+    struct Cleanup {
+      fs::path dir;
+      ~Cleanup() {
+        std::error_code ignored;
+        fs::remove_all(dir, ignored);
+      }
+    } cleanup{scratch};
+    const std::string endpoint = "ipc://" + (scratch / "coordinator.sock").string();
+    Daemon coordinator(std::vector<std::string>{"forktrial", "coordinator", "--store", *store,
+                                                "--listen", endpoint, "--log-level", *log_level});
+    std::vector<std::unique_ptr<Daemon>> pool;
+    for (unsigned i = 0; i < *workers; ++i) {
+      pool.push_back(std::make_unique<Daemon>(std::vector<std::string>{
+          "forktrial", "worker", "--connect", endpoint, "--cache",
+          (scratch / ("cache-" + std::to_string(i))).string(), "--slots", std::to_string(*slots),
+          "--id", "local-" + std::to_string(i), "--log-level", *log_level}));
+    }
+    sandbox::Cancellation stop;
+    StopSignals signals(stop);
+    coordinator::Client client(endpoint, std::chrono::seconds(30));
+    client.set_interrupted([&stop] { return stop.cancelled(); });
+    const auto job = submit_batch(client, batch);
+    if (!*json) {
+      std::fprintf(stderr, "batch %s: job %s, %llu trials on %u workers\n", batch.name.c_str(),
+                   job.job.c_str(), static_cast<unsigned long long>(job.total), *workers);
+    }
+    ordered_json status;
+    const bool tty = !*json && ::isatty(STDERR_FILENO);
+    for (;;) {
+      status = client.status(job.job);
+      if (tty) std::fprintf(stderr, "\r%s", progress_line(status).c_str());
+      if (status["finished"].get<bool>() || stop.cancelled()) break;
+      if (!coordinator.running()) throw CommandFailed("the batch's coordinator died");
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (tty) std::fprintf(stderr, "\n");
+    if (stop.cancelled()) {
+      client.cancel(job.job);
+      end_by(stop_signal_received());
+    }
+    const auto results = all_results(client, job.job);
+    print_results(results, *json ? "json" : "text", *by);
+    if (*json) {
+      std::printf("%s\n", summary_of(status).dump().c_str());
+    } else {
+      std::printf("\n");
+      print_summary(status, false);
+    }
+    for (auto& worker : pool) worker->stop();
+    coordinator.stop();
+    if (const int code = wait_status(status); code != 0) throw ExitStatus(code);
+  });
+}
+
+}  // namespace
+
+void add_cluster_commands(CLI::App& app) {
+  add_coordinator(app);
+  add_worker(app);
+  add_submit(app);
+  add_status(app);
+  add_wait(app);
+  add_cancel(app);
+  add_results(app);
+  add_workers(app);
+  add_batch(app);
+}
+
+}  // namespace forktrial::tools
