@@ -409,13 +409,13 @@ void print_results(const std::vector<ordered_json>& results, const std::string& 
     }
     return;
   }
-  std::printf("%-16s %-16s %-24s %-10s %-22s %6s %8s\n", "TRIAL", "CANDIDATE", "SCENARIO", "AT",
+  std::printf("%-26s %-16s %-22s %-9s %-22s %6s %8s\n", "TRIAL", "CANDIDATE", "SCENARIO", "AT",
               "OUTCOME", "EVENTS", "FAILURES");
   for (const auto& r : results) {
     auto text = [](const ordered_json& v) {
       return terminal_text(v.is_string() ? v.get<std::string>() : v.is_null() ? "-" : v.dump());
     };
-    std::printf("%-16s %-16s %-24s %-10s %-22s %6s %8s\n", text(r["trial"]).c_str(),
+    std::printf("%-26s %-16s %-22s %-9s %-22s %6s %8s\n", text(r["trial"]).c_str(),
                 text(r["candidate"]).c_str(), text(r["scenario"]).c_str(), text(r["at"]).c_str(),
                 (r["outcome"].is_string() ? text(r["outcome"]) : text(r["status"])).c_str(),
                 text(r["events_appended"]).c_str(), text(r["behavior_failures"]).c_str());
