@@ -50,7 +50,11 @@ std::expected<SubmittedTrial, std::string> parse_submitted(const std::string& te
   }
   auto spec = sandbox::parse_trial_specification(doc["spec"].dump());
   if (!spec) return std::unexpected(spec.error().front());
-  SubmittedTrial trial{*spec, doc.value("candidate", std::string())};
+  const auto candidate = doc.find("candidate");
+  if (candidate != doc.end() && !candidate->is_string()) {
+    return std::unexpected(std::string("a submitted trial's \"candidate\" is a name (a string)"));
+  }
+  SubmittedTrial trial{*spec, candidate == doc.end() ? "" : candidate->get<std::string>()};
   return trial;
 }
 
@@ -210,6 +214,9 @@ class Server {
     } catch (const kj::Exception& e) {
       reply_error(route, envelope.getRequestId(), WireCode::MALFORMED,
                   std::string("the message cannot be read: ") + e.getDescription().cStr());
+    } catch (const nlohmann::json::exception& e) {
+      reply_error(route, envelope.getRequestId(), WireCode::MALFORMED,
+                  std::string("the message holds JSON that cannot be read: ") + e.what());
     }
     return true;
   }
@@ -372,11 +379,11 @@ class Server {
   }
 
   void ack(const std::string& route, std::uint64_t request, schema::wire::TrialRef::Reader ref,
-           ReportVerdict verdict) {
+           const std::string& verdict) {
     capnp::MallocMessageBuilder message;
     auto out = wire::start(message, request).initReportAck();
     out.setTrial(ref);
-    out.setVerdict(std::string(report_verdict_name(verdict)));
+    out.setVerdict(verdict);
     reply(route, wire::encode(message));
   }
 
@@ -393,7 +400,8 @@ class Server {
     keep(std::move(result.records));
     log_(LogLevel::warn, "trial " + trial.str() + " attempt " +
                              std::to_string(failed.getTrial().getAttempt()) + " failed: " + reason);
-    ack(route, envelope.getRequestId(), failed.getTrial(), result.verdict);
+    ack(route, envelope.getRequestId(), failed.getTrial(),
+        std::string(report_verdict_name(result.verdict)));
   }
 
   void on_report(const std::string& route, const WorkerId& worker, Envelope::Reader envelope,
@@ -409,15 +417,21 @@ class Server {
         log_(LogLevel::info, "fenced a report of " + trial.str() + " attempt " +
                                  std::to_string(attempt) + ": " + judged.reason);
       }
-      return ack(route, envelope.getRequestId(), report.getTrial(), judged.verdict);
+      return ack(route, envelope.getRequestId(), report.getTrial(),
+                 std::string(report_verdict_name(judged.verdict)));
     }
-    reconcile(worker, trial, attempt, report, now);
-    ack(route, envelope.getRequestId(), report.getTrial(), ReportVerdict::accepted);
+    const bool recorded = reconcile(worker, trial, attempt, report, now);
+    // A report the store refused is over too: the attempt failed and the
+    // trial was requeued (or abandoned); the worker has nothing to resend.
+    ack(route, envelope.getRequestId(), report.getTrial(),
+        recorded ? "accepted" : "refused by the store; the attempt failed");
   }
 
   // One store transaction: the fork with the reported delta, the records so
   // far (trial.reported among them), trial.reconciled and the result.
-  void reconcile(const WorkerId& worker, const TrialId& trial, Attempt attempt,
+  // Whether the report is recorded; when the store refused it, the attempt
+  // failed instead.
+  bool reconcile(const WorkerId& worker, const TrialId& trial, Attempt attempt,
                  schema::wire::Report::Reader report, Instant now) {
     auto submitted = parse_submitted(*scheduler_.payload(trial));
     sandbox::TrialVerdict verdict;
@@ -490,12 +504,13 @@ class Server {
                .reconcile_failed(trial, "the store refused the report: " + written.error().message,
                                  now)
                .value_or(Records{}));
-      return;
+      return false;
     }
     pending_.clear();  // written with the fork
     remember_result(last_result_);
     // Applied after the commit; its record is the one written above.
     (void)scheduler_.reconciled(trial, verdict.outcome, now);
+    return true;
   }
 
   ordered_json result_json(const TrialId& trial, Attempt attempts, const SubmittedTrial& submitted,

@@ -1,6 +1,7 @@
 #include "worker/worker.h"
 
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <tbb/global_control.h>
 #include <tbb/task_arena.h>
 #include <unistd.h>
@@ -15,6 +16,7 @@
 #include <random>
 #include <zmq.hpp>
 
+#include "base/unique_fd.h"
 #include "pack/bundle_archive.h"
 #include "schema/wire_codec.h"
 #include "worker/blob_assembly.h"
@@ -58,6 +60,8 @@ struct Trial {
 struct Fetch {
   std::optional<BlobAssembly> assembly;
   bool in_flight = false;
+  std::uint64_t request = 0;                   // of the chunk asked for last
+  std::chrono::steady_clock::time_point sent;  // when it was asked for
 };
 
 // What a slot hands back: the frame to send (a report or a failure).
@@ -149,7 +153,10 @@ class Worker {
       }
       send_finished();
       const auto now = Clock::now();
-      if (welcomed_ && now - last_heartbeat_ >= config_.heartbeat) send_heartbeat();
+      // Well inside the lease, whatever the configured interval.
+      if (welcomed_ && now - last_heartbeat_ >= std::min(config_.heartbeat, lease_ / 3)) {
+        send_heartbeat();
+      }
       if (now - last_heard_ >= config_.coordinator_timeout &&
           now - last_hello_ >= config_.heartbeat) {
         if (welcomed_) log_(LogLevel::warn, "the coordinator is silent; saying hello again");
@@ -173,15 +180,27 @@ class Worker {
 
   void wait_for_input(std::chrono::milliseconds timeout) {
     zmq::pollitem_t items[] = {{socket_.handle(), 0, ZMQ_POLLIN, 0},
-                               {nullptr, stop_.fd(), ZMQ_POLLIN, 0}};
+                               {nullptr, stop_.fd(), ZMQ_POLLIN, 0},
+                               {nullptr, wake_.get(), ZMQ_POLLIN, 0}};
     try {
-      zmq::poll(items, 2, timeout);
+      zmq::poll(items, 3, timeout);
     } catch (const zmq::error_t& e) {
       if (e.num() != EINTR) throw;  // a signal: the loop looks at `stop`
     }
+    std::uint64_t count = 0;
+    while (::read(wake_.get(), &count, sizeof count) == sizeof count) {
+    }
+  }
+
+  // A slot finished a trial: the loop reports it and asks for more at once.
+  void wake() {
+    const std::uint64_t one = 1;
+    [[maybe_unused]] auto written = ::write(wake_.get(), &one, sizeof one);
   }
 
   void say_hello() {
+    work_requested_ = false;
+    for (auto& [digest, fetch] : fetches_) fetch.in_flight = false;
     capnp::MallocMessageBuilder message;
     auto hello = wire::start(message, ++request_id_).initWorkerHello();
     hello.setWorkerId(config_.worker_id);
@@ -266,6 +285,13 @@ class Worker {
           exit_code_ = 1;
           return;
         }
+        for (auto& [digest, fetch] : fetches_) {
+          if (fetch.in_flight && fetch.request == envelope.getRequestId()) {
+            const Digest failed = digest;
+            fail_fetch(failed, message);
+            return;
+          }
+        }
         log_(LogLevel::warn, "the coordinator answered with an error: " + message);
         work_requested_ = false;
         return;
@@ -305,8 +331,11 @@ class Worker {
   }
 
   void request_fetches() {
+    const auto now = Clock::now();
     for (auto& [digest, fetch] : fetches_) {
-      if (fetch.in_flight) continue;
+      // A chunk not answered in time was lost (or the coordinator
+      // restarted): ask again; a late answer still counts.
+      if (fetch.in_flight && now - fetch.sent < config_.coordinator_timeout) continue;
       capnp::MallocMessageBuilder message;
       auto request = wire::start(message, ++request_id_).initFetchBlob();
       wire::set_digest(request.initDigest(), digest);
@@ -315,6 +344,8 @@ class Worker {
       request.setLength(schema::wire::K_MAX_CHUNK_BYTES);
       send(wire::encode(message));
       fetch.in_flight = true;
+      fetch.request = request_id_;
+      fetch.sent = now;
     }
   }
 
@@ -418,6 +449,7 @@ class Worker {
     finished_.push_back({trial.key, std::move(frame)});
     --in_slots_;
     idle_.notify_all();
+    wake();
   }
 
   void finished_frame(const AttemptKey& key, std::string frame) {
@@ -450,7 +482,12 @@ class Worker {
   }
 
   void ask_for_work() {
-    if (!welcomed_ || work_requested_ || Clock::now() < next_request_) return;
+    const auto now = Clock::now();
+    // An offer of slots not answered in time was lost: offer again.
+    if (work_requested_ && now - work_requested_at_ >= config_.coordinator_timeout) {
+      work_requested_ = false;
+    }
+    if (!welcomed_ || work_requested_ || now < next_request_) return;
     const std::size_t busy = trials_.size();
     if (busy >= config_.slots) return;
     capnp::MallocMessageBuilder message;
@@ -459,6 +496,7 @@ class Worker {
         .setFreeSlots(static_cast<std::uint32_t>(config_.slots - busy));
     send(wire::encode(message));
     work_requested_ = true;
+    work_requested_at_ = now;
   }
 
   const WorkerConfig& config_;
@@ -467,12 +505,14 @@ class Worker {
   BlobCache cache_;
   zmq::context_t context_;
   zmq::socket_t socket_;
+  UniqueFd wake_{::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)};  // written by slots
   tbb::global_control parallelism_;
   tbb::task_arena arena_;
   int exit_code_ = -1;
   std::uint64_t request_id_ = 0;
   bool welcomed_ = false;
   bool work_requested_ = false;
+  Clock::time_point work_requested_at_ = Clock::now();
   std::chrono::milliseconds lease_{30000};
   Clock::time_point last_heard_ = Clock::now();
   Clock::time_point last_hello_ = Clock::now();

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -34,7 +35,13 @@ const std::string kExamples = FORKTRIAL_SOURCE_DIR "/examples";
 // A `forktrial` daemon of the test, killed (SIGKILL) and reaped when it goes.
 class Daemon {
  public:
-  explicit Daemon(std::vector<std::string> args, const std::string& log) {
+  Daemon(std::vector<std::string> args, const std::string& log,
+         std::vector<std::string> extra_env = {}) {
+    std::vector<std::string> env_text(extra_env);
+    for (char** e = environ; *e != nullptr; ++e) env_text.emplace_back(*e);
+    std::vector<char*> envp;
+    for (auto& e : env_text) envp.push_back(e.data());
+    envp.push_back(nullptr);
     args.insert(args.begin(), FORKTRIAL_BINARY);
     std::vector<char*> argv;
     for (auto& arg : args) argv.push_back(arg.data());
@@ -44,7 +51,8 @@ class Daemon {
     posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, log.c_str(),
                                      O_WRONLY | O_CREAT | O_APPEND, 0644);
     posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
-    REQUIRE(::posix_spawn(&pid_, FORKTRIAL_BINARY, &actions, nullptr, argv.data(), environ) == 0);
+    REQUIRE(::posix_spawn(&pid_, FORKTRIAL_BINARY, &actions, nullptr, argv.data(), envp.data()) ==
+            0);
     posix_spawn_file_actions_destroy(&actions);
   }
   ~Daemon() { kill(SIGKILL); }
@@ -84,12 +92,12 @@ struct Cluster {
                                                           "--listen", endpoint, "--lease", lease},
                                  log);
   }
-  void start_worker(int n, unsigned slots = 1) {
+  void start_worker(int n, unsigned slots = 1, std::vector<std::string> env = {}) {
     workers.push_back(std::make_unique<Daemon>(
         std::vector<std::string>{"worker", "--connect", endpoint, "--cache",
                                  (dir.path() / ("cache-" + std::to_string(n))).string(), "--slots",
                                  std::to_string(slots), "--id", "w" + std::to_string(n)},
-        log));
+        log, std::move(env)));
   }
 
   forktrial::testing::CommandResult client(std::vector<std::string> args) {
@@ -168,6 +176,11 @@ struct Cluster {
       }
     }
     return out;
+  }
+
+  std::string read(const std::string& path) {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
   }
 
   std::string log_text() {
@@ -256,6 +269,36 @@ TEST_CASE("a coordinator killed in the middle of a batch restarts from its log a
   require_exactly_once(cluster, cluster.results(job));
 }
 
+TEST_CASE("a trial that kills its worker every time is abandoned after the attempt cap",
+          "[cluster]") {
+  Cluster cluster;
+  // A trial child that kills the worker running it (its parent); it lets
+  // the worker's start-up probe through, so the worker joins.
+  const auto child = cluster.dir.write("killer.sh",
+                                       "#!/bin/sh\n"
+                                       "job=$(cat)\n"
+                                       "case \"$job\" in *'\"preflight\":true'*) exec " +
+                                           std::string(FORKTRIAL_CHILD_FOR_TESTS) +
+                                           " <<END\n$job\nEND\n;; esac\n"
+                                           "kill -9 $PPID\n");
+  ::chmod(child.c_str(), 0755);
+  cluster.start_coordinator("1");
+  for (int n = 1; n <= 3; ++n) cluster.start_worker(n, 1, {"FORKTRIAL_CHILD=" + child.string()});
+  // One trial: the greeter's smoke test.
+  const auto one = cluster.dir.write(
+      "one.jsonl", forktrial::testing::lines_of(cluster.read(cluster.outcome_batch(1)))[0] + "\n");
+  const std::string job = cluster.submit(one.string());
+  auto waited = cluster.client({"wait", job, "--json"});
+  INFO(waited.out << waited.err << cluster.log_text());
+  CHECK(waited.exit_code == 1);
+  const auto results = cluster.results(job);
+  REQUIRE(results.size() == 1);
+  CHECK(results[0]["status"] == "abandoned");
+  CHECK(results[0]["attempts"] == 3);
+  CHECK(forktrial::testing::lines_of(results[0]["detail"].get<std::string>()).size() == 3);
+  CHECK(cluster.forks().empty());
+}
+
 TEST_CASE("cancel drops the queued trials of a job and the coordinator says so", "[cluster]") {
   Cluster cluster;
   cluster.start_coordinator();
@@ -308,6 +351,29 @@ TEST_CASE("malformed and hostile messages are answered with errors and the coord
     ref.setIndex(3);
     ref.setAttempt(1);
     CHECK(answer(forktrial::wire::encode(message)) == Code::OUT_OF_ORDER);
+  }
+  {
+    // A client whose submitted trial names its candidate with a number.
+    capnp::MallocMessageBuilder hello;
+    forktrial::wire::start(hello, 3).setClientHello();
+    peer.send(zmq::buffer(forktrial::wire::encode(hello)), zmq::send_flags::none);
+    zmq::message_t ok;
+    REQUIRE(peer.recv(ok, zmq::recv_flags::none));
+    capnp::MallocMessageBuilder message;
+    auto specs = forktrial::wire::start(message, 4).initSubmitJob().initSpecs(1);
+    specs.set(0, R"({"candidate": 5, "spec": {"schema_version": 1, "parent_run_id": "run_chat",)"
+                 R"( "at_event": "evt_031", "label": "x", "candidate": {"root_dir": "bundle:)" +
+                     std::string(64, 'a') +
+                     R"("}, "extra_packs": [], "scenario": "", "limits": {}}})");
+    peer.send(zmq::buffer(forktrial::wire::encode(message)), zmq::send_flags::none);
+    zmq::message_t reply;
+    REQUIRE(peer.recv(reply, zmq::recv_flags::none));
+    auto decoded = forktrial::wire::decode(reply.to_string_view());
+    REQUIRE(decoded);
+    REQUIRE(decoded->envelope().which() == forktrial::schema::wire::Envelope::ERROR);
+    CHECK(forktrial::wire::text(decoded->envelope().getError().getMessage()) ==
+          "the job was not submitted:\n  trial 0: a submitted trial's \"candidate\" is a name (a "
+          "string)");
   }
   {
     // A frame past the coordinator's limit is dropped by ZeroMQ itself; the
