@@ -299,6 +299,43 @@ TEST_CASE("a trial that kills its worker every time is abandoned after the attem
   CHECK(cluster.forks().empty());
 }
 
+TEST_CASE("a bundle damaged in a worker's cache is never run and is fetched again", "[cluster]") {
+  Cluster cluster;
+  cluster.start_coordinator("2");
+  cluster.start_worker(1);
+  const std::string batch = cluster.outcome_batch(1);
+  const std::string first = cluster.submit(batch);
+  CHECK(cluster.wait(first)["reconciled"] == 4);
+  cluster.workers[0]->kill(SIGTERM);
+  // Damage every cached pack archive in place: the bytes after its magic.
+  const auto data = cluster.dir.path() / "cache-1" / "blobs" / "data.mdb";
+  std::string bytes = cluster.read(data.string());
+  const std::string magic("FTPACK\0\x01", 8);
+  std::size_t damaged = 0;
+  for (auto at = bytes.find(magic); at != std::string::npos; at = bytes.find(magic, at + 1)) {
+    bytes[at + 20] = static_cast<char>(bytes[at + 20] ^ 0x5a);
+    ++damaged;
+  }
+  REQUIRE(damaged >= 4);
+  std::ofstream(data, std::ios::binary | std::ios::trunc) << bytes;
+  cluster.start_worker(1);
+  const std::string second = cluster.submit(batch);
+  const json summary = cluster.wait(second);
+  INFO(summary.dump() << cluster.log_text());
+  CHECK(summary["reconciled"] == 4);
+  CHECK(summary["abandoned"] == 0);
+  const auto results = cluster.results(second);
+  REQUIRE(results.size() == 4);
+  int retried = 0;
+  for (const auto& r : results) retried += r["attempts"].get<int>() > 1 ? 1 : 0;
+  CHECK(retried > 0);  // each damaged bundle cost its trial one attempt
+  // The outcomes are those of undamaged bundles.
+  std::multiset<std::string> outcomes;
+  for (const auto& r : results) outcomes.insert(r["outcome"].get<std::string>());
+  CHECK(outcomes == std::multiset<std::string>{"completed", "limits_exceeded",
+                                               "materialization_failed", "scenario_failed"});
+}
+
 TEST_CASE("cancel drops the queued trials of a job and the coordinator says so", "[cluster]") {
   Cluster cluster;
   cluster.start_coordinator();
