@@ -481,6 +481,12 @@ class Server {
         result["behavior_failures_after_fork"] =
             writer.events_of_type(*run, "behavior.failed", fork_seq).size();
         result["duration_ms"] = report.getDurationMillis();
+        // The store is the record: say when the child claimed otherwise.
+        std::string detail = result["detail"];
+        sandbox::append_detail_line(
+            detail, sandbox::claim_disagreement(v, result["events_appended"],
+                                                result["behavior_failures_after_fork"]));
+        result["detail"] = detail;
         store::NewEvent event;
         event.type = kResultType;
         event.payload = result.dump();

@@ -137,6 +137,22 @@ TrialVerdict without_delta(TrialVerdict verdict, const std::string& why) {
   return verdict;
 }
 
+std::string claim_disagreement(const TrialVerdict& verdict, std::uint64_t events_appended,
+                               std::uint64_t failures_after_fork) {
+  if (!verdict.claimed_events || !verdict.claimed_failures) return "";
+  const std::uint64_t parent_events = verdict.wall_clock_killed ? 1 : 0;
+  const std::uint64_t stored_child_events = events_appended - parent_events;
+  if (*verdict.claimed_events == stored_child_events &&
+      *verdict.claimed_failures == failures_after_fork) {
+    return "";
+  }
+  return "the child's tail claimed " + std::to_string(*verdict.claimed_events) +
+         " events appended and " + std::to_string(*verdict.claimed_failures) +
+         " behavior failures after the fork point, but the store holds " +
+         std::to_string(stored_child_events) + " and " + std::to_string(failures_after_fork) +
+         "; the store's numbers are reported";
+}
+
 TrialReport report_from_store(const store::Snapshot& snapshot, const store::RunId& fork_id,
                               std::uint64_t fork_seq, const TrialVerdict& verdict) {
   TrialReport report;
@@ -155,20 +171,8 @@ TrialReport report_from_store(const store::Snapshot& snapshot, const store::RunI
       snapshot.events_of_type(*fork, kBehaviorFailed, fork_seq).size();
 
   // The child's claim is a signal only: say when it disagrees with the store.
-  if (verdict.claimed_events && verdict.claimed_failures) {
-    const std::uint64_t parent_events = verdict.wall_clock_killed ? 1 : 0;
-    const std::uint64_t stored_child_events = report.events_appended - parent_events;
-    if (*verdict.claimed_events != stored_child_events ||
-        *verdict.claimed_failures != report.behavior_failures_after_fork) {
-      append_detail_line(report.detail,
-                         "the child's tail claimed " + std::to_string(*verdict.claimed_events) +
-                             " events appended and " + std::to_string(*verdict.claimed_failures) +
-                             " behavior failures after the fork point, but the store holds " +
-                             std::to_string(stored_child_events) + " and " +
-                             std::to_string(report.behavior_failures_after_fork) +
-                             "; the store's numbers are reported");
-    }
-  }
+  append_detail_line(report.detail, claim_disagreement(verdict, report.events_appended,
+                                                       report.behavior_failures_after_fork));
   return report;
 }
 

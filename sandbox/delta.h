@@ -68,6 +68,13 @@ store::Result<std::uint64_t> record_trial(store::Writer& writer, const TrialSpec
 // recorded without it, and unless a net stopped the child, it crashed.
 TrialVerdict without_delta(TrialVerdict verdict, const std::string& why);
 
+// The line saying that the child's claim (the verdict's) disagrees with what
+// the store holds for the fork (events appended after the fork point, the
+// parent's wall-clock record included, and behavior.failed among them), or
+// "" when it agrees or there is no claim.
+std::string claim_disagreement(const TrialVerdict& verdict, std::uint64_t events_appended,
+                               std::uint64_t failures_after_fork);
+
 // The report, its numbers read from the recorded fork (the store is the
 // record), the verdict's outcome and detail, and a line saying when the
 // child's claim disagreed with the store.

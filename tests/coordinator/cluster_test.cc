@@ -336,6 +336,35 @@ TEST_CASE("a bundle damaged in a worker's cache is never run and is fetched agai
                                                "materialization_failed", "scenario_failed"});
 }
 
+TEST_CASE("the store wins when a child's claim disagrees, on the cluster as on one machine",
+          "[cluster]") {
+  Cluster cluster;
+  // Trial children that claim seven events more than they wrote
+  // (tests/sandbox/hostile_child.cc); the start-up probe gets the real one.
+  const auto child =
+      cluster.dir.write("misreport.sh",
+                        "#!/bin/sh\n"
+                        "job=$(cat)\n"
+                        "case \"$job\" in *'\"preflight\":true'*) exec " +
+                            std::string(FORKTRIAL_CHILD_FOR_TESTS) +
+                            " <<END\n$job\nEND\n;; esac\n"
+                            "FORKTRIAL_HOSTILE=misreport exec " +
+                            std::string(FORKTRIAL_HOSTILE_CHILD) + " <<END\n$job\nEND\n");
+  ::chmod(child.c_str(), 0755);
+  cluster.start_coordinator();
+  cluster.start_worker(1, 1, {"FORKTRIAL_CHILD=" + child.string()});
+  const auto one = cluster.dir.write(
+      "one.jsonl", forktrial::testing::lines_of(cluster.read(cluster.outcome_batch(1)))[0] + "\n");
+  const std::string job = cluster.submit(one.string());
+  CHECK(cluster.wait(job)["reconciled"] == 1);
+  const auto results = cluster.results(job);
+  REQUIRE(results.size() == 1);
+  INFO(results[0].dump());
+  CHECK(results[0]["events_appended"] == 2);
+  CHECK(results[0]["detail"].get<std::string>().find(
+            "the child's tail claimed 9 events appended") != std::string::npos);
+}
+
 TEST_CASE("cancel drops the queued trials of a job and the coordinator says so", "[cluster]") {
   Cluster cluster;
   cluster.start_coordinator();
