@@ -289,19 +289,29 @@ class Server {
     for (auto digest : hello.getCached()) {
       if (auto d = wire::digest_of(digest)) input.cached.push_back(*d);
     }
-    auto joined = scheduler_.worker_joined(input, now);
-    if (!joined) {
-      return reply_error(route, envelope.getRequestId(), WireCode::REFUSED, joined.error().message);
+    // A live worker this process has not heard from yet is one that was
+    // connected before this coordinator restarted: it keeps the leases
+    // `recover` renewed, and its next heartbeat says which it still runs.
+    // Otherwise a hello starts a new incarnation, ending the old one's.
+    const auto known = scheduler_.worker_status(input.id);
+    const bool reconnected = known && known->alive && !worker_routes_.contains(input.id);
+    if (!reconnected) {
+      auto joined = scheduler_.worker_joined(input, now);
+      if (!joined) {
+        return reply_error(route, envelope.getRequestId(), WireCode::REFUSED,
+                           joined.error().message);
+      }
+      keep(std::move(*joined));
     }
-    keep(std::move(*joined));
     // A worker that joins again from a new connection leaves its old one.
     if (auto old = worker_routes_.find(input.id); old != worker_routes_.end()) {
       peers_.erase(old->second);
     }
     peers_[route] = Peer{Peer::Role::worker, input.id};
     worker_routes_[input.id] = route;
-    log_(LogLevel::info,
-         "worker " + input.id.str() + " joined with " + std::to_string(input.slots) + " slots");
+    log_(LogLevel::info, "worker " + input.id.str() +
+                             (reconnected ? " reconnected, keeping its leases," : " joined") +
+                             " with " + std::to_string(input.slots) + " slots");
     for (auto warning : hello.getWarnings()) {
       log_(LogLevel::warn, "worker " + input.id.str() + ": " + wire::text(warning));
     }

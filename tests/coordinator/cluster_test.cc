@@ -266,6 +266,9 @@ TEST_CASE("a coordinator killed in the middle of a batch restarts from its log a
   INFO(summary.dump() << cluster.log_text());
   CHECK(summary["reconciled"] == 60);
   CHECK(summary["abandoned"] == 0);
+  // The workers came back to the restarted coordinator with their leases,
+  // so what they were running reported into it instead of being redone.
+  CHECK(cluster.log_text().find("reconnected, keeping its leases") != std::string::npos);
   require_exactly_once(cluster, cluster.results(job));
 }
 
