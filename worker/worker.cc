@@ -304,6 +304,9 @@ class Worker {
   void accept(schema::wire::Assignment::Reader assignment) {
     Trial trial;
     trial.key = key_of(assignment.getTrial());
+    // An attempt this worker already holds (an assignment sent again) is
+    // not started twice; a slot may be reading the one held.
+    if (trials_.contains(trial.key)) return;
     trial.spec = wire::text(assignment.getSpec());
     trial.fork_run_id = wire::text(assignment.getForkRunId());
     auto segment = wire::digest_of(assignment.getSegment());
