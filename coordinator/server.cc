@@ -63,6 +63,12 @@ struct Peer {
   WorkerId worker;
 };
 
+// What a worker's hello said of its host.
+struct WorkerInfo {
+  std::vector<std::string> warnings;  // degraded nets, from its preflight
+  ordered_json isolation;             // its guarantees
+};
+
 struct Upload {
   std::uint64_t total = 0;
   std::string bytes;
@@ -312,9 +318,14 @@ class Server {
     log_(LogLevel::info, "worker " + input.id.str() +
                              (reconnected ? " reconnected, keeping its leases," : " joined") +
                              " with " + std::to_string(input.slots) + " slots");
+    WorkerInfo& info = worker_info_[input.id];
+    info.warnings.clear();
     for (auto warning : hello.getWarnings()) {
-      log_(LogLevel::warn, "worker " + input.id.str() + ": " + wire::text(warning));
+      info.warnings.push_back(wire::text(warning));
+      log_(LogLevel::warn, "worker " + input.id.str() + ": " + info.warnings.back());
     }
+    info.isolation = ordered_json::parse(wire::text(hello.getIsolation()), nullptr, false);
+    if (info.isolation.is_discarded()) info.isolation = nullptr;
     capnp::MallocMessageBuilder message;
     wire::start(message, envelope.getRequestId())
         .initWelcome()
@@ -840,6 +851,11 @@ class Server {
                       {"running", w.running},
                       {"last_seen", format_timestamp(w.last_seen.time_since_epoch().count())},
                       {"cached_digests", w.cached_digests}});
+      // What its hello said of its host, when this process heard it.
+      if (auto info = worker_info_.find(w.id); info != worker_info_.end()) {
+        list.back()["degraded_nets"] = info->second.warnings;
+        list.back()["isolation"] = info->second.isolation;
+      }
     }
     reply_json(route, request, ordered_json{{"workers", list}, {"errors_answered", errors_}}, true);
   }
@@ -855,6 +871,7 @@ class Server {
   std::vector<std::pair<std::string, std::string>> outbox_;  // (route, frame), after the commit
   std::map<std::string, Peer> peers_;                        // by routing id
   std::map<WorkerId, std::string> worker_routes_;
+  std::map<WorkerId, WorkerInfo> worker_info_;
   std::map<TrialId, TrialInput> digests_;  // each trial's segment and bundles (no payload)
   std::map<std::pair<std::string, Digest>, Upload> uploads_;
   std::map<std::string, std::map<std::uint32_t, std::string>> results_;  // job -> index -> JSON

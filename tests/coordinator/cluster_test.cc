@@ -229,6 +229,13 @@ TEST_CASE("a batch of 200 trials across two workers ends in every outcome, each 
   std::set<std::string> workers;
   for (const auto& r : results) workers.insert(r["worker"].get<std::string>());
   CHECK(workers == std::set<std::string>{"w1", "w2"});
+  // Each worker's hello told what protects its trials.
+  const json known = json::parse(cluster.client({"workers", "--json"}).out);
+  REQUIRE(known["workers"].size() == 2);
+  for (const auto& w : known["workers"]) {
+    CHECK(w["isolation"]["process"]["provided"] == true);
+    CHECK(w["degraded_nets"].is_array());
+  }
   // The parent run is unchanged.
   auto shown = run_forktrial({"run", "show", "run_chat", "--store", cluster.store, "--json"});
   CHECK(json::parse(shown.out)["events"] == 31);
