@@ -143,6 +143,15 @@ class Worker {
                                               "/" + std::to_string(random()));
     socket_.set(zmq::sockopt::linger, 0);
     socket_.connect(config.coordinator);
+    // Trials' scratch stores live in the cache directory, which this worker
+    // holds alone (the cache's lock): what a killed worker left there is
+    // stale and goes now, while the cache itself survives the restart.
+    child_ = config.child;
+    if (child_.scratch_parent.empty()) {
+      child_.scratch_parent = config.cache_dir / "scratch";
+      std::filesystem::remove_all(child_.scratch_parent);
+      std::filesystem::create_directories(child_.scratch_parent);
+    }
   }
 
   int run() {
@@ -435,7 +444,7 @@ class Worker {
       }
       auto segment = cache_.get(trial.segment);
       if (!segment) throw std::runtime_error("segment " + trial.segment.str() + " left the cache");
-      sandbox::ChildOptions options = config_.child;
+      sandbox::ChildOptions options = child_;
       options.cancellation = trial.cancel.get();
       const auto bytes = std::as_bytes(std::span(segment->data(), segment->size()));
       auto executed =
@@ -506,6 +515,7 @@ class Worker {
   const sandbox::Cancellation& stop_;
   const Log& log_;
   BlobCache cache_;
+  sandbox::ChildOptions child_;  // config_.child, with the scratch directory
   zmq::context_t context_;
   zmq::socket_t socket_;
   UniqueFd wake_{::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)};  // written by slots
