@@ -1,5 +1,7 @@
 #include "coordinator/server.h"
 
+#include <malloc.h>
+
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -106,6 +108,12 @@ class Server {
       }
       keep(scheduler_.tick(now));
       flush();
+      if (trim_) {
+        // A submission's message, its parse and its record are freed now:
+        // give the memory back rather than keep it as the high water.
+        ::malloc_trim(0);
+        trim_ = false;
+      }
     }
     log_(LogLevel::info, "coordinator stopping");
     return 0;
@@ -173,6 +181,7 @@ class Server {
                   "the orchestration log does not replay: " + read.error());
     keep(scheduler_.recover(clock_now()));
     flush();
+    ::malloc_trim(0);  // the log's text, read and decoded, is garbage now
     if (records > 0) {
       log_(LogLevel::info, "replayed " + std::to_string(records) + " orchestration records");
     }
@@ -701,6 +710,7 @@ class Server {
       if (const auto* submitted = std::get_if<JobSubmitted>(&record)) note_job(*submitted);
     }
     keep(std::move(*records));
+    trim_ = true;
     log_(LogLevel::info,
          std::string("job ") + id + " submitted with " + std::to_string(total) + " trials");
     capnp::MallocMessageBuilder message;
@@ -877,6 +887,7 @@ class Server {
   std::map<std::string, std::map<std::uint32_t, std::string>> results_;  // job -> index -> JSON
   std::string last_result_;
   std::uint64_t errors_ = 0;
+  bool trim_ = false;  // a submission was handled this turn
 };
 
 }  // namespace
