@@ -11,6 +11,7 @@
 
 #include "base/timestamp.h"
 #include "coordinator/orchestration_log.h"
+#include "pack/bundle_archive.h"
 #include "sandbox/delta.h"
 #include "sandbox/trial_types.h"
 #include "schema/wire_codec.h"
@@ -657,6 +658,7 @@ class Server {
     std::vector<std::string> problems;
     std::map<std::pair<std::string, std::string>, Digest> segments;
     std::vector<TrialInput> inputs;
+    std::map<std::pair<Digest, Digest>, std::optional<std::string>> checked_bundles;
     auto snapshot = store_.snapshot();
     for (auto text : job.getSpecs()) {
       const std::size_t index = inputs.size();
@@ -675,9 +677,9 @@ class Server {
                              " is not a pinned bundle");
           continue;
         }
-        if (!snapshot.has_blob(*archive)) {
-          problems.push_back("trial " + std::to_string(index) + ": bundle " + archive->str() +
-                             " was not uploaded");
+        if (auto problem =
+                bundle_problem(snapshot, *archive, *pack->expected_bundle_hash, checked_bundles)) {
+          problems.push_back("trial " + std::to_string(index) + ": " + *problem);
         }
         input.bundles.push_back(*archive);
       }
@@ -718,6 +720,32 @@ class Server {
     accepted.setJob(id);
     accepted.setTotal(total);
     reply(route, wire::encode(message));
+  }
+
+  // Why the archive blob `archive` cannot stand for a pack pinned to `pin`:
+  // not uploaded, not an archive, or holding a tree of another bundle hash.
+  // Each (archive, pin) is read once per submission.
+  static std::optional<std::string> bundle_problem(
+      const store::Snapshot& snapshot, const Digest& archive, const Digest& pin,
+      std::map<std::pair<Digest, Digest>, std::optional<std::string>>& checked) {
+    const auto key = std::make_pair(archive, pin);
+    if (auto done = checked.find(key); done != checked.end()) return done->second;
+    std::optional<std::string> problem;
+    auto blob = snapshot.blob(archive);
+    if (!blob) {
+      problem = "bundle " + archive.str() + " was not uploaded";
+    } else {
+      auto summary = pack::check_archive(
+          std::string_view(reinterpret_cast<const char*>(blob->data()), blob->size()));
+      if (!summary) {
+        problem = "bundle " + archive.str() + " is not a pack archive: " + summary.error().message;
+      } else if (summary->bundle_hash != pin) {
+        problem = "bundle " + archive.str() + " holds a pack that hashes to " +
+                  summary->bundle_hash.str() + ", not to its pin " + pin.str();
+      }
+    }
+    checked.emplace(key, problem);
+    return problem;
   }
 
   // The blob of the parent's history up to the fork point, stored once.

@@ -19,6 +19,8 @@
 #include <thread>
 #include <zmq.hpp>
 
+#include "pack/bundle_archive.h"
+#include "pack/bundle_hash.h"
 #include "schema/wire_codec.h"
 #include "tests/support/temp_dir.h"
 
@@ -450,6 +452,41 @@ TEST_CASE("malformed and hostile messages are answered with errors and the coord
     CHECK(forktrial::wire::text(decoded->envelope().getError().getMessage()) ==
           "the job was not submitted:\n  trial 0: a submitted trial's \"candidate\" is a name (a "
           "string)");
+  }
+  {
+    // A pack archive uploaded under the pin of another pack.
+    auto archive = forktrial::pack::archive_pack(kExamples + "/packs/greeter");
+    REQUIRE(archive);
+    const auto digest = forktrial::Sha256::of(archive->bytes);
+    capnp::MallocMessageBuilder upload;
+    auto chunk = forktrial::wire::start(upload, 5).initPutBlob();
+    forktrial::wire::set_digest(chunk.initDigest(), digest);
+    chunk.setTotalSize(archive->bytes.size());
+    chunk.setOffset(0);
+    chunk.setBytes(capnp::Data::Reader(reinterpret_cast<const capnp::byte*>(archive->bytes.data()),
+                                       archive->bytes.size()));
+    peer.send(zmq::buffer(forktrial::wire::encode(upload)), zmq::send_flags::none);
+    zmq::message_t ok;
+    REQUIRE(peer.recv(ok, zmq::recv_flags::none));
+    const auto other = forktrial::pack::bundle_hash(kExamples + "/packs/chat_echo");
+    REQUIRE(other);
+    capnp::MallocMessageBuilder message;
+    auto specs = forktrial::wire::start(message, 6).initSubmitJob().initSpecs(1);
+    specs.set(0, R"({"candidate": "greeter", "spec": {"schema_version": 1, "parent_run_id": )"
+                 R"("run_chat", "at_event": "evt_031", "label": "x", "candidate": {"root_dir": )"
+                 R"("bundle:)" +
+                     digest.hex() + R"(", "expected_bundle_hash": ")" + other->str() +
+                     R"("}, "extra_packs": [], "scenario": "", "limits": {}}})");
+    peer.send(zmq::buffer(forktrial::wire::encode(message)), zmq::send_flags::none);
+    zmq::message_t reply;
+    REQUIRE(peer.recv(reply, zmq::recv_flags::none));
+    auto decoded = forktrial::wire::decode(reply.to_string_view());
+    REQUIRE(decoded);
+    REQUIRE(decoded->envelope().which() == forktrial::schema::wire::Envelope::ERROR);
+    const std::string text = forktrial::wire::text(decoded->envelope().getError().getMessage());
+    INFO(text);
+    CHECK(text.find("holds a pack that hashes to " + archive->bundle_hash.str() +
+                    ", not to its pin " + other->str()) != std::string::npos);
   }
   {
     // A frame past the coordinator's limit is dropped by ZeroMQ itself; the
