@@ -377,6 +377,36 @@ TEST_CASE("the store wins when a child's claim disagrees, on the cluster as on o
             "the child's tail claimed 9 events appended") != std::string::npos);
 }
 
+TEST_CASE("a trial whose child crashes ends crashed on the cluster, with its stderr", "[cluster]") {
+  Cluster cluster;
+  // Trial children that die of a signal after a word on stderr; the start-up
+  // probe gets the real child.
+  const auto child = cluster.dir.write("crasher.sh",
+                                       "#!/bin/sh\n"
+                                       "job=$(cat)\n"
+                                       "case \"$job\" in *'\"preflight\":true'*) exec " +
+                                           std::string(FORKTRIAL_CHILD_FOR_TESTS) +
+                                           " <<END\n$job\nEND\n;; esac\n"
+                                           "echo 'segmentation fault in the interpreter' >&2\n"
+                                           "kill -SEGV $$\n");
+  ::chmod(child.c_str(), 0755);
+  cluster.start_coordinator();
+  cluster.start_worker(1, 1, {"FORKTRIAL_CHILD=" + child.string()});
+  const std::string job = cluster.submit(cluster.outcome_batch(1));
+  const json summary = cluster.wait(job);
+  INFO(summary.dump() << cluster.log_text());
+  CHECK(summary["reconciled"] == 4);
+  CHECK(summary["crashed"] == 4);
+  const auto results = cluster.results(job);
+  require_exactly_once(cluster, results);
+  for (const auto& r : results) {
+    CHECK(r["outcome"] == "crashed");
+    CHECK(r["exit_code"] == -11);
+    CHECK(r["detail"].get<std::string>().find("segmentation fault in the interpreter") !=
+          std::string::npos);
+  }
+}
+
 TEST_CASE("cancel drops the queued trials of a job and the coordinator says so", "[cluster]") {
   Cluster cluster;
   cluster.start_coordinator();
