@@ -6,9 +6,9 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
-#include <set>
 #include <zmq.hpp>
 
+#include "base/text.h"
 #include "base/timestamp.h"
 #include "coordinator/orchestration_log.h"
 #include "pack/bundle_archive.h"
@@ -27,6 +27,7 @@ using WireCode = wire::ErrorCode;
 constexpr std::string_view kResultType = "trial.result";
 constexpr std::size_t kMaxMessagesPerTurn = 256;
 constexpr std::uint64_t kMaxUploadBytes = std::uint64_t{1} << 30;
+constexpr std::size_t kMaxWorkerIdBytes = 256;
 
 Instant clock_now() {
   return std::chrono::time_point_cast<Duration>(std::chrono::system_clock::now());
@@ -299,8 +300,14 @@ class Server {
 
   void on_worker_hello(const std::string& route, Envelope::Reader envelope, Instant now) {
     auto hello = envelope.getWorkerHello();
+    // The id goes into the log and into every result: plain and short.
+    const std::string id = wire::text(hello.getWorkerId());
+    if (auto bad = named_text_problem("worker id", id, kMaxWorkerIdBytes)) {
+      return reply_error(route, envelope.getRequestId(), WireCode::REFUSED,
+                         *bad + "; start the worker with a plain --id");
+    }
     WorkerHello input;
-    input.id = WorkerId(wire::text(hello.getWorkerId()));
+    input.id = WorkerId(id);
     input.slots = hello.getSlots();
     for (auto digest : hello.getCached()) {
       if (auto d = wire::digest_of(digest)) input.cached.push_back(*d);
@@ -655,17 +662,26 @@ class Server {
     char id[32];
     std::snprintf(id, sizeof id, "job_%08x%08x", random(), random());
     submission.id = JobId(id);
-    std::vector<std::string> problems;
-    std::map<std::pair<std::string, std::string>, Digest> segments;
-    std::vector<TrialInput> inputs;
+    // Each distinct problem once, with the first trial it was found in and
+    // how many trials share it (a bad bundle or parent would otherwise be
+    // listed once per trial of the matrix).
+    std::map<std::string, std::pair<std::size_t, std::size_t>> problems;  // -> (first, count)
+    std::vector<std::string> problem_order;
+    auto problem = [&](std::size_t index, const std::string& message) {
+      auto [it, added] = problems.try_emplace(message, index, 0);
+      ++it->second.second;
+      if (added) problem_order.push_back(message);
+    };
+    std::map<std::pair<std::string, std::string>, std::expected<Digest, std::string>> segments;
     std::map<std::pair<Digest, Digest>, std::optional<std::string>> checked_bundles;
+    std::vector<TrialInput> inputs;
     auto snapshot = store_.snapshot();
+    std::size_t index = 0;
     for (auto text : job.getSpecs()) {
-      const std::size_t index = inputs.size();
+      const std::size_t trial = index++;
       auto submitted = parse_submitted(wire::text(text));
       if (!submitted) {
-        problems.push_back("trial " + std::to_string(index) + ": " + submitted.error());
-        if (problems.size() >= 20) break;
+        problem(trial, submitted.error());
         continue;
       }
       TrialInput input;
@@ -673,35 +689,41 @@ class Server {
       for (const auto* pack : sandbox::packs_in_load_order(spec)) {
         auto archive = wire::archive_of_root(pack->root_dir);
         if (!archive || !pack->expected_bundle_hash) {
-          problems.push_back("trial " + std::to_string(index) + ": pack " + pack->root_dir +
-                             " is not a pinned bundle");
+          problem(trial, "pack " + pack->root_dir + " is not a pinned bundle");
           continue;
         }
-        if (auto problem =
+        if (auto bad =
                 bundle_problem(snapshot, *archive, *pack->expected_bundle_hash, checked_bundles)) {
-          problems.push_back("trial " + std::to_string(index) + ": " + *problem);
+          problem(trial, *bad);
         }
         input.bundles.push_back(*archive);
       }
       const auto key = std::make_pair(spec.parent_run_id.str(), spec.at_event.str());
       auto segment = segments.find(key);
-      if (segment == segments.end()) {
-        auto digest = segment_of(snapshot, spec);
-        if (!digest) {
-          problems.push_back("trial " + std::to_string(index) + ": " + digest.error());
-          continue;
-        }
-        segment = segments.emplace(key, *digest).first;
+      if (segment == segments.end())
+        segment = segments.emplace(key, segment_of(snapshot, spec)).first;
+      if (!segment->second) {
+        problem(trial, segment->second.error());
+        continue;
       }
-      input.segment = segment->second;
+      input.segment = *segment->second;
       ordered_json payload{{"candidate", submitted->candidate},
                            {"spec", ordered_json::parse(sandbox::to_canonical_json(spec))}};
       input.payload = payload.dump();
       inputs.push_back(std::move(input));
     }
     if (!problems.empty()) {
+      constexpr std::size_t kListed = 20;
       std::string message = "the job was not submitted:";
-      for (const auto& p : problems) message += "\n  " + p;
+      for (std::size_t n = 0; n < problem_order.size() && n < kListed; ++n) {
+        const auto& [first, count] = problems[problem_order[n]];
+        message += "\n  trial " + std::to_string(first) +
+                   (count > 1 ? " (and " + std::to_string(count - 1) + " more)" : "") + ": " +
+                   problem_order[n];
+      }
+      if (problem_order.size() > kListed) {
+        message += "\n  and " + std::to_string(problem_order.size() - kListed) + " more problems";
+      }
       return reply_error(route, request, WireCode::REFUSED, message);
     }
     const std::size_t total = inputs.size();
@@ -752,7 +774,12 @@ class Server {
   std::expected<Digest, std::string> segment_of(const store::Snapshot& snapshot,
                                                 const sandbox::TrialSpecification& spec) {
     auto parent = snapshot.run(spec.parent_run_id);
-    if (!parent) return std::unexpected("no run " + spec.parent_run_id.str() + " in the store");
+    if (!parent) {
+      return std::unexpected("no run " + spec.parent_run_id.str() + " in the coordinator's store " +
+                             config_.store.string() + "; import it there first (forktrial run " +
+                             "import FILE --store " + config_.store.string() + " --id " +
+                             spec.parent_run_id.str() + ")");
+    }
     auto point = snapshot.find_event(*parent, spec.at_event);
     if (!point) {
       return std::unexpected("no event " + spec.at_event.str() + " in the history of run " +

@@ -107,27 +107,45 @@ struct Cluster {
     return run_forktrial(std::move(args));
   }
 
-  // A JSON Lines batch: `per_kind` trials of each of four outcomes.
-  std::string outcome_batch(int per_kind) {
-    auto spec = [](const std::string& pack, const std::string& scenario, int max_events) {
+  // A JSON Lines batch: `per_kind` trials of each of four outcomes, forked
+  // from `parent` at evt_031; with `kinds` = 1, the greeter's only.
+  std::string outcome_batch(int per_kind, int kinds = 4, const std::string& parent = "run_chat") {
+    auto spec = [&](const std::string& pack, const std::string& scenario, int max_events) {
       return json{{"schema_version", 1},
-                  {"parent_run_id", "run_chat"},
+                  {"parent_run_id", parent},
                   {"at_event", "evt_031"},
                   {"label", pack},
                   {"candidate", {{"root_dir", kExamples + "/" + pack}}},
                   {"extra_packs", json::array()},
                   {"scenario", scenario},
                   {"limits", {{"wall_clock_seconds", 20}, {"max_events", max_events}}}}
-          .dump();
+                 .dump() +
+             "\n";
     };
+    const std::string all[] = {spec("packs/greeter", "scenarios/smoke.lua", 2000),
+                               spec("candidates/flaky_replies", "scenarios/check.lua", 2000),
+                               spec("candidates/runaway", "scenarios/start.lua", 200),
+                               spec("candidates/undeclared", "scenarios/main.lua", 2000)};
     std::string text;
     for (int i = 0; i < per_kind; ++i) {
-      text += spec("packs/greeter", "scenarios/smoke.lua", 2000) + "\n";
-      text += spec("candidates/flaky_replies", "scenarios/check.lua", 2000) + "\n";
-      text += spec("candidates/runaway", "scenarios/start.lua", 200) + "\n";
-      text += spec("candidates/undeclared", "scenarios/main.lua", 2000) + "\n";
+      for (int kind = 0; kind < kinds; ++kind) text += all[kind];
     }
     return dir.write("batch.jsonl", text).string();
+  }
+
+  // A stand-in trial child for workers (give it as FORKTRIAL_CHILD): the
+  // worker's start-up probe gets the real child, so the worker joins; every
+  // trial runs the shell `body` instead, with the job in $job, as the
+  // worker's child (exec keeps the worker its parent).
+  std::string stand_in_child(const std::string& name, const std::string& body) {
+    const auto path = dir.write(name,
+                                "#!/bin/sh\n"
+                                "job=$(cat)\n"
+                                "case \"$job\" in *'\"preflight\":true'*) exec " +
+                                    std::string(FORKTRIAL_CHILD_FOR_TESTS) +
+                                    " <<END\n$job\nEND\n;; esac\n" + body);
+    ::chmod(path.c_str(), 0755);
+    return "FORKTRIAL_CHILD=" + path.string();
   }
 
   std::string submit(const std::string& batch) {
@@ -284,22 +302,11 @@ TEST_CASE("a coordinator killed in the middle of a batch restarts from its log a
 TEST_CASE("a trial that kills its worker every time is abandoned after the attempt cap",
           "[cluster]") {
   Cluster cluster;
-  // A trial child that kills the worker running it (its parent); it lets
-  // the worker's start-up probe through, so the worker joins.
-  const auto child = cluster.dir.write("killer.sh",
-                                       "#!/bin/sh\n"
-                                       "job=$(cat)\n"
-                                       "case \"$job\" in *'\"preflight\":true'*) exec " +
-                                           std::string(FORKTRIAL_CHILD_FOR_TESTS) +
-                                           " <<END\n$job\nEND\n;; esac\n"
-                                           "kill -9 $PPID\n");
-  ::chmod(child.c_str(), 0755);
+  // A trial child that kills the worker running it (its parent).
+  const auto child = cluster.stand_in_child("killer.sh", "kill -9 $PPID\n");
   cluster.start_coordinator("1");
-  for (int n = 1; n <= 3; ++n) cluster.start_worker(n, 1, {"FORKTRIAL_CHILD=" + child.string()});
-  // One trial: the greeter's smoke test.
-  const auto one = cluster.dir.write(
-      "one.jsonl", forktrial::testing::lines_of(cluster.read(cluster.outcome_batch(1)))[0] + "\n");
-  const std::string job = cluster.submit(one.string());
+  for (int n = 1; n <= 3; ++n) cluster.start_worker(n, 1, {child});
+  const std::string job = cluster.submit(cluster.outcome_batch(1, 1));
   auto waited = cluster.client({"wait", job, "--json"});
   INFO(waited.out << waited.err << cluster.log_text());
   CHECK(waited.exit_code == 1);
@@ -352,22 +359,13 @@ TEST_CASE("the store wins when a child's claim disagrees, on the cluster as on o
           "[cluster]") {
   Cluster cluster;
   // Trial children that claim seven events more than they wrote
-  // (tests/sandbox/hostile_child.cc); the start-up probe gets the real one.
-  const auto child =
-      cluster.dir.write("misreport.sh",
-                        "#!/bin/sh\n"
-                        "job=$(cat)\n"
-                        "case \"$job\" in *'\"preflight\":true'*) exec " +
-                            std::string(FORKTRIAL_CHILD_FOR_TESTS) +
-                            " <<END\n$job\nEND\n;; esac\n"
-                            "FORKTRIAL_HOSTILE=misreport exec " +
-                            std::string(FORKTRIAL_HOSTILE_CHILD) + " <<END\n$job\nEND\n");
-  ::chmod(child.c_str(), 0755);
+  // (tests/sandbox/hostile_child.cc).
+  const auto child = cluster.stand_in_child(
+      "misreport.sh", "FORKTRIAL_HOSTILE=misreport exec " + std::string(FORKTRIAL_HOSTILE_CHILD) +
+                          " <<END\n$job\nEND\n");
   cluster.start_coordinator();
-  cluster.start_worker(1, 1, {"FORKTRIAL_CHILD=" + child.string()});
-  const auto one = cluster.dir.write(
-      "one.jsonl", forktrial::testing::lines_of(cluster.read(cluster.outcome_batch(1)))[0] + "\n");
-  const std::string job = cluster.submit(one.string());
+  cluster.start_worker(1, 1, {child});
+  const std::string job = cluster.submit(cluster.outcome_batch(1, 1));
   CHECK(cluster.wait(job)["reconciled"] == 1);
   const auto results = cluster.results(job);
   REQUIRE(results.size() == 1);
@@ -379,19 +377,11 @@ TEST_CASE("the store wins when a child's claim disagrees, on the cluster as on o
 
 TEST_CASE("a trial whose child crashes ends crashed on the cluster, with its stderr", "[cluster]") {
   Cluster cluster;
-  // Trial children that die of a signal after a word on stderr; the start-up
-  // probe gets the real child.
-  const auto child = cluster.dir.write("crasher.sh",
-                                       "#!/bin/sh\n"
-                                       "job=$(cat)\n"
-                                       "case \"$job\" in *'\"preflight\":true'*) exec " +
-                                           std::string(FORKTRIAL_CHILD_FOR_TESTS) +
-                                           " <<END\n$job\nEND\n;; esac\n"
-                                           "echo 'segmentation fault in the interpreter' >&2\n"
-                                           "kill -SEGV $$\n");
-  ::chmod(child.c_str(), 0755);
+  // Trial children that die of a signal after a word on stderr.
+  const auto child = cluster.stand_in_child(
+      "crasher.sh", "echo 'segmentation fault in the interpreter' >&2\nkill -SEGV $$\n");
   cluster.start_coordinator();
-  cluster.start_worker(1, 1, {"FORKTRIAL_CHILD=" + child.string()});
+  cluster.start_worker(1, 1, {child});
   const std::string job = cluster.submit(cluster.outcome_batch(1));
   const json summary = cluster.wait(job);
   INFO(summary.dump() << cluster.log_text());
@@ -405,6 +395,22 @@ TEST_CASE("a trial whose child crashes ends crashed on the cluster, with its std
     CHECK(r["detail"].get<std::string>().find("segmentation fault in the interpreter") !=
           std::string::npos);
   }
+}
+
+TEST_CASE("a job forked from a run the coordinator lacks is refused once, saying what to do",
+          "[cluster]") {
+  Cluster cluster;
+  cluster.start_coordinator();
+  auto refused = cluster.client({"submit", cluster.outcome_batch(2, 4, "run_elsewhere")});
+  CHECK(refused.exit_code != 0);
+  CHECK(refused.out.empty());
+  // Eight trials, one problem: listed once, with how many trials share it.
+  CHECK(refused.err.find("trial 0 (and 7 more): no run run_elsewhere in the coordinator's store " +
+                         cluster.store +
+                         "; import it there first (forktrial run import FILE "
+                         "--store " +
+                         cluster.store + " --id run_elsewhere)") != std::string::npos);
+  CHECK(forktrial::testing::lines_of(refused.err).size() == 2);
 }
 
 TEST_CASE("cancel drops the queued trials of a job and the coordinator says so", "[cluster]") {
@@ -459,6 +465,14 @@ TEST_CASE("malformed and hostile messages are answered with errors and the coord
     ref.setIndex(3);
     ref.setAttempt(1);
     CHECK(answer(forktrial::wire::encode(message)) == Code::OUT_OF_ORDER);
+  }
+  {
+    // A worker whose id would write control characters into the log.
+    capnp::MallocMessageBuilder message;
+    auto hello = forktrial::wire::start(message, 7).initWorkerHello();
+    hello.setWorkerId("w\x1b[2J");
+    hello.setSlots(1);
+    CHECK(answer(forktrial::wire::encode(message)) == Code::REFUSED);
   }
   {
     // A client whose submitted trial names its candidate with a number.
