@@ -692,6 +692,7 @@ std::expected<Batch, std::vector<std::string>> parse_toml(std::string_view text,
 
   batch.packs = dirs.packs();
   batch.trials.reserve(*total);
+  batch.candidates.reserve(*total);
   sandbox::TrialSpecification spec;
   spec.parent_run_id = run;
   spec.limits = limits;
@@ -723,6 +724,7 @@ std::expected<Batch, std::vector<std::string>> parse_toml(std::string_view text,
             }
           }
           batch.trials.push_back(spec);
+          batch.candidates.push_back(candidate.name);
         }
       }
     }
@@ -810,6 +812,8 @@ std::expected<Batch, std::vector<std::string>> parse_json_lines(std::string_view
     for (std::size_t e = 0; e < spec->extra_packs.size(); ++e) {
       use(spec->extra_packs[e], static_cast<std::ptrdiff_t>(e));
     }
+    batch.candidates.push_back(
+        std::filesystem::path(spec->candidate.root_dir).lexically_normal().filename().string());
     batch.trials.push_back(std::move(*spec));
   }
 

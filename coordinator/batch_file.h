@@ -69,6 +69,9 @@ struct Batch {
   // labels as given. Every root_dir is absolute and every pack is pinned
   // (expected_bundle_hash) to the hash that was read.
   std::vector<sandbox::TrialSpecification> trials;
+  // The candidate each trial evaluates, by name, for results: `name`, or
+  // its directory's name (JSON Lines: its directory's name). One per trial.
+  std::vector<std::string> candidates;
   std::vector<BatchPack> packs;  // in order of first use
 };
 

@@ -284,16 +284,14 @@ coordinator::SubmittedJob submit_batch(coordinator::Client& client,
   }
   std::vector<std::string> trials;
   trials.reserve(batch.trials.size());
-  for (sandbox::TrialSpecification spec : batch.trials) {
-    const std::string candidate = fs::path(spec.candidate.root_dir).filename().string();
-    for (sandbox::PackSource* pack : [&] {
-           std::vector<sandbox::PackSource*> all{&spec.candidate};
-           for (auto& extra : spec.extra_packs) all.push_back(&extra);
-           return all;
-         }()) {
-      pack->root_dir = wire::bundle_root(bundles.at(pack->root_dir).archive);
-    }
-    trials.push_back(ordered_json{{"candidate", candidate},
+  const auto bundle_of = [&](sandbox::PackSource& pack) {
+    pack.root_dir = wire::bundle_root(bundles.at(pack.root_dir).archive);
+  };
+  for (std::size_t i = 0; i < batch.trials.size(); ++i) {
+    sandbox::TrialSpecification spec = batch.trials[i];
+    bundle_of(spec.candidate);
+    for (auto& extra : spec.extra_packs) bundle_of(extra);
+    trials.push_back(ordered_json{{"candidate", batch.candidates[i]},
                                   {"spec", ordered_json::parse(sandbox::to_canonical_json(spec))}}
                          .dump());
   }

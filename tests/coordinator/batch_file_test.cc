@@ -430,6 +430,24 @@ pack = "b/echo"
                  "and trial labels must tell them apart; give one of them name = \"...\""});
 }
 
+TEST_CASE("each trial names its candidate as the batch file does", "[coordinator][batch]") {
+  TempDir dir;
+  candidate(dir, "a/echo");
+  candidate(dir, "b/echo");
+  const auto file = dir.write("b.toml", R"(run = "r"
+at = ["e1", "e2"]
+[[candidates]]
+pack = "a/echo"
+[[candidates]]
+pack = "b/echo"
+name = "echo-v2"
+)");
+  const Batch batch = read_ok(file);
+  CHECK(batch.candidates == std::vector<std::string>{"echo", "echo", "echo-v2", "echo-v2"});
+  REQUIRE(batch.trials.size() == batch.candidates.size());
+  CHECK(batch.trials[2].candidate.root_dir.ends_with("/b/echo"));
+}
+
 TEST_CASE("a matrix over the trial cap is refused before any pack is read",
           "[coordinator][batch]") {
   TempDir dir;
@@ -498,6 +516,7 @@ TEST_CASE("JSON Lines batches read forktrial's and activegraph's specifications"
   CHECK(batch.packs ==
         std::vector<BatchPack>{{normal(dir.path() / "packs/echo"), *Digest::parse(echo)},
                                {normal(dir.path() / "packs/base"), *Digest::parse(base)}});
+  CHECK(batch.candidates == std::vector<std::string>{"echo", "echo"});
 
   // Without the extension, the content says JSON Lines.
   const auto plain = dir.write("specs/nightly.txt", forktrial::testing::read_file(file));
