@@ -437,15 +437,18 @@ TEST_CASE("malformed and hostile messages are answered with errors and the coord
   peer.set(zmq::sockopt::linger, 0);
   peer.set(zmq::sockopt::rcvtimeo, 10000);
   peer.connect(cluster.endpoint);
-  auto answer = [&](const std::string& frame) {
+  // The error the coordinator answers `frame` with: its code and message.
+  auto refusal = [&](const std::string& frame) {
     peer.send(zmq::buffer(frame), zmq::send_flags::none);
     zmq::message_t reply;
     REQUIRE(peer.recv(reply, zmq::recv_flags::none));
     auto decoded = forktrial::wire::decode(reply.to_string_view());
     REQUIRE(decoded);
     REQUIRE(decoded->envelope().which() == forktrial::schema::wire::Envelope::ERROR);
-    return decoded->envelope().getError().getCode();
+    const auto error = decoded->envelope().getError();
+    return std::make_pair(error.getCode(), forktrial::wire::text(error.getMessage()));
   };
+  auto answer = [&](const std::string& frame) { return refusal(frame).first; };
   using Code = forktrial::wire::ErrorCode;
   std::mt19937 random(7);
   std::string noise(4096, '\0');
@@ -487,13 +490,9 @@ TEST_CASE("malformed and hostile messages are answered with errors and the coord
                  R"( "at_event": "evt_031", "label": "x", "candidate": {"root_dir": "bundle:)" +
                      std::string(64, 'a') +
                      R"("}, "extra_packs": [], "scenario": "", "limits": {}}})");
-    peer.send(zmq::buffer(forktrial::wire::encode(message)), zmq::send_flags::none);
-    zmq::message_t reply;
-    REQUIRE(peer.recv(reply, zmq::recv_flags::none));
-    auto decoded = forktrial::wire::decode(reply.to_string_view());
-    REQUIRE(decoded);
-    REQUIRE(decoded->envelope().which() == forktrial::schema::wire::Envelope::ERROR);
-    CHECK(forktrial::wire::text(decoded->envelope().getError().getMessage()) ==
+    const auto [code, text] = refusal(forktrial::wire::encode(message));
+    CHECK(code == Code::REFUSED);
+    CHECK(text ==
           "the job was not submitted:\n  trial 0: a submitted trial's \"candidate\" is a name (a "
           "string)");
   }
@@ -521,14 +520,9 @@ TEST_CASE("malformed and hostile messages are answered with errors and the coord
                  R"("bundle:)" +
                      digest.hex() + R"(", "expected_bundle_hash": ")" + other->str() +
                      R"("}, "extra_packs": [], "scenario": "", "limits": {}}})");
-    peer.send(zmq::buffer(forktrial::wire::encode(message)), zmq::send_flags::none);
-    zmq::message_t reply;
-    REQUIRE(peer.recv(reply, zmq::recv_flags::none));
-    auto decoded = forktrial::wire::decode(reply.to_string_view());
-    REQUIRE(decoded);
-    REQUIRE(decoded->envelope().which() == forktrial::schema::wire::Envelope::ERROR);
-    const std::string text = forktrial::wire::text(decoded->envelope().getError().getMessage());
+    const auto [code, text] = refusal(forktrial::wire::encode(message));
     INFO(text);
+    CHECK(code == Code::REFUSED);
     CHECK(text.find("holds a pack that hashes to " + archive->bundle_hash.str() +
                     ", not to its pin " + other->str()) != std::string::npos);
   }
