@@ -65,12 +65,14 @@ struct JobCancelled {
   friend bool operator==(const JobCancelled&, const JobCancelled&) = default;
 };
 
-// A worker joined (or joined again) with `slots` trial slots and a cache
-// holding `cached`. It is last seen at `at`.
+// A worker joined (or joined again) with `slots` trial slots, room for
+// `prefetch` more assignments waiting to start, and a cache holding
+// `cached`. It is last seen at `at`.
 struct WorkerJoined {
   static constexpr std::string_view kType = "worker.joined";
   WorkerId worker;
   std::uint32_t slots = 0;
+  std::uint32_t prefetch = 0;
   std::vector<Digest> cached;
   Instant at;
   friend bool operator==(const WorkerJoined&, const WorkerJoined&) = default;

@@ -100,6 +100,7 @@ void encode(const JobCancelled& r, Json& out) {
 void encode(const WorkerJoined& r, Json& out) {
   out["worker"] = text_json(r.worker.str());
   out["slots"] = r.slots;
+  out["prefetch"] = r.prefetch;
   out["cached"] = digests_json(r.cached);
 }
 
@@ -225,6 +226,12 @@ class Fields {
       texts.push_back(text_of(element, path));
     });
     return texts;
+  }
+
+  // A field later builds write; a record without it has `absent`.
+  std::uint32_t u32_or(std::string_view key, std::uint32_t absent) {
+    if (object_ == nullptr || problem_.found() || !object_->contains(key)) return absent;
+    return u32(key);
   }
 
   std::uint32_t u32(std::string_view key) {
@@ -420,6 +427,7 @@ void decode(Fields& f, JobCancelled& r) {
 void decode(Fields& f, WorkerJoined& r) {
   r.worker = WorkerId{f.text("worker")};
   r.slots = f.u32("slots");
+  r.prefetch = f.u32_or("prefetch", 0);
   r.cached = f.digests("cached");
 }
 

@@ -100,6 +100,7 @@ struct Worker {
   WorkerId id;
   bool alive = false;
   std::uint32_t slots = 0;
+  std::uint32_t prefetch = 0;
   Instant last_seen{};
   std::set<DigestIx> cached;
   std::set<TrialKey> leases;
@@ -318,6 +319,7 @@ struct Scheduler::State {
     Worker& worker = workers[*index];
     worker.alive = true;
     worker.slots = r.slots;
+    worker.prefetch = r.prefetch;
     worker.last_seen = r.at;
     worker.cached.clear();
     for (const Digest& digest : r.cached) worker.cached.insert(intern(digest));
@@ -554,9 +556,13 @@ struct Scheduler::State {
   }
 
   WorkerStatus status_of(const Worker& worker) const {
-    return WorkerStatus{worker.id,        worker.alive,
-                        worker.slots,     static_cast<std::uint32_t>(worker.leases.size()),
-                        worker.last_seen, worker.cached.size()};
+    return WorkerStatus{worker.id,
+                        worker.alive,
+                        worker.slots,
+                        worker.prefetch,
+                        static_cast<std::uint32_t>(worker.leases.size()),
+                        worker.last_seen,
+                        worker.cached.size()};
   }
 };
 
@@ -625,7 +631,8 @@ std::expected<Records, Refusal> Scheduler::worker_joined(WorkerHello hello, Inst
   if (const auto previous = state_->find_alive(hello.id)) {
     state_->lose_worker(*previous, "it joined again, so what it ran before is gone", now, out);
   }
-  state_->record(out, WorkerJoined{std::move(hello.id), hello.slots, std::move(hello.cached), now});
+  state_->record(out, WorkerJoined{std::move(hello.id), hello.slots, hello.prefetch,
+                                   std::move(hello.cached), now});
   return out;
 }
 
@@ -667,7 +674,8 @@ std::expected<WorkResult, Refusal> Scheduler::request_work(const WorkerId& worke
   if (!index) return std::unexpected(not_alive(worker));
   const Worker& w = state_->workers[*index];
   const std::size_t held = w.leases.size();
-  std::size_t wanted = std::min<std::size_t>(free_slots, w.slots > held ? w.slots - held : 0);
+  const std::size_t room = std::size_t{w.slots} + w.prefetch;
+  std::size_t wanted = std::min<std::size_t>(free_slots, room > held ? room - held : 0);
   WorkResult result;
   for (; wanted > 0 && !state_->rounds.empty(); --wanted) {
     const JobIx job = state_->rounds.begin()->second.front();
@@ -847,8 +855,8 @@ std::string Scheduler::state_text() const {
     std::string leases;
     for (const TrialKey key : worker.leases) leases += " " + s.id_of(key).str();
     line("worker " + worker.id.str() + " alive=" + std::to_string(worker.alive) +
-         " slots=" + std::to_string(worker.slots) + " seen=" + millis(worker.last_seen) +
-         " cached" + cached + " leases" + leases);
+         " slots=" + std::to_string(worker.slots) + " prefetch=" + std::to_string(worker.prefetch) +
+         " seen=" + millis(worker.last_seen) + " cached" + cached + " leases" + leases);
   }
   for (const auto& [priority, round] : s.rounds) {
     std::string order;

@@ -132,6 +132,7 @@ struct JobSubmission {
 struct WorkerHello {
   WorkerId id;
   std::uint32_t slots = 0;
+  std::uint32_t prefetch = 0;  // assignments held beyond its slots
   std::vector<Digest> cached;
 };
 
@@ -193,6 +194,7 @@ struct WorkerStatus {
   WorkerId id;
   bool alive = false;
   std::uint32_t slots = 0;
+  std::uint32_t prefetch = 0;
   std::uint32_t running = 0;  // live leases
   Instant last_seen;
   std::size_t cached_digests = 0;
@@ -249,7 +251,7 @@ class Scheduler {
   // changes nothing.
   Records worker_lost(const WorkerId& worker, const std::string& reason, Instant now);
 
-  // Up to min(free_slots, slots it has free by its leases) assignments
+  // Up to min(free_slots, room it has left: slots + prefetch - its leases) assignments
   // (trial.leased each). Refused: a worker that is unknown or lost.
   std::expected<WorkResult, Refusal> request_work(const WorkerId& worker, std::uint32_t free_slots,
                                                   Instant now);

@@ -45,6 +45,7 @@ store::RunId fork_run_of(const TrialId& trial, Attempt attempt) {
 struct SubmittedTrial {
   sandbox::TrialSpecification spec;
   std::string candidate;
+  std::string spec_json;  // the canonical JSON of `spec`, as the payload holds it
 };
 
 std::expected<SubmittedTrial, std::string> parse_submitted(const std::string& text) {
@@ -52,13 +53,17 @@ std::expected<SubmittedTrial, std::string> parse_submitted(const std::string& te
   if (!doc.is_object() || !doc.contains("spec") || !doc["spec"].is_object()) {
     return std::unexpected(std::string("a submitted trial is {\"candidate\", \"spec\"}"));
   }
-  auto spec = sandbox::parse_trial_specification(doc["spec"].dump());
+  // The coordinator wrote the payload's spec canonically (on_submit), so its
+  // text is the canonical JSON again.
+  std::string spec_json = doc["spec"].dump();
+  auto spec = sandbox::parse_trial_specification(spec_json);
   if (!spec) return std::unexpected(spec.error().front());
   const auto candidate = doc.find("candidate");
   if (candidate != doc.end() && !candidate->is_string()) {
     return std::unexpected(std::string("a submitted trial's \"candidate\" is a name (a string)"));
   }
-  SubmittedTrial trial{*spec, candidate == doc.end() ? "" : candidate->get<std::string>()};
+  SubmittedTrial trial{*spec, candidate == doc.end() ? "" : candidate->get<std::string>(),
+                       std::move(spec_json)};
   return trial;
 }
 
@@ -108,7 +113,8 @@ class Server {
       const Instant now = clock_now();
       for (std::size_t i = 0; i < kMaxMessagesPerTurn && receive_one(now); ++i) {
       }
-      keep(scheduler_.tick(now));
+      gather();
+      keep(scheduler_.tick(clock_now()));
       flush();
       if (trim_) {
         // A submission's message, its parse and its record are freed now:
@@ -124,11 +130,40 @@ class Server {
  private:
   // ---- persistence: every record is in the store before a peer hears of it.
 
+  bool uncommitted() const { return !pending_.empty() || !reconciling_.empty(); }
+
+  // Group commit: with something to commit, the messages that arrive within
+  // the commit window are taken into the same transaction.
+  void gather() {
+    if (!uncommitted() || config_.commit_window.count() <= 0) return;
+    const auto until = std::chrono::steady_clock::now() + config_.commit_window;
+    for (std::size_t taken = 0; taken < kMaxMessagesPerTurn;) {
+      const auto left = std::chrono::duration_cast<std::chrono::microseconds>(
+          until - std::chrono::steady_clock::now());
+      if (left.count() <= 0 || stop_.cancelled()) return;
+      zmq::pollitem_t items[] = {{socket_.handle(), 0, ZMQ_POLLIN, 0},
+                                 {nullptr, stop_.fd(), ZMQ_POLLIN, 0}};
+      try {
+        // zmq_poll counts in milliseconds: the wait is rounded up.
+        zmq::poll(items, 2, std::chrono::ceil<std::chrono::milliseconds>(left));
+      } catch (const zmq::error_t& e) {
+        if (e.num() != EINTR) throw;
+      }
+      const Instant now = clock_now();
+      while (taken < kMaxMessagesPerTurn && receive_one(now)) ++taken;
+    }
+  }
+
   void keep(Records records) {
     for (auto& record : records) pending_.push_back(std::move(record));
   }
 
   void flush() {
+    if (!reconciling_.empty() && !write_turn()) {
+      std::vector<Reconciliation> alone;
+      alone.swap(reconciling_);
+      for (Reconciliation& r : alone) reconcile_alone(r);
+    }
     if (!pending_.empty()) {
       auto written = store_.write([&](store::Writer& writer) -> store::Result<std::uint64_t> {
         return append_to_log(writer, pending_);
@@ -201,6 +236,10 @@ class Server {
     auto doc = ordered_json::parse(payload, nullptr, false);
     if (!doc.is_object() || !doc["job"].is_string() || !doc["index"].is_number_unsigned()) return;
     results_[doc["job"].get<std::string>()][doc["index"].get<std::uint32_t>()] = payload;
+  }
+
+  void remember_result(const TrialId& trial, std::string payload) {
+    results_[trial.job.str()][trial.index] = std::move(payload);
   }
 
   // ---- receiving
@@ -309,6 +348,7 @@ class Server {
     WorkerHello input;
     input.id = WorkerId(id);
     input.slots = hello.getSlots();
+    input.prefetch = hello.getPrefetch();
     for (auto digest : hello.getCached()) {
       if (auto d = wire::digest_of(digest)) input.cached.push_back(*d);
     }
@@ -369,13 +409,12 @@ class Server {
       ref.setJob(a.trial.job.str());
       ref.setIndex(a.trial.index);
       ref.setAttempt(a.attempt);
-      const std::string* payload = scheduler_.payload(a.trial);
-      auto submitted = parse_submitted(*payload);
-      out.setSpec(sandbox::to_canonical_json(submitted->spec));
+      const SubmittedTrial& submitted = submitted_trial(a.trial);
+      out.setSpec(submitted.spec_json);
       out.setForkRunId(fork_run_of(a.trial, a.attempt).str());
       const TrialInput& input = inputs_of(a.trial);
       wire::set_digest(out.initSegment(), input.segment);
-      auto packs = sandbox::packs_in_load_order(submitted->spec);
+      auto packs = sandbox::packs_in_load_order(submitted.spec);
       auto bundles = out.initBundles(static_cast<unsigned>(packs.size()));
       for (unsigned p = 0; p < packs.size(); ++p) {
         wire::set_digest(bundles[p].initPin(), *packs[p]->expected_bundle_hash);
@@ -418,11 +457,32 @@ class Server {
 
   void ack(const std::string& route, std::uint64_t request, schema::wire::TrialRef::Reader ref,
            const std::string& verdict) {
+    ack(route, request, TrialId{JobId(wire::text(ref.getJob())), ref.getIndex()}, ref.getAttempt(),
+        verdict);
+  }
+
+  void ack(const std::string& route, std::uint64_t request, const TrialId& trial, Attempt attempt,
+           const std::string& verdict) {
     capnp::MallocMessageBuilder message;
     auto out = wire::start(message, request).initReportAck();
-    out.setTrial(ref);
+    auto ref = out.initTrial();
+    ref.setJob(trial.job.str());
+    ref.setIndex(trial.index);
+    ref.setAttempt(attempt);
     out.setVerdict(verdict);
     reply(route, wire::encode(message));
+  }
+
+  // A trial as submitted, parsed once per lease rather than per message.
+  const SubmittedTrial& submitted_trial(const TrialId& trial) {
+    auto it = submitted_.find(trial);
+    if (it != submitted_.end()) return it->second;
+    auto parsed = parse_submitted(*scheduler_.payload(trial));
+    if (!parsed) {
+      throw Error(forktrial::ErrorCode::internal,
+                  "trial " + trial.str() + " was recorded unreadable: " + parsed.error());
+    }
+    return submitted_.emplace(trial, std::move(*parsed)).first->second;
   }
 
   const TrialInput& inputs_of(const TrialId& trial) { return digests_.at(trial); }
@@ -458,21 +518,31 @@ class Server {
       return ack(route, envelope.getRequestId(), report.getTrial(),
                  std::string(report_verdict_name(judged.verdict)));
     }
-    const bool recorded = reconcile(worker, trial, attempt, report, now);
-    // A report the store refused is over too: the attempt failed and the
-    // trial was requeued (or abandoned); the worker has nothing to resend.
-    ack(route, envelope.getRequestId(), report.getTrial(),
-        recorded ? "accepted" : "refused by the store; the attempt failed");
+    // Reconciled with the rest of this turn, in its one transaction; the
+    // acknowledgement goes after the commit, saying how it went.
+    reconciling_.push_back(
+        reconciliation_of(route, envelope.getRequestId(), worker, trial, attempt, report, now));
   }
 
-  // One store transaction: the fork with the reported delta, the records so
-  // far (trial.reported among them), trial.reconciled and the result.
-  // Whether the report is recorded; when the store refused it, the attempt
-  // failed instead.
-  bool reconcile(const WorkerId& worker, const TrialId& trial, Attempt attempt,
-                 schema::wire::Report::Reader report, Instant now) {
-    auto submitted = parse_submitted(*scheduler_.payload(trial));
+  // What a report says, copied out of its message.
+  struct Reconciliation {
+    std::string route;
+    std::uint64_t request = 0;
+    WorkerId worker;
+    TrialId trial;
+    Attempt attempt = 0;
+    Instant at;
     sandbox::TrialVerdict verdict;
+    std::vector<store::NewEvent> events;
+    std::uint64_t duration_ms = 0;
+  };
+
+  Reconciliation reconciliation_of(const std::string& route, std::uint64_t request,
+                                   const WorkerId& worker, const TrialId& trial, Attempt attempt,
+                                   schema::wire::Report::Reader report, Instant now) {
+    Reconciliation r{
+        route, request, worker, trial, attempt, now, {}, {}, report.getDurationMillis()};
+    sandbox::TrialVerdict& verdict = r.verdict;
     auto outcome = outcome_from_ordinal(report.getOutcome());
     verdict.outcome = outcome.value_or(Outcome::crashed);
     verdict.detail = wire::text(report.getDetail());
@@ -484,8 +554,7 @@ class Server {
       verdict.claimed_events = report.getClaimedEvents();
       verdict.claimed_failures = report.getClaimedFailures();
     }
-    std::vector<store::NewEvent> events;
-    events.reserve(report.getEvents().size());
+    r.events.reserve(report.getEvents().size());
     for (auto e : report.getEvents()) {
       store::NewEvent event;
       event.id = store::EventId(wire::text(e.getId()));
@@ -497,64 +566,122 @@ class Server {
       if (e.getCause().isCausedBy()) {
         event.caused_by = store::EventId(wire::text(e.getCause().getCausedBy()));
       }
-      events.push_back(std::move(event));
+      r.events.push_back(std::move(event));
     }
-    const store::RunId fork_id = fork_run_of(trial, attempt);
-    const store::NewRun fork{.id = fork_id, .label = submitted->spec.label};
-    auto write = [&](const sandbox::TrialVerdict& v, std::uint64_t count) {
-      // The body may run again (when the map grows): it changes nothing but
-      // the store.
-      return store_.write([&](store::Writer& writer) -> store::Result<std::uint64_t> {
-        auto recorded = sandbox::record_trial(writer, submitted->spec, fork, count,
-                                              sandbox::delta_of(events), v);
+    return r;
+  }
+
+  // Writes one reconciliation into `writer`: the fork with the reported
+  // delta (the first `count` events; none when the store refused them), and
+  // its trial.reconciled record and trial.result event into `records` and
+  // `results`. It changes nothing outside the store: a transaction body may
+  // run again.
+  store::Result<std::uint64_t> record_reconciliation(store::Writer& writer, const Reconciliation& r,
+                                                     const sandbox::TrialVerdict& v,
+                                                     std::uint64_t count, Records& records,
+                                                     std::vector<store::NewEvent>& results) {
+    const SubmittedTrial& submitted = submitted_trial(r.trial);
+    const store::RunId fork_id = fork_run_of(r.trial, r.attempt);
+    const store::NewRun fork{.id = fork_id, .label = submitted.spec.label};
+    auto recorded =
+        sandbox::record_trial(writer, submitted.spec, fork, count, sandbox::delta_of(r.events), v);
+    if (!recorded) return recorded;
+    records.push_back(TrialReconciled{r.trial, r.attempt, v.outcome, r.at});
+    auto run = writer.run(fork_id);
+    const std::uint64_t fork_seq = run->fork_of ? run->fork_of->seq : 0;
+    ordered_json result = result_json(r.trial, r.attempt, submitted, v, r.worker);
+    result["fork_run_id"] = fork_id.str();
+    result["events_appended"] = run->head - fork_seq;
+    result["behavior_failures"] = writer.events_of_type(*run, "behavior.failed").size();
+    result["behavior_failures_after_fork"] =
+        writer.events_of_type(*run, "behavior.failed", fork_seq).size();
+    result["duration_ms"] = r.duration_ms;
+    // The store is the record: say when the child claimed otherwise.
+    std::string detail = result["detail"];
+    sandbox::append_detail_line(
+        detail, sandbox::claim_disagreement(v, result["events_appended"],
+                                            result["behavior_failures_after_fork"]));
+    result["detail"] = detail;
+    store::NewEvent event;
+    event.type = kResultType;
+    event.payload = result.dump();
+    event.timestamp = format_timestamp(r.at.time_since_epoch().count());
+    event.actor = std::string(kCoordinatorActor);
+    results.push_back(std::move(event));
+    return recorded;
+  }
+
+  // After the commit that recorded `r` (with `v`): the scheduler, the
+  // results and the worker hear of it.
+  void reconciled(const Reconciliation& r, const sandbox::TrialVerdict& v,
+                  const std::string& result) {
+    remember_result(r.trial, result);
+    (void)scheduler_.reconciled(r.trial, v.outcome, r.at);
+    submitted_.erase(r.trial);
+    ack(r.route, r.request, r.trial, r.attempt, "accepted");
+  }
+
+  // The turn's one transaction: every record kept so far and every report
+  // accepted this turn. When the store refuses it (a report whose delta it
+  // will not take), each report is recorded by itself instead, so one bad
+  // report costs only its own delta.
+  bool write_turn() {
+    std::vector<store::NewEvent> results;
+    auto written = store_.write([&](store::Writer& writer) -> store::Result<std::uint64_t> {
+      Records records = pending_;
+      results.clear();
+      for (const Reconciliation& r : reconciling_) {
+        const std::uint64_t count = r.events.size();
+        auto recorded = record_reconciliation(writer, r, r.verdict, count, records, results);
         if (!recorded) return recorded;
+      }
+      return append_to_log(writer, records, results);
+    });
+    if (!written) return false;
+    pending_.clear();
+    for (std::size_t i = 0; i < reconciling_.size(); ++i) {
+      reconciled(reconciling_[i], reconciling_[i].verdict, results[i].payload);
+    }
+    reconciling_.clear();
+    return true;
+  }
+
+  // One report in a transaction of its own (with the records kept so far):
+  // its delta if the store takes it, else the fork without it, else the
+  // attempt failed.
+  void reconcile_alone(Reconciliation& r) {
+    auto write = [&](const sandbox::TrialVerdict& v, std::uint64_t count) {
+      std::vector<store::NewEvent> results;
+      auto written = store_.write([&](store::Writer& writer) -> store::Result<std::uint64_t> {
         Records records = pending_;
-        records.push_back(TrialReconciled{trial, attempt, v.outcome, now});
-        auto run = writer.run(fork_id);
-        const std::uint64_t fork_seq = run->fork_of ? run->fork_of->seq : 0;
-        ordered_json result = result_json(trial, attempt, *submitted, v, worker);
-        result["fork_run_id"] = fork_id.str();
-        result["events_appended"] = run->head - fork_seq;
-        result["behavior_failures"] = writer.events_of_type(*run, "behavior.failed").size();
-        result["behavior_failures_after_fork"] =
-            writer.events_of_type(*run, "behavior.failed", fork_seq).size();
-        result["duration_ms"] = report.getDurationMillis();
-        // The store is the record: say when the child claimed otherwise.
-        std::string detail = result["detail"];
-        sandbox::append_detail_line(
-            detail, sandbox::claim_disagreement(v, result["events_appended"],
-                                                result["behavior_failures_after_fork"]));
-        result["detail"] = detail;
-        store::NewEvent event;
-        event.type = kResultType;
-        event.payload = result.dump();
-        event.timestamp = format_timestamp(now.time_since_epoch().count());
-        event.actor = std::string(kCoordinatorActor);
-        auto appended = append_to_log(writer, records, std::span(&event, 1));
-        if (appended) last_result_ = event.payload;
-        return appended;
+        results.clear();
+        auto recorded = record_reconciliation(writer, r, v, count, records, results);
+        if (!recorded) return recorded;
+        return append_to_log(writer, records, results);
       });
+      if (written) {
+        pending_.clear();
+        reconciled(r, v, results.front().payload);
+      }
+      return written;
     };
-    auto written = write(verdict, events.size());
-    if (!written && !events.empty()) {
+    auto written = write(r.verdict, r.events.size());
+    if (!written && !r.events.empty()) {
       log_(LogLevel::warn,
-           "the store refused the delta of " + trial.str() + ": " + written.error().message);
-      verdict = sandbox::without_delta(verdict, written.error().message);
-      written = write(verdict, 0);
+           "the store refused the delta of " + r.trial.str() + ": " + written.error().message);
+      written = write(sandbox::without_delta(r.verdict, written.error().message), 0);
     }
     if (!written) {
-      // Nothing of the report is recorded: the attempt failed.
+      // Nothing of the report is recorded: the attempt failed. A report the
+      // store refused is over too: the trial was requeued (or abandoned);
+      // the worker has nothing to resend.
       keep(scheduler_
-               .reconcile_failed(trial, "the store refused the report: " + written.error().message,
-                                 now)
+               .reconcile_failed(r.trial,
+                                 "the store refused the report: " + written.error().message, r.at)
                .value_or(Records{}));
-      return false;
+      submitted_.erase(r.trial);
+      ack(r.route, r.request, r.trial, r.attempt, "refused by the store; the attempt failed");
     }
-    pending_.clear();  // written with the fork
-    remember_result(last_result_);
-    // Applied after the commit; its record is the one written above.
-    (void)scheduler_.reconciled(trial, verdict.outcome, now);
-    return true;
   }
 
   ordered_json result_json(const TrialId& trial, Attempt attempts, const SubmittedTrial& submitted,
@@ -913,6 +1040,7 @@ class Server {
       list.push_back({{"worker", w.id.str()},
                       {"alive", w.alive},
                       {"slots", w.slots},
+                      {"prefetch", w.prefetch},
                       {"running", w.running},
                       {"last_seen", format_timestamp(w.last_seen.time_since_epoch().count())},
                       {"cached_digests", w.cached_digests}});
@@ -932,7 +1060,9 @@ class Server {
   Scheduler scheduler_;
   zmq::context_t context_;
   zmq::socket_t socket_;
-  Records pending_;                                          // applied, not yet in the store
+  Records pending_;                              // applied, not yet in the store
+  std::vector<Reconciliation> reconciling_;      // reports accepted this turn, not yet in the store
+  std::map<TrialId, SubmittedTrial> submitted_;  // parsed, of trials leased
   std::vector<std::pair<std::string, std::string>> outbox_;  // (route, frame), after the commit
   std::map<std::string, Peer> peers_;                        // by routing id
   std::map<WorkerId, std::string> worker_routes_;
@@ -940,7 +1070,6 @@ class Server {
   std::map<TrialId, TrialInput> digests_;  // each trial's segment and bundles (no payload)
   std::map<std::pair<std::string, Digest>, Upload> uploads_;
   std::map<std::string, std::map<std::uint32_t, std::string>> results_;  // job -> index -> JSON
-  std::string last_result_;
   std::uint64_t errors_ = 0;
   bool trim_ = false;  // a submission was handled this turn
 };

@@ -26,6 +26,9 @@ struct ServerConfig {
   SchedulerConfig scheduler;
   std::size_t max_frame_bytes = std::size_t{256} << 20;
   std::chrono::milliseconds tick{100};  // how often time passes for the scheduler
+  // Group commit: what changed waits up to this long for more to share its
+  // durable commit (and its replies wait with it). 0 commits every turn.
+  std::chrono::microseconds commit_window{2000};
 };
 
 // Runs until `stop` is cancelled; returns 0, or throws forktrial::Error when

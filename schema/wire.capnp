@@ -97,6 +97,7 @@ struct WorkerHello {
   warnings @2 :List(Text);     # nets preflight says degrade on this host
   isolation @3 :Text;          # its guarantees, as JSON
   cached @4 :List(Digest);     # what its cache holds (bounded)
+  prefetch @5 :UInt32;         # assignments it holds beyond its slots, ready to start
 }
 
 struct Welcome {

@@ -104,6 +104,7 @@ void add_coordinator(CLI::App& app) {
   auto store = std::make_shared<std::string>(kDefaultStore);
   auto lease = std::make_shared<double>(30);
   auto attempts = std::make_shared<unsigned>(3);
+  auto commit_window = std::make_shared<double>(2);
   auto logging = std::make_shared<LogOptions>();
   config->listen = kDefaultEndpoint;
   auto* cmd = app.add_subcommand(
@@ -118,6 +119,11 @@ void add_coordinator(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--max-attempts", *attempts, "Attempts of a trial before it is abandoned")
       ->capture_default_str();
+  cmd->add_option("--commit-window", *commit_window,
+                  "Milliseconds a change waits for others to share its durable commit "
+                  "(group commit; replies wait with it). 0: commit every turn")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1000.0));
   logging->add_to(cmd);
   cmd->footer(examples_footer({
       "forktrial coordinator --store /srv/ft --listen tcp://0.0.0.0:7600",
@@ -128,6 +134,8 @@ void add_coordinator(CLI::App& app) {
         std::chrono::milliseconds(static_cast<std::int64_t>(*lease * 1000));
     config->scheduler.worker_timeout = config->scheduler.lease_duration;
     config->scheduler.max_attempts = *attempts;
+    config->commit_window =
+        std::chrono::microseconds(static_cast<std::int64_t>(*commit_window * 1000));
     sandbox::Cancellation stop;
     StopSignals signals(stop);
     coordinator::run_coordinator(*config, stop, logging->make("coordinator"));
@@ -150,6 +158,9 @@ void add_worker(CLI::App& app) {
   cmd->add_option("--cache-size", *cache_size, "The cache's byte cap (e.g. 4G)")
       ->capture_default_str();
   cmd->add_option("--slots", config->slots, "Trials run at once")->capture_default_str();
+  cmd->add_option("--prefetch", config->prefetch,
+                  "Assignments held beyond the slots, ready for a slot that frees (0: none)")
+      ->capture_default_str();
   cmd->add_option("--id", config->worker_id, "The worker's name (default: host-pid)");
   logging->add_to(cmd);
   cmd->footer(examples_footer({

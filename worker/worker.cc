@@ -6,6 +6,7 @@
 #include <tbb/task_arena.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -53,6 +54,7 @@ struct Trial {
   std::vector<BundleRef> bundles;
   std::vector<BlobCache::Pin> pins;  // what it needs stays in the cache
   std::shared_ptr<sandbox::Cancellation> cancel = std::make_shared<sandbox::Cancellation>();
+  std::uint64_t arrival = 0;  // assignments are started in the order they came
   bool started = false;
 };
 
@@ -214,6 +216,7 @@ class Worker {
     auto hello = wire::start(message, ++request_id_).initWorkerHello();
     hello.setWorkerId(config_.worker_id);
     hello.setSlots(config_.slots);
+    hello.setPrefetch(config_.prefetch);
     auto warnings = hello.initWarnings(static_cast<unsigned>(config_.preflight_warnings.size()));
     for (unsigned i = 0; i < config_.preflight_warnings.size(); ++i) {
       warnings.set(i, config_.preflight_warnings[i]);
@@ -316,6 +319,7 @@ class Worker {
     // An attempt this worker already holds (an assignment sent again) is
     // not started twice; a slot may be reading the one held.
     if (trials_.contains(trial.key)) return;
+    trial.arrival = ++arrivals_;
     trial.spec = wire::text(assignment.getSpec());
     trial.fork_run_id = wire::text(assignment.getForkRunId());
     auto segment = wire::digest_of(assignment.getSegment());
@@ -401,19 +405,28 @@ class Worker {
     }
   }
 
+  // Ready trials go to free slots, oldest assignment first; the rest wait
+  // (prefetched) with their leases renewed by every heartbeat.
   void start_ready_trials() {
+    std::vector<Trial*> waiting;
     for (auto& [key, trial] : trials_) {
       if (trial.started || trial.cancel->cancelled()) continue;
-      bool ready = cache_.contains(trial.segment);
-      for (const auto& bundle : trial.bundles) ready = ready && cache_.contains(bundle.archive);
-      if (!ready) continue;
-      trial.started = true;
-      Trial* running = &trial;
+      bool is_ready = cache_.contains(trial.segment);
+      for (const auto& bundle : trial.bundles) {
+        is_ready = is_ready && cache_.contains(bundle.archive);
+      }
+      if (is_ready) waiting.push_back(&trial);
+    }
+    std::sort(waiting.begin(), waiting.end(),
+              [](const Trial* a, const Trial* b) { return a->arrival < b->arrival; });
+    for (Trial* trial : waiting) {
       {
         std::lock_guard lock(finished_mutex_);
+        if (in_slots_ >= config_.slots) return;
         ++in_slots_;
       }
-      arena_.enqueue([this, running] { execute(*running); });
+      trial->started = true;
+      arena_.enqueue([this, trial] { execute(*trial); });
     }
   }
 
@@ -500,12 +513,14 @@ class Worker {
       work_requested_ = false;
     }
     if (!welcomed_ || work_requested_ || now < next_request_) return;
-    const std::size_t busy = trials_.size();
-    if (busy >= config_.slots) return;
+    // Room for running trials and prefetched ones alike.
+    const std::size_t held = trials_.size();
+    const std::size_t room = std::size_t{config_.slots} + config_.prefetch;
+    if (held >= room) return;
     capnp::MallocMessageBuilder message;
     wire::start(message, ++request_id_)
         .initRequestWork()
-        .setFreeSlots(static_cast<std::uint32_t>(config_.slots - busy));
+        .setFreeSlots(static_cast<std::uint32_t>(room - held));
     send(wire::encode(message));
     work_requested_ = true;
     work_requested_at_ = now;
@@ -523,6 +538,7 @@ class Worker {
   tbb::task_arena arena_;
   int exit_code_ = -1;
   std::uint64_t request_id_ = 0;
+  std::uint64_t arrivals_ = 0;
   bool welcomed_ = false;
   bool work_requested_ = false;
   Clock::time_point work_requested_at_ = Clock::now();

@@ -29,6 +29,10 @@ struct WorkerConfig {
   std::filesystem::path cache_dir;
   std::uint64_t cache_bytes = std::uint64_t{4} << 30;
   unsigned slots = 1;
+  // Assignments held beyond the slots, fetched and ready, so a slot that
+  // frees starts its next trial at once instead of waiting a round trip to
+  // the coordinator (and its durable lease record).
+  unsigned prefetch = 2;
   std::string worker_id;  // unique per worker; empty: <hostname>-<pid>
   sandbox::ChildOptions child;
   std::chrono::milliseconds heartbeat{1000};

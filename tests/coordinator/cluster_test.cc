@@ -21,6 +21,7 @@
 
 #include "pack/bundle_archive.h"
 #include "pack/bundle_hash.h"
+#include "schema/outcome.h"
 #include "schema/wire_codec.h"
 #include "tests/support/temp_dir.h"
 
@@ -538,6 +539,91 @@ TEST_CASE("malformed and hostile messages are answered with errors and the coord
   auto workers = cluster.client({"workers", "--json"});
   CHECK(workers.exit_code == 0);
   CHECK(json::parse(workers.out)["errors_answered"].get<int>() >= 4);
+}
+
+TEST_CASE("a report the store refuses costs only its own delta when it shares a commit",
+          "[cluster]") {
+  Cluster cluster;
+  cluster.start_coordinator();
+  const std::string job = cluster.submit(cluster.outcome_batch(3, 1));
+  // A hand-made worker holding all three trials reports them back to back,
+  // so they arrive in one turn: two with no delta, one whose delta forges
+  // an id the parent's history already has.
+  zmq::context_t context;
+  zmq::socket_t worker(context, zmq::socket_type::dealer);
+  worker.set(zmq::sockopt::linger, 0);
+  worker.set(zmq::sockopt::rcvtimeo, 10000);
+  worker.connect(cluster.endpoint);
+  using Envelope = forktrial::schema::wire::Envelope;
+  auto send = [&](capnp::MallocMessageBuilder& message) {
+    worker.send(zmq::buffer(forktrial::wire::encode(message)), zmq::send_flags::none);
+  };
+  // The next message of arm `which`; heartbeat answers and the like are skipped.
+  auto next = [&](Envelope::Which which) {
+    for (;;) {
+      zmq::message_t reply;
+      REQUIRE(worker.recv(reply, zmq::recv_flags::none));
+      auto decoded = forktrial::wire::decode(reply.to_string_view());
+      REQUIRE(decoded);
+      if (decoded->envelope().which() == which) return reply;
+    }
+  };
+  {
+    capnp::MallocMessageBuilder hello;
+    auto h = forktrial::wire::start(hello, 1).initWorkerHello();
+    h.setWorkerId("hand");
+    h.setSlots(3);
+    send(hello);
+    next(Envelope::WELCOME);
+    capnp::MallocMessageBuilder request;
+    forktrial::wire::start(request, 2).initRequestWork().setFreeSlots(3);
+    send(request);
+  }
+  const auto assignments_frame = next(Envelope::ASSIGNMENTS);
+  auto assignments_message = forktrial::wire::decode(assignments_frame.to_string_view());
+  REQUIRE(assignments_message);
+  const auto assignments = assignments_message->envelope().getAssignments().getAssignments();
+  REQUIRE(assignments.size() == 3);
+  for (unsigned i = 0; i < 3; ++i) {
+    capnp::MallocMessageBuilder message;
+    auto report = forktrial::wire::start(message, 10 + i).initReport();
+    report.setTrial(assignments[i].getTrial());
+    report.setOutcome(static_cast<std::uint8_t>(forktrial::Outcome::completed));
+    report.setForkSeq(31);
+    if (i == 1) {
+      auto event = report.initEvents(1)[0];
+      event.setId("evt_001");
+      event.setType("forged");
+      event.setPayload("{}");
+      event.setTimestamp("2099-01-01T00:00:00.000Z");
+    }
+    send(message);
+  }
+  for (int i = 0; i < 3; ++i) {
+    const auto ack_frame = next(Envelope::REPORT_ACK);
+    auto ack = forktrial::wire::decode(ack_frame.to_string_view());
+    REQUIRE(ack);
+    CHECK(forktrial::wire::text(ack->envelope().getReportAck().getVerdict()) == "accepted");
+  }
+  const auto results = cluster.results(job);
+  REQUIRE(results.size() == 3);
+  int refused = 0;
+  for (const auto& r : results) {
+    INFO(r.dump());
+    CHECK(r["status"] == "reconciled");
+    CHECK(r["events_appended"] == 0);
+    if (r["detail"].get<std::string>().find("the store refused the child's delta") !=
+        std::string::npos) {
+      ++refused;
+      CHECK(r["outcome"] == "crashed");
+    } else {
+      CHECK(r["outcome"] == "completed");
+    }
+  }
+  CHECK(refused == 1);
+  CHECK(cluster.log_text().find("the store refused the delta of " + job + "#") !=
+        std::string::npos);
+  require_exactly_once(cluster, results);
 }
 
 TEST_CASE("forktrial batch runs a batch file end to end on local workers", "[cluster]") {

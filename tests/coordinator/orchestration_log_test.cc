@@ -62,9 +62,10 @@ std::vector<OrchestrationRecord> edge_records() {
   records.push_back(
       JobSubmitted{JobId{"\xff"}, std::numeric_limits<int>::max(), "\xfe", {}, kFarPast});
   records.push_back(JobCancelled{JobId{"j"}, at(1)});
-  records.push_back(WorkerJoined{WorkerId{"w"}, 0, {}, kEpoch});
+  records.push_back(WorkerJoined{WorkerId{"w"}, 0, 0, {}, kEpoch});
   records.push_back(WorkerJoined{WorkerId{"w ✓"},
                                  std::numeric_limits<std::uint32_t>::max(),
+                                 7,
                                  {digest(1), digest(2)},
                                  kFarFuture});
   records.push_back(LeasesRenewed{WorkerId{"w"}, {}, kEpoch, kEpoch});
@@ -215,6 +216,19 @@ TEST_CASE("a record event holds the record's fields as JSON, its time and the co
   }
 }
 
+TEST_CASE("a worker.joined record written before prefetch existed reads as no prefetch",
+          "[coordinator][orchestration_log]") {
+  const auto record = record_of(
+      store::view_of(event_of("worker.joined", R"({"worker":"w","slots":3,"cached":[],"at":5})")));
+  REQUIRE(record);
+  const auto& joined = std::get<WorkerJoined>(*record);
+  CHECK(joined.slots == 3);
+  CHECK(joined.prefetch == 0);
+  CHECK(decode_error("worker.joined",
+                     R"({"worker":"w","slots":3,"prefetch":-1,"cached":[],"at":5})") ==
+        "event evt_042 (worker.joined): field \"prefetch\" is -1, not an integer in 0..4294967295");
+}
+
 TEST_CASE("the record types are told from the coordinator's other events",
           "[coordinator][orchestration_log]") {
   for (const std::string_view type :
@@ -338,7 +352,7 @@ TEST_CASE("a log appended over several transactions reads back in order, other e
 
   const std::vector<OrchestrationRecord> first = {
       JobSubmitted{JobId{"a"}, 1, "job a", {testing::trial_input(1)}, at(0)},
-      WorkerJoined{WorkerId{"w1"}, 2, {digest(1)}, at(1)},
+      WorkerJoined{WorkerId{"w1"}, 2, 1, {digest(1)}, at(1)},
   };
   CHECK(append(store, first) == 2);
   const std::vector<OrchestrationRecord> second = {

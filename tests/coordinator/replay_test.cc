@@ -48,7 +48,7 @@ TEST_CASE("replaying the records rebuilds the same state and the same decisions"
     const auto take = [&records](const Records& more) {
       records.insert(records.end(), more.begin(), more.end());
     };
-    take(*s.worker_joined(WorkerHello{WorkerId{"w4"}, 5, {digest(4)}}, at(22'000)));
+    take(*s.worker_joined(WorkerHello{WorkerId{"w4"}, 5, 0, {digest(4)}}, at(22'000)));
     take(s.request_work(WorkerId{"w4"}, 5, at(22'000))->records);
     take(s.tick(at(40'000)));
     return records;

@@ -61,7 +61,7 @@ TEST_CASE("a hundred thousand queued trials stay small and drain without a scan 
   for (std::uint32_t w = 0; w < kWorkers; ++w) {
     REQUIRE(s.worker_joined(
         WorkerHello{
-            WorkerId{"w" + std::to_string(w)}, kSlots, {testing::digest(static_cast<int>(w))}},
+            WorkerId{"w" + std::to_string(w)}, kSlots, 0, {testing::digest(static_cast<int>(w))}},
         at(0)));
   }
   std::uint64_t reconciled = 0;

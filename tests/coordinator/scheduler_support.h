@@ -70,7 +70,7 @@ struct Logged {
   }
   void join(const std::string& worker, std::uint32_t slots, Instant now,
             std::vector<Digest> cached = {}) {
-    keep(scheduler.worker_joined(WorkerHello{WorkerId{worker}, slots, std::move(cached)}, now));
+    keep(scheduler.worker_joined(WorkerHello{WorkerId{worker}, slots, 0, std::move(cached)}, now));
   }
   std::vector<Assignment> work(const std::string& worker, std::uint32_t slots, Instant now) {
     return keep(scheduler.request_work(WorkerId{worker}, slots, now)).assignments;

@@ -88,6 +88,21 @@ TEST_CASE("a worker gets no more trials than its free slots", "[coordinator][sch
   CHECK(worker.last_seen == at(1));
 }
 
+TEST_CASE("a worker's prefetch adds room for assignments waiting to start",
+          "[coordinator][scheduler]") {
+  Logged s;
+  s.submit(testing::job("a", 0, 10), at(0));
+  s.keep(s.scheduler.worker_joined(WorkerHello{WorkerId{"w1"}, 2, 3, {}}, at(1)));
+  CHECK(s.work("w1", 9, at(2)).size() == 5);  // two slots and three waiting
+  CHECK(s.work("w1", 9, at(3)).empty());
+  CHECK(s.report("w1", trial("a", 0), 1, at(4)).verdict == ReportVerdict::accepted);
+  CHECK(s.work("w1", 9, at(5)).size() == 1);
+  const WorkerStatus worker = *s.scheduler.worker_status(WorkerId{"w1"});
+  CHECK(worker.slots == 2);
+  CHECK(worker.prefetch == 3);
+  CHECK(worker.running == 5);
+}
+
 TEST_CASE("a lease that is not renewed expires and its trial is queued with the next attempt",
           "[coordinator][scheduler]") {
   Logged s(kShortLeases);
@@ -306,7 +321,7 @@ TEST_CASE("a worker that joins again under its id loses what it held", "[coordin
   s.join("w1", 1, at(0));
   REQUIRE(s.work("w1", 1, at(1)).size() == 1);
   const Records joined =
-      s.keep(s.scheduler.worker_joined(WorkerHello{WorkerId{"w1"}, 4, {}}, at(2)));
+      s.keep(s.scheduler.worker_joined(WorkerHello{WorkerId{"w1"}, 4, 0, {}}, at(2)));
   REQUIRE(joined.size() == 3);
   CHECK(std::holds_alternative<TrialRequeued>(joined[0]));
   CHECK(std::holds_alternative<WorkerLost>(joined[1]));
@@ -326,7 +341,7 @@ TEST_CASE("inputs the state does not allow are refused without a change",
         Refusal{ErrorCode::conflict, "job a was submitted before"});
   CHECK(s.scheduler.submit(testing::job("", 0, 1), at(1)).error().code ==
         ErrorCode::invalid_argument);
-  CHECK(s.scheduler.worker_joined(WorkerHello{WorkerId{"w"}, 0, {}}, at(1)).error() ==
+  CHECK(s.scheduler.worker_joined(WorkerHello{WorkerId{"w"}, 0, 0, {}}, at(1)).error() ==
         Refusal{ErrorCode::invalid_argument, "worker w offers no slots"});
   CHECK(s.scheduler.request_work(WorkerId{"w"}, 1, at(1)).error().code == ErrorCode::not_found);
   CHECK(s.scheduler.cancel(JobId{"b"}, at(1)).error() == Refusal{ErrorCode::not_found, "no job b"});

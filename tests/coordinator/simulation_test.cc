@@ -224,7 +224,7 @@ class Simulation {
     worker.up = true;
     worker.running.clear();
     worker.next_heartbeat = now + 1'000;
-    s_.keep(s_.scheduler.worker_joined(WorkerHello{WorkerId{worker.id}, worker.slots, cached},
+    s_.keep(s_.scheduler.worker_joined(WorkerHello{WorkerId{worker.id}, worker.slots, 0, cached},
                                        at(now)));
   }
 
