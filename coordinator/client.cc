@@ -70,6 +70,10 @@ Client::Client(const std::string& endpoint, std::chrono::milliseconds timeout)
   impl_->timeout = timeout;
   impl_->endpoint = endpoint;
   impl_->socket.set(zmq::sockopt::linger, 0);
+  // ZeroMQ retries a refused connection every 100 ms by default: 10 ms lets
+  // a client started beside its coordinator (forktrial batch) in at once.
+  impl_->socket.set(zmq::sockopt::reconnect_ivl, 10);
+  impl_->socket.set(zmq::sockopt::reconnect_ivl_max, 1000);
   try {
     impl_->socket.connect(endpoint);
   } catch (const zmq::error_t& e) {

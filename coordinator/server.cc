@@ -28,6 +28,9 @@ constexpr std::string_view kResultType = "trial.result";
 constexpr std::size_t kMaxMessagesPerTurn = 256;
 constexpr std::uint64_t kMaxUploadBytes = std::uint64_t{1} << 30;
 constexpr std::size_t kMaxWorkerIdBytes = 256;
+// How long a worker's offer of slots waits for work before it is answered
+// empty (the worker offers again at once).
+constexpr auto kParkLimit = std::chrono::seconds(1);
 
 Instant clock_now() {
   return std::chrono::time_point_cast<Duration>(std::chrono::system_clock::now());
@@ -115,6 +118,7 @@ class Server {
       }
       gather();
       keep(scheduler_.tick(clock_now()));
+      serve_parked(clock_now());
       flush();
       if (trim_) {
         // A submission's message, its parse and its record are freed now:
@@ -372,6 +376,9 @@ class Server {
     }
     peers_[route] = Peer{Peer::Role::worker, input.id};
     worker_routes_[input.id] = route;
+    // An offer the previous connection left waiting must not lease trials
+    // to a route nobody reads.
+    std::erase_if(parked_, [&](const auto& entry) { return entry.second.worker == input.id; });
     log_(LogLevel::info, "worker " + input.id.str() +
                              (reconnected ? " reconnected, keeping its leases," : " joined") +
                              " with " + std::to_string(input.slots) + " slots");
@@ -392,14 +399,41 @@ class Server {
 
   void on_request_work(const std::string& route, const WorkerId& worker, Envelope::Reader envelope,
                        Instant now) {
-    auto work = scheduler_.request_work(worker, envelope.getRequestWork().getFreeSlots(), now);
-    if (!work) {
-      return reply_error(route, envelope.getRequestId(), WireCode::OUT_OF_ORDER,
-                         work.error().message);
+    parked_.erase(route);
+    const std::uint32_t free = envelope.getRequestWork().getFreeSlots();
+    if (free > 0 && scheduler_.queued_trials() == 0 && scheduler_.worker_status(worker) &&
+        scheduler_.worker_status(worker)->alive) {
+      // Nothing to give: the offer waits here (long poll) until there is,
+      // rather than the worker asking again and again.
+      parked_[route] =
+          Parked{worker, free, envelope.getRequestId(), std::chrono::steady_clock::now()};
+      return;
     }
+    assign(route, worker, free, envelope.getRequestId(), now);
+  }
+
+  // Offers waiting for work are answered when there is some, and answered
+  // empty after kParkLimit, well inside the worker's patience.
+  void serve_parked(Instant now) {
+    const auto steady = std::chrono::steady_clock::now();
+    for (auto it = parked_.begin(); it != parked_.end();) {
+      const Parked& p = it->second;
+      if (scheduler_.queued_trials() > 0 || steady - p.since >= kParkLimit) {
+        assign(it->first, p.worker, p.free, p.request, now);
+        it = parked_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  void assign(const std::string& route, const WorkerId& worker, std::uint32_t free,
+              std::uint64_t request, Instant now) {
+    auto work = scheduler_.request_work(worker, free, now);
+    if (!work) return reply_error(route, request, WireCode::OUT_OF_ORDER, work.error().message);
     keep(std::move(work->records));
     capnp::MallocMessageBuilder message;
-    auto list = wire::start(message, envelope.getRequestId())
+    auto list = wire::start(message, request)
                     .initAssignments()
                     .initAssignments(static_cast<unsigned>(work->assignments.size()));
     for (unsigned i = 0; i < work->assignments.size(); ++i) {
@@ -1060,6 +1094,14 @@ class Server {
   Scheduler scheduler_;
   zmq::context_t context_;
   zmq::socket_t socket_;
+  // A worker's offer of slots that found no work, waiting for some.
+  struct Parked {
+    WorkerId worker;
+    std::uint32_t free = 0;
+    std::uint64_t request = 0;
+    std::chrono::steady_clock::time_point since;
+  };
+  std::map<std::string, Parked> parked_;         // by routing id
   Records pending_;                              // applied, not yet in the store
   std::vector<Reconciliation> reconciling_;      // reports accepted this turn, not yet in the store
   std::map<TrialId, SubmittedTrial> submitted_;  // parsed, of trials leased

@@ -20,6 +20,8 @@ store::StoreOptions scratch_store_options() {
   store::StoreOptions options;
   options.sync = false;
   options.initial_map_size = std::size_t{32} << 20;
+  // The worker (or parent) and the child use it one after the other.
+  options.max_readers = 16;
   return options;
 }
 

@@ -90,7 +90,8 @@ Environment::Environment(const std::filesystem::path& path, StoreOptions options
   registration_.emplace(path);
 
   lmdb::check(mdb_env_set_maxdbs(env_.get(), 16), "mdb_env_set_maxdbs(16)");
-  lmdb::check(mdb_env_set_maxreaders(env_.get(), 1024), "mdb_env_set_maxreaders(1024)");
+  lmdb::check(mdb_env_set_maxreaders(env_.get(), options_.max_readers),
+              "mdb_env_set_maxreaders(" + std::to_string(options_.max_readers) + ")");
   lmdb::check(mdb_env_set_mapsize(env_.get(), options_.initial_map_size),
               "mdb_env_set_mapsize(" + std::to_string(options_.initial_map_size) + ")");
   unsigned flags = MDB_NOTLS | (options_.sync ? 0 : MDB_NOSYNC);

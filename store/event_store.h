@@ -149,6 +149,10 @@ struct StoreOptions {
   std::size_t initial_map_size = std::size_t{4} << 30;  // 4 GiB
   std::size_t max_map_size = std::size_t{1} << 40;      // 1 TiB
   std::chrono::milliseconds grow_wait{30'000};
+  // Read transactions open at once, over every process of the store: the
+  // size of LMDB's reader table, which its lock file holds and every open
+  // that creates the store writes out.
+  unsigned max_readers = 1024;
   // false trades durability on power loss for speed (MDB_NOSYNC); a process
   // crash still never loses a committed transaction.
   bool sync = true;

@@ -691,7 +691,7 @@ void add_batch(CLI::App& app) {
       if (tty) std::fprintf(stderr, "\r%s", progress_line(status).c_str());
       if (status["finished"].get<bool>() || stop.cancelled()) break;
       if (!coordinator.running()) throw CommandFailed("the batch's coordinator died");
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     if (tty) std::fprintf(stderr, "\n");
     if (stop.cancelled()) {

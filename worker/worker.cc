@@ -144,6 +144,11 @@ class Worker {
     socket_.set(zmq::sockopt::routing_id, config.worker_id + "/" + std::to_string(::getpid()) +
                                               "/" + std::to_string(random()));
     socket_.set(zmq::sockopt::linger, 0);
+    // Reconnects start at 10 ms (ZeroMQ's default is 100 ms), so a worker
+    // started beside its coordinator, or one that restarted, joins at once,
+    // and back off to a second while the coordinator is down.
+    socket_.set(zmq::sockopt::reconnect_ivl, 10);
+    socket_.set(zmq::sockopt::reconnect_ivl_max, 1000);
     socket_.connect(config.coordinator);
     // Trials' scratch stores live in the cache directory, which this worker
     // holds alone (the cache's lock): what a killed worker left there is
@@ -261,8 +266,11 @@ class Worker {
         return;
       case Envelope::ASSIGNMENTS:
         work_requested_ = false;
+        // An empty answer that waited at the coordinator (it holds an offer
+        // until there is work) is followed by the next offer at once; one
+        // that came straight back, 100 ms later.
         if (envelope.getAssignments().getAssignments().size() == 0) {
-          next_request_ = Clock::now() + std::chrono::milliseconds(100);
+          next_request_ = work_requested_at_ + std::chrono::milliseconds(100);
         }
         for (auto assignment : envelope.getAssignments().getAssignments()) accept(assignment);
         return;

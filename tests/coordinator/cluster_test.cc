@@ -14,6 +14,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <set>
 #include <thread>
@@ -539,6 +540,60 @@ TEST_CASE("malformed and hostile messages are answered with errors and the coord
   auto workers = cluster.client({"workers", "--json"});
   CHECK(workers.exit_code == 0);
   CHECK(json::parse(workers.out)["errors_answered"].get<int>() >= 4);
+}
+
+TEST_CASE("an offer of slots with no work waits at the coordinator until work comes", "[cluster]") {
+  Cluster cluster;
+  cluster.start_coordinator();
+  zmq::context_t context;
+  zmq::socket_t worker(context, zmq::socket_type::dealer);
+  worker.set(zmq::sockopt::linger, 0);
+  worker.connect(cluster.endpoint);
+  using Envelope = forktrial::schema::wire::Envelope;
+  auto send = [&](capnp::MallocMessageBuilder& message) {
+    worker.send(zmq::buffer(forktrial::wire::encode(message)), zmq::send_flags::none);
+  };
+  // The next message within `timeout`, decoded; none: nullopt.
+  auto receive = [&](std::chrono::milliseconds timeout)
+      -> std::optional<std::pair<Envelope::Which, std::size_t>> {
+    worker.set(zmq::sockopt::rcvtimeo, static_cast<int>(timeout.count()));
+    zmq::message_t reply;
+    if (!worker.recv(reply, zmq::recv_flags::none)) return std::nullopt;
+    auto decoded = forktrial::wire::decode(reply.to_string_view());
+    REQUIRE(decoded);
+    const auto which = decoded->envelope().which();
+    return std::pair{which, which == Envelope::ASSIGNMENTS
+                                ? decoded->envelope().getAssignments().getAssignments().size()
+                                : 0u};
+  };
+  capnp::MallocMessageBuilder hello;
+  auto h = forktrial::wire::start(hello, 1).initWorkerHello();
+  h.setWorkerId("waiting");
+  h.setSlots(2);
+  send(hello);
+  REQUIRE(receive(std::chrono::milliseconds(10000))->first == Envelope::WELCOME);
+  auto offer = [&](std::uint64_t request) {
+    capnp::MallocMessageBuilder message;
+    forktrial::wire::start(message, request).initRequestWork().setFreeSlots(2);
+    send(message);
+  };
+  // With no job, the offer is held, then answered empty within seconds.
+  offer(2);
+  const auto start = std::chrono::steady_clock::now();
+  CHECK_FALSE(receive(std::chrono::milliseconds(300)));
+  const auto empty = receive(std::chrono::milliseconds(10000));
+  REQUIRE(empty);
+  CHECK(empty->first == Envelope::ASSIGNMENTS);
+  CHECK(empty->second == 0);
+  CHECK(std::chrono::steady_clock::now() - start >= std::chrono::milliseconds(300));
+  // Offered again, it is answered with the job submitted meanwhile.
+  offer(3);
+  CHECK_FALSE(receive(std::chrono::milliseconds(100)));
+  cluster.submit(cluster.outcome_batch(3, 1));
+  const auto work = receive(std::chrono::milliseconds(10000));
+  REQUIRE(work);
+  CHECK(work->first == Envelope::ASSIGNMENTS);
+  CHECK(work->second == 2);
 }
 
 TEST_CASE("a report the store refuses costs only its own delta when it shares a commit",
