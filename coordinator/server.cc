@@ -70,6 +70,44 @@ std::expected<SubmittedTrial, std::string> parse_submitted(const std::string& te
   return trial;
 }
 
+// The payload this coordinator records for a trial:
+// {"candidate":<name>,"spec":<canonical specification>}, the bytes an
+// ordered_json of the two would dump.
+std::string payload_of(const std::string& candidate, const std::string& spec_json) {
+  return "{\"candidate\":" + ordered_json(candidate).dump() + ",\"spec\":" + spec_json + "}";
+}
+
+// A recorded payload, read without parsing its specification twice: the
+// specification's text is cut from the payload as payload_of wrote it
+// (anything else is read by parse_submitted).
+std::expected<SubmittedTrial, std::string> read_payload(const std::string& text) {
+  constexpr std::string_view head = "{\"candidate\":\"";
+  constexpr std::string_view middle = ",\"spec\":";
+  if (!text.starts_with(head) || !text.ends_with('}')) return parse_submitted(text);
+  std::size_t end = head.size();
+  bool escaped = false;
+  for (; end < text.size(); ++end) {
+    if (text[end] == '\\') {
+      escaped = true;
+      ++end;
+    } else if (text[end] == '"') {
+      break;
+    }
+  }
+  if (end >= text.size() || text.compare(end + 1, middle.size(), middle) != 0) {
+    return parse_submitted(text);
+  }
+  const std::size_t spec_at = end + 1 + middle.size();
+  std::string spec_json = text.substr(spec_at, text.size() - 1 - spec_at);
+  auto spec = sandbox::parse_trial_specification(spec_json);
+  if (!spec) return parse_submitted(text);
+  std::string candidate =
+      escaped ? ordered_json::parse(text.substr(head.size() - 1, end - head.size() + 2))
+                    .get<std::string>()
+              : text.substr(head.size(), end - head.size());
+  return SubmittedTrial{std::move(*spec), std::move(candidate), std::move(spec_json)};
+}
+
 struct Peer {
   enum class Role { worker, client } role = Role::client;
   WorkerId worker;
@@ -511,7 +549,7 @@ class Server {
   const SubmittedTrial& submitted_trial(const TrialId& trial) {
     auto it = submitted_.find(trial);
     if (it != submitted_.end()) return it->second;
-    auto parsed = parse_submitted(*scheduler_.payload(trial));
+    auto parsed = read_payload(*scheduler_.payload(trial));
     if (!parsed) {
       throw Error(forktrial::ErrorCode::internal,
                   "trial " + trial.str() + " was recorded unreadable: " + parsed.error());
@@ -868,9 +906,7 @@ class Server {
         continue;
       }
       input.segment = *segment->second;
-      ordered_json payload{{"candidate", submitted->candidate},
-                           {"spec", ordered_json::parse(sandbox::to_canonical_json(spec))}};
-      input.payload = payload.dump();
+      input.payload = payload_of(submitted->candidate, sandbox::to_canonical_json(spec));
       inputs.push_back(std::move(input));
     }
     if (!problems.empty()) {
@@ -1046,7 +1082,7 @@ class Server {
       }
       const TrialId trial{job, i};
       auto state = scheduler_.trial_state(trial);
-      auto submitted = parse_submitted(*scheduler_.payload(trial));
+      auto submitted = read_payload(*scheduler_.payload(trial));
       ordered_json line =
           result_json(trial, state->attempt, *submitted, {}, state->worker.value_or(WorkerId("")));
       line["status"] = std::string(trial_status_name(state->status));

@@ -527,6 +527,36 @@ TEST_CASE("malformed and hostile messages are answered with errors and the coord
     CHECK(code == Code::REFUSED);
     CHECK(text.find("holds a pack that hashes to " + archive->bundle_hash.str() +
                     ", not to its pin " + other->str()) != std::string::npos);
+
+    // Under its own pin, with a candidate name that needs escaping in JSON,
+    // the trial is accepted and its results name the candidate exactly.
+    const std::string weird = "we\"ird\\name \u2713\n";
+    capnp::MallocMessageBuilder accepted;
+    auto good = forktrial::wire::start(accepted, 8).initSubmitJob().initSpecs(1);
+    good.set(0, json{{"candidate", weird},
+                     {"spec",
+                      {{"schema_version", 1},
+                       {"parent_run_id", "run_chat"},
+                       {"at_event", "evt_031"},
+                       {"label", "x"},
+                       {"candidate",
+                        {{"root_dir", "bundle:" + digest.hex()},
+                         {"expected_bundle_hash", archive->bundle_hash.str()}}},
+                       {"extra_packs", json::array()},
+                       {"scenario", ""},
+                       {"limits", json::object()}}}}
+                    .dump());
+    peer.send(zmq::buffer(forktrial::wire::encode(accepted)), zmq::send_flags::none);
+    zmq::message_t reply;
+    REQUIRE(peer.recv(reply, zmq::recv_flags::none));
+    auto decoded = forktrial::wire::decode(reply.to_string_view());
+    REQUIRE(decoded);
+    REQUIRE(decoded->envelope().which() == forktrial::schema::wire::Envelope::JOB_ACCEPTED);
+    const std::string job = forktrial::wire::text(decoded->envelope().getJobAccepted().getJob());
+    const auto results = cluster.results(job);
+    REQUIRE(results.size() == 1);
+    CHECK(results[0]["candidate"] == weird);
+    CHECK(results[0]["status"] == "queued");
   }
   {
     // A frame past the coordinator's limit is dropped by ZeroMQ itself; the
