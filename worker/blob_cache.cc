@@ -274,6 +274,7 @@ std::expected<Digest, Refusal> BlobCache::store(const Digest& digest, std::strin
     undo();
     throw;
   }
+  evictions_ += victims.size();
   std::lock_guard lock(mutex_);
   entries_[digest] = Entry{bytes.size(), tick};
   by_recency_[tick] = digest;

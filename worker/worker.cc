@@ -394,7 +394,16 @@ class Worker {
     auto whole = std::move(*fetch.assembly).finish();
     fetches_.erase(it);
     if (!whole) return fail_fetch(*digest, whole.error().message);
-    if (auto put = cache_.put(*digest, *whole); !put) fail_fetch(*digest, put.error().message);
+    const std::uint64_t evicted = cache_.evictions();
+    if (auto put = cache_.put(*digest, *whole); !put) {
+      fail_fetch(*digest, put.error().message);
+    } else if (cache_.evictions() > evicted) {
+      log_(LogLevel::debug,
+           "cached " + digest->str() + " after evicting " +
+               std::to_string(cache_.evictions() - evicted) + " least recently used blobs; " +
+               std::to_string(cache_.bytes_used()) + " of " + std::to_string(cache_.byte_cap()) +
+               " bytes held, " + std::to_string(cache_.pinned_bytes()) + " pinned");
+    }
   }
 
   void fail_fetch(const Digest& digest, const std::string& why) {

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <fstream>
@@ -24,6 +25,7 @@
 #include "pack/bundle_hash.h"
 #include "schema/outcome.h"
 #include "schema/wire_codec.h"
+#include "store/event_store.h"
 #include "tests/support/temp_dir.h"
 
 extern char** environ;
@@ -96,12 +98,19 @@ struct Cluster {
                                                           "--listen", endpoint, "--lease", lease},
                                  log);
   }
-  void start_worker(int n, unsigned slots = 1, std::vector<std::string> env = {}) {
-    workers.push_back(std::make_unique<Daemon>(
-        std::vector<std::string>{"worker", "--connect", endpoint, "--cache",
-                                 (dir.path() / ("cache-" + std::to_string(n))).string(), "--slots",
-                                 std::to_string(slots), "--id", "w" + std::to_string(n)},
-        log, std::move(env)));
+  void start_worker(int n, unsigned slots = 1, std::vector<std::string> env = {},
+                    std::vector<std::string> extra = {}) {
+    std::vector<std::string> args{"worker",
+                                  "--connect",
+                                  endpoint,
+                                  "--cache",
+                                  (dir.path() / ("cache-" + std::to_string(n))).string(),
+                                  "--slots",
+                                  std::to_string(slots),
+                                  "--id",
+                                  "w" + std::to_string(n)};
+    args.insert(args.end(), extra.begin(), extra.end());
+    workers.push_back(std::make_unique<Daemon>(std::move(args), log, std::move(env)));
   }
 
   forktrial::testing::CommandResult client(std::vector<std::string> args) {
@@ -355,6 +364,46 @@ TEST_CASE("a bundle damaged in a worker's cache is never run and is fetched agai
   for (const auto& r : results) outcomes.insert(r["outcome"].get<std::string>());
   CHECK(outcomes == std::multiset<std::string>{"completed", "limits_exceeded",
                                                "materialization_failed", "scenario_failed"});
+}
+
+TEST_CASE("a worker's full cache evicts what no trial holds, never what one does", "[cluster]") {
+  Cluster cluster;
+  // Room for the segment and the two largest of the four packs, not for a
+  // third: each new pack must evict one, while the running trial and the
+  // one waiting beside it hold theirs.
+  std::vector<std::uint64_t> archives;
+  for (const char* pack : {"packs/greeter", "candidates/flaky_replies", "candidates/runaway",
+                           "candidates/undeclared"}) {
+    auto archive = forktrial::pack::archive_pack(kExamples + "/" + pack);
+    REQUIRE(archive);
+    archives.push_back(archive->bytes.size());
+  }
+  std::sort(archives.rbegin(), archives.rend());
+  std::uint64_t segment = 0;
+  {
+    forktrial::store::EventStore store(cluster.store);
+    auto snapshot = store.snapshot();
+    auto run = snapshot.run(forktrial::store::RunId("run_chat"));
+    REQUIRE(run);
+    segment = snapshot.segment(*run, 31).size();
+  }
+  const std::uint64_t cap = segment + archives[0] + archives[1] + archives[3] / 2;
+  cluster.start_coordinator();
+  cluster.start_worker(
+      0, 1, {}, {"--prefetch", "1", "--cache-size", std::to_string(cap), "--log-level", "debug"});
+  const std::string job = cluster.submit(cluster.outcome_batch(3, 4));
+  const json summary = cluster.wait(job);
+  CHECK(summary["reconciled"] == 12);
+  const auto results = cluster.results(job);
+  for (const auto& r : results) {
+    INFO(r.dump());
+    CHECK(r["attempts"] == 1);  // no attempt failed for want of room
+  }
+  require_exactly_once(cluster, results);
+  const std::string log = cluster.log_text();
+  INFO(log);
+  CHECK(log.find("least recently used blobs") != std::string::npos);
+  CHECK(log.find("cannot fetch blob") == std::string::npos);
 }
 
 TEST_CASE("the store wins when a child's claim disagrees, on the cluster as on one machine",

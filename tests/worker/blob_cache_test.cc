@@ -135,9 +135,11 @@ TEST_CASE("eviction removes the least recently used blobs first", "[worker][cach
   CHECK(cache.get(a).has_value());
   { auto pin = cache.pin(c); }
   // Order: b, d, a, c.
+  CHECK(cache.evictions() == 0);
   const Digest e = put_ok(cache, blob('e', 100));
   CHECK_FALSE(cache.contains(b));
   CHECK(cache.bytes_used() == 400);
+  CHECK(cache.evictions() == 1);
   // Two at once for a larger blob: d and a go, c stays.
   const Digest f = put_ok(cache, blob('f', 200));
   CHECK_FALSE(cache.contains(d));
@@ -146,6 +148,7 @@ TEST_CASE("eviction removes the least recently used blobs first", "[worker][cach
   CHECK(cache.contains(e));
   CHECK(cache.contains(f));
   CHECK(cache.bytes_used() == 400);
+  CHECK(cache.evictions() == 3);
   CHECK_FALSE(cache.get(b).has_value());  // gone from LMDB too
 }
 
