@@ -17,17 +17,38 @@ struct Client::Impl {
   std::string endpoint;
   std::function<bool()> interrupted;
 
+  // How a call is made again: a request that changes nothing when repeated
+  // (status, results, workers, cancel, findMissing) is sent again while no
+  // answer comes, and after the coordinator says it does not know this
+  // client (it restarted), after a new hello. So a `wait` rides out a
+  // coordinator restart. Others are sent once.
+  enum class Retry { never, idempotent };
+  static constexpr std::chrono::milliseconds kResendEvery{1000};
+
   // Sends the envelope `fill` builds and returns the answer to it; answers
   // to earlier, abandoned requests are skipped.
-  wire::Frame call(const std::function<void(Envelope::Builder)>& fill) {
+  wire::Frame call(const std::function<void(Envelope::Builder)>& fill, Retry retry = Retry::never) {
     capnp::MallocMessageBuilder message;
     const std::uint64_t id = ++request_id;
     fill(wire::start(message, id));
-    socket.send(zmq::buffer(wire::encode(message)), zmq::send_flags::none);
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    const std::string frame = wire::encode(message);
+    socket.send(zmq::buffer(frame), zmq::send_flags::none);
+    auto sent = std::chrono::steady_clock::now();
+    const auto deadline = sent + timeout;
+    auto send_again = [&](bool hello_first) {
+      if (hello_first) {
+        capnp::MallocMessageBuilder hello;
+        wire::start(hello, ++request_id).setClientHello();
+        socket.send(zmq::buffer(wire::encode(hello)), zmq::send_flags::none);
+      }
+      socket.send(zmq::buffer(frame), zmq::send_flags::none);
+      sent = std::chrono::steady_clock::now();
+    };
     for (;;) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-          deadline - std::chrono::steady_clock::now());
+      const auto now = std::chrono::steady_clock::now();
+      auto until = deadline;
+      if (retry == Retry::idempotent) until = std::min(until, sent + kResendEvery);
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - now);
       zmq::pollitem_t items[] = {{socket.handle(), 0, ZMQ_POLLIN, 0}};
       int ready = 0;
       try {
@@ -40,6 +61,10 @@ struct Client::Impl {
         continue;  // a signal the caller does not stop for
       }
       if (ready == 0) {
+        if (std::chrono::steady_clock::now() < deadline) {
+          send_again(false);
+          continue;
+        }
         throw Error(ErrorCode::unavailable,
                     "the coordinator at " + endpoint + " did not answer within " +
                         std::to_string(timeout.count()) +
@@ -47,20 +72,25 @@ struct Client::Impl {
       }
       zmq::message_t reply;
       if (!socket.recv(reply, zmq::recv_flags::none)) continue;
-      auto frame = wire::decode(reply.to_string_view());
-      if (!frame) {
+      auto decoded = wire::decode(reply.to_string_view());
+      if (!decoded) {
         throw Error(ErrorCode::internal,
-                    "the coordinator sent an unreadable answer: " + frame.error().message);
+                    "the coordinator sent an unreadable answer: " + decoded.error().message);
       }
-      const auto envelope = frame->envelope();
+      const auto envelope = decoded->envelope();
       if (envelope.getRequestId() != id) continue;
       if (envelope.which() == Envelope::ERROR) {
         const auto code = envelope.getError().getCode();
+        if (code == schema::wire::ErrorCode::OUT_OF_ORDER && retry == Retry::idempotent &&
+            std::chrono::steady_clock::now() < deadline) {
+          send_again(true);  // a restarted coordinator: hello again, then ask again
+          continue;
+        }
         throw Error(code == schema::wire::ErrorCode::NOT_FOUND ? ErrorCode::not_found
                                                                : ErrorCode::failed_precondition,
                     wire::text(envelope.getError().getMessage()));
       }
-      return std::move(*frame);
+      return std::move(*decoded);
     }
   }
 };
@@ -81,7 +111,8 @@ Client::Client(const std::string& endpoint, std::chrono::milliseconds timeout)
                 "cannot connect to " + endpoint + ": " + e.what() +
                     "; give an endpoint such as tcp://host:7600 or ipc:///path/to/socket");
   }
-  impl_->call([](Envelope::Builder envelope) { envelope.setClientHello(); });
+  impl_->call([](Envelope::Builder envelope) { envelope.setClientHello(); },
+              Impl::Retry::idempotent);
 }
 
 Client::~Client() = default;
@@ -91,10 +122,12 @@ void Client::set_interrupted(std::function<bool()> interrupted) {
 }
 
 std::vector<Digest> Client::find_missing(const std::vector<Digest>& digests) {
-  auto frame = impl_->call([&](Envelope::Builder envelope) {
-    auto list = envelope.initFindMissing().initDigests(static_cast<unsigned>(digests.size()));
-    for (unsigned i = 0; i < digests.size(); ++i) wire::set_digest(list[i], digests[i]);
-  });
+  auto frame = impl_->call(
+      [&](Envelope::Builder envelope) {
+        auto list = envelope.initFindMissing().initDigests(static_cast<unsigned>(digests.size()));
+        for (unsigned i = 0; i < digests.size(); ++i) wire::set_digest(list[i], digests[i]);
+      },
+      Impl::Retry::idempotent);
   std::vector<Digest> missing;
   for (auto d : frame.envelope().getMissing().getDigests()) {
     if (auto digest = wire::digest_of(d)) missing.push_back(*digest);
@@ -140,23 +173,27 @@ SubmittedJob Client::submit(const std::string& name, int priority,
 
 nlohmann::ordered_json Client::status(const std::string& job) {
   auto frame =
-      impl_->call([&](Envelope::Builder envelope) { envelope.initStatusRequest().setJob(job); });
+      impl_->call([&](Envelope::Builder envelope) { envelope.initStatusRequest().setJob(job); },
+                  Impl::Retry::idempotent);
   return nlohmann::ordered_json::parse(wire::text(frame.envelope().getJobStatus().getText()));
 }
 
 nlohmann::ordered_json Client::cancel(const std::string& job) {
   auto frame =
-      impl_->call([&](Envelope::Builder envelope) { envelope.initCancelJob().setJob(job); });
+      impl_->call([&](Envelope::Builder envelope) { envelope.initCancelJob().setJob(job); },
+                  Impl::Retry::idempotent);
   return nlohmann::ordered_json::parse(wire::text(frame.envelope().getJobStatus().getText()));
 }
 
 ResultsPage Client::results(const std::string& job, std::uint32_t after, std::uint32_t limit) {
-  auto frame = impl_->call([&](Envelope::Builder envelope) {
-    auto request = envelope.initResultsRequest();
-    request.setJob(job);
-    request.setAfter(after);
-    request.setLimit(limit);
-  });
+  auto frame = impl_->call(
+      [&](Envelope::Builder envelope) {
+        auto request = envelope.initResultsRequest();
+        request.setJob(job);
+        request.setAfter(after);
+        request.setLimit(limit);
+      },
+      Impl::Retry::idempotent);
   auto results = frame.envelope().getResults();
   ResultsPage page;
   for (auto line : results.getLines()) page.lines.push_back(wire::text(line));
@@ -166,7 +203,8 @@ ResultsPage Client::results(const std::string& job, std::uint32_t after, std::ui
 }
 
 nlohmann::ordered_json Client::workers() {
-  auto frame = impl_->call([](Envelope::Builder envelope) { envelope.setWorkersRequest(); });
+  auto frame = impl_->call([](Envelope::Builder envelope) { envelope.setWorkersRequest(); },
+                           Impl::Retry::idempotent);
   return nlohmann::ordered_json::parse(wire::text(frame.envelope().getWorkers().getText()));
 }
 

@@ -296,6 +296,10 @@ TEST_CASE("a coordinator killed in the middle of a batch restarts from its log a
   cluster.start_worker(1);
   cluster.start_worker(2);
   const std::string job = cluster.submit(cluster.outcome_batch(15));
+  // A client waiting for the job across the restart: it asks again, says
+  // hello to the new coordinator, and sees the job finish.
+  forktrial::testing::CommandResult waited;
+  std::thread waiting([&] { waited = cluster.client({"wait", job, "--json"}); });
   CHECK(cluster.wait_until_done(job, 10) < 60);
   cluster.coordinator->kill(SIGKILL);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -304,6 +308,10 @@ TEST_CASE("a coordinator killed in the middle of a batch restarts from its log a
   INFO(summary.dump() << cluster.log_text());
   CHECK(summary["reconciled"] == 60);
   CHECK(summary["abandoned"] == 0);
+  waiting.join();
+  INFO(waited.err);
+  REQUIRE(waited.exit_code == 0);
+  CHECK(json::parse(forktrial::testing::lines_of(waited.out).back())["reconciled"] == 60);
   // The workers came back to the restarted coordinator with their leases,
   // so what they were running reported into it instead of being redone.
   CHECK(cluster.log_text().find("reconnected, keeping its leases") != std::string::npos);
