@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -602,28 +603,37 @@ class Daemon {
   Daemon(const Daemon&) = delete;
   Daemon& operator=(const Daemon&) = delete;
 
+  // Asks it to stop (SIGTERM); stop() then waits for it.
+  void terminate() {
+    if (running()) ::kill(pid_, SIGTERM);
+  }
+  // Stops it: SIGTERM, then SIGKILL if it is still there after 5 s.
   void stop() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGTERM);
-    int status = 0;
-    for (int i = 0; i < 100; ++i) {
-      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = 0;
-        return;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    terminate();
+    for (int i = 0; i < 1000 && running(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
+    if (!running()) return;
     ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, &status, 0);
+    ::waitpid(pid_, &status_, 0);
     pid_ = 0;
   }
+  // Whether it has not exited; one that has is reaped, and its status kept.
   bool running() {
-    int status = 0;
-    return pid_ > 0 && ::waitpid(pid_, &status, WNOHANG) == 0;
+    if (pid_ <= 0) return false;
+    if (::waitpid(pid_, &status_, WNOHANG) == 0) return true;
+    pid_ = 0;
+    return false;
+  }
+  // How it ended ("exit 1", "signal 9"), once it has.
+  std::string how_it_ended() const {
+    if (WIFSIGNALED(status_)) return "signal " + std::to_string(WTERMSIG(status_));
+    return "exit " + std::to_string(WEXITSTATUS(status_));
   }
 
  private:
   pid_t pid_ = 0;
+  int status_ = 0;
 };
 
 void add_batch(CLI::App& app) {
@@ -690,7 +700,16 @@ void add_batch(CLI::App& app) {
       status = client.status(job.job);
       if (tty) std::fprintf(stderr, "\r%s", progress_line(status).c_str());
       if (status["finished"].get<bool>() || stop.cancelled()) break;
-      if (!coordinator.running()) throw CommandFailed("the batch's coordinator died");
+      if (!coordinator.running()) {
+        throw CommandFailed("the batch's coordinator died (" + coordinator.how_it_ended() +
+                            "); its log is above");
+      }
+      if (std::none_of(pool.begin(), pool.end(), [](auto& w) { return w->running(); })) {
+        std::string how;
+        for (auto& worker : pool) how += (how.empty() ? "" : ", ") + worker->how_it_ended();
+        throw CommandFailed("every worker of the batch died (" + how +
+                            ") with trials left; their log is above");
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     if (tty) std::fprintf(stderr, "\n");
@@ -706,6 +725,7 @@ void add_batch(CLI::App& app) {
       std::printf("\n");
       print_summary(status, false);
     }
+    for (auto& worker : pool) worker->terminate();
     for (auto& worker : pool) worker->stop();
     coordinator.stop();
     if (const int code = wait_status(status); code != 0) throw ExitStatus(code);

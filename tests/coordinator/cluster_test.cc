@@ -768,6 +768,22 @@ TEST_CASE("a report the store refuses costs only its own delta when it shares a 
   require_exactly_once(cluster, results);
 }
 
+TEST_CASE("forktrial batch stops, saying so, when every worker it started has died", "[cluster]") {
+  Cluster cluster;  // its store and a stand-in child; batch starts its own daemons
+  const auto child = cluster.stand_in_child("killer.sh", "kill -9 $PPID\n");
+  const auto batch = cluster.dir.write(
+      "doomed.toml", "run = \"run_chat\"\nat = \"evt_031\"\nrepeat = 4\n[[candidates]]\npack = \"" +
+                         kExamples + "/packs/greeter\"\n");
+  auto ran =
+      forktrial::testing::run_command({"env", child, FORKTRIAL_BINARY, "batch", batch.string(),
+                                       "--store", cluster.store, "--workers", "2"},
+                                      std::chrono::seconds(60));
+  INFO(ran.out << ran.err);
+  CHECK(ran.exit_code != 0);
+  CHECK(ran.err.find("every worker of the batch died (signal 9, signal 9) with trials left") !=
+        std::string::npos);
+}
+
 TEST_CASE("forktrial batch runs a batch file end to end on local workers", "[cluster]") {
   TempDir dir;
   const std::string store = (dir.path() / "store").string();
