@@ -1,6 +1,8 @@
 #include "coordinator/client.h"
 
+#include <cstdio>
 #include <functional>
+#include <random>
 #include <zmq.hpp>
 
 #include "schema/wire_codec.h"
@@ -22,8 +24,11 @@ struct Client::Impl {
   // answer comes, and after the coordinator says it does not know this
   // client (it restarted), after a new hello. So a `wait` rides out a
   // coordinator restart. Others are sent once.
-  enum class Retry { never, idempotent };
+  enum class Retry { never, idempotent, submission };
   static constexpr std::chrono::milliseconds kResendEvery{1000};
+  // A submission (possibly of a large matrix the coordinator takes seconds
+  // to check) is sent again less often.
+  static constexpr std::chrono::milliseconds kResubmitEvery{10000};
 
   // Sends the envelope `fill` builds and returns the answer to it; answers
   // to earlier, abandoned requests are skipped.
@@ -48,6 +53,7 @@ struct Client::Impl {
       const auto now = std::chrono::steady_clock::now();
       auto until = deadline;
       if (retry == Retry::idempotent) until = std::min(until, sent + kResendEvery);
+      if (retry == Retry::submission) until = std::min(until, sent + kResubmitEvery);
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - now);
       zmq::pollitem_t items[] = {{socket.handle(), 0, ZMQ_POLLIN, 0}};
       int ready = 0;
@@ -61,7 +67,7 @@ struct Client::Impl {
         continue;  // a signal the caller does not stop for
       }
       if (ready == 0) {
-        if (std::chrono::steady_clock::now() < deadline) {
+        if (retry != Retry::never && std::chrono::steady_clock::now() < deadline) {
           send_again(false);
           continue;
         }
@@ -81,7 +87,7 @@ struct Client::Impl {
       if (envelope.getRequestId() != id) continue;
       if (envelope.which() == Envelope::ERROR) {
         const auto code = envelope.getError().getCode();
-        if (code == schema::wire::ErrorCode::OUT_OF_ORDER && retry == Retry::idempotent &&
+        if (code == schema::wire::ErrorCode::OUT_OF_ORDER && retry != Retry::never &&
             std::chrono::steady_clock::now() < deadline) {
           send_again(true);  // a restarted coordinator: hello again, then ask again
           continue;
@@ -155,18 +161,26 @@ void Client::put_blob(const Digest& digest, const std::string& bytes) {
 SubmittedJob Client::submit(const std::string& name, int priority,
                             const std::vector<std::string>& trials,
                             const std::vector<BundleBlob>& bundles) {
-  auto frame = impl_->call([&](Envelope::Builder envelope) {
-    auto job = envelope.initSubmitJob();
-    job.setName(name);
-    job.setPriority(priority);
-    auto specs = job.initSpecs(static_cast<unsigned>(trials.size()));
-    for (unsigned i = 0; i < trials.size(); ++i) specs.set(i, trials[i]);
-    auto list = job.initBundles(static_cast<unsigned>(bundles.size()));
-    for (unsigned i = 0; i < bundles.size(); ++i) {
-      wire::set_digest(list[i].initPin(), bundles[i].pin);
-      wire::set_digest(list[i].initArchive(), bundles[i].archive);
-    }
-  });
+  // The submission's name: sent again after a lost answer or a coordinator
+  // restart, it cannot make a second job.
+  std::random_device random;
+  char token[17];
+  std::snprintf(token, sizeof token, "%08x%08x", random(), random());
+  auto frame = impl_->call(
+      [&](Envelope::Builder envelope) {
+        auto job = envelope.initSubmitJob();
+        job.setToken(token);
+        job.setName(name);
+        job.setPriority(priority);
+        auto specs = job.initSpecs(static_cast<unsigned>(trials.size()));
+        for (unsigned i = 0; i < trials.size(); ++i) specs.set(i, trials[i]);
+        auto list = job.initBundles(static_cast<unsigned>(bundles.size()));
+        for (unsigned i = 0; i < bundles.size(); ++i) {
+          wire::set_digest(list[i].initPin(), bundles[i].pin);
+          wire::set_digest(list[i].initArchive(), bundles[i].archive);
+        }
+      },
+      Impl::Retry::submission);
   auto accepted = frame.envelope().getJobAccepted();
   return {wire::text(accepted.getJob()), accepted.getTotal()};
 }

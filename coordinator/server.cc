@@ -2,6 +2,7 @@
 
 #include <malloc.h>
 
+#include <algorithm>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -857,9 +858,35 @@ class Server {
     JobSubmission submission;
     submission.priority = job.getPriority();
     submission.name = wire::text(job.getName());
-    std::random_device random;
     char id[32];
-    std::snprintf(id, sizeof id, "job_%08x%08x", random(), random());
+    if (const std::string token = wire::text(job.getToken()); !token.empty()) {
+      // The client named the submission: sent again (its answer was lost),
+      // it is answered with the job it made, which is not made twice.
+      const bool hex = token.size() == 16 && std::all_of(token.begin(), token.end(), [](char c) {
+                         return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+                       });
+      if (!hex) {
+        return reply_error(route, request, WireCode::MALFORMED,
+                           "a submission token is 16 lowercase hex digits");
+      }
+      std::snprintf(id, sizeof id, "job_%s", token.c_str());
+      if (auto existing = scheduler_.job_status(JobId(id))) {
+        if (existing->trials != job.getSpecs().size() || existing->name != submission.name) {
+          return reply_error(route, request, WireCode::REFUSED,
+                             std::string("token ") + token + " already names job " + id + " (\"" +
+                                 existing->name + "\", " + std::to_string(existing->trials) +
+                                 " trials); a new submission needs a new token");
+        }
+        capnp::MallocMessageBuilder message;
+        auto accepted = wire::start(message, request).initJobAccepted();
+        accepted.setJob(id);
+        accepted.setTotal(existing->trials);
+        return reply(route, wire::encode(message));
+      }
+    } else {
+      std::random_device random;
+      std::snprintf(id, sizeof id, "job_%08x%08x", random(), random());
+    }
     submission.id = JobId(id);
     // Each distinct problem once, with the first trial it was found in and
     // how many trials share it (a bad bundle or parent would otherwise be

@@ -197,6 +197,8 @@ struct SubmitJob {
   priority @1 :Int32;
   specs @2 :List(Text);        # canonical TrialSpecification JSON, pack roots as bundles
   bundles @3 :List(Bundle);    # every pack the specs name
+  token @4 :Text;              # optional, 16 lowercase hex digits: the job is job_<token>,
+                               # and the same submission sent again is answered with it
 }
 
 struct JobAccepted {

@@ -220,6 +220,47 @@ struct Cluster {
   }
 };
 
+// A hand-made peer of the coordinator at `endpoint`: a DEALER socket that
+// waits up to 10 s for an answer.
+zmq::socket_t hand_made_peer(zmq::context_t& context, const std::string& endpoint) {
+  zmq::socket_t peer(context, zmq::socket_type::dealer);
+  peer.set(zmq::sockopt::linger, 0);
+  peer.set(zmq::sockopt::rcvtimeo, 10000);
+  peer.connect(endpoint);
+  return peer;
+}
+
+// A putBlob message uploading `bytes` whole under `digest`.
+std::string put_blob_frame(std::uint64_t request, const forktrial::Digest& digest,
+                           const std::string& bytes) {
+  capnp::MallocMessageBuilder upload;
+  auto chunk = forktrial::wire::start(upload, request).initPutBlob();
+  forktrial::wire::set_digest(chunk.initDigest(), digest);
+  chunk.setTotalSize(bytes.size());
+  chunk.setOffset(0);
+  chunk.setBytes(
+      capnp::Data::Reader(reinterpret_cast<const capnp::byte*>(bytes.data()), bytes.size()));
+  return forktrial::wire::encode(upload);
+}
+
+// A submitted trial of the pack archived as `archive`, pinned to `pin`,
+// forked from run_chat at evt_031, its candidate named `candidate`.
+std::string bundle_trial(const json& candidate, const forktrial::Digest& archive,
+                         const std::string& pin) {
+  return json{
+      {"candidate", candidate},
+      {"spec",
+       {{"schema_version", 1},
+        {"parent_run_id", "run_chat"},
+        {"at_event", "evt_031"},
+        {"label", "x"},
+        {"candidate", {{"root_dir", "bundle:" + archive.hex()}, {"expected_bundle_hash", pin}}},
+        {"extra_packs", json::array()},
+        {"scenario", ""},
+        {"limits", json::object()}}}}
+      .dump();
+}
+
 // Every reconciled result has its fork, with the reported counts, and no
 // fork is left over: one fork per trial.
 void require_exactly_once(Cluster& cluster, const std::vector<json>& results) {
@@ -492,10 +533,7 @@ TEST_CASE("malformed and hostile messages are answered with errors and the coord
   Cluster cluster;
   cluster.start_coordinator();
   zmq::context_t context;
-  zmq::socket_t peer(context, zmq::socket_type::dealer);
-  peer.set(zmq::sockopt::linger, 0);
-  peer.set(zmq::sockopt::rcvtimeo, 10000);
-  peer.connect(cluster.endpoint);
+  zmq::socket_t peer = hand_made_peer(context, cluster.endpoint);
   // The error the coordinator answers `frame` with: its code and message.
   auto refusal = [&](const std::string& frame) {
     peer.send(zmq::buffer(frame), zmq::send_flags::none);
@@ -560,14 +598,7 @@ TEST_CASE("malformed and hostile messages are answered with errors and the coord
     auto archive = forktrial::pack::archive_pack(kExamples + "/packs/greeter");
     REQUIRE(archive);
     const auto digest = forktrial::Sha256::of(archive->bytes);
-    capnp::MallocMessageBuilder upload;
-    auto chunk = forktrial::wire::start(upload, 5).initPutBlob();
-    forktrial::wire::set_digest(chunk.initDigest(), digest);
-    chunk.setTotalSize(archive->bytes.size());
-    chunk.setOffset(0);
-    chunk.setBytes(capnp::Data::Reader(reinterpret_cast<const capnp::byte*>(archive->bytes.data()),
-                                       archive->bytes.size()));
-    peer.send(zmq::buffer(forktrial::wire::encode(upload)), zmq::send_flags::none);
+    peer.send(zmq::buffer(put_blob_frame(5, digest, archive->bytes)), zmq::send_flags::none);
     zmq::message_t ok;
     REQUIRE(peer.recv(ok, zmq::recv_flags::none));
     const auto other = forktrial::pack::bundle_hash(kExamples + "/packs/chat_echo");
@@ -590,19 +621,7 @@ TEST_CASE("malformed and hostile messages are answered with errors and the coord
     const std::string weird = "we\"ird\\name \u2713\n";
     capnp::MallocMessageBuilder accepted;
     auto good = forktrial::wire::start(accepted, 8).initSubmitJob().initSpecs(1);
-    good.set(0, json{{"candidate", weird},
-                     {"spec",
-                      {{"schema_version", 1},
-                       {"parent_run_id", "run_chat"},
-                       {"at_event", "evt_031"},
-                       {"label", "x"},
-                       {"candidate",
-                        {{"root_dir", "bundle:" + digest.hex()},
-                         {"expected_bundle_hash", archive->bundle_hash.str()}}},
-                       {"extra_packs", json::array()},
-                       {"scenario", ""},
-                       {"limits", json::object()}}}}
-                    .dump());
+    good.set(0, bundle_trial(weird, digest, archive->bundle_hash.str()));
     peer.send(zmq::buffer(forktrial::wire::encode(accepted)), zmq::send_flags::none);
     zmq::message_t reply;
     REQUIRE(peer.recv(reply, zmq::recv_flags::none));
@@ -629,13 +648,74 @@ TEST_CASE("malformed and hostile messages are answered with errors and the coord
   CHECK(json::parse(workers.out)["errors_answered"].get<int>() >= 4);
 }
 
+TEST_CASE("a submission sent again under its token makes one job", "[cluster]") {
+  Cluster cluster;
+  cluster.start_coordinator();
+  zmq::context_t context;
+  zmq::socket_t peer = hand_made_peer(context, cluster.endpoint);
+  using Envelope = forktrial::schema::wire::Envelope;
+  // The answer to `message`, decoded.
+  auto ask = [&](capnp::MallocMessageBuilder& message) {
+    peer.send(zmq::buffer(forktrial::wire::encode(message)), zmq::send_flags::none);
+    zmq::message_t reply;
+    REQUIRE(peer.recv(reply, zmq::recv_flags::none));
+    auto decoded = forktrial::wire::decode(reply.to_string_view());
+    REQUIRE(decoded);
+    return std::move(*decoded);
+  };
+  {
+    capnp::MallocMessageBuilder hello;
+    forktrial::wire::start(hello, 1).setClientHello();
+    ask(hello);
+  }
+  auto archive = forktrial::pack::archive_pack(kExamples + "/packs/greeter");
+  REQUIRE(archive);
+  const auto digest = forktrial::Sha256::of(archive->bytes);
+  {
+    peer.send(zmq::buffer(put_blob_frame(2, digest, archive->bytes)), zmq::send_flags::none);
+    zmq::message_t ok;
+    REQUIRE(peer.recv(ok, zmq::recv_flags::none));
+  }
+  const std::string spec = bundle_trial("greeter", digest, archive->bundle_hash.str());
+  auto submit = [&](std::uint64_t request, const std::string& token, unsigned trials) {
+    capnp::MallocMessageBuilder message;
+    auto job = forktrial::wire::start(message, request).initSubmitJob();
+    job.setName("twice");
+    job.setToken(token);
+    auto specs = job.initSpecs(trials);
+    for (unsigned i = 0; i < trials; ++i) specs.set(i, spec);
+    return ask(message);
+  };
+  for (std::uint64_t request : {10, 11}) {
+    auto answer = submit(request, "0123456789abcdef", 2);
+    REQUIRE(answer.envelope().which() == Envelope::JOB_ACCEPTED);
+    CHECK(forktrial::wire::text(answer.envelope().getJobAccepted().getJob()) ==
+          "job_0123456789abcdef");
+    CHECK(answer.envelope().getJobAccepted().getTotal() == 2);
+  }
+  {
+    auto answer = submit(12, "0123456789abcdef", 3);
+    REQUIRE(answer.envelope().which() == Envelope::ERROR);
+    CHECK(answer.envelope().getError().getCode() == forktrial::wire::ErrorCode::REFUSED);
+    CHECK(forktrial::wire::text(answer.envelope().getError().getMessage()) ==
+          "token 0123456789abcdef already names job job_0123456789abcdef (\"twice\", 2 "
+          "trials); a new submission needs a new token");
+  }
+  {
+    auto answer = submit(13, "0123456789ABCDEF", 1);
+    REQUIRE(answer.envelope().which() == Envelope::ERROR);
+    CHECK(answer.envelope().getError().getCode() == forktrial::wire::ErrorCode::MALFORMED);
+  }
+  auto status = cluster.client({"status", "--json"});
+  REQUIRE(status.exit_code == 0);
+  CHECK(json::parse(status.out)["jobs"].size() == 1);
+}
+
 TEST_CASE("an offer of slots with no work waits at the coordinator until work comes", "[cluster]") {
   Cluster cluster;
   cluster.start_coordinator();
   zmq::context_t context;
-  zmq::socket_t worker(context, zmq::socket_type::dealer);
-  worker.set(zmq::sockopt::linger, 0);
-  worker.connect(cluster.endpoint);
+  zmq::socket_t worker = hand_made_peer(context, cluster.endpoint);
   using Envelope = forktrial::schema::wire::Envelope;
   auto send = [&](capnp::MallocMessageBuilder& message) {
     worker.send(zmq::buffer(forktrial::wire::encode(message)), zmq::send_flags::none);
@@ -692,10 +772,7 @@ TEST_CASE("a report the store refuses costs only its own delta when it shares a 
   // so they arrive in one turn: two with no delta, one whose delta forges
   // an id the parent's history already has.
   zmq::context_t context;
-  zmq::socket_t worker(context, zmq::socket_type::dealer);
-  worker.set(zmq::sockopt::linger, 0);
-  worker.set(zmq::sockopt::rcvtimeo, 10000);
-  worker.connect(cluster.endpoint);
+  zmq::socket_t worker = hand_made_peer(context, cluster.endpoint);
   using Envelope = forktrial::schema::wire::Envelope;
   auto send = [&](capnp::MallocMessageBuilder& message) {
     worker.send(zmq::buffer(forktrial::wire::encode(message)), zmq::send_flags::none);
