@@ -32,6 +32,7 @@ constexpr std::int64_t kGiveUp = 2'000'000;
 struct VirtualWorker {
   std::string id;
   std::uint32_t slots = 1;
+  std::uint32_t prefetch = 0;  // assignments it holds beyond its slots
   bool up = false;
   bool slow = false;  // heartbeats too rarely to keep its leases
   std::int64_t next_heartbeat = 0;
@@ -69,6 +70,7 @@ class Simulation {
       VirtualWorker& worker = workers_.emplace_back();
       worker.id = "w" + std::to_string(i);
       worker.slots = static_cast<std::uint32_t>(1 + roll(4));
+      worker.prefetch = static_cast<std::uint32_t>(roll(3));
     }
   }
 
@@ -135,7 +137,7 @@ class Simulation {
     std::uint64_t held = 0;
     for (const WorkerStatus& worker : s_.scheduler.workers()) {
       REQUIRE((worker.alive || worker.running == 0));
-      REQUIRE(worker.running <= worker.slots);
+      REQUIRE(worker.running <= worker.slots + worker.prefetch);
       held += worker.running;
     }
     REQUIRE(held == leased);
@@ -224,8 +226,8 @@ class Simulation {
     worker.up = true;
     worker.running.clear();
     worker.next_heartbeat = now + 1'000;
-    s_.keep(s_.scheduler.worker_joined(WorkerHello{WorkerId{worker.id}, worker.slots, 0, cached},
-                                       at(now)));
+    s_.keep(s_.scheduler.worker_joined(
+        WorkerHello{WorkerId{worker.id}, worker.slots, worker.prefetch, cached}, at(now)));
   }
 
   void work(VirtualWorker& worker, std::int64_t now) {
@@ -255,7 +257,8 @@ class Simulation {
       for (const AttemptRef& stale : beat->stale) worker.running.erase(stale);
       worker.next_heartbeat = now + (worker.slow ? 9'000 : 1'000);
     }
-    const auto free_slots = static_cast<std::uint32_t>(worker.slots - worker.running.size());
+    const auto free_slots =
+        static_cast<std::uint32_t>(worker.slots + worker.prefetch - worker.running.size());
     if (free_slots == 0) return;
     auto work = s_.scheduler.request_work(WorkerId{worker.id}, free_slots, at(now));
     if (!work) {
