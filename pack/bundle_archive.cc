@@ -535,4 +535,14 @@ std::expected<std::filesystem::path, ArchiveError> materialize(
   return final_dir;
 }
 
+std::optional<ArchiveError> dematerialize(const Digest& pin,
+                                          const std::filesystem::path& cache_dir) {
+  const std::string hex = pin.hex();
+  std::error_code ec;
+  if (!std::filesystem::exists(cache_dir / hex, ec)) return std::nullopt;
+  auto lock = lock_file(cache_dir / (hex + ".lock"));
+  if (!lock) return std::move(lock.error());
+  return remove_tree(cache_dir / hex);
+}
+
 }  // namespace forktrial::pack

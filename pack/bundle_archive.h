@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <expected>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -105,5 +106,11 @@ std::expected<ArchiveSummary, ArchiveError> extract_archive(std::string_view byt
 std::expected<std::filesystem::path, ArchiveError> materialize(
     std::string_view bytes, const Digest& expected, const std::filesystem::path& cache_dir,
     const ArchiveLimits& limits = {});
+
+// Removes the directory materialize() made for the pack pinned to `pin` in
+// `cache_dir`, under the same lock; nothing when there is none. The caller
+// makes sure no trial is using it.
+std::optional<ArchiveError> dematerialize(const Digest& pin,
+                                          const std::filesystem::path& cache_dir);
 
 }  // namespace forktrial::pack

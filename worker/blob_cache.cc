@@ -80,6 +80,7 @@ BlobCache::BlobCache(const std::filesystem::path& dir, BlobCacheOptions options)
     : dir_(dir),
       cap_(options.byte_cap),
       on_corruption_(std::move(options.on_corruption)),
+      on_eviction_(std::move(options.on_eviction)),
       lmdb_(std::make_unique<Lmdb>()) {
   if (cap_ == 0 || cap_ > kMaxCap) {
     throw Error(ErrorCode::invalid_argument, "blob cache " + dir.string() + ": a byte cap of " +
@@ -275,10 +276,15 @@ std::expected<Digest, Refusal> BlobCache::store(const Digest& digest, std::strin
     throw;
   }
   evictions_ += victims.size();
-  std::lock_guard lock(mutex_);
-  entries_[digest] = Entry{bytes.size(), tick};
-  by_recency_[tick] = digest;
-  bytes_used_ += bytes.size();
+  {
+    std::lock_guard lock(mutex_);
+    entries_[digest] = Entry{bytes.size(), tick};
+    by_recency_[tick] = digest;
+    bytes_used_ += bytes.size();
+  }
+  if (on_eviction_) {
+    for (const auto& [victim, entry] : victims) on_eviction_(victim);
+  }
   return digest;
 }
 

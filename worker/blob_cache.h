@@ -72,6 +72,9 @@ struct BlobCacheOptions {
   // called get(), after the drop and outside the cache's locks, with the
   // digest and what was found. May be empty.
   std::function<void(const Digest&, const std::string& detail)> on_corruption = nullptr;
+  // Called once for each blob a put evicted, on the thread that called
+  // put(), after the put and outside the cache's locks. May be empty.
+  std::function<void(const Digest&)> on_eviction = nullptr;
 };
 
 class BlobCache {
@@ -172,6 +175,7 @@ class BlobCache {
   const std::filesystem::path dir_;
   const std::uint64_t cap_;
   const std::function<void(const Digest&, const std::string&)> on_corruption_;
+  const std::function<void(const Digest&)> on_eviction_;
   std::unique_ptr<Lmdb> lmdb_;  // its flock is taken before the environment opens
   std::atomic<std::uint64_t> corrupt_drops_ = 0;
   std::atomic<std::uint64_t> evictions_ = 0;

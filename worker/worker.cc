@@ -129,7 +129,9 @@ class Worker {
       : config_(config),
         stop_(stop),
         log_(log),
-        cache_(config.cache_dir / "blobs", config.cache_bytes),
+        cache_(config.cache_dir / "blobs",
+               BlobCacheOptions{.byte_cap = config.cache_bytes,
+                                .on_eviction = [this](const Digest& d) { evicted(d); }}),
         socket_(context_, zmq::socket_type::dealer),
         // A trial mostly waits on its child: every slot gets a thread of its
         // own, whatever the number of cores, and none is kept for this one.
@@ -346,6 +348,7 @@ class Worker {
       }
       trial.bundles.push_back({*pin, *archive});
       needed.push_back(*archive);
+      pin_of_archive_[*archive] = *pin;
     }
     for (const auto& digest : needed) {
       trial.pins.push_back(cache_.pin(digest));
@@ -404,6 +407,22 @@ class Worker {
                std::to_string(cache_.bytes_used()) + " of " + std::to_string(cache_.byte_cap()) +
                " bytes held, " + std::to_string(cache_.pinned_bytes()) + " pinned");
     }
+  }
+
+  // The cache evicted `digest` (on this thread, inside a put): a pack
+  // archive's materialized directory goes with it. No trial uses it, since
+  // every trial pins its archives.
+  void evicted(const Digest& digest) {
+    auto it = pin_of_archive_.find(digest);
+    if (it == pin_of_archive_.end()) return;
+    if (auto failure = pack::dematerialize(it->second, config_.cache_dir / "bundles")) {
+      log_(LogLevel::warn,
+           "cannot remove the materialized pack " + it->second.str() + ": " + failure->message);
+    } else {
+      log_(LogLevel::debug, "removed the materialized pack " + it->second.str() +
+                                " with its evicted archive " + digest.str());
+    }
+    pin_of_archive_.erase(it);
   }
 
   void fail_fetch(const Digest& digest, const std::string& why) {
@@ -568,6 +587,7 @@ class Worker {
   // in the map (std::map nodes do not move) until its result is drained.
   std::map<AttemptKey, Trial> trials_;
   std::map<Digest, Fetch> fetches_;
+  std::map<Digest, Digest> pin_of_archive_;    // pack archive -> its pin, as assignments said
   std::map<AttemptKey, std::string> unacked_;  // reports sent, not yet acknowledged
   std::mutex finished_mutex_;
   std::deque<Finished> finished_;  // guarded by finished_mutex_

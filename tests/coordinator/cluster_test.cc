@@ -453,6 +453,14 @@ TEST_CASE("a worker's full cache evicts what no trial holds, never what one does
   INFO(log);
   CHECK(log.find("least recently used blobs") != std::string::npos);
   CHECK(log.find("cannot fetch blob") == std::string::npos);
+  // An evicted archive takes its materialized pack with it.
+  CHECK(log.find("removed the materialized pack") != std::string::npos);
+  std::size_t materialized = 0;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(cluster.dir.path() / "cache-0" / "bundles")) {
+    if (entry.is_directory() && !entry.path().filename().string().starts_with(".")) ++materialized;
+  }
+  CHECK(materialized < 4);
 }
 
 TEST_CASE("the store wins when a child's claim disagrees, on the cluster as on one machine",

@@ -381,6 +381,21 @@ TEST_CASE("materialize extracts once and reuses the verified directory", "[pack]
         std::vector<std::string>{archive.bundle_hash.hex(), archive.bundle_hash.hex() + ".lock"});
 }
 
+TEST_CASE("dematerialize removes the read-only directory, and materialize makes it again",
+          "[pack][archive]") {
+  TempDir dir;
+  const PackArchive archive = sample_archive(dir);
+  const fs::path cache = dir.path() / "cache";
+  const auto made = materialize(archive.bytes, archive.bundle_hash, cache);
+  REQUIRE(made.has_value());
+  CHECK(dematerialize(archive.bundle_hash, cache) == std::nullopt);
+  CHECK_FALSE(fs::exists(*made));
+  CHECK(dematerialize(archive.bundle_hash, cache) == std::nullopt);  // none: nothing to do
+  const auto again = materialize(archive.bytes, archive.bundle_hash, cache);
+  REQUIRE(again.has_value());
+  CHECK(bundle_hash(*again) == archive.bundle_hash);
+}
+
 TEST_CASE("materialize detects a tampered directory and rebuilds it", "[pack][archive]") {
   TempDir dir;
   const PackArchive archive = sample_archive(dir);
