@@ -180,7 +180,7 @@ std::expected<Digest, Refusal> BlobCache::put(std::string_view bytes) {
                                                    " is larger than the blob cache's cap of " +
                                                    bytes_text(cap_)});
   }
-  return store(Sha256::of(bytes), bytes);
+  return store_and_tell(Sha256::of(bytes), bytes);
 }
 
 std::expected<Digest, Refusal> BlobCache::put(const Digest& expected, std::string_view bytes) {
@@ -197,10 +197,21 @@ std::expected<Digest, Refusal> BlobCache::put(const Digest& expected, std::strin
                                        " is larger than the blob cache's cap of " +
                                        bytes_text(cap_)});
   }
-  return store(actual, bytes);
+  return store_and_tell(actual, bytes);
 }
 
-std::expected<Digest, Refusal> BlobCache::store(const Digest& digest, std::string_view bytes) {
+std::expected<Digest, Refusal> BlobCache::store_and_tell(const Digest& digest,
+                                                         std::string_view bytes) {
+  std::vector<Digest> evicted;
+  auto stored = store(digest, bytes, evicted);
+  if (on_eviction_) {
+    for (const Digest& victim : evicted) on_eviction_(victim);
+  }
+  return stored;
+}
+
+std::expected<Digest, Refusal> BlobCache::store(const Digest& digest, std::string_view bytes,
+                                                std::vector<Digest>& evicted) {
   std::lock_guard writer(write_mutex_);
   std::vector<std::pair<Digest, Entry>> victims;
   std::vector<std::pair<Digest, Entry>> recency;  // dirty entries to persist
@@ -282,9 +293,7 @@ std::expected<Digest, Refusal> BlobCache::store(const Digest& digest, std::strin
     by_recency_[tick] = digest;
     bytes_used_ += bytes.size();
   }
-  if (on_eviction_) {
-    for (const auto& [victim, entry] : victims) on_eviction_(victim);
-  }
+  for (const auto& [victim, entry] : victims) evicted.push_back(victim);
   return digest;
 }
 

@@ -161,7 +161,11 @@ class BlobCache {
   };
   struct Lmdb;  // the environment and its tables (blob_cache.cc)
 
-  std::expected<Digest, Refusal> store(const Digest& digest, std::string_view bytes);
+  // Stores the blob, naming in `evicted` what it evicted to make room.
+  std::expected<Digest, Refusal> store(const Digest& digest, std::string_view bytes,
+                                       std::vector<Digest>& evicted);
+  // store(), then on_eviction_ for each evicted blob, outside every lock.
+  std::expected<Digest, Refusal> store_and_tell(const Digest& digest, std::string_view bytes);
   // Drops `digest` if its stored bytes still do not hash to it.
   void drop_corrupt(const Digest& digest, const std::string& detail);
   void unpin(const Digest& digest);

@@ -152,6 +152,26 @@ TEST_CASE("eviction removes the least recently used blobs first", "[worker][cach
   CHECK_FALSE(cache.get(b).has_value());  // gone from LMDB too
 }
 
+TEST_CASE("the owner hears of each eviction after the put, outside the cache's locks",
+          "[worker][cache]") {
+  TempDir dir;
+  std::vector<Digest> heard;
+  BlobCache* self = nullptr;
+  BlobCache cache(dir.path(),
+                  BlobCacheOptions{.byte_cap = 200, .on_eviction = [&](const Digest& digest) {
+                                     heard.push_back(digest);
+                                     // Takes the cache's write lock: no deadlock.
+                                     self->flush_recency();
+                                     CHECK_FALSE(self->contains(digest));
+                                   }});
+  self = &cache;
+  const Digest a = put_ok(cache, blob('a', 100));
+  const Digest b = put_ok(cache, blob('b', 100));
+  CHECK(heard.empty());
+  put_ok(cache, blob('c', 200));
+  CHECK(heard == std::vector<Digest>{a, b});
+}
+
 TEST_CASE("a pinned blob is never evicted, and is once its pin is released", "[worker][cache]") {
   TempDir dir;
   BlobCache cache(dir.path(), 200);
