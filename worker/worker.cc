@@ -10,11 +10,13 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <random>
+#include <thread>
 #include <zmq.hpp>
 
 #include "base/unique_fd.h"
@@ -161,6 +163,7 @@ class Worker {
       std::filesystem::remove_all(child_.scratch_parent);
       std::filesystem::create_directories(child_.scratch_parent);
     }
+    forget_stale_packs();
   }
 
   int run() {
@@ -409,16 +412,73 @@ class Worker {
     }
   }
 
+  std::filesystem::path bundles_dir() const { return config_.cache_dir / "bundles"; }
+
+  // Beside each materialized pack, `<pin hex>.archive` names the archive it
+  // came from, so a later run of the worker knows which packs went with
+  // archives the cache no longer holds. Written once, atomically; on a slot.
+  void note_archive(const Digest& pin, const Digest& archive) const {
+    const auto note = bundles_dir() / (pin.hex() + ".archive");
+    std::error_code ec;
+    if (std::filesystem::exists(note, ec)) return;
+    const auto temp =
+        bundles_dir() / (".tmp-" + pin.hex() + ".archive-" + std::to_string(::getpid()) + "-" +
+                         std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id())));
+    {
+      std::ofstream out(temp);
+      out << archive.str() << "\n";
+      if (!out) return;  // advisory: without it a stale pack is only kept longer
+    }
+    std::filesystem::rename(temp, note, ec);
+    if (ec) std::filesystem::remove(temp, ec);
+  }
+
+  // At start: the packs whose archives the cache no longer holds (evicted
+  // while another run of the worker ran, or lost with the cache) go; the
+  // others are remembered, so their eviction removes them.
+  void forget_stale_packs() {
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(bundles_dir(), ec)) {
+      const std::string name = entry.path().filename().string();
+      if (name.starts_with(".tmp-") && name.find(".archive-") != std::string::npos) {
+        std::filesystem::remove(entry.path(), ec);  // a note a killed slot did not finish
+        continue;
+      }
+      if (!name.ends_with(".archive") || name.starts_with(".")) continue;
+      const auto pin = Digest::parse("sha256:" + name.substr(0, name.size() - 8));
+      std::ifstream in(entry.path());
+      std::string text;
+      std::getline(in, text);
+      const auto archive = Digest::parse(text);
+      if (pin && archive && cache_.contains(*archive)) {
+        pin_of_archive_[*archive] = *pin;
+        continue;
+      }
+      if (pin) {
+        if (auto failure = pack::dematerialize(*pin, bundles_dir())) {
+          log_(LogLevel::warn,
+               "cannot remove the stale materialized pack " + pin->str() + ": " + failure->message);
+          continue;
+        }
+        log_(LogLevel::debug, "removed the materialized pack " + pin->str() +
+                                  ", whose archive the cache no longer holds");
+      }
+      std::filesystem::remove(entry.path(), ec);
+    }
+  }
+
   // The cache evicted `digest` (on this thread, inside a put): a pack
   // archive's materialized directory goes with it. No trial uses it, since
   // every trial pins its archives.
   void evicted(const Digest& digest) {
     auto it = pin_of_archive_.find(digest);
     if (it == pin_of_archive_.end()) return;
-    if (auto failure = pack::dematerialize(it->second, config_.cache_dir / "bundles")) {
+    if (auto failure = pack::dematerialize(it->second, bundles_dir())) {
       log_(LogLevel::warn,
            "cannot remove the materialized pack " + it->second.str() + ": " + failure->message);
     } else {
+      std::error_code ec;
+      std::filesystem::remove(bundles_dir() / (it->second.hex() + ".archive"), ec);
       log_(LogLevel::debug, "removed the materialized pack " + it->second.str() +
                                 " with its evicted archive " + digest.str());
     }
@@ -490,6 +550,7 @@ class Worker {
           throw std::runtime_error("cannot materialize " + archive->str() + ": " +
                                    dir.error().message);
         pack->root_dir = dir->string();
+        note_archive(*pack->expected_bundle_hash, *archive);
       }
       auto segment = cache_.get(trial.segment);
       if (!segment) throw std::runtime_error("segment " + trial.segment.str() + " left the cache");

@@ -455,12 +455,28 @@ TEST_CASE("a worker's full cache evicts what no trial holds, never what one does
   CHECK(log.find("cannot fetch blob") == std::string::npos);
   // An evicted archive takes its materialized pack with it.
   CHECK(log.find("removed the materialized pack") != std::string::npos);
-  std::size_t materialized = 0;
-  for (const auto& entry :
-       std::filesystem::directory_iterator(cluster.dir.path() / "cache-0" / "bundles")) {
-    if (entry.is_directory() && !entry.path().filename().string().starts_with(".")) ++materialized;
+  const auto bundles = cluster.dir.path() / "cache-0" / "bundles";
+  auto materialized = [&] {
+    std::size_t count = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(bundles)) {
+      if (entry.is_directory() && !entry.path().filename().string().starts_with(".")) ++count;
+    }
+    return count;
+  };
+  CHECK(materialized() > 0);
+  CHECK(materialized() < 4);
+  // A worker started again on a cache that lost its blobs removes the packs
+  // that went with them.
+  cluster.workers.front()->kill(SIGKILL);
+  std::filesystem::remove_all(cluster.dir.path() / "cache-0" / "blobs");
+  cluster.start_worker(0, 1, {}, {"--log-level", "debug"});
+  for (int i = 0; i < 1000 && materialized() > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  CHECK(materialized < 4);
+  CHECK(materialized() == 0);
+  for (const auto& entry : std::filesystem::directory_iterator(bundles)) {
+    CHECK_FALSE(entry.path().filename().string().ends_with(".archive"));
+  }
 }
 
 TEST_CASE("the store wins when a child's claim disagrees, on the cluster as on one machine",
