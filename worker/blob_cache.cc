@@ -286,7 +286,6 @@ std::expected<Digest, Refusal> BlobCache::store(const Digest& digest, std::strin
     undo();
     throw;
   }
-  evictions_ += victims.size();
   {
     std::lock_guard lock(mutex_);
     entries_[digest] = Entry{bytes.size(), tick};

@@ -118,8 +118,6 @@ class BlobCache {
   std::uint64_t pinned_bytes() const;
   // Corrupt blobs get() dropped since this BlobCache was opened.
   std::uint64_t corrupt_drops() const { return corrupt_drops_; }
-  // Blobs evicted to make room since this BlobCache was opened.
-  std::uint64_t evictions() const { return evictions_; }
 
   // Keeps `digest` from eviction while the returned handle lives, and makes
   // it the most recently used. Pins are counted (several holders may pin one
@@ -182,7 +180,6 @@ class BlobCache {
   const std::function<void(const Digest&)> on_eviction_;
   std::unique_ptr<Lmdb> lmdb_;  // its flock is taken before the environment opens
   std::atomic<std::uint64_t> corrupt_drops_ = 0;
-  std::atomic<std::uint64_t> evictions_ = 0;
 
   // Serializes write transactions together with the index updates they
   // imply, so eviction decisions see no other writer. Taken before mutex_.

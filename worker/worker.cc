@@ -16,7 +16,6 @@
 #include <mutex>
 #include <optional>
 #include <random>
-#include <thread>
 #include <zmq.hpp>
 
 #include "base/unique_fd.h"
@@ -400,36 +399,29 @@ class Worker {
     auto whole = std::move(*fetch.assembly).finish();
     fetches_.erase(it);
     if (!whole) return fail_fetch(*digest, whole.error().message);
-    const std::uint64_t evicted = cache_.evictions();
-    if (auto put = cache_.put(*digest, *whole); !put) {
-      fail_fetch(*digest, put.error().message);
-    } else if (cache_.evictions() > evicted) {
-      log_(LogLevel::debug,
-           "cached " + digest->str() + " after evicting " +
-               std::to_string(cache_.evictions() - evicted) + " least recently used blobs; " +
-               std::to_string(cache_.bytes_used()) + " of " + std::to_string(cache_.byte_cap()) +
-               " bytes held, " + std::to_string(cache_.pinned_bytes()) + " pinned");
+    if (auto put = cache_.put(*digest, *whole); !put)
+      return fail_fetch(*digest, put.error().message);
+    if (auto pin = pin_of_archive_.find(*digest); pin != pin_of_archive_.end()) {
+      note_archive(pin->second, *digest);
     }
   }
 
   std::filesystem::path bundles_dir() const { return config_.cache_dir / "bundles"; }
 
-  // Beside each materialized pack, `<pin hex>.archive` names the archive it
-  // came from, so a later run of the worker knows which packs went with
-  // archives the cache no longer holds. Written once, atomically; on a slot.
+  // Beside each pack's materialized directory, `<pin hex>.archive` names the
+  // archive it comes from, so a later run of the worker knows which packs
+  // went with archives the cache no longer holds. Written atomically when
+  // the archive enters the cache, on this thread.
   void note_archive(const Digest& pin, const Digest& archive) const {
-    const auto note = bundles_dir() / (pin.hex() + ".archive");
     std::error_code ec;
-    if (std::filesystem::exists(note, ec)) return;
-    const auto temp =
-        bundles_dir() / (".tmp-" + pin.hex() + ".archive-" + std::to_string(::getpid()) + "-" +
-                         std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id())));
+    std::filesystem::create_directories(bundles_dir(), ec);
+    const auto temp = bundles_dir() / (".tmp-" + pin.hex() + ".archive-note");
     {
       std::ofstream out(temp);
       out << archive.str() << "\n";
       if (!out) return;  // advisory: without it a stale pack is only kept longer
     }
-    std::filesystem::rename(temp, note, ec);
+    std::filesystem::rename(temp, bundles_dir() / (pin.hex() + ".archive"), ec);
     if (ec) std::filesystem::remove(temp, ec);
   }
 
@@ -440,7 +432,7 @@ class Worker {
     std::error_code ec;
     for (const auto& entry : std::filesystem::directory_iterator(bundles_dir(), ec)) {
       const std::string name = entry.path().filename().string();
-      if (name.starts_with(".tmp-") && name.find(".archive-") != std::string::npos) {
+      if (name.starts_with(".tmp-") && name.ends_with(".archive-note")) {
         std::filesystem::remove(entry.path(), ec);  // a note a killed slot did not finish
         continue;
       }
@@ -467,10 +459,14 @@ class Worker {
     }
   }
 
-  // The cache evicted `digest` (on this thread, inside a put): a pack
-  // archive's materialized directory goes with it. No trial uses it, since
-  // every trial pins its archives.
+  // The cache evicted `digest` to make room (on this thread, in a put): a
+  // pack archive's materialized directory goes with it. No trial uses it,
+  // since every trial pins its archives.
   void evicted(const Digest& digest) {
+    log_(LogLevel::debug, "evicted " + digest.str() + " from the cache, the least recently used; " +
+                              std::to_string(cache_.bytes_used()) + " of " +
+                              std::to_string(cache_.byte_cap()) + " bytes held, " +
+                              std::to_string(cache_.pinned_bytes()) + " pinned");
     auto it = pin_of_archive_.find(digest);
     if (it == pin_of_archive_.end()) return;
     if (auto failure = pack::dematerialize(it->second, bundles_dir())) {
@@ -550,7 +546,6 @@ class Worker {
           throw std::runtime_error("cannot materialize " + archive->str() + ": " +
                                    dir.error().message);
         pack->root_dir = dir->string();
-        note_archive(*pack->expected_bundle_hash, *archive);
       }
       auto segment = cache_.get(trial.segment);
       if (!segment) throw std::runtime_error("segment " + trial.segment.str() + " left the cache");

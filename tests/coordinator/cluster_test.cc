@@ -451,7 +451,7 @@ TEST_CASE("a worker's full cache evicts what no trial holds, never what one does
   require_exactly_once(cluster, results);
   const std::string log = cluster.log_text();
   INFO(log);
-  CHECK(log.find("least recently used blobs") != std::string::npos);
+  CHECK(log.find("from the cache, the least recently used") != std::string::npos);
   CHECK(log.find("cannot fetch blob") == std::string::npos);
   // An evicted archive takes its materialized pack with it.
   CHECK(log.find("removed the materialized pack") != std::string::npos);
