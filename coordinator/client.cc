@@ -19,20 +19,21 @@ struct Client::Impl {
   std::string endpoint;
   std::function<bool()> interrupted;
 
-  // How a call is made again: a request that changes nothing when repeated
-  // (status, results, workers, cancel, findMissing) is sent again while no
-  // answer comes, and after the coordinator says it does not know this
-  // client (it restarted), after a new hello. So a `wait` rides out a
-  // coordinator restart. Others are sent once.
-  enum class Retry { never, idempotent, submission };
-  static constexpr std::chrono::milliseconds kResendEvery{1000};
-  // A submission (possibly of a large matrix the coordinator takes seconds
-  // to check) is sent again less often.
-  static constexpr std::chrono::milliseconds kResubmitEvery{10000};
+  // How often a call is sent again while no answer comes; it is also sent
+  // again, after a new hello, when the coordinator says it does not know
+  // this client (it restarted), so a `wait` rides out a restart. Requests
+  // that change nothing when repeated (status, results, workers, cancel,
+  // findMissing) are resent each second; a submission, which its token
+  // makes safe to repeat and which the coordinator may take seconds to
+  // check, every 10 s; uploads never.
+  using Resend = std::chrono::milliseconds;
+  static constexpr Resend kNever{0};
+  static constexpr Resend kIdempotent{1000};
+  static constexpr Resend kSubmission{10000};
 
   // Sends the envelope `fill` builds and returns the answer to it; answers
   // to earlier, abandoned requests are skipped.
-  wire::Frame call(const std::function<void(Envelope::Builder)>& fill, Retry retry = Retry::never) {
+  wire::Frame call(const std::function<void(Envelope::Builder)>& fill, Resend resend = kNever) {
     capnp::MallocMessageBuilder message;
     const std::uint64_t id = ++request_id;
     fill(wire::start(message, id));
@@ -51,9 +52,7 @@ struct Client::Impl {
     };
     for (;;) {
       const auto now = std::chrono::steady_clock::now();
-      auto until = deadline;
-      if (retry == Retry::idempotent) until = std::min(until, sent + kResendEvery);
-      if (retry == Retry::submission) until = std::min(until, sent + kResubmitEvery);
+      const auto until = resend == kNever ? deadline : std::min(deadline, sent + resend);
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - now);
       zmq::pollitem_t items[] = {{socket.handle(), 0, ZMQ_POLLIN, 0}};
       int ready = 0;
@@ -67,7 +66,7 @@ struct Client::Impl {
         continue;  // a signal the caller does not stop for
       }
       if (ready == 0) {
-        if (retry != Retry::never && std::chrono::steady_clock::now() < deadline) {
+        if (resend != kNever && std::chrono::steady_clock::now() < deadline) {
           send_again(false);
           continue;
         }
@@ -87,7 +86,7 @@ struct Client::Impl {
       if (envelope.getRequestId() != id) continue;
       if (envelope.which() == Envelope::ERROR) {
         const auto code = envelope.getError().getCode();
-        if (code == schema::wire::ErrorCode::OUT_OF_ORDER && retry != Retry::never &&
+        if (code == schema::wire::ErrorCode::OUT_OF_ORDER && resend != kNever &&
             std::chrono::steady_clock::now() < deadline) {
           send_again(true);  // a restarted coordinator: hello again, then ask again
           continue;
@@ -117,8 +116,7 @@ Client::Client(const std::string& endpoint, std::chrono::milliseconds timeout)
                 "cannot connect to " + endpoint + ": " + e.what() +
                     "; give an endpoint such as tcp://host:7600 or ipc:///path/to/socket");
   }
-  impl_->call([](Envelope::Builder envelope) { envelope.setClientHello(); },
-              Impl::Retry::idempotent);
+  impl_->call([](Envelope::Builder envelope) { envelope.setClientHello(); }, Impl::kIdempotent);
 }
 
 Client::~Client() = default;
@@ -133,7 +131,7 @@ std::vector<Digest> Client::find_missing(const std::vector<Digest>& digests) {
         auto list = envelope.initFindMissing().initDigests(static_cast<unsigned>(digests.size()));
         for (unsigned i = 0; i < digests.size(); ++i) wire::set_digest(list[i], digests[i]);
       },
-      Impl::Retry::idempotent);
+      Impl::kIdempotent);
   std::vector<Digest> missing;
   for (auto d : frame.envelope().getMissing().getDigests()) {
     if (auto digest = wire::digest_of(d)) missing.push_back(*digest);
@@ -180,7 +178,7 @@ SubmittedJob Client::submit(const std::string& name, int priority,
           wire::set_digest(list[i].initArchive(), bundles[i].archive);
         }
       },
-      Impl::Retry::submission);
+      Impl::kSubmission);
   auto accepted = frame.envelope().getJobAccepted();
   return {wire::text(accepted.getJob()), accepted.getTotal()};
 }
@@ -188,14 +186,13 @@ SubmittedJob Client::submit(const std::string& name, int priority,
 nlohmann::ordered_json Client::status(const std::string& job) {
   auto frame =
       impl_->call([&](Envelope::Builder envelope) { envelope.initStatusRequest().setJob(job); },
-                  Impl::Retry::idempotent);
+                  Impl::kIdempotent);
   return nlohmann::ordered_json::parse(wire::text(frame.envelope().getJobStatus().getText()));
 }
 
 nlohmann::ordered_json Client::cancel(const std::string& job) {
-  auto frame =
-      impl_->call([&](Envelope::Builder envelope) { envelope.initCancelJob().setJob(job); },
-                  Impl::Retry::idempotent);
+  auto frame = impl_->call(
+      [&](Envelope::Builder envelope) { envelope.initCancelJob().setJob(job); }, Impl::kIdempotent);
   return nlohmann::ordered_json::parse(wire::text(frame.envelope().getJobStatus().getText()));
 }
 
@@ -207,7 +204,7 @@ ResultsPage Client::results(const std::string& job, std::uint32_t after, std::ui
         request.setAfter(after);
         request.setLimit(limit);
       },
-      Impl::Retry::idempotent);
+      Impl::kIdempotent);
   auto results = frame.envelope().getResults();
   ResultsPage page;
   for (auto line : results.getLines()) page.lines.push_back(wire::text(line));
@@ -218,7 +215,7 @@ ResultsPage Client::results(const std::string& job, std::uint32_t after, std::ui
 
 nlohmann::ordered_json Client::workers() {
   auto frame = impl_->call([](Envelope::Builder envelope) { envelope.setWorkersRequest(); },
-                           Impl::Retry::idempotent);
+                           Impl::kIdempotent);
   return nlohmann::ordered_json::parse(wire::text(frame.envelope().getWorkers().getText()));
 }
 

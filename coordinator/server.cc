@@ -440,8 +440,10 @@ class Server {
                        Instant now) {
     parked_.erase(route);
     const std::uint32_t free = envelope.getRequestWork().getFreeSlots();
-    if (free > 0 && scheduler_.queued_trials() == 0 && scheduler_.worker_status(worker) &&
-        scheduler_.worker_status(worker)->alive) {
+    // A worker the scheduler does not hold alive is answered at once (with
+    // outOfOrder, by assign), so that it says hello again.
+    const auto status = scheduler_.worker_status(worker);
+    if (free > 0 && scheduler_.queued_trials() == 0 && status && status->alive) {
       // Nothing to give: the offer waits here (long poll) until there is,
       // rather than the worker asking again and again.
       parked_[route] =
