@@ -627,6 +627,13 @@ std::expected<Records, Refusal> Scheduler::worker_joined(WorkerHello hello, Inst
     return std::unexpected(
         Refusal{ErrorCode::invalid_argument, "worker " + hello.id.str() + " offers no slots"});
   }
+  if (hello.prefetch > kMaxPrefetch) {
+    return std::unexpected(Refusal{ErrorCode::invalid_argument,
+                                   "worker " + hello.id.str() + " asks to prefetch " +
+                                       std::to_string(hello.prefetch) + " assignments; at most " +
+                                       std::to_string(kMaxPrefetch) +
+                                       " (give a smaller --prefetch)"});
+  }
   Records out;
   if (const auto previous = state_->find_alive(hello.id)) {
     state_->lose_worker(*previous, "it joined again, so what it ran before is gone", now, out);

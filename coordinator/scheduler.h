@@ -213,6 +213,9 @@ class Scheduler {
  public:
   // How many cached digests of a worker one assignment looks up at most.
   static constexpr std::size_t kAffinityProbes = 64;
+  // The most assignments a worker may hold waiting beyond its slots: room to
+  // hide a round trip, not to hoard a job.
+  static constexpr std::uint32_t kMaxPrefetch = 1024;
 
   // Throws forktrial::Error (invalid_argument) for a configuration with a
   // duration or max_attempts that is not positive.

@@ -161,7 +161,8 @@ void add_worker(CLI::App& app) {
   cmd->add_option("--slots", config->slots, "Trials run at once")->capture_default_str();
   cmd->add_option("--prefetch", config->prefetch,
                   "Assignments held beyond the slots, ready for a slot that frees (0: none)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(0u, coordinator::Scheduler::kMaxPrefetch));
   cmd->add_option("--id", config->worker_id, "The worker's name (default: host-pid)");
   logging->add_to(cmd);
   cmd->footer(examples_footer({

@@ -343,6 +343,10 @@ TEST_CASE("inputs the state does not allow are refused without a change",
         ErrorCode::invalid_argument);
   CHECK(s.scheduler.worker_joined(WorkerHello{WorkerId{"w"}, 0, 0, {}}, at(1)).error() ==
         Refusal{ErrorCode::invalid_argument, "worker w offers no slots"});
+  CHECK(s.scheduler.worker_joined(WorkerHello{WorkerId{"w"}, 1, 1025, {}}, at(1)).error() ==
+        Refusal{ErrorCode::invalid_argument,
+                "worker w asks to prefetch 1025 assignments; at most 1024 (give a smaller "
+                "--prefetch)"});
   CHECK(s.scheduler.request_work(WorkerId{"w"}, 1, at(1)).error().code == ErrorCode::not_found);
   CHECK(s.scheduler.cancel(JobId{"b"}, at(1)).error() == Refusal{ErrorCode::not_found, "no job b"});
   CHECK(s.scheduler.reconciled(trial("a", 0), Outcome::completed, at(1)).error() ==
