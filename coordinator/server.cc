@@ -1,14 +1,15 @@
 #include "coordinator/server.h"
 
-#include <malloc.h>
-
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
+#include <unordered_map>
 #include <zmq.hpp>
 
+#include "base/memory.h"
 #include "base/text.h"
 #include "base/timestamp.h"
 #include "coordinator/orchestration_log.h"
@@ -33,6 +34,17 @@ constexpr std::size_t kMaxWorkerIdBytes = 256;
 // empty (the worker offers again at once).
 constexpr auto kParkLimit = std::chrono::seconds(1);
 
+// The coordinator's store flushes each commit's meta page with the next
+// commit: one disk flush per commit instead of two. A process crash still
+// loses nothing committed, so nothing acknowledged; a power loss may undo the
+// last commit, whose acknowledged reports then come back as lapsed leases and
+// are run again (docs/decisions.md).
+store::StoreOptions coordinator_store_options() {
+  store::StoreOptions options;
+  options.sync_meta = false;
+  return options;
+}
+
 Instant clock_now() {
   return std::chrono::time_point_cast<Duration>(std::chrono::system_clock::now());
 }
@@ -44,31 +56,59 @@ store::RunId fork_run_of(const TrialId& trial, Attempt attempt) {
                       std::to_string(attempt));
 }
 
+// A trial's specification, parsed, with its canonical JSON.
+struct ParsedSpec {
+  sandbox::TrialSpecification spec;
+  std::string canonical;
+};
+
+// Specifications are parsed once per distinct text: a matrix repeats one
+// specification for every repeat, and a trial's is read again when it is
+// leased. Bounded: emptied when full.
+class SpecCache {
+ public:
+  std::expected<std::shared_ptr<const ParsedSpec>, std::string> parse(const std::string& text) {
+    auto it = parsed_.find(text);
+    if (it != parsed_.end()) return it->second;
+    auto spec = sandbox::parse_trial_specification(text);
+    if (!spec) return std::unexpected(spec.error().front());
+    std::string canonical = sandbox::to_canonical_json(*spec);
+    auto parsed =
+        std::make_shared<const ParsedSpec>(ParsedSpec{std::move(*spec), std::move(canonical)});
+    if (parsed_.size() >= kLimit) parsed_.clear();
+    parsed_.emplace(text, parsed);
+    return parsed;
+  }
+
+ private:
+  static constexpr std::size_t kLimit = 4096;
+  std::unordered_map<std::string, std::shared_ptr<const ParsedSpec>> parsed_;
+};
+
 // A trial as submitted: the specification (pack roots are bundles) and the
 // candidate's name, for results.
 struct SubmittedTrial {
-  sandbox::TrialSpecification spec;
+  std::shared_ptr<const ParsedSpec> parsed;
   std::string candidate;
-  std::string spec_json;  // the canonical JSON of `spec`, as the payload holds it
+
+  const sandbox::TrialSpecification& spec() const { return parsed->spec; }
+  const std::string& spec_json() const { return parsed->canonical; }
 };
 
-std::expected<SubmittedTrial, std::string> parse_submitted(const std::string& text) {
+std::expected<SubmittedTrial, std::string> parse_submitted(const std::string& text,
+                                                           SpecCache& specs) {
   auto doc = ordered_json::parse(text, nullptr, false);
   if (!doc.is_object() || !doc.contains("spec") || !doc["spec"].is_object()) {
     return std::unexpected(std::string("a submitted trial is {\"candidate\", \"spec\"}"));
   }
-  // The coordinator wrote the payload's spec canonically (on_submit), so its
-  // text is the canonical JSON again.
-  std::string spec_json = doc["spec"].dump();
-  auto spec = sandbox::parse_trial_specification(spec_json);
-  if (!spec) return std::unexpected(spec.error().front());
+  auto parsed = specs.parse(doc["spec"].dump());
+  if (!parsed) return std::unexpected(parsed.error());
   const auto candidate = doc.find("candidate");
   if (candidate != doc.end() && !candidate->is_string()) {
     return std::unexpected(std::string("a submitted trial's \"candidate\" is a name (a string)"));
   }
-  SubmittedTrial trial{*spec, candidate == doc.end() ? "" : candidate->get<std::string>(),
-                       std::move(spec_json)};
-  return trial;
+  return SubmittedTrial{std::move(*parsed),
+                        candidate == doc.end() ? "" : candidate->get<std::string>()};
 }
 
 // The payload this coordinator records for a trial:
@@ -78,13 +118,13 @@ std::string payload_of(const std::string& candidate, const std::string& spec_jso
   return "{\"candidate\":" + ordered_json(candidate).dump() + ",\"spec\":" + spec_json + "}";
 }
 
-// A recorded payload, read without parsing its specification twice: the
-// specification's text is cut from the payload as payload_of wrote it
-// (anything else is read by parse_submitted).
-std::expected<SubmittedTrial, std::string> read_payload(const std::string& text) {
+// A submitted trial read without parsing its JSON twice: the specification's
+// text is cut from {"candidate":<string>,"spec":<object>} as payload_of writes
+// it (and a client sends it); anything else is read by parse_submitted.
+std::expected<SubmittedTrial, std::string> read_payload(const std::string& text, SpecCache& specs) {
   constexpr std::string_view head = "{\"candidate\":\"";
   constexpr std::string_view middle = ",\"spec\":";
-  if (!text.starts_with(head) || !text.ends_with('}')) return parse_submitted(text);
+  if (!text.starts_with(head) || !text.ends_with('}')) return parse_submitted(text, specs);
   std::size_t end = head.size();
   bool escaped = false;
   for (; end < text.size(); ++end) {
@@ -96,17 +136,21 @@ std::expected<SubmittedTrial, std::string> read_payload(const std::string& text)
     }
   }
   if (end >= text.size() || text.compare(end + 1, middle.size(), middle) != 0) {
-    return parse_submitted(text);
+    return parse_submitted(text, specs);
   }
   const std::size_t spec_at = end + 1 + middle.size();
-  std::string spec_json = text.substr(spec_at, text.size() - 1 - spec_at);
-  auto spec = sandbox::parse_trial_specification(spec_json);
-  if (!spec) return parse_submitted(text);
-  std::string candidate =
-      escaped ? ordered_json::parse(text.substr(head.size() - 1, end - head.size() + 2))
-                    .get<std::string>()
-              : text.substr(head.size(), end - head.size());
-  return SubmittedTrial{std::move(*spec), std::move(candidate), std::move(spec_json)};
+  auto parsed = specs.parse(text.substr(spec_at, text.size() - 1 - spec_at));
+  if (!parsed) return parse_submitted(text, specs);
+  std::string candidate;
+  if (escaped) {
+    auto name =
+        ordered_json::parse(text.substr(head.size() - 1, end - head.size() + 2), nullptr, false);
+    if (!name.is_string()) return parse_submitted(text, specs);
+    candidate = name.get<std::string>();
+  } else {
+    candidate = text.substr(head.size(), end - head.size());
+  }
+  return SubmittedTrial{std::move(*parsed), std::move(candidate)};
 }
 
 struct Peer {
@@ -131,7 +175,7 @@ class Server {
       : config_(config),
         stop_(stop),
         log_(log),
-        store_(config.store),
+        store_(config.store, coordinator_store_options()),
         scheduler_(config.scheduler),
         socket_(context_, zmq::socket_type::router) {
     socket_.set(zmq::sockopt::router_mandatory, 1);
@@ -162,7 +206,7 @@ class Server {
       if (trim_) {
         // A submission's message, its parse and its record are freed now:
         // give the memory back rather than keep it as the high water.
-        ::malloc_trim(0);
+        give_back_freed_memory();
         trim_ = false;
       }
     }
@@ -176,24 +220,26 @@ class Server {
   bool uncommitted() const { return !pending_.empty() || !reconciling_.empty(); }
 
   // Group commit: with something to commit, the messages that arrive within
-  // the commit window are taken into the same transaction.
+  // the commit window are taken into the same transaction. The window is
+  // slept through and what came is read at its end: one wake-up per turn
+  // rather than one per message.
   void gather() {
     if (!uncommitted() || config_.commit_window.count() <= 0) return;
     const auto until = std::chrono::steady_clock::now() + config_.commit_window;
-    for (std::size_t taken = 0; taken < kMaxMessagesPerTurn;) {
-      const auto left = std::chrono::duration_cast<std::chrono::microseconds>(
-          until - std::chrono::steady_clock::now());
-      if (left.count() <= 0 || stop_.cancelled()) return;
-      zmq::pollitem_t items[] = {{socket_.handle(), 0, ZMQ_POLLIN, 0},
-                                 {nullptr, stop_.fd(), ZMQ_POLLIN, 0}};
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          until - std::chrono::steady_clock::now() + std::chrono::microseconds(999));
+      if (left.count() <= 0 || stop_.cancelled()) break;
+      zmq::pollitem_t items[] = {{nullptr, stop_.fd(), ZMQ_POLLIN, 0}};
       try {
         // zmq_poll counts in milliseconds: the wait is rounded up.
-        zmq::poll(items, 2, std::chrono::ceil<std::chrono::milliseconds>(left));
+        zmq::poll(items, 1, left);
       } catch (const zmq::error_t& e) {
         if (e.num() != EINTR) throw;
       }
-      const Instant now = clock_now();
-      while (taken < kMaxMessagesPerTurn && receive_one(now)) ++taken;
+    }
+    const Instant now = clock_now();
+    for (std::size_t taken = 0; taken < kMaxMessagesPerTurn && receive_one(now); ++taken) {
     }
   }
 
@@ -261,7 +307,7 @@ class Server {
                   "the orchestration log does not replay: " + read.error());
     keep(scheduler_.recover(clock_now()));
     flush();
-    ::malloc_trim(0);  // the log's text, read and decoded, is garbage now
+    give_back_freed_memory();  // the log's text, read and decoded, is garbage now
     if (records > 0) {
       log_(LogLevel::info, "replayed " + std::to_string(records) + " orchestration records");
     }
@@ -485,11 +531,12 @@ class Server {
       ref.setIndex(a.trial.index);
       ref.setAttempt(a.attempt);
       const SubmittedTrial& submitted = submitted_trial(a.trial);
-      out.setSpec(submitted.spec_json);
+      const std::string& spec = submitted.spec_json();
+      out.setSpec(capnp::Text::Reader(spec.data(), spec.size()));
       out.setForkRunId(fork_run_of(a.trial, a.attempt).str());
       const TrialInput& input = inputs_of(a.trial);
       wire::set_digest(out.initSegment(), input.segment);
-      auto packs = sandbox::packs_in_load_order(submitted.spec);
+      auto packs = sandbox::packs_in_load_order(submitted.spec());
       auto bundles = out.initBundles(static_cast<unsigned>(packs.size()));
       for (unsigned p = 0; p < packs.size(); ++p) {
         wire::set_digest(bundles[p].initPin(), *packs[p]->expected_bundle_hash);
@@ -552,7 +599,7 @@ class Server {
   const SubmittedTrial& submitted_trial(const TrialId& trial) {
     auto it = submitted_.find(trial);
     if (it != submitted_.end()) return it->second;
-    auto parsed = read_payload(*scheduler_.payload(trial));
+    auto parsed = read_payload(*scheduler_.payload(trial), specs_);
     if (!parsed) {
       throw Error(forktrial::ErrorCode::internal,
                   "trial " + trial.str() + " was recorded unreadable: " + parsed.error());
@@ -657,9 +704,9 @@ class Server {
                                                      std::vector<store::NewEvent>& results) {
     const SubmittedTrial& submitted = submitted_trial(r.trial);
     const store::RunId fork_id = fork_run_of(r.trial, r.attempt);
-    const store::NewRun fork{.id = fork_id, .label = submitted.spec.label};
-    auto recorded =
-        sandbox::record_trial(writer, submitted.spec, fork, count, sandbox::delta_of(r.events), v);
+    const store::NewRun fork{.id = fork_id, .label = submitted.spec().label};
+    auto recorded = sandbox::record_trial(writer, submitted.spec(), fork, count,
+                                          sandbox::delta_of(r.events), v);
     if (!recorded) return recorded;
     records.push_back(TrialReconciled{r.trial, r.attempt, v.outcome, r.at});
     auto run = writer.run(fork_id);
@@ -766,11 +813,11 @@ class Server {
     out["job"] = trial.job.str();
     out["index"] = trial.index;
     out["candidate"] = submitted.candidate;
-    out["pin"] = submitted.spec.candidate.expected_bundle_hash
-                     ? submitted.spec.candidate.expected_bundle_hash->str()
+    out["pin"] = submitted.spec().candidate.expected_bundle_hash
+                     ? submitted.spec().candidate.expected_bundle_hash->str()
                      : "";
-    out["scenario"] = submitted.spec.scenario;
-    out["at"] = submitted.spec.at_event.str();
+    out["scenario"] = submitted.spec().scenario;
+    out["at"] = submitted.spec().at_event.str();
     out["status"] = "reconciled";
     out["outcome"] = std::string(outcome_name(verdict.outcome));
     out["exit_code"] = verdict.exit_code;
@@ -907,13 +954,13 @@ class Server {
     std::size_t index = 0;
     for (auto text : job.getSpecs()) {
       const std::size_t trial = index++;
-      auto submitted = parse_submitted(wire::text(text));
+      auto submitted = read_payload(wire::text(text), specs_);
       if (!submitted) {
         problem(trial, submitted.error());
         continue;
       }
       TrialInput input;
-      const auto& spec = submitted->spec;
+      const auto& spec = submitted->spec();
       for (const auto* pack : sandbox::packs_in_load_order(spec)) {
         auto archive = wire::archive_of_root(pack->root_dir);
         if (!archive || !pack->expected_bundle_hash) {
@@ -935,7 +982,7 @@ class Server {
         continue;
       }
       input.segment = *segment->second;
-      input.payload = payload_of(submitted->candidate, sandbox::to_canonical_json(spec));
+      input.payload = payload_of(submitted->candidate, submitted->spec_json());
       inputs.push_back(std::move(input));
     }
     if (!problems.empty()) {
@@ -1111,7 +1158,7 @@ class Server {
       }
       const TrialId trial{job, i};
       auto state = scheduler_.trial_state(trial);
-      auto submitted = read_payload(*scheduler_.payload(trial));
+      auto submitted = read_payload(*scheduler_.payload(trial), specs_);
       ordered_json line =
           result_json(trial, state->attempt, *submitted, {}, state->worker.value_or(WorkerId("")));
       line["status"] = std::string(trial_status_name(state->status));
@@ -1166,10 +1213,11 @@ class Server {
     std::uint64_t request = 0;
     std::chrono::steady_clock::time_point since;
   };
-  std::map<std::string, Parked> parked_;         // by routing id
-  Records pending_;                              // applied, not yet in the store
-  std::vector<Reconciliation> reconciling_;      // reports accepted this turn, not yet in the store
-  std::map<TrialId, SubmittedTrial> submitted_;  // parsed, of trials leased
+  std::map<std::string, Parked> parked_;     // by routing id
+  Records pending_;                          // applied, not yet in the store
+  std::vector<Reconciliation> reconciling_;  // reports accepted this turn, not yet in the store
+  SpecCache specs_;
+  std::map<TrialId, SubmittedTrial> submitted_;              // parsed, of trials leased
   std::vector<std::pair<std::string, std::string>> outbox_;  // (route, frame), after the commit
   std::map<std::string, Peer> peers_;                        // by routing id
   std::map<WorkerId, std::string> worker_routes_;

@@ -28,7 +28,7 @@ struct ServerConfig {
   std::chrono::milliseconds tick{100};  // how often time passes for the scheduler
   // Group commit: what changed waits up to this long for more to share its
   // durable commit (and its replies wait with it). 0 commits every turn.
-  std::chrono::microseconds commit_window{2000};
+  std::chrono::microseconds commit_window{8000};
 };
 
 // Runs until `stop` is cancelled; returns 0, or throws forktrial::Error when

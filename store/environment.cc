@@ -94,7 +94,8 @@ Environment::Environment(const std::filesystem::path& path, StoreOptions options
               "mdb_env_set_maxreaders(" + std::to_string(options_.max_readers) + ")");
   lmdb::check(mdb_env_set_mapsize(env_.get(), options_.initial_map_size),
               "mdb_env_set_mapsize(" + std::to_string(options_.initial_map_size) + ")");
-  unsigned flags = MDB_NOTLS | (options_.sync ? 0 : MDB_NOSYNC);
+  unsigned flags =
+      MDB_NOTLS | (options_.sync ? 0 : MDB_NOSYNC) | (options_.sync_meta ? 0 : MDB_NOMETASYNC);
   lmdb::check(mdb_env_open(env_.get(), path.c_str(), flags, 0644),
               "mdb_env_open(\"" + path.string() + "\")");
   env_.close_on_exec();

@@ -156,6 +156,11 @@ struct StoreOptions {
   // false trades durability on power loss for speed (MDB_NOSYNC); a process
   // crash still never loses a committed transaction.
   bool sync = true;
+  // false flushes each commit's meta page with the next commit rather than
+  // at once (MDB_NOMETASYNC): one disk flush per commit instead of two. A
+  // power loss may then undo the last committed transaction, never the
+  // store's integrity; a process crash still loses nothing committed.
+  bool sync_meta = true;
   // The clock stamping created_at (ISO-8601 UTC) and the generator of new
   // run ids; tests inject fixed ones. Defaults: the system clock, and "run_"
   // plus 16 random hex digits. Both are called inside write transactions

@@ -105,7 +105,7 @@ void add_coordinator(CLI::App& app) {
   auto store = std::make_shared<std::string>(kDefaultStore);
   auto lease = std::make_shared<double>(30);
   auto attempts = std::make_shared<unsigned>(3);
-  auto commit_window = std::make_shared<double>(2);
+  auto commit_window = std::make_shared<double>(8);
   auto logging = std::make_shared<LogOptions>();
   config->listen = kDefaultEndpoint;
   auto* cmd = app.add_subcommand(
@@ -160,7 +160,8 @@ void add_worker(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--slots", config->slots, "Trials run at once")->capture_default_str();
   cmd->add_option("--prefetch", config->prefetch,
-                  "Assignments held beyond the slots, ready for a slot that frees (0: none)")
+                  "Most assignments held beyond the slots, ready for a slot that frees: as many "
+                  "as cover 50 ms of recent trials, at least one (0: none)")
       ->capture_default_str()
       ->check(CLI::Range(0u, coordinator::Scheduler::kMaxPrefetch));
   cmd->add_option("--id", config->worker_id, "The worker's name (default: host-pid)");

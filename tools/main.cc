@@ -9,10 +9,11 @@
 #include "tools/terminal.h"
 
 int main(int argc, char** argv) {
-  // Large blocks always come from mmap, already zeroed. glibc otherwise
-  // raises the threshold past any block freed, and LMDB's 2 MiB dirty list,
-  // calloc'd at every store opened for writing (each trial's scratch store),
-  // would then be served from the heap and cleared byte by byte.
+  // Built without jemalloc, large blocks always come from mmap, already
+  // zeroed. glibc otherwise raises the threshold past any block freed, and
+  // LMDB's 2 MiB dirty list, calloc'd at every store opened for writing (each
+  // trial's scratch store), would then be served from the heap and cleared
+  // byte by byte. With jemalloc this does nothing.
   ::mallopt(M_MMAP_THRESHOLD, 128 * 1024);
   CLI::App app{
       "forktrial: evaluate proposed plug-in code (packs) against forks of recorded event logs,\n"

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <condition_variable>
 #include <deque>
 #include <fstream>
@@ -71,6 +72,7 @@ struct Fetch {
 struct Finished {
   AttemptKey key;
   std::string frame;
+  Clock::duration took{};  // in its slot; zero when it never ran
 };
 
 void set_ref(schema::wire::TrialRef::Builder ref, const AttemptKey& key) {
@@ -563,7 +565,7 @@ class Worker {
       frame = failure_frame(trial.key, e.what());
     }
     std::lock_guard lock(finished_mutex_);
-    finished_.push_back({trial.key, std::move(frame)});
+    finished_.push_back({trial.key, std::move(frame), Clock::now() - started});
     --in_slots_;
     idle_.notify_all();
     wake();
@@ -582,6 +584,10 @@ class Worker {
     }
     for (auto& item : done) {
       trials_.erase(item.key);
+      if (item.took > Clock::duration::zero()) {
+        const double took = std::chrono::duration<double, std::micro>(item.took).count();
+        mean_trial_us_ = mean_trial_us_ <= 0 ? took : 0.8 * mean_trial_us_ + 0.2 * took;
+      }
       if (item.frame.empty()) continue;
       send(item.frame);
       unacked_[item.key] = std::move(item.frame);
@@ -607,7 +613,8 @@ class Worker {
     if (!welcomed_ || work_requested_ || now < next_request_) return;
     // Room for running trials and prefetched ones alike.
     const std::size_t held = trials_.size();
-    const std::size_t room = std::size_t{config_.slots} + config_.prefetch;
+    const std::size_t room = std::size_t{config_.slots} +
+                             prefetch_wanted(config_.prefetch, config_.slots, mean_trial_us_);
     if (held >= room) return;
     capnp::MallocMessageBuilder message;
     wire::start(message, ++request_id_)
@@ -631,6 +638,7 @@ class Worker {
   int exit_code_ = -1;
   std::uint64_t request_id_ = 0;
   std::uint64_t arrivals_ = 0;
+  double mean_trial_us_ = 0;  // moving average of slot time per trial; 0: none yet
   bool welcomed_ = false;
   bool work_requested_ = false;
   Clock::time_point work_requested_at_ = Clock::now();
@@ -652,6 +660,16 @@ class Worker {
 };
 
 }  // namespace
+
+std::size_t prefetch_wanted(unsigned prefetch, unsigned slots, double mean_trial_us) {
+  if (prefetch == 0) return 0;
+  if (!(mean_trial_us > 0)) return 1;
+  // The trials the slots get through in kPrefetchCover, rounded up; the
+  // clamp comes before the conversion, which a huge quotient would overflow.
+  const double cover = std::chrono::duration<double, std::micro>(kPrefetchCover).count() *
+                       std::max(slots, 1u) / mean_trial_us;
+  return static_cast<std::size_t>(std::clamp(std::ceil(cover), 1.0, double(prefetch)));
+}
 
 int run_worker(const WorkerConfig& config, const sandbox::Cancellation& stop, const Log& log) {
   Worker worker(config, stop, log);

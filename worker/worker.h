@@ -29,10 +29,11 @@ struct WorkerConfig {
   std::filesystem::path cache_dir;
   std::uint64_t cache_bytes = std::uint64_t{4} << 30;
   unsigned slots = 1;
-  // Assignments held beyond the slots, fetched and ready, so a slot that
-  // frees starts its next trial at once instead of waiting a round trip to
-  // the coordinator (and its durable lease record).
-  unsigned prefetch = 2;
+  // The most assignments held beyond the slots, fetched and ready, so a slot
+  // that frees starts its next trial at once instead of waiting a round trip
+  // to the coordinator (and its durable lease record). The worker holds as
+  // many as cover 50 ms at the pace of its recent trials, at least one.
+  unsigned prefetch = 8;
   std::string worker_id;  // unique per worker; empty: <hostname>-<pid>
   sandbox::ChildOptions child;
   std::chrono::milliseconds heartbeat{1000};
@@ -46,6 +47,14 @@ struct WorkerConfig {
 // Runs until `stop` is cancelled; returns 0, or non-zero when the worker
 // cannot go on (the coordinator refused it, the cache cannot be opened).
 // Running trials are killed on stop.
+// Assignments a worker holds beyond its `slots`: as many as cover
+// kPrefetchCover at `mean_trial_us` (the recent slot time of a trial; 0 when
+// none has been timed yet, which wants one), at least one, at most
+// `prefetch`, and none when `prefetch` is 0. Long trials want one ready at
+// most: more would only wait on this worker while another had nothing to do.
+inline constexpr std::chrono::milliseconds kPrefetchCover{50};
+std::size_t prefetch_wanted(unsigned prefetch, unsigned slots, double mean_trial_us);
+
 int run_worker(const WorkerConfig& config, const sandbox::Cancellation& stop, const Log& log);
 
 }  // namespace forktrial::worker

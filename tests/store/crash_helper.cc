@@ -2,7 +2,8 @@
 // forever (bounded), printing the head after every committed batch, until it
 // is killed.
 //
-// usage: store_crash_helper STORE_DIR BATCH_SIZE
+// usage: store_crash_helper STORE_DIR BATCH_SIZE [--no-meta-sync]
+// (--no-meta-sync: the store's sync_meta is false, as the coordinator's is)
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -12,12 +13,15 @@
 
 int main(int argc, char** argv) {
   using namespace forktrial::store;
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: %s STORE_DIR BATCH_SIZE\n", argv[0]);
+  const bool meta_sync = argc == 3;
+  if (argc != 3 && !(argc == 4 && std::string(argv[3]) == "--no-meta-sync")) {
+    std::fprintf(stderr, "usage: %s STORE_DIR BATCH_SIZE [--no-meta-sync]\n", argv[0]);
     return 2;
   }
   int batch_size = std::atoi(argv[2]);
-  EventStore store(argv[1]);
+  StoreOptions options;
+  options.sync_meta = meta_sync;
+  EventStore store(argv[1], options);
   RunId run("crash_run");
   auto created = store.create_run({.id = run, .label = "crash"});
   if (!created) {
