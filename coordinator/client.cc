@@ -17,6 +17,7 @@ struct Client::Impl {
   std::chrono::milliseconds timeout;
   std::uint64_t request_id = 0;
   std::string endpoint;
+  bool curve = false;
   std::function<bool()> interrupted;
 
   // How often a call is sent again while no answer comes; it is also sent
@@ -38,16 +39,23 @@ struct Client::Impl {
     const std::uint64_t id = ++request_id;
     fill(wire::start(message, id));
     const std::string frame = wire::encode(message);
-    socket.send(zmq::buffer(frame), zmq::send_flags::none);
+    // Never blocking: ZeroMQ holds a send while it has no connection to give
+    // it to (the coordinator down, or a handshake it refuses), and a call
+    // must end by its deadline. What could not be sent is sent again at the
+    // next resend, or the call ends unanswered.
+    auto send = [&](const std::string& bytes) {
+      (void)socket.send(zmq::buffer(bytes), zmq::send_flags::dontwait);
+    };
+    send(frame);
     auto sent = std::chrono::steady_clock::now();
     const auto deadline = sent + timeout;
     auto send_again = [&](bool hello_first) {
       if (hello_first) {
         capnp::MallocMessageBuilder hello;
         wire::start(hello, ++request_id).setClientHello();
-        socket.send(zmq::buffer(wire::encode(hello)), zmq::send_flags::none);
+        send(wire::encode(hello));
       }
-      socket.send(zmq::buffer(frame), zmq::send_flags::none);
+      send(frame);
       sent = std::chrono::steady_clock::now();
     };
     for (;;) {
@@ -73,7 +81,11 @@ struct Client::Impl {
         throw Error(ErrorCode::unavailable,
                     "the coordinator at " + endpoint + " did not answer within " +
                         std::to_string(timeout.count()) +
-                        " ms; is it running (forktrial coordinator --listen " + endpoint + ")?");
+                        " ms; is it running (forktrial coordinator --listen " + endpoint + ")?" +
+                        (curve ? " With keys, a coordinator that does not list this client's "
+                                 "public key in --allow-clients, or whose key is not the one "
+                                 "given with --coordinator-key, never answers: its log says so."
+                               : ""));
       }
       zmq::message_t reply;
       if (!socket.recv(reply, zmq::recv_flags::none)) continue;
@@ -100,10 +112,15 @@ struct Client::Impl {
   }
 };
 
-Client::Client(const std::string& endpoint, std::chrono::milliseconds timeout)
+Client::Client(const std::string& endpoint, std::chrono::milliseconds timeout,
+               const std::optional<transport::ClientKeys>& keys)
     : impl_(std::make_unique<Impl>()) {
   impl_->timeout = timeout;
   impl_->endpoint = endpoint;
+  if (keys) {
+    transport::make_curve_client(impl_->socket, *keys);
+    impl_->curve = true;
+  }
   impl_->socket.set(zmq::sockopt::linger, 0);
   // ZeroMQ retries a refused connection every 100 ms by default: 10 ms lets
   // a client started beside its coordinator (forktrial batch) in at once.

@@ -10,11 +10,13 @@
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "base/digest.h"
 #include "base/error.h"
+#include "transport/curve.h"
 
 namespace forktrial::coordinator {
 
@@ -37,10 +39,11 @@ struct ResultsPage {
 
 class Client {
  public:
-  // Connects to `endpoint` and says hello. Throws Error (unavailable) when
-  // the coordinator does not answer within `timeout`, Error (internal) for
-  // an endpoint ZeroMQ refuses.
-  Client(const std::string& endpoint, std::chrono::milliseconds timeout);
+  // Connects to `endpoint` (with CURVE when `keys` are given) and says
+  // hello. Throws Error (unavailable) when the coordinator does not answer
+  // within `timeout`, Error (internal) for an endpoint ZeroMQ refuses.
+  Client(const std::string& endpoint, std::chrono::milliseconds timeout,
+         const std::optional<transport::ClientKeys>& keys = std::nullopt);
   ~Client();
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;

@@ -18,6 +18,7 @@
 #include "sandbox/trial_types.h"
 #include "schema/wire_codec.h"
 #include "store/event_store.h"
+#include "transport/zap.h"
 
 namespace forktrial::coordinator {
 namespace {
@@ -27,6 +28,21 @@ using schema::wire::Envelope;
 using WireCode = wire::ErrorCode;
 
 constexpr std::string_view kResultType = "trial.result";
+
+// The messages only a worker sends; every other one is a client's.
+bool worker_message(Envelope::Which which) {
+  switch (which) {
+    case Envelope::WORKER_HELLO:
+    case Envelope::REQUEST_WORK:
+    case Envelope::HEARTBEAT:
+    case Envelope::REPORT:
+    case Envelope::ATTEMPT_FAILED:
+    case Envelope::FETCH_BLOB:
+      return true;
+    default:
+      return false;
+  }
+}
 constexpr std::size_t kMaxMessagesPerTurn = 256;
 constexpr std::uint64_t kMaxUploadBytes = std::uint64_t{1} << 30;
 constexpr std::size_t kMaxWorkerIdBytes = 256;
@@ -182,6 +198,12 @@ class Server {
     socket_.set(zmq::sockopt::sndtimeo, 100);
     socket_.set(zmq::sockopt::linger, 0);
     socket_.set(zmq::sockopt::maxmsgsize, static_cast<std::int64_t>(config.max_frame_bytes));
+    if (config.curve_key) {
+      // The handler is bound before the socket, which asks it about every
+      // handshake from then on.
+      zap_.emplace(context_, config.allowed, log);
+      transport::make_curve_server(socket_, *config.curve_key);
+    }
     socket_.bind(config.listen);
     recover();
   }
@@ -339,10 +361,14 @@ class Server {
     if (!socket_.recv(part, zmq::recv_flags::dontwait)) return false;
     const std::string route = part.to_string();
     std::string frame;
+    std::optional<transport::Role> role;
     std::size_t count = 1;
     while (part.more()) {
       if (!socket_.recv(part, zmq::recv_flags::none)) break;
-      if (++count == 2) frame = part.to_string();
+      if (++count == 2) {
+        frame = part.to_string();
+        if (zap_) role = transport::role_of(part);
+      }
     }
     if (count != 2) {
       reply_error(route, 0, WireCode::MALFORMED, "a message is one frame");
@@ -354,6 +380,22 @@ class Server {
       return true;
     }
     const auto envelope = decoded->envelope();
+    if (zap_) {
+      // What a connection may say follows its key's role, message by
+      // message: a routing id a peer chose cannot borrow another's role.
+      const auto needed =
+          worker_message(envelope.which()) ? transport::Role::worker : transport::Role::client;
+      if (role != needed) {
+        const std::string has =
+            role ? "a " + std::string(transport::role_name(*role)) + "'s" : "of no role";
+        reply_error(route, envelope.getRequestId(), WireCode::REFUSED,
+                    "this connection's key is " + has + ": a " +
+                        std::string(transport::role_name(needed)) +
+                        "'s message is refused (the coordinator's --allow-workers and "
+                        "--allow-clients say which key is which)");
+        return true;
+      }
+    }
     try {
       handle(route, envelope, now);
     } catch (const kj::Exception& e) {
@@ -1206,6 +1248,7 @@ class Server {
   Scheduler scheduler_;
   zmq::context_t context_;
   zmq::socket_t socket_;
+  std::optional<transport::ZapHandler> zap_;  // with CURVE
   // A worker's offer of slots that found no work, waiting for some.
   struct Parked {
     WorkerId worker;

@@ -5,18 +5,21 @@
 // trial's report is reconciled in one transaction with its fork.
 //
 // Threads: run_coordinator's thread owns the socket, the scheduler and the
-// store's writes; nothing else runs. A restart on the same store replays the
+// store's writes; with CURVE, the ZAP handler's thread answers handshakes
+// from the allow list alone. A restart on the same store replays the
 // orchestration log and goes on where the last commit left off.
 #pragma once
 
 #include <chrono>
 #include <cstddef>
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include "base/log.h"
 #include "coordinator/scheduler.h"
 #include "sandbox/cancellation.h"
+#include "transport/curve.h"
 
 namespace forktrial::coordinator {
 
@@ -29,6 +32,11 @@ struct ServerConfig {
   // Group commit: what changed waits up to this long for more to share its
   // durable commit (and its replies wait with it). 0 commits every turn.
   std::chrono::microseconds commit_window{8000};
+  // CurveZMQ: with a keypair, the endpoint speaks CURVE only, admits only the
+  // keys of `allowed`, and takes from each connection only the messages of
+  // its key's role (a worker key cannot submit; a client key cannot join).
+  std::optional<transport::Keypair> curve_key;
+  transport::AllowList allowed;
 };
 
 // Runs until `stop` is cancelled; returns 0, or throws forktrial::Error when

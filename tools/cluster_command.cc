@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -31,6 +32,7 @@
 #include "tools/stop_signals.h"
 #include "tools/store_access.h"
 #include "tools/terminal.h"
+#include "transport/curve.h"
 #include "worker/worker.h"
 
 extern char** environ;
@@ -93,6 +95,38 @@ std::string default_endpoint() {
   return env != nullptr && *env != '\0' ? env : kDefaultEndpoint;
 }
 
+// A worker's or client's CURVE credentials: both flags or neither.
+struct KeyOptions {
+  std::string key;
+  std::string coordinator_key;
+
+  void add_to(CLI::App* cmd) {
+    cmd->add_option("--key", key,
+                    "This peer's CurveZMQ keypair file (forktrial keygen); with "
+                    "--coordinator-key, the connection is authenticated and encrypted")
+        ->envname("FORKTRIAL_KEY");
+    cmd->add_option("--coordinator-key", coordinator_key,
+                    "The coordinator's public key: 40 Z85 characters, or its .pub file")
+        ->envname("FORKTRIAL_COORDINATOR_KEY");
+  }
+
+  std::optional<transport::ClientKeys> load() const {
+    if (key.empty() && coordinator_key.empty()) return std::nullopt;
+    if (key.empty() || coordinator_key.empty()) {
+      throw CommandFailed(std::string("give both --key (this peer's keypair) and "
+                                      "--coordinator-key (the coordinator's public key), or "
+                                      "neither; ") +
+                              (key.empty() ? "--key" : "--coordinator-key") + " is missing",
+                          kUsageError);
+    }
+    auto own = transport::read_keypair(key);
+    if (!own) throw CommandFailed("--key: " + own.error(), kUsageError);
+    auto server = transport::read_public_key(coordinator_key);
+    if (!server) throw CommandFailed("--coordinator-key: " + server.error(), kUsageError);
+    return transport::ClientKeys{*own, *server};
+  }
+};
+
 void add_endpoint(CLI::App* cmd, std::string& endpoint) {
   endpoint = default_endpoint();
   cmd->add_option("--coordinator", endpoint,
@@ -107,6 +141,10 @@ void add_coordinator(CLI::App& app) {
   auto attempts = std::make_shared<unsigned>(3);
   auto commit_window = std::make_shared<double>(8);
   auto logging = std::make_shared<LogOptions>();
+  auto key = std::make_shared<std::string>();
+  auto allow_workers = std::make_shared<std::vector<std::string>>();
+  auto allow_clients = std::make_shared<std::vector<std::string>>();
+  auto insecure = std::make_shared<bool>(false);
   config->listen = kDefaultEndpoint;
   auto* cmd = app.add_subcommand(
       "coordinator",
@@ -125,9 +163,23 @@ void add_coordinator(CLI::App& app) {
                   "(group commit; replies wait with it). 0: commit every turn")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1000.0));
+  cmd->add_option("--key", *key,
+                  "The coordinator's CurveZMQ keypair file (forktrial keygen): the endpoint then "
+                  "speaks CURVE only, and admits only the listed keys");
+  cmd->add_option("--allow-workers", *allow_workers,
+                  "A file of public keys that may join as workers, one a line (cat *.pub)");
+  cmd->add_option("--allow-clients", *allow_clients,
+                  "A file of public keys that may submit, cancel and read results, one a line");
+  cmd->add_flag("--insecure", *insecure,
+                "Listen on a non-loopback endpoint without keys: anyone who reaches it may "
+                "submit code to run, or join as a worker");
   logging->add_to(cmd);
   cmd->footer(examples_footer({
-      "forktrial coordinator --store /srv/ft --listen tcp://0.0.0.0:7600",
+      "forktrial keygen /etc/forktrial/coordinator.key",
+      "forktrial coordinator --store /srv/ft --listen tcp://0.0.0.0:7600 \\",
+      "    --key /etc/forktrial/coordinator.key \\",
+      "    --allow-workers /etc/forktrial/workers.allow --allow-clients "
+      "/etc/forktrial/clients.allow",
   }));
   cmd->callback([=] {
     config->store = *store;
@@ -137,9 +189,48 @@ void add_coordinator(CLI::App& app) {
     config->scheduler.max_attempts = *attempts;
     config->commit_window =
         std::chrono::microseconds(static_cast<std::int64_t>(*commit_window * 1000));
+    const Log log = logging->make("coordinator");
+    if (!key->empty()) {
+      auto own = transport::read_keypair(*key);
+      if (!own) throw CommandFailed("--key: " + own.error(), kUsageError);
+      config->curve_key = *own;
+      for (const auto& [files, role] : {std::pair{allow_workers, transport::Role::worker},
+                                        std::pair{allow_clients, transport::Role::client}}) {
+        for (const auto& file : *files) {
+          auto added = transport::add_allow_list(config->allowed, file, role);
+          if (!added) throw CommandFailed(added.error(), kUsageError);
+        }
+      }
+      if (config->allowed.empty()) {
+        throw CommandFailed(
+            "--key admits only listed keys, and none is listed: give "
+            "--allow-workers and --allow-clients files of public keys",
+            kUsageError);
+      }
+    } else if (!allow_workers->empty() || !allow_clients->empty()) {
+      throw CommandFailed(
+          "--allow-workers and --allow-clients need --key (the coordinator's "
+          "keypair): without it nothing is authenticated",
+          kUsageError);
+    } else if (!transport::endpoint_is_local(config->listen)) {
+      if (!*insecure) {
+        throw CommandFailed(
+            "refusing to listen on " + config->listen +
+                " without keys: anyone who reaches it could submit code to run or join as a "
+                "worker. Give --key with --allow-workers and --allow-clients (forktrial keygen "
+                "makes keys), or --insecure to run open anyway",
+            kUsageError);
+      }
+      const std::string warning =
+          "INSECURE: listening on " + config->listen +
+          " without keys (--insecure): anyone who reaches this endpoint may submit code to run, "
+          "read results, or join as a worker";
+      std::fprintf(stderr, "forktrial coordinator: %s\n", warning.c_str());
+      log(LogLevel::warn, warning);
+    }
     sandbox::Cancellation stop;
     StopSignals signals(stop);
-    coordinator::run_coordinator(*config, stop, logging->make("coordinator"));
+    coordinator::run_coordinator(*config, stop, log);
   });
 }
 
@@ -149,6 +240,7 @@ void add_worker(CLI::App& app) {
   auto cache_size = std::make_shared<std::string>("4G");
   auto logging = std::make_shared<LogOptions>();
   auto endpoint = std::make_shared<std::string>();
+  auto keys = std::make_shared<KeyOptions>();
   auto* cmd = app.add_subcommand(
       "worker",
       "Run a worker: it checks that trial children can start here (preflight), joins the "
@@ -165,6 +257,7 @@ void add_worker(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(0u, coordinator::Scheduler::kMaxPrefetch));
   cmd->add_option("--id", config->worker_id, "The worker's name (default: host-pid)");
+  keys->add_to(cmd);
   logging->add_to(cmd);
   cmd->footer(examples_footer({
       "forktrial worker --connect tcp://coord:7600 --cache /var/cache/ft --slots 8",
@@ -172,6 +265,7 @@ void add_worker(CLI::App& app) {
   cmd->callback([=] {
     if (endpoint->empty()) *endpoint = default_endpoint();
     config->coordinator = *endpoint;
+    config->keys = keys->load();
     config->cache_dir = *cache;
     auto bytes = sandbox::parse_byte_size(*cache_size);
     if (!bytes) throw CommandFailed("--cache-size: " + bytes.error(), kUsageError);
@@ -438,15 +532,18 @@ struct ClientOptions {
   std::string endpoint;
   double timeout = 10;
   bool json = false;
+  KeyOptions keys;
 
   void add_to(CLI::App* cmd) {
     add_endpoint(cmd, endpoint);
     cmd->add_option("--timeout", timeout, "Seconds to wait for each answer")->capture_default_str();
     cmd->add_flag("--json", json, "Print JSON for scripts instead of text");
+    keys.add_to(cmd);
   }
   coordinator::Client connect() const {
-    return coordinator::Client(
-        endpoint, std::chrono::milliseconds(static_cast<std::int64_t>(timeout * 1000)));
+    return coordinator::Client(endpoint,
+                               std::chrono::milliseconds(static_cast<std::int64_t>(timeout * 1000)),
+                               keys.load());
   }
 };
 
@@ -667,9 +764,15 @@ void add_batch(CLI::App& app) {
   cmd->callback([=] {
     if (*workers == 0) throw CommandFailed("--workers: give at least 1", kUsageError);
     const auto batch = read_batch_or_fail(*file);
-    const fs::path scratch =
-        fs::temp_directory_path() / ("forktrial-batch-" + std::to_string(::getpid()));
-    fs::create_directories(scratch);
+    // A private directory (mkdtemp: mode 0700, a name nobody can guess or
+    // take first): the endpoint in it has no keys, so only this user may
+    // reach it.
+    std::string pattern = (fs::temp_directory_path() / "forktrial-batch-XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr) {
+      throw CommandFailed("cannot make a private directory for the batch's endpoint (" + pattern +
+                          "): " + std::strerror(errno));
+    }
+    const fs::path scratch = pattern;
     struct Cleanup {
       fs::path dir;
       ~Cleanup() {
@@ -736,7 +839,41 @@ void add_batch(CLI::App& app) {
 
 }  // namespace
 
+void add_keygen(CLI::App& app) {
+  auto path = std::make_shared<std::string>();
+  auto force = std::make_shared<bool>(false);
+  auto json = std::make_shared<bool>(false);
+  auto* cmd = app.add_subcommand(
+      "keygen",
+      "Write a CurveZMQ keypair for a coordinator, worker or client: FILE (secret, mode 0600) "
+      "and FILE.pub (its public key, for the coordinator's allow lists or --coordinator-key)");
+  cmd->add_option("FILE", *path, "Where to write the keypair")->required();
+  cmd->add_flag("--force", *force, "Replace FILE and FILE.pub if they exist");
+  cmd->add_flag("--json", *json, "Print {\"public_key\", \"keypair\", \"public_file\"}");
+  cmd->footer(examples_footer({
+      "forktrial keygen coordinator.key      # coordinator.key + coordinator.key.pub",
+      "forktrial keygen worker-a.key && cat worker-*.key.pub > workers.allow",
+  }));
+  cmd->callback([=] {
+    const transport::Keypair keypair = transport::generate_keypair();
+    auto written = transport::write_keypair(*path, keypair, *force);
+    if (!written) throw CommandFailed(written.error());
+    const std::string pub = *path + ".pub";
+    if (*json) {
+      std::printf(
+          "%s\n",
+          ordered_json{{"public_key", keypair.public_key}, {"keypair", *path}, {"public_file", pub}}
+              .dump()
+              .c_str());
+    } else {
+      std::printf("%s\n", keypair.public_key.c_str());
+      std::fprintf(stderr, "wrote %s (secret: keep it so) and %s\n", path->c_str(), pub.c_str());
+    }
+  });
+}
+
 void add_cluster_commands(CLI::App& app) {
+  add_keygen(app);
   add_coordinator(app);
   add_worker(app);
   add_submit(app);

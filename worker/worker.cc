@@ -154,6 +154,7 @@ class Worker {
     // and back off to a second while the coordinator is down.
     socket_.set(zmq::sockopt::reconnect_ivl, 10);
     socket_.set(zmq::sockopt::reconnect_ivl_max, 1000);
+    if (config.keys) transport::make_curve_client(socket_, *config.keys);
     socket_.connect(config.coordinator);
     // Trials' scratch stores live in the cache directory, which this worker
     // holds alone (the cache's lock): what a killed worker left there is

@@ -15,12 +15,14 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "base/log.h"
 #include "sandbox/cancellation.h"
 #include "sandbox/trial.h"
+#include "transport/curve.h"
 
 namespace forktrial::worker {
 
@@ -42,6 +44,8 @@ struct WorkerConfig {
   std::chrono::milliseconds coordinator_timeout{5000};
   std::vector<std::string> preflight_warnings;  // what preflight said at start
   std::string isolation;                        // its guarantees, as JSON
+  // CurveZMQ: its keypair and the coordinator's public key (none: plain).
+  std::optional<transport::ClientKeys> keys;
 };
 
 // Runs until `stop` is cancelled; returns 0, or non-zero when the worker

@@ -2,18 +2,24 @@
 // its own `forktrial` process on an ipc endpoint, and the command line's
 // clients. Every trial that ends must have exactly one reconciled fork in the
 // store, whatever was killed, retried or restarted.
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
@@ -92,11 +98,11 @@ struct Cluster {
     REQUIRE(imported.exit_code == 0);
   }
 
-  void start_coordinator(const std::string& lease = "3") {
-    coordinator =
-        std::make_unique<Daemon>(std::vector<std::string>{"coordinator", "--store", store,
-                                                          "--listen", endpoint, "--lease", lease},
-                                 log);
+  void start_coordinator(const std::string& lease = "3", std::vector<std::string> extra = {}) {
+    std::vector<std::string> args{"coordinator", "--store", store, "--listen",
+                                  endpoint,      "--lease", lease};
+    args.insert(args.end(), extra.begin(), extra.end());
+    coordinator = std::make_unique<Daemon>(std::move(args), log);
   }
   void start_worker(int n, unsigned slots = 1, std::vector<std::string> env = {},
                     std::vector<std::string> extra = {}) {
@@ -734,6 +740,19 @@ TEST_CASE("a submission sent again under its token makes one job", "[cluster]") 
     REQUIRE(answer.envelope().which() == Envelope::ERROR);
     CHECK(answer.envelope().getError().getCode() == forktrial::wire::ErrorCode::MALFORMED);
   }
+  {
+    // A candidate that is not a name is refused, not taken or thrown over.
+    capnp::MallocMessageBuilder message;
+    auto job = forktrial::wire::start(message, 14).initSubmitJob();
+    job.setName("numbered");
+    job.setToken("fedcba9876543210");
+    job.initSpecs(1).set(0, bundle_trial(5, digest, archive->bundle_hash.str()));
+    auto answer = ask(message);
+    REQUIRE(answer.envelope().which() == Envelope::ERROR);
+    CHECK(answer.envelope().getError().getCode() == forktrial::wire::ErrorCode::REFUSED);
+    CHECK_THAT(forktrial::wire::text(answer.envelope().getError().getMessage()),
+               Catch::Contains("\"candidate\" is a name (a string)"));
+  }
   auto status = cluster.client({"status", "--json"});
   REQUIRE(status.exit_code == 0);
   CHECK(json::parse(status.out)["jobs"].size() == 1);
@@ -926,4 +945,319 @@ TEST_CASE("the forktrial command allocates with jemalloc unless built without it
   REQUIRE(run.exit_code == 0);
   const bool printed = run.err.find("Begin jemalloc statistics") != std::string::npos;
   CHECK(printed == (FORKTRIAL_JEMALLOC_LINKED != 0));
+}
+
+// ---- CurveZMQ
+
+namespace {
+
+// A TCP socket bound to an ephemeral loopback port; sets `port`.
+int bound_loopback_socket(int& port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+  socklen_t size = sizeof address;
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &size) == 0);
+  port = ntohs(address.sin_port);
+  return fd;
+}
+
+// A loopback TCP port nobody listens on now.
+int free_tcp_port() {
+  int port = 0;
+  ::close(bound_loopback_socket(port));
+  return port;
+}
+
+int connect_loopback(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = htons(static_cast<std::uint16_t>(port));
+  if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
+    if (fd >= 0) ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// A TCP relay on a loopback port in front of `target_port` that keeps every
+// byte each connection carried, each way: what an eavesdropper on the wire
+// would have.
+class TcpTap {
+ public:
+  struct Stream {
+    std::string to_server;
+    std::string to_client;
+  };
+
+  explicit TcpTap(int target_port) : target_(target_port) {
+    listener_ = bound_loopback_socket(port_);
+    REQUIRE(::listen(listener_, 16) == 0);
+    thread_ = std::thread([this] { relay(); });
+  }
+  ~TcpTap() {
+    stop_ = true;
+    thread_.join();
+    ::close(listener_);
+    for (auto& c : links_) {
+      ::close(c.client);
+      ::close(c.server);
+    }
+  }
+  TcpTap(const TcpTap&) = delete;
+  TcpTap& operator=(const TcpTap&) = delete;
+
+  int port() const { return port_; }
+  // Every connection's bytes so far.
+  std::vector<Stream> streams() {
+    std::lock_guard lock(mutex_);
+    return streams_;
+  }
+
+ private:
+  struct Link {
+    int client = -1;
+    int server = -1;
+    std::size_t stream = 0;
+  };
+
+  void relay() {
+    while (!stop_) {
+      std::vector<pollfd> fds{{listener_, POLLIN, 0}};
+      for (const auto& l : links_) {
+        fds.push_back({l.client, POLLIN, 0});
+        fds.push_back({l.server, POLLIN, 0});
+      }
+      if (::poll(fds.data(), fds.size(), 50) <= 0) continue;
+      if ((fds[0].revents & POLLIN) != 0) {
+        const int client = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+        const int server = client >= 0 ? connect_loopback(target_) : -1;
+        if (server >= 0) {
+          std::lock_guard lock(mutex_);
+          streams_.emplace_back();
+          links_.push_back({client, server, streams_.size() - 1});
+        } else if (client >= 0) {
+          ::close(client);
+        }
+        continue;  // the descriptors changed
+      }
+      for (std::size_t i = 0; i < links_.size(); ++i) {
+        for (const bool from_client : {true, false}) {
+          const pollfd& p = fds[1 + 2 * i + (from_client ? 0 : 1)];
+          if ((p.revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
+          char buffer[65536];
+          const ssize_t got = ::read(p.fd, buffer, sizeof buffer);
+          Link& l = links_[i];
+          if (got <= 0) {
+            ::shutdown(from_client ? l.server : l.client, SHUT_WR);
+            continue;
+          }
+          (void)!::write(from_client ? l.server : l.client, buffer, static_cast<std::size_t>(got));
+          std::lock_guard lock(mutex_);
+          (from_client ? streams_[l.stream].to_server : streams_[l.stream].to_client)
+              .append(buffer, static_cast<std::size_t>(got));
+        }
+      }
+    }
+  }
+
+  int target_;
+  int listener_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::mutex mutex_;
+  std::vector<Stream> streams_;
+  std::vector<Link> links_;
+  std::thread thread_;
+};
+
+// Keypairs written by `forktrial keygen`, and allow lists of their public
+// halves.
+struct Keys {
+  TempDir dir;
+  std::string path(const std::string& name) const { return (dir.path() / name).string(); }
+  Keys() {
+    for (const char* name : {"coordinator.key", "worker.key", "client.key", "stranger.key"}) {
+      REQUIRE(run_forktrial({"keygen", path(name)}).exit_code == 0);
+    }
+    dir.write("workers.allow", forktrial::testing::read_file(path("worker.key.pub")));
+    dir.write("clients.allow",
+              "# the command line\n" + forktrial::testing::read_file(path("client.key.pub")));
+  }
+  std::vector<std::string> coordinator() const {
+    return {"--key",           path("coordinator.key"), "--allow-workers", path("workers.allow"),
+            "--allow-clients", path("clients.allow")};
+  }
+  std::vector<std::string> as(const std::string& who) const {
+    return {"--key", path(who + ".key"), "--coordinator-key", path("coordinator.key.pub")};
+  }
+};
+
+std::vector<std::string> with(std::vector<std::string> args, const std::vector<std::string>& more) {
+  args.insert(args.end(), more.begin(), more.end());
+  return args;
+}
+
+bool contains(const std::string& haystack, std::string_view needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+}  // namespace
+
+TEST_CASE("with keys, only listed keys get in, each in its own role", "[cluster][curve]") {
+  Keys keys;
+  Cluster cluster;
+  cluster.endpoint = "tcp://127.0.0.1:" + std::to_string(free_tcp_port());
+  cluster.start_coordinator("3", keys.coordinator());
+  cluster.start_worker(0, 1, {}, keys.as("worker"));
+  const std::string batch = cluster.outcome_batch(2, 1);
+
+  auto submitted = cluster.client(with({"submit", batch, "--wait", "--json"}, keys.as("client")));
+  INFO(submitted.err);
+  REQUIRE(submitted.exit_code == 0);
+  CHECK(json::parse(forktrial::testing::lines_of(submitted.out).back())["completed"] == 2);
+
+  auto quick = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args{"status", "--coordinator", cluster.endpoint, "--timeout", "2"};
+    return run_forktrial(with(args, extra));
+  };
+  // No key: the handshake cannot even start.
+  auto plain = quick({});
+  CHECK(plain.exit_code != 0);
+  CHECK(contains(plain.err, "did not answer"));
+  // A key on no list: sent away, and the coordinator says so.
+  auto stranger = quick(keys.as("stranger"));
+  CHECK(stranger.exit_code != 0);
+  CHECK(contains(stranger.err, "--allow-clients"));
+  // A worker's key used by a client: admitted as a worker, refused as a client.
+  auto borrowed = quick(keys.as("worker"));
+  CHECK(borrowed.exit_code != 0);
+  CHECK(contains(borrowed.err, "this connection's key is a worker's"));
+  // A client's key used by a worker: refused, and the worker exits 1.
+  auto impostor = run_forktrial(with({"worker", "--connect", cluster.endpoint, "--cache",
+                                      (cluster.dir.path() / "impostor").string()},
+                                     keys.as("client")));
+  CHECK(impostor.exit_code == 1);
+  CHECK(contains(impostor.err, "refused this worker"));
+  // The listed client still gets in.
+  CHECK(quick(keys.as("client")).exit_code == 0);
+
+  const std::string log = forktrial::testing::read_file(cluster.log);
+  std::string stranger_key = forktrial::testing::read_file(keys.path("stranger.key.pub"));
+  stranger_key = stranger_key.substr(stranger_key.find('"') + 1, 40);
+  CHECK(contains(log, "refused a peer at 127.0.0.1: its key " + stranger_key));
+}
+
+TEST_CASE("with keys the wire is encrypted, and a replayed handshake gets nowhere",
+          "[cluster][curve]") {
+  Keys keys;
+  const std::string marker = "marker-of-plaintext-7f3a";
+  // The same submission through a tap, without keys and with them: the batch
+  // name is on the wire in the clear only without.
+  auto submit_through_tap = [&](Cluster& cluster, int port, bool curve) {
+    cluster.endpoint = "tcp://127.0.0.1:" + std::to_string(port);
+    cluster.start_coordinator("3", curve ? keys.coordinator() : std::vector<std::string>{});
+    TcpTap tap(port);
+    const auto batch = cluster.dir.write(
+        "b.toml", "name = \"" + marker + "\"\nrun = \"run_chat\"\nat = \"evt_031\"\n" +
+                      "[[candidates]]\npack = \"" + kExamples + "/packs/greeter\"\n");
+    auto submitted =
+        run_forktrial(with({"submit", batch.string(), "--coordinator",
+                            "tcp://127.0.0.1:" + std::to_string(tap.port()), "--timeout", "30"},
+                           curve ? keys.as("client") : std::vector<std::string>{}));
+    INFO(submitted.err);
+    REQUIRE(submitted.exit_code == 0);
+    return tap.streams();
+  };
+  {
+    Cluster plain;
+    const auto streams = submit_through_tap(plain, free_tcp_port(), false);
+    REQUIRE(!streams.empty());
+    CHECK(contains(streams.front().to_server, marker));
+  }
+  Cluster cluster;
+  const int port = free_tcp_port();
+  const auto streams = submit_through_tap(cluster, port, true);
+  REQUIRE(!streams.empty());
+  for (const auto& s : streams) {
+    CHECK_FALSE(contains(s.to_server, marker));
+    CHECK_FALSE(contains(s.to_client, marker));
+    CHECK_FALSE(contains(s.to_client, "job_"));
+  }
+  // The recorded session got through its handshake (the server's READY
+  // command), so its bytes are a whole handshake worth replaying.
+  const auto& recorded = streams.front();
+  REQUIRE(contains(recorded.to_client, std::string_view("\x05READY", 6)));
+
+  // Replayed byte for byte on a new connection, the handshake fails at the
+  // coordinator: it never sends READY, and closes the connection.
+  const int fd = connect_loopback(port);
+  REQUIRE(fd >= 0);
+  (void)!::write(fd, recorded.to_server.data(), recorded.to_server.size());
+  std::string answer;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  bool closed = false;
+  while (!closed && std::chrono::steady_clock::now() < until) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    char buffer[4096];
+    const ssize_t got = ::read(fd, buffer, sizeof buffer);
+    if (got <= 0) {
+      closed = true;
+    } else {
+      answer.append(buffer, static_cast<std::size_t>(got));
+    }
+  }
+  ::close(fd);
+  CHECK(closed);
+  CHECK_FALSE(contains(answer, std::string_view("\x05READY", 6)));
+  // And nothing the replay carried was taken: still one job.
+  const auto status = cluster.client(with({"status", "--json"}, keys.as("client")));
+  REQUIRE(status.exit_code == 0);
+  CHECK(json::parse(status.out)["jobs"].size() == 1);
+}
+
+TEST_CASE("a coordinator open to the network without keys refuses to start unless --insecure",
+          "[cluster][curve]") {
+  Keys keys;
+  TempDir dir;
+  const std::string store = (dir.path() / "store").string();
+  const std::string open = "tcp://0.0.0.0:" + std::to_string(free_tcp_port());
+  auto refused = run_forktrial({"coordinator", "--store", store, "--listen", open});
+  CHECK(refused.exit_code == 2);
+  CHECK(contains(refused.err, "refusing to listen on " + open + " without keys"));
+  // Allow lists without a key to check them against, and a key admitting
+  // nobody, are mistakes too.
+  auto lists_alone = run_forktrial({"coordinator", "--store", store, "--listen", open,
+                                    "--allow-workers", keys.path("workers.allow")});
+  CHECK(lists_alone.exit_code == 2);
+  CHECK(contains(lists_alone.err, "need --key"));
+  auto nobody = run_forktrial(
+      {"coordinator", "--store", store, "--listen", open, "--key", keys.path("coordinator.key")});
+  CHECK(nobody.exit_code == 2);
+  CHECK(contains(nobody.err, "none is listed"));
+  // A public key file is not a keypair.
+  auto half = run_forktrial({"coordinator", "--store", store, "--listen", open, "--key",
+                             keys.path("coordinator.key.pub"), "--allow-workers",
+                             keys.path("workers.allow")});
+  CHECK(half.exit_code == 2);
+  CHECK(contains(half.err, "holds no secret-key"));
+  // --insecure starts, and says so before anything else.
+  const std::string log = (dir.path() / "insecure.log").string();
+  {
+    Daemon daemon({"coordinator", "--store", store, "--listen", open, "--insecure"}, log);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!contains(forktrial::testing::read_file(log), "listening on") &&
+           std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  const std::string said = forktrial::testing::read_file(log);
+  CHECK(contains(said, "INSECURE: listening on " + open + " without keys"));
+  CHECK(contains(said, "coordinator listening on " + open));
 }

@@ -1,0 +1,126 @@
+// CurveZMQ key files, public keys, allow lists and local endpoints.
+#include "transport/curve.h"
+
+#include <sys/stat.h>
+
+#include <catch2/catch.hpp>
+
+#include "tests/support/temp_dir.h"
+
+using forktrial::testing::TempDir;
+namespace transport = forktrial::transport;
+
+namespace {
+
+unsigned mode_of(const std::filesystem::path& path) {
+  struct stat st {};
+  REQUIRE(::stat(path.c_str(), &st) == 0);
+  return st.st_mode & 0777;
+}
+
+bool mentions(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+}  // namespace
+
+TEST_CASE("a keypair file reads back, secret to its owner, its public half beside it",
+          "[transport][curve]") {
+  TempDir dir;
+  const auto path = dir.path() / "node.key";
+  const transport::Keypair keypair = transport::generate_keypair();
+  CHECK(transport::is_z85_key(keypair.public_key));
+  CHECK(transport::is_z85_key(keypair.secret_key));
+  REQUIRE(transport::write_keypair(path, keypair, false));
+  CHECK(mode_of(path) == 0600);
+  CHECK(mode_of(dir.path() / "node.key.pub") == 0644);
+
+  auto read = transport::read_keypair(path);
+  REQUIRE(read);
+  CHECK(read->public_key == keypair.public_key);
+  CHECK(read->secret_key == keypair.secret_key);
+  CHECK(transport::read_public_key((dir.path() / "node.key.pub").string()) == keypair.public_key);
+  CHECK(transport::read_public_key(path.string()) == keypair.public_key);
+  CHECK(transport::read_public_key(keypair.public_key) == keypair.public_key);
+}
+
+TEST_CASE("a keypair file is not overwritten unless asked", "[transport][curve]") {
+  TempDir dir;
+  const auto path = dir.path() / "node.key";
+  REQUIRE(transport::write_keypair(path, transport::generate_keypair(), false));
+  const auto again = transport::write_keypair(path, transport::generate_keypair(), false);
+  REQUIRE_FALSE(again);
+  CHECK(mentions(again.error(), "exists; give --force"));
+  const transport::Keypair replacement = transport::generate_keypair();
+  REQUIRE(transport::write_keypair(path, replacement, true));
+  CHECK(transport::read_keypair(path)->secret_key == replacement.secret_key);
+  CHECK(mode_of(path) == 0600);
+}
+
+TEST_CASE("a key file that is not a whole, matching keypair is refused, saying why",
+          "[transport][curve]") {
+  TempDir dir;
+  const transport::Keypair a = transport::generate_keypair();
+  const transport::Keypair b = transport::generate_keypair();
+  const auto pub = dir.write("only.pub", "public-key = \"" + a.public_key + "\"\n");
+  CHECK(mentions(transport::read_keypair(pub).error(), "holds no secret-key"));
+  const auto mixed = dir.write("mixed.key", "public-key = \"" + a.public_key +
+                                                "\"\nsecret-key = \"" + b.secret_key + "\"\n");
+  CHECK(mentions(transport::read_keypair(mixed).error(), "is not the one of its secret-key"));
+  const auto bad = dir.write("bad.key", "# a comment\nsecret-key = \"too short\"\n");
+  CHECK(mentions(transport::read_keypair(bad).error(), "line 2: secret-key is not a Z85 key"));
+  CHECK(mentions(transport::read_keypair(dir.path() / "missing.key").error(), "cannot read"));
+  const auto huge = dir.write("huge.key", std::string(100'000, 'x'));
+  CHECK(mentions(transport::read_keypair(huge).error(), "too large for a key file"));
+  CHECK(mentions(transport::read_public_key("not a key").error(), "neither a Z85 public key"));
+}
+
+TEST_CASE("an allow list takes keys bare, commented or as public-key lines", "[transport][curve]") {
+  TempDir dir;
+  const transport::Keypair a = transport::generate_keypair();
+  const transport::Keypair b = transport::generate_keypair();
+  const transport::Keypair c = transport::generate_keypair();
+  const auto workers =
+      dir.write("workers.allow", "# the fleet\n\n" + a.public_key + "  worker-a\n" +
+                                     "public-key = \"" + b.public_key + "\"\n");
+  const auto clients = dir.write("clients.allow", c.public_key + "\n");
+  transport::AllowList list;
+  REQUIRE(transport::add_allow_list(list, workers, transport::Role::worker));
+  REQUIRE(transport::add_allow_list(list, clients, transport::Role::client));
+  CHECK(list.size() == 3);
+  CHECK(list.at(a.public_key) == transport::Role::worker);
+  CHECK(list.at(b.public_key) == transport::Role::worker);
+  CHECK(list.at(c.public_key) == transport::Role::client);
+}
+
+TEST_CASE("an allow list with a bad line, or a key in both roles, is refused",
+          "[transport][curve]") {
+  TempDir dir;
+  const transport::Keypair a = transport::generate_keypair();
+  transport::AllowList list;
+  const auto bad = dir.write("bad.allow", a.public_key + "\n" + a.public_key + "x\n");
+  const auto refused = transport::add_allow_list(list, bad, transport::Role::worker);
+  REQUIRE_FALSE(refused);
+  CHECK(mentions(refused.error(), "line 2: not a public key"));
+
+  transport::AllowList both;
+  const auto listed = dir.write("a.allow", a.public_key + "\n");
+  REQUIRE(transport::add_allow_list(both, listed, transport::Role::worker));
+  const auto twice = transport::add_allow_list(both, listed, transport::Role::client);
+  REQUIRE_FALSE(twice);
+  CHECK(mentions(twice.error(), "a worker's or a client's, not both"));
+}
+
+TEST_CASE("only endpoints this host alone can reach are local", "[transport][curve]") {
+  for (const char* local : {"ipc:///run/ft.sock", "inproc://x", "tcp://127.0.0.1:7600",
+                            "tcp://127.1.2.3:1", "tcp://localhost:7600", "tcp://[::1]:7600"}) {
+    INFO(local);
+    CHECK(transport::endpoint_is_local(local));
+  }
+  for (const char* open : {"tcp://0.0.0.0:7600", "tcp://*:7600", "tcp://10.0.0.5:7600",
+                           "tcp://[::]:7600", "tcp://eth0:7600", "tcp://127.0.0.1;10.0.0.5:7600",
+                           "udp://127.0.0.1:1", "tcp://localhost.example.com:7600"}) {
+    INFO(open);
+    CHECK_FALSE(transport::endpoint_is_local(open));
+  }
+}

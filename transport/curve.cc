@@ -1,0 +1,236 @@
+#include "transport/curve.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstring>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <zmq.hpp>
+
+#include "base/error.h"
+#include "base/text.h"
+#include "base/unique_fd.h"
+
+namespace forktrial::transport {
+namespace {
+
+constexpr std::size_t kKeyChars = 40;
+constexpr std::size_t kMaxKeyFileBytes = 64 * 1024;
+constexpr std::string_view kDomain = "forktrial";
+
+std::string shown(const std::filesystem::path& path) {
+  return escape_controls(path.string());
+}
+
+// The quoted value of a `name = "value"` line, or nullopt when the line is
+// not one for `name`.
+std::optional<std::string> quoted_value(std::string_view line, std::string_view name) {
+  const auto start = line.find_first_not_of(" \t");
+  if (start == std::string_view::npos) return std::nullopt;
+  line.remove_prefix(start);
+  if (!line.starts_with(name)) return std::nullopt;
+  line.remove_prefix(name.size());
+  const auto eq = line.find_first_not_of(" \t");
+  if (eq == std::string_view::npos || line[eq] != '=') return std::nullopt;
+  line.remove_prefix(eq + 1);
+  const auto open = line.find('"');
+  const auto close = line.rfind('"');
+  if (open == std::string_view::npos || close == open) return std::nullopt;
+  return std::string(line.substr(open + 1, close - open - 1));
+}
+
+std::expected<std::string, std::string> read_small_file(const std::filesystem::path& path) {
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  if (ec) return std::unexpected("cannot read " + shown(path) + ": " + ec.message());
+  if (size > kMaxKeyFileBytes) {
+    return std::unexpected(shown(path) + " is " + std::to_string(size) +
+                           " bytes, too large for a key file (at most " +
+                           std::to_string(kMaxKeyFileBytes) + ")");
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::unexpected("cannot read " + shown(path) + ": " + std::strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::expected<void, std::string> write_new(const std::filesystem::path& path,
+                                           const std::string& text, mode_t mode, bool replace) {
+  const int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (replace ? O_TRUNC : O_EXCL);
+  UniqueFd fd(::open(path.c_str(), flags, mode));
+  if (!fd) {
+    if (errno == EEXIST) {
+      return std::unexpected(shown(path) + " exists; give --force to replace it");
+    }
+    return std::unexpected("cannot write " + shown(path) + ": " + std::strerror(errno));
+  }
+  // An existing file keeps its mode through O_TRUNC: set it.
+  if (::fchmod(fd.get(), mode) != 0 ||
+      ::write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size()) ||
+      ::fsync(fd.get()) != 0) {
+    return std::unexpected("cannot write " + shown(path) + ": " + std::strerror(errno));
+  }
+  return {};
+}
+
+// The public key derived from a secret one, or nullopt when libzmq cannot.
+std::optional<std::string> public_of(const std::string& secret) {
+  std::array<char, kKeyChars + 1> derived{};
+  if (zmq_curve_public(derived.data(), secret.c_str()) != 0) return std::nullopt;
+  return std::string(derived.data(), kKeyChars);
+}
+
+}  // namespace
+
+std::string_view role_name(Role role) {
+  return role == Role::worker ? "worker" : "client";
+}
+
+Keypair generate_keypair() {
+  if (!zmq_has("curve")) {
+    throw Error(ErrorCode::unavailable,
+                "this libzmq was built without CURVE: keys cannot be made or used here");
+  }
+  std::array<char, kKeyChars + 1> pub{};
+  std::array<char, kKeyChars + 1> sec{};
+  if (zmq_curve_keypair(pub.data(), sec.data()) != 0) {
+    throw Error(ErrorCode::internal,
+                std::string("zmq_curve_keypair failed: ") + zmq_strerror(zmq_errno()));
+  }
+  return Keypair{std::string(pub.data(), kKeyChars), std::string(sec.data(), kKeyChars)};
+}
+
+bool is_z85_key(std::string_view text) {
+  if (text.size() != kKeyChars) return false;
+  const std::string copy(text);
+  std::array<std::uint8_t, 32> bytes{};
+  return zmq_z85_decode(bytes.data(), copy.c_str()) != nullptr;
+}
+
+std::expected<void, std::string> write_keypair(const std::filesystem::path& path,
+                                               const Keypair& keypair, bool replace) {
+  const std::string pub_line = "public-key = \"" + keypair.public_key + "\"\n";
+  auto secret = write_new(path,
+                          "# forktrial CurveZMQ keypair: keep this file secret\n" + pub_line +
+                              "secret-key = \"" + keypair.secret_key + "\"\n",
+                          0600, replace);
+  if (!secret) return secret;
+  std::filesystem::path pub = path;
+  pub += ".pub";
+  return write_new(pub, "# forktrial CurveZMQ public key\n" + pub_line, 0644, replace);
+}
+
+std::expected<Keypair, std::string> read_keypair(const std::filesystem::path& path) {
+  auto text = read_small_file(path);
+  if (!text) return std::unexpected(text.error());
+  Keypair keypair;
+  std::istringstream lines(*text);
+  std::string line;
+  for (int number = 1; std::getline(lines, line); ++number) {
+    for (auto [name, slot] : {std::pair{"public-key", &keypair.public_key},
+                              std::pair{"secret-key", &keypair.secret_key}}) {
+      auto value = quoted_value(line, name);
+      if (!value) continue;
+      if (!is_z85_key(*value)) {
+        return std::unexpected(shown(path) + " line " + std::to_string(number) + ": " + name +
+                               " is not a Z85 key (40 characters)");
+      }
+      *slot = *value;
+    }
+  }
+  if (keypair.secret_key.empty()) {
+    return std::unexpected(shown(path) +
+                           " holds no secret-key: give a keypair file (forktrial keygen "
+                           "writes one), not a .pub file");
+  }
+  const auto derived = public_of(keypair.secret_key);
+  if (!derived) {
+    return std::unexpected("cannot derive the public key of " + shown(path) +
+                           ": this libzmq has no CURVE");
+  }
+  if (!keypair.public_key.empty() && keypair.public_key != *derived) {
+    return std::unexpected(shown(path) + ": its public-key is not the one of its secret-key");
+  }
+  keypair.public_key = *derived;
+  return keypair;
+}
+
+std::expected<std::string, std::string> read_public_key(const std::string& key_or_path) {
+  if (is_z85_key(key_or_path)) return key_or_path;
+  auto text = read_small_file(key_or_path);
+  if (!text) {
+    return std::unexpected("\"" + escape_controls(key_or_path) +
+                           "\" is neither a Z85 public key (40 characters) nor a readable key "
+                           "file: " +
+                           text.error());
+  }
+  std::istringstream lines(*text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (auto value = quoted_value(line, "public-key"); value && is_z85_key(*value)) return *value;
+  }
+  return std::unexpected(shown(key_or_path) + " holds no public-key line");
+}
+
+std::expected<void, std::string> add_allow_list(AllowList& list, const std::filesystem::path& path,
+                                                Role role) {
+  auto text = read_small_file(path);
+  if (!text) return std::unexpected(text.error());
+  std::istringstream lines(*text);
+  std::string line;
+  for (int number = 1; std::getline(lines, line); ++number) {
+    const auto start = line.find_first_not_of(" \t\r");
+    if (start == std::string::npos || line[start] == '#') continue;
+    std::string key;
+    if (auto value = quoted_value(line, "public-key")) {
+      key = *value;
+    } else {
+      key = line.substr(start, kKeyChars);
+      const auto after = start + key.size();
+      if (after < line.size() && line[after] != ' ' && line[after] != '\t' && line[after] != '\r')
+        key.clear();
+    }
+    if (!is_z85_key(key)) {
+      return std::unexpected(shown(path) + " line " + std::to_string(number) +
+                             ": not a public key (40 Z85 characters, or public-key = \"...\")");
+    }
+    auto [it, added] = list.emplace(key, role);
+    if (!added && it->second != role) {
+      return std::unexpected(shown(path) + " line " + std::to_string(number) + ": key " + key +
+                             " is listed as a " + std::string(role_name(it->second)) +
+                             "'s too; a key is a worker's or a client's, not both");
+    }
+  }
+  return {};
+}
+
+void make_curve_server(zmq::socket_t& socket, const Keypair& own) {
+  socket.set(zmq::sockopt::curve_server, 1);
+  socket.set(zmq::sockopt::curve_secretkey, own.secret_key);
+  socket.set(zmq::sockopt::zap_domain, std::string(kDomain));
+}
+
+void make_curve_client(zmq::socket_t& socket, const ClientKeys& keys) {
+  socket.set(zmq::sockopt::curve_serverkey, keys.server_public);
+  socket.set(zmq::sockopt::curve_publickey, keys.own.public_key);
+  socket.set(zmq::sockopt::curve_secretkey, keys.own.secret_key);
+}
+
+bool endpoint_is_local(std::string_view endpoint) {
+  if (endpoint.starts_with("ipc://") || endpoint.starts_with("inproc://")) return true;
+  if (!endpoint.starts_with("tcp://")) return false;
+  std::string_view host = endpoint.substr(6);
+  // tcp://source;destination connects from a source: the destination counts.
+  if (const auto semi = host.find(';'); semi != std::string_view::npos)
+    host.remove_prefix(semi + 1);
+  if (host.starts_with("[")) return host.starts_with("[::1]:");
+  host = host.substr(0, host.rfind(':'));
+  return host == "localhost" || host.starts_with("127.");
+}
+
+}  // namespace forktrial::transport

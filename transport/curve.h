@@ -1,0 +1,86 @@
+// CurveZMQ keys: keypairs and their files, public keys, allow lists.
+//
+// A keypair file holds both keys, Z85-encoded (40 characters each), and is
+// written with mode 0600:
+//
+//     # forktrial CurveZMQ keypair: keep this file secret
+//     public-key = "<40 characters>"
+//     secret-key = "<40 characters>"
+//
+// Its public half, written beside it as `<file>.pub`, has the public-key line
+// alone. An allow list holds one public key a line: the 40 characters
+// (anything after them and whitespace is a comment) or a `public-key = "…"`
+// line, so `cat *.pub > workers.allow` makes one. Blank lines and lines
+// starting with '#' are skipped.
+#pragma once
+
+#include <expected>
+#include <filesystem>
+#include <map>
+#include <string>
+
+namespace zmq {
+class socket_t;
+}
+
+namespace forktrial::transport {
+
+// What a key may do at the coordinator: the ZAP handler hands it to the
+// coordinator as the connection's User-Id.
+enum class Role { worker, client };
+std::string_view role_name(Role role);
+
+struct Keypair {
+  std::string public_key;  // Z85, 40 characters
+  std::string secret_key;  // Z85, 40 characters
+};
+
+// A fresh keypair (libsodium through libzmq). Throws forktrial::Error when
+// this libzmq has no CURVE support.
+Keypair generate_keypair();
+
+// Writes `path` (the keypair, mode 0600, created new: an existing file is an
+// error unless `replace`) and `path.pub` (the public key). Errors say which
+// file and why.
+std::expected<void, std::string> write_keypair(const std::filesystem::path& path,
+                                               const Keypair& keypair, bool replace);
+
+// Reads a keypair file; the error names the file and the line at fault.
+std::expected<Keypair, std::string> read_keypair(const std::filesystem::path& path);
+
+// A public key given on the command line: 40 Z85 characters, or the path of a
+// file holding one (a `.pub` file, or a keypair file, whose public half is
+// taken).
+std::expected<std::string, std::string> read_public_key(const std::string& key_or_path);
+
+// Whether `text` is a Z85-encoded 32-byte key (40 characters of Z85's
+// alphabet, decoding to 32 bytes).
+bool is_z85_key(std::string_view text);
+
+// A worker's or client's CURVE credentials: its own keypair and the
+// coordinator's public key.
+struct ClientKeys {
+  Keypair own;
+  std::string server_public;
+};
+
+// The public keys admitted, each with its role.
+using AllowList = std::map<std::string, Role>;
+
+// Adds the keys of the allow-list file `path` with `role` to `list`. A key
+// listed with both roles is an error (a key is a worker's or a client's).
+std::expected<void, std::string> add_allow_list(AllowList& list, const std::filesystem::path& path,
+                                                Role role);
+
+// Socket options, set before bind/connect: the coordinator's socket serves
+// CURVE with `own` and asks the ZAP handler about every peer (domain
+// "forktrial"); a worker's or client's socket authenticates as `own` to the
+// server whose public key is `server_public`.
+void make_curve_server(zmq::socket_t& socket, const Keypair& own);
+void make_curve_client(zmq::socket_t& socket, const ClientKeys& keys);
+
+// Whether a ZeroMQ endpoint can be reached from this host only: ipc://,
+// inproc://, and tcp:// on a loopback address (127.0.0.0/8, ::1, localhost).
+bool endpoint_is_local(std::string_view endpoint);
+
+}  // namespace forktrial::transport
