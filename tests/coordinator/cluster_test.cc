@@ -47,14 +47,18 @@ const std::string kExamples = FORKTRIAL_SOURCE_DIR "/examples";
 // A `forktrial` daemon of the test, killed (SIGKILL) and reaped when it goes.
 class Daemon {
  public:
+  // `prefix`: a command to run forktrial under (a namespace's `ip netns
+  // exec NS`), or none.
   Daemon(std::vector<std::string> args, const std::string& log,
-         std::vector<std::string> extra_env = {}) {
+         std::vector<std::string> extra_env = {}, std::vector<std::string> prefix = {}) {
     std::vector<std::string> env_text(extra_env);
     for (char** e = environ; *e != nullptr; ++e) env_text.emplace_back(*e);
     std::vector<char*> envp;
     for (auto& e : env_text) envp.push_back(e.data());
     envp.push_back(nullptr);
     args.insert(args.begin(), FORKTRIAL_BINARY);
+    args.insert(args.begin(), prefix.begin(), prefix.end());
+    const std::string program = args.front();
     std::vector<char*> argv;
     for (auto& arg : args) argv.push_back(arg.data());
     argv.push_back(nullptr);
@@ -63,7 +67,7 @@ class Daemon {
     posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, log.c_str(),
                                      O_WRONLY | O_CREAT | O_APPEND, 0644);
     posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
-    REQUIRE(::posix_spawn(&pid_, FORKTRIAL_BINARY, &actions, nullptr, argv.data(), envp.data()) ==
+    REQUIRE(::posix_spawn(&pid_, program.c_str(), &actions, nullptr, argv.data(), envp.data()) ==
             0);
     posix_spawn_file_actions_destroy(&actions);
   }
@@ -119,9 +123,18 @@ struct Cluster {
     workers.push_back(std::make_unique<Daemon>(std::move(args), log, std::move(env)));
   }
 
+  // Clients run under this command (a network namespace's `ip netns exec`)
+  // and with these arguments (keys) added, when set.
+  std::vector<std::string> client_prefix;
+  std::vector<std::string> client_extra;
+
   forktrial::testing::CommandResult client(std::vector<std::string> args) {
     args.insert(args.end(), {"--coordinator", endpoint, "--timeout", "30"});
-    return run_forktrial(std::move(args));
+    args.insert(args.end(), client_extra.begin(), client_extra.end());
+    if (client_prefix.empty()) return run_forktrial(std::move(args));
+    args.insert(args.begin(), FORKTRIAL_BINARY);
+    args.insert(args.begin(), client_prefix.begin(), client_prefix.end());
+    return forktrial::testing::run_command(args);
   }
 
   // A JSON Lines batch: `per_kind` trials of each of four outcomes, forked
@@ -1260,4 +1273,213 @@ TEST_CASE("a coordinator open to the network without keys refuses to start unles
   const std::string said = forktrial::testing::read_file(log);
   CHECK(contains(said, "INSECURE: listening on " + open + " without keys"));
   CHECK(contains(said, "coordinator listening on " + open));
+}
+
+// ---- Real network faults: network namespaces and iptables
+
+namespace {
+
+constexpr const char* kIp = "/usr/sbin/ip";
+constexpr const char* kIptables = "/usr/sbin/iptables";
+
+bool run_quietly(const std::vector<std::string>& argv) {
+  return forktrial::testing::run_command(argv, std::chrono::seconds(30)).exit_code == 0;
+}
+
+// The test's own hosts: network namespace 0 (the coordinator's) joined to
+// each other namespace i by a veth pair, 10.77.i.1 on the coordinator's side
+// and 10.77.i.2 on the peer's. Everything is removed when the test ends,
+// whether it passed or not.
+class Hosts {
+ public:
+  // Why namespaces cannot be used here, or nullopt when they can.
+  static std::optional<std::string> unavailable() {
+    if (::geteuid() != 0) return "not root: network namespaces need CAP_SYS_ADMIN";
+    for (const char* tool : {kIp, kIptables}) {
+      if (::access(tool, X_OK) != 0) return std::string(tool) + " is not installed";
+    }
+    const std::string probe = "ftprobe" + std::to_string(::getpid());
+    if (!run_quietly({kIp, "netns", "add", probe})) return "`ip netns add` is not permitted";
+    const bool filters = run_quietly({kIp, "netns", "exec", probe, kIptables, "-L", "-n"});
+    run_quietly({kIp, "netns", "del", probe});
+    if (!filters) return "iptables does not work in a network namespace here";
+    return std::nullopt;
+  }
+
+  explicit Hosts(int count) {
+    for (int i = 0; i < count; ++i) {
+      names_.push_back("ft" + std::to_string(::getpid()) + "h" + std::to_string(i));
+      REQUIRE(run_quietly({kIp, "netns", "add", names_.back()}));
+      REQUIRE(run_quietly({kIp, "-n", names_.back(), "link", "set", "lo", "up"}));
+    }
+    for (int i = 1; i < count; ++i) {
+      const std::string hub = "fth" + std::to_string(i);
+      const std::string peer = "ftp" + std::to_string(i);
+      REQUIRE(run_quietly({kIp, "-n", names_[0], "link", "add", hub, "type", "veth", "peer", "name",
+                           peer, "netns", names_[i]}));
+      REQUIRE(run_quietly(
+          {kIp, "-n", names_[0], "addr", "add", coordinator_side(i) + "/24", "dev", hub}));
+      REQUIRE(
+          run_quietly({kIp, "-n", names_[i], "addr", "add", peer_side(i) + "/24", "dev", peer}));
+      REQUIRE(run_quietly({kIp, "-n", names_[0], "link", "set", hub, "up"}));
+      REQUIRE(run_quietly({kIp, "-n", names_[i], "link", "set", peer, "up"}));
+    }
+  }
+  ~Hosts() {
+    for (const auto& name : names_) run_quietly({kIp, "netns", "del", name});
+  }
+  Hosts(const Hosts&) = delete;
+  Hosts& operator=(const Hosts&) = delete;
+
+  std::vector<std::string> on(int i) const { return {kIp, "netns", "exec", names_.at(i)}; }
+  static std::string coordinator_side(int i) { return "10.77." + std::to_string(i) + ".1"; }
+  static std::string peer_side(int i) { return "10.77." + std::to_string(i) + ".2"; }
+
+  // Drops every packet between the coordinator and host i, both ways, or
+  // lets them through again.
+  void partition(int i, bool cut) {
+    for (const char* chain : {"INPUT", "OUTPUT"}) {
+      const bool in = std::string_view(chain) == "INPUT";
+      REQUIRE(run_quietly({kIp, "netns", "exec", names_[0], kIptables, cut ? "-A" : "-D", chain,
+                           in ? "-s" : "-d", peer_side(i), "-j", "DROP"}));
+    }
+  }
+
+  // Drops `percent` of the packets each way on every link, at random.
+  void lose(int percent) {
+    const std::string probability =
+        "0." + std::string(percent < 10 ? "0" : "") + std::to_string(percent);
+    for (std::size_t i = 1; i < names_.size(); ++i) {
+      for (const char* chain : {"INPUT", "OUTPUT"}) {
+        REQUIRE(
+            run_quietly({kIp, "netns", "exec", names_[i], kIptables, "-A", chain, "-m", "statistic",
+                         "--mode", "random", "--probability", probability, "-j", "DROP"}));
+      }
+    }
+  }
+
+ private:
+  std::vector<std::string> names_;
+};
+
+// A coordinator in host 0 on port 7600 with keys, and a worker in each other
+// host, each running trials through `child` (an environment entry, or "").
+struct NetCluster {
+  Hosts hosts;  // first made, last removed: after every process in it is gone
+  Keys keys;
+  Cluster cluster;
+  std::vector<std::unique_ptr<Daemon>> workers;
+
+  NetCluster(int worker_count, const std::string& lease) : hosts(worker_count + 1) {
+    cluster.endpoint = "tcp://127.0.0.1:7600";
+    cluster.client_prefix = hosts.on(0);
+    cluster.client_extra = keys.as("client");
+    cluster.coordinator =
+        std::make_unique<Daemon>(with({"coordinator", "--store", cluster.store, "--listen",
+                                       "tcp://0.0.0.0:7600", "--lease", lease},
+                                      keys.coordinator()),
+                                 cluster.log, std::vector<std::string>{}, hosts.on(0));
+  }
+
+  void start_worker(int host, const std::vector<std::string>& env) {
+    workers.push_back(std::make_unique<Daemon>(
+        with({"worker", "--connect", "tcp://" + Hosts::coordinator_side(host) + ":7600", "--cache",
+              (cluster.dir.path() / ("cache-" + std::to_string(host))).string(), "--id",
+              "w" + std::to_string(host)},
+             keys.as("worker")),
+        cluster.log, env, hosts.on(host)));
+  }
+
+  // The orchestration log's records of one type, as JSON.
+  std::vector<json> records(const std::string& type) {
+    auto listed = run_forktrial({"run", "events", "forktrial.orchestration", "--type", type,
+                                 "--store", cluster.store, "--json", "--limit", "100000"});
+    REQUIRE(listed.exit_code == 0);
+    std::vector<json> out;
+    for (const auto& line : forktrial::testing::lines_of(listed.out)) {
+      out.push_back(json::parse(line));
+    }
+    return out;
+  }
+};
+
+}  // namespace
+
+TEST_CASE(
+    "a worker cut off longer than its lease: its trials finish elsewhere, its late reports "
+    "are fenced, nothing is reconciled twice",
+    "[cluster][netns]") {
+  if (const auto why = Hosts::unavailable()) {
+    WARN("skipped: " << *why);
+    return;
+  }
+  NetCluster net(2, "2");
+  // Trials of about a second, so that the cut lands while one runs.
+  const auto child = net.cluster.stand_in_child(
+      "slow.sh", "sleep 1\nexec " + std::string(FORKTRIAL_CHILD_FOR_TESTS) + " <<END\n$job\nEND\n");
+  net.start_worker(1, {child});
+  net.start_worker(2, {child});
+  const std::string job = net.cluster.submit(net.cluster.outcome_batch(10, 1));
+  // Cut worker 1 off while it runs a trial.
+  bool running = false;
+  std::string seen;
+  for (int i = 0; i < 500 && !running; ++i) {
+    auto listed = net.cluster.client({"workers", "--json"});
+    seen = listed.out;
+    if (listed.exit_code == 0) {
+      const json workers = json::parse(listed.out);
+      for (const auto& w : workers["workers"]) {
+        running = running || (w["worker"] == "w1" && w["running"].get<int>() > 0);
+      }
+    }
+    if (!running) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  INFO(net.cluster.log_text() << seen);
+  REQUIRE(running);
+  net.hosts.partition(1, true);
+  // Longer than the lease (2 s) and than the worker's patience with a silent
+  // coordinator (5 s): the coordinator loses it, and it says hello again.
+  std::this_thread::sleep_for(std::chrono::seconds(7));
+  net.hosts.partition(1, false);
+
+  const json summary = net.cluster.wait(job);
+  INFO(summary.dump() << net.cluster.log_text());
+  CHECK(summary["reconciled"] == 10);
+  CHECK(summary["abandoned"] == 0);
+  require_exactly_once(net.cluster, net.cluster.results(job));
+  // The coordinator lost the worker and requeued what it held ...
+  const auto lost = net.records("worker.lost");
+  CHECK(std::any_of(lost.begin(), lost.end(),
+                    [](const json& e) { return e["payload"]["worker"] == "w1"; }));
+  const auto requeued = net.records("trial.requeued");
+  CHECK(!requeued.empty());
+  // ... and once the link healed, the reports of the attempts it had lost
+  // arrived and were fenced. The worker's report goes out again after its
+  // next hello, so wait for it a little.
+  std::vector<json> fenced;
+  for (int i = 0; i < 100 && fenced.empty(); ++i) {
+    fenced = net.records("trial.fenced");
+    if (fenced.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  REQUIRE(!fenced.empty());
+  for (const auto& f : fenced) CHECK(f["payload"]["worker"] == "w1");
+}
+
+TEST_CASE("10% packet loss on every link: a 500-trial batch completes exactly once",
+          "[cluster][netns]") {
+  if (const auto why = Hosts::unavailable()) {
+    WARN("skipped: " << *why);
+    return;
+  }
+  NetCluster net(2, "5");
+  net.hosts.lose(10);
+  net.start_worker(1, {});
+  net.start_worker(2, {});
+  const std::string job = net.cluster.submit(net.cluster.outcome_batch(500, 1));
+  const json summary = net.cluster.wait(job);
+  INFO(summary.dump() << net.cluster.log_text());
+  CHECK(summary["reconciled"] == 500);
+  CHECK(summary["completed"] == 500);
+  CHECK(summary["abandoned"] == 0);
+  require_exactly_once(net.cluster, net.cluster.results(job));
 }
