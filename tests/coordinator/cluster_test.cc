@@ -1265,7 +1265,7 @@ TEST_CASE("a coordinator open to the network without keys refuses to start unles
   {
     Daemon daemon({"coordinator", "--store", store, "--listen", open, "--insecure"}, log);
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (!contains(forktrial::testing::read_file(log), "listening on") &&
+    while (!contains(forktrial::testing::read_file(log), "coordinator listening on") &&
            std::chrono::steady_clock::now() < until) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
