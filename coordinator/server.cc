@@ -979,6 +979,17 @@ class Server {
       std::snprintf(id, sizeof id, "job_%08x%08x", random(), random());
     }
     submission.id = JobId(id);
+    // A flood of submissions is refused before it is parsed or recorded: the
+    // queue, kept in memory and replayed at every start, stays bounded.
+    if (const std::size_t queued = scheduler_.queued_trials();
+        queued + job.getSpecs().size() > config_.max_queued) {
+      return reply_error(route, request, WireCode::REFUSED,
+                         "the coordinator's queue is full: it holds " + std::to_string(queued) +
+                             " queued trials, and " + std::to_string(job.getSpecs().size()) +
+                             " more would pass its limit of " + std::to_string(config_.max_queued) +
+                             " (--max-queued); submit again when some have run, or in smaller "
+                             "jobs");
+    }
     // Each distinct problem once, with the first trial it was found in and
     // how many trials share it (a bad bundle or parent would otherwise be
     // listed once per trial of the matrix).

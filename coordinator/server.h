@@ -32,6 +32,9 @@ struct ServerConfig {
   // Group commit: what changed waits up to this long for more to share its
   // durable commit (and its replies wait with it). 0 commits every turn.
   std::chrono::microseconds commit_window{8000};
+  // Trials queued (not yet leased) over every job, at most: a submission
+  // that would pass it is refused whole.
+  std::size_t max_queued = 1'000'000;
   // CurveZMQ: with a keypair, the endpoint speaks CURVE only, admits only the
   // keys of `allowed`, and takes from each connection only the messages of
   // its key's role (a worker key cannot submit; a client key cannot join).

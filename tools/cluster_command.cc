@@ -163,6 +163,11 @@ void add_coordinator(CLI::App& app) {
                   "(group commit; replies wait with it). 0: commit every turn")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1000.0));
+  cmd->add_option("--max-queued", config->max_queued,
+                  "Trials queued over every job, at most; a submission that would pass it is "
+                  "refused whole")
+      ->capture_default_str()
+      ->check(CLI::Range(std::size_t{1}, std::size_t{100'000'000}));
   cmd->add_option("--key", *key,
                   "The coordinator's CurveZMQ keypair file (forktrial keygen): the endpoint then "
                   "speaks CURVE only, and admits only the listed keys");

@@ -960,6 +960,26 @@ TEST_CASE("the forktrial command allocates with jemalloc unless built without it
   CHECK(printed == (FORKTRIAL_JEMALLOC_LINKED != 0));
 }
 
+TEST_CASE("a submission past the coordinator's queue limit is refused whole, saying so",
+          "[cluster]") {
+  Cluster cluster;
+  cluster.start_coordinator("3", {"--max-queued", "5"});
+  // No worker: what is submitted stays queued.
+  CHECK(!cluster.submit(cluster.outcome_batch(3, 1)).empty());
+  const std::string more = cluster.outcome_batch(3, 1);
+  auto refused = cluster.client({"submit", more, "--json"});
+  CHECK(refused.exit_code != 0);
+  CHECK_THAT(refused.err, Catch::Contains("the coordinator's queue is full: it holds 3 queued "
+                                          "trials, and 3 more would pass its limit of 5 "
+                                          "(--max-queued)"));
+  CHECK(!cluster.submit(cluster.outcome_batch(2, 1)).empty());
+  auto status = cluster.client({"status", "--json"});
+  REQUIRE(status.exit_code == 0);
+  const json jobs = json::parse(status.out)["jobs"];
+  REQUIRE(jobs.size() == 2);
+  CHECK(jobs[0]["total"].get<int>() + jobs[1]["total"].get<int>() == 5);
+}
+
 // ---- CurveZMQ
 
 namespace {
