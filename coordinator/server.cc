@@ -289,14 +289,30 @@ class Server {
     outbox_.clear();
   }
 
+  // A reply that cannot be delivered (the peer is gone: ROUTER_MANDATORY;
+  // or it does not read: the send timeout) is counted and logged, never
+  // dropped unseen. Nothing is lost with it: the decision is in the store,
+  // a client asks again, a worker sends its report again after its next
+  // hello, and an assignment it never heard of lapses with its lease.
   void send_to(const std::string& route, const std::string& frame) {
+    std::string why;
     try {
-      socket_.send(zmq::buffer(route), zmq::send_flags::sndmore);
-      socket_.send(zmq::buffer(frame), zmq::send_flags::none);
+      if (socket_.send(zmq::buffer(route), zmq::send_flags::sndmore) &&
+          socket_.send(zmq::buffer(frame), zmq::send_flags::none)) {
+        return;
+      }
+      why = "its queue is full";
     } catch (const zmq::error_t& e) {
-      // The peer is gone (ROUTER_MANDATORY) or not reading: it asks again.
-      log_(LogLevel::debug, std::string("cannot send to a peer: ") + e.what());
+      why = e.num() == EHOSTUNREACH ? "it is gone" : e.what();
     }
+    ++undelivered_;
+    auto it = peers_.find(route);
+    const std::string who = it == peers_.end() ? "a peer"
+                            : it->second.role == Peer::Role::worker
+                                ? "worker " + it->second.worker.str()
+                                : "a client";
+    log_(LogLevel::warn, "a reply to " + who + " was not delivered (" + why + "); " +
+                             std::to_string(undelivered_) + " so far");
   }
 
   void reply(const std::string& route, std::string frame) {
@@ -1249,7 +1265,11 @@ class Server {
         list.back()["isolation"] = info->second.isolation;
       }
     }
-    reply_json(route, request, ordered_json{{"workers", list}, {"errors_answered", errors_}}, true);
+    reply_json(
+        route, request,
+        ordered_json{
+            {"workers", list}, {"errors_answered", errors_}, {"replies_undelivered", undelivered_}},
+        true);
   }
 
   const ServerConfig& config_;
@@ -1280,7 +1300,8 @@ class Server {
   std::map<std::pair<std::string, Digest>, Upload> uploads_;
   std::map<std::string, std::map<std::uint32_t, std::string>> results_;  // job -> index -> JSON
   std::uint64_t errors_ = 0;
-  bool trim_ = false;  // a submission was handled this turn
+  std::uint64_t undelivered_ = 0;  // replies ZeroMQ would not take
+  bool trim_ = false;              // a submission was handled this turn
 };
 
 }  // namespace

@@ -980,6 +980,40 @@ TEST_CASE("a submission past the coordinator's queue limit is refused whole, say
   CHECK(jobs[0]["total"].get<int>() + jobs[1]["total"].get<int>() == 5);
 }
 
+TEST_CASE("a reply the coordinator cannot deliver is counted and logged, not dropped unseen",
+          "[cluster]") {
+  Cluster cluster;
+  cluster.start_coordinator();
+  {
+    zmq::context_t context;
+    zmq::socket_t worker = hand_made_peer(context, cluster.endpoint);
+    capnp::MallocMessageBuilder hello;
+    auto h = forktrial::wire::start(hello, 1).initWorkerHello();
+    h.setWorkerId("vanishing");
+    h.setSlots(1);
+    worker.send(zmq::buffer(forktrial::wire::encode(hello)), zmq::send_flags::none);
+    zmq::message_t welcome;
+    REQUIRE(worker.recv(welcome, zmq::recv_flags::none));
+    // An offer with nothing queued waits at the coordinator for up to a
+    // second; the worker is gone before its answer.
+    capnp::MallocMessageBuilder offer;
+    forktrial::wire::start(offer, 2).initRequestWork().setFreeSlots(1);
+    worker.send(zmq::buffer(forktrial::wire::encode(offer)), zmq::send_flags::none);
+  }
+  json workers;
+  for (int i = 0; i < 300; ++i) {
+    auto listed = cluster.client({"workers", "--json"});
+    REQUIRE(listed.exit_code == 0);
+    workers = json::parse(listed.out);
+    if (workers["replies_undelivered"].get<int>() > 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  CHECK(workers["replies_undelivered"] == 1);
+  CHECK_THAT(
+      cluster.log_text(),
+      Catch::Contains("a reply to worker vanishing was not delivered (it is gone); 1 so far"));
+}
+
 // ---- CurveZMQ
 
 namespace {
