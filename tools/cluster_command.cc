@@ -262,6 +262,11 @@ void add_worker(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(0u, coordinator::Scheduler::kMaxPrefetch));
   cmd->add_option("--id", config->worker_id, "The worker's name (default: host-pid)");
+  cmd->add_option("--send-queue", config->send_queue,
+                  "Messages held for the coordinator while it does not take them; past it a "
+                  "message waits to be sent again, and the worker says so")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1'000'000u));
   keys->add_to(cmd);
   logging->add_to(cmd);
   cmd->footer(examples_footer({

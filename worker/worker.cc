@@ -149,6 +149,7 @@ class Worker {
     socket_.set(zmq::sockopt::routing_id, config.worker_id + "/" + std::to_string(::getpid()) +
                                               "/" + std::to_string(random()));
     socket_.set(zmq::sockopt::linger, 0);
+    socket_.set(zmq::sockopt::sndhwm, static_cast<int>(config.send_queue));
     // Reconnects start at 10 ms (ZeroMQ's default is 100 ms), so a worker
     // started beside its coordinator, or one that restarted, joins at once,
     // and back off to a second while the coordinator is down.
@@ -197,8 +198,26 @@ class Worker {
   }
 
  private:
-  void send(const std::string& frame) {
-    socket_.send(zmq::buffer(frame), zmq::send_flags::dontwait);
+  // Never blocks. A message ZeroMQ will not queue (the coordinator has not
+  // taken --send-queue of them) is not lost unseen: every kind is sent again
+  // (a report after the next hello, an offer, a fetch or a heartbeat at its
+  // next turn), and the streak is logged when it starts and when it ends.
+  bool send(const std::string& frame) {
+    if (socket_.send(zmq::buffer(frame), zmq::send_flags::dontwait)) {
+      if (unsent_ > 0) {
+        log_(LogLevel::info, "the coordinator takes messages again; " + std::to_string(unsent_) +
+                                 " were not sent meanwhile and are sent again");
+        unsent_ = 0;
+      }
+      return true;
+    }
+    if (unsent_++ == 0) {
+      log_(LogLevel::warn,
+           "a message to the coordinator was not sent: ZeroMQ holds " +
+               std::to_string(config_.send_queue) +
+               " it has not taken (--send-queue); it and what follows are sent again");
+    }
+    return false;
   }
 
   void wait_for_input(std::chrono::milliseconds timeout) {
@@ -621,7 +640,7 @@ class Worker {
     wire::start(message, ++request_id_)
         .initRequestWork()
         .setFreeSlots(static_cast<std::uint32_t>(room - held));
-    send(wire::encode(message));
+    if (!send(wire::encode(message))) return;  // offered again at the next turn
     work_requested_ = true;
     work_requested_at_ = now;
   }
@@ -639,7 +658,9 @@ class Worker {
   int exit_code_ = -1;
   std::uint64_t request_id_ = 0;
   std::uint64_t arrivals_ = 0;
-  double mean_trial_us_ = 0;  // moving average of slot time per trial; 0: none yet
+  double mean_trial_us_ = 0;
+  std::uint64_t unsent_ = 0;  // messages ZeroMQ would not queue since the last it did  // moving
+                              // average of slot time per trial; 0: none yet
   bool welcomed_ = false;
   bool work_requested_ = false;
   Clock::time_point work_requested_at_ = Clock::now();

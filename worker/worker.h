@@ -44,6 +44,10 @@ struct WorkerConfig {
   std::chrono::milliseconds coordinator_timeout{5000};
   std::vector<std::string> preflight_warnings;  // what preflight said at start
   std::string isolation;                        // its guarantees, as JSON
+  // Messages ZeroMQ holds for the coordinator while it does not take them
+  // (its send high-water mark); past it a message is not sent, logged, and
+  // sent again later.
+  unsigned send_queue = 1000;
   // CurveZMQ: its keypair and the coordinator's public key (none: plain).
   std::optional<transport::ClientKeys> keys;
 };

@@ -1537,3 +1537,25 @@ TEST_CASE("10% packet loss on every link: a 500-trial batch completes exactly on
   CHECK(summary["abandoned"] == 0);
   require_exactly_once(net.cluster, net.cluster.results(job));
 }
+
+TEST_CASE("a worker whose messages ZeroMQ will not queue says so, and sends them once it can",
+          "[cluster]") {
+  Cluster cluster;
+  cluster.endpoint = "tcp://127.0.0.1:" + std::to_string(free_tcp_port());
+  // No coordinator yet: the hello waits in a queue of one, and the next
+  // hello, 5 s later, finds it full.
+  cluster.start_worker(1, 1, {}, {"--send-queue", "1"});
+  auto logged = [&](const std::string& text) {
+    for (int i = 0; i < 1000; ++i) {
+      if (contains(cluster.log_text(), text)) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  };
+  CHECK(
+      logged("a message to the coordinator was not sent: ZeroMQ holds 1 it has not taken "
+             "(--send-queue)"));
+  cluster.start_coordinator();
+  CHECK(logged("the coordinator takes messages again"));
+  CHECK(logged("worker w1 joined"));
+}
