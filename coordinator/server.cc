@@ -354,8 +354,11 @@ class Server {
   // The digests each trial of a job needs (the scheduler keeps only its
   // payload), for assignments.
   void note_job(const JobSubmitted& job) {
-    for (std::uint32_t i = 0; i < job.trials.size(); ++i) {
-      digests_[TrialId{job.job, i}] = TrialInput{{}, job.trials[i].segment, job.trials[i].bundles};
+    std::vector<TrialInput>& inputs = digests_[job.job.str()];
+    inputs.clear();
+    inputs.reserve(job.trials.size());
+    for (const TrialInput& trial : job.trials) {
+      inputs.push_back(TrialInput{{}, trial.segment, trial.bundles});
     }
   }
 
@@ -665,7 +668,9 @@ class Server {
     return submitted_.emplace(trial, std::move(*parsed)).first->second;
   }
 
-  const TrialInput& inputs_of(const TrialId& trial) { return digests_.at(trial); }
+  const TrialInput& inputs_of(const TrialId& trial) {
+    return digests_.at(trial.job.str()).at(trial.index);
+  }
 
   void on_attempt_failed(const std::string& route, const WorkerId& worker,
                          Envelope::Reader envelope, Instant now) {
@@ -1296,7 +1301,9 @@ class Server {
   std::map<std::string, Peer> peers_;                        // by routing id
   std::map<WorkerId, std::string> worker_routes_;
   std::map<WorkerId, WorkerInfo> worker_info_;
-  std::map<TrialId, TrialInput> digests_;  // each trial's segment and bundles (no payload)
+  // Each trial's segment and bundles (no payload), by job, in trial order:
+  // one lookup of the job's id, then an index.
+  std::unordered_map<std::string, std::vector<TrialInput>> digests_;
   std::map<std::pair<std::string, Digest>, Upload> uploads_;
   std::map<std::string, std::map<std::uint32_t, std::string>> results_;  // job -> index -> JSON
   std::uint64_t errors_ = 0;
