@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
@@ -17,7 +18,9 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <deque>
 #include <fstream>
+#include <future>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -1052,20 +1055,60 @@ int connect_loopback(int port) {
   return fd;
 }
 
-// A TCP relay on a loopback port in front of `target_port` that keeps every
-// byte each connection carried, each way: what an eavesdropper on the wire
-// would have.
+// A TCP relay in front of a loopback `target_port` that keeps every byte
+// each connection carried, each way: what an eavesdropper on the wire would
+// have. Given a network namespace, it runs there (its thread enters it) and
+// listens on every address of it at `listen_port`; given `jitter`, it holds
+// each chunk it relays a random 0..jitter longer than the one before it on
+// the same connection and direction (order kept, as TCP keeps it).
+// Where a TcpTap listens, and how it delays what it relays.
+struct TapOptions {
+  std::string netns;  // "": this process's namespace, on a loopback port
+  int listen_port = 0;
+  std::chrono::milliseconds jitter{0};
+};
+
 class TcpTap {
  public:
   struct Stream {
     std::string to_server;
     std::string to_client;
   };
-
-  explicit TcpTap(int target_port) : target_(target_port) {
-    listener_ = bound_loopback_socket(port_);
-    REQUIRE(::listen(listener_, 16) == 0);
-    thread_ = std::thread([this] { relay(); });
+  explicit TcpTap(int target_port, TapOptions options = {})
+      : target_(target_port), options_(std::move(options)) {
+    std::promise<int> ready;
+    auto port = ready.get_future();
+    thread_ = std::thread([this, &ready] {
+      if (!options_.netns.empty()) {
+        const int ns = ::open(("/var/run/netns/" + options_.netns).c_str(), O_RDONLY | O_CLOEXEC);
+        if (ns < 0 || ::setns(ns, CLONE_NEWNET) != 0) {
+          ready.set_value(-1);
+          return;
+        }
+        ::close(ns);
+        listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        const int on = 1;
+        ::setsockopt(listener_, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+        sockaddr_in address{};
+        address.sin_family = AF_INET;
+        address.sin_addr.s_addr = htonl(INADDR_ANY);
+        address.sin_port = htons(static_cast<std::uint16_t>(options_.listen_port));
+        port_ = ::bind(listener_, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0
+                    ? options_.listen_port
+                    : -1;
+      } else {
+        listener_ = bound_loopback_socket(port_);
+      }
+      if (port_ < 0 || ::listen(listener_, 16) != 0) port_ = -1;
+      ready.set_value(port_);
+      if (port_ >= 0) relay();
+    });
+    const int bound = port.get();
+    if (bound < 0) {
+      stop_ = true;
+      thread_.join();
+      FAIL("the relay cannot listen" << (options_.netns.empty() ? "" : " in ") << options_.netns);
+    }
   }
   ~TcpTap() {
     stop_ = true;
@@ -1087,27 +1130,63 @@ class TcpTap {
   }
 
  private:
+  using Clock = std::chrono::steady_clock;
+  struct Held {
+    Clock::time_point due;
+    std::string bytes;
+  };
   struct Link {
     int client = -1;
     int server = -1;
     std::size_t stream = 0;
+    std::deque<Held> held[2];  // [0]: to the server, [1]: to the client
+    bool closing[2] = {false, false};
+    bool ended[2] = {false, false};  // its sender closed: no more to read
   };
 
+  // Writes what is due of each link's held chunks; how long until the next.
+  std::chrono::milliseconds release() {
+    auto next = std::chrono::milliseconds(50);
+    const auto now = Clock::now();
+    for (auto& l : links_) {
+      for (int way = 0; way < 2; ++way) {
+        auto& queue = l.held[way];
+        while (!queue.empty() && queue.front().due <= now) {
+          (void)!::write(way == 0 ? l.server : l.client, queue.front().bytes.data(),
+                         queue.front().bytes.size());
+          queue.pop_front();
+        }
+        if (!queue.empty()) {
+          next =
+              std::min(next, std::chrono::ceil<std::chrono::milliseconds>(queue.front().due - now));
+        } else if (l.closing[way]) {
+          ::shutdown(way == 0 ? l.server : l.client, SHUT_WR);
+          l.closing[way] = false;
+        }
+      }
+    }
+    return next;
+  }
+
   void relay() {
+    std::mt19937_64 random(42);
     while (!stop_) {
+      const auto wait = release();
       std::vector<pollfd> fds{{listener_, POLLIN, 0}};
       for (const auto& l : links_) {
-        fds.push_back({l.client, POLLIN, 0});
-        fds.push_back({l.server, POLLIN, 0});
+        fds.push_back({l.client, static_cast<short>(l.ended[0] ? 0 : POLLIN), 0});
+        fds.push_back({l.server, static_cast<short>(l.ended[1] ? 0 : POLLIN), 0});
       }
-      if (::poll(fds.data(), fds.size(), 50) <= 0) continue;
+      const int timeout = static_cast<int>(std::max<std::int64_t>(wait.count(), 1));
+      if (::poll(fds.data(), fds.size(), timeout) <= 0) continue;
       if ((fds[0].revents & POLLIN) != 0) {
         const int client = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
         const int server = client >= 0 ? connect_loopback(target_) : -1;
         if (server >= 0) {
           std::lock_guard lock(mutex_);
           streams_.emplace_back();
-          links_.push_back({client, server, streams_.size() - 1});
+          links_.push_back(
+              {client, server, streams_.size() - 1, {}, {false, false}, {false, false}});
         } else if (client >= 0) {
           ::close(client);
         }
@@ -1120,20 +1199,31 @@ class TcpTap {
           char buffer[65536];
           const ssize_t got = ::read(p.fd, buffer, sizeof buffer);
           Link& l = links_[i];
+          const int way = from_client ? 0 : 1;
           if (got <= 0) {
-            ::shutdown(from_client ? l.server : l.client, SHUT_WR);
+            l.closing[way] = true;
+            l.ended[way] = true;
             continue;
           }
-          (void)!::write(from_client ? l.server : l.client, buffer, static_cast<std::size_t>(got));
-          std::lock_guard lock(mutex_);
-          (from_client ? streams_[l.stream].to_server : streams_[l.stream].to_client)
-              .append(buffer, static_cast<std::size_t>(got));
+          {
+            std::lock_guard lock(mutex_);
+            (from_client ? streams_[l.stream].to_server : streams_[l.stream].to_client)
+                .append(buffer, static_cast<std::size_t>(got));
+          }
+          auto due = Clock::now();
+          if (options_.jitter.count() > 0) {
+            due += std::chrono::milliseconds(
+                random() % static_cast<std::uint64_t>(options_.jitter.count() + 1));
+          }
+          if (!l.held[way].empty()) due = std::max(due, l.held[way].back().due);
+          l.held[way].push_back({due, std::string(buffer, static_cast<std::size_t>(got))});
         }
       }
     }
   }
 
   int target_;
+  TapOptions options_;
   int listener_ = -1;
   int port_ = 0;
   std::atomic<bool> stop_{false};
@@ -1386,6 +1476,7 @@ class Hosts {
   Hosts& operator=(const Hosts&) = delete;
 
   std::vector<std::string> on(int i) const { return {kIp, "netns", "exec", names_.at(i)}; }
+  const std::string& name(int i) const { return names_.at(i); }
   static std::string coordinator_side(int i) { return "10.77." + std::to_string(i) + ".1"; }
   static std::string peer_side(int i) { return "10.77." + std::to_string(i) + ".2"; }
 
@@ -1423,6 +1514,9 @@ struct NetCluster {
   Keys keys;
   Cluster cluster;
   std::vector<std::unique_ptr<Daemon>> workers;
+  // Workers reach the coordinator through this relay, at port 7601 of the
+  // coordinator's host, when there is one.
+  std::unique_ptr<TcpTap> relay;
 
   NetCluster(int worker_count, const std::string& lease) : hosts(worker_count + 1) {
     cluster.endpoint = "tcp://127.0.0.1:7600";
@@ -1437,7 +1531,8 @@ struct NetCluster {
 
   void start_worker(int host, const std::vector<std::string>& env) {
     workers.push_back(std::make_unique<Daemon>(
-        with({"worker", "--connect", "tcp://" + Hosts::coordinator_side(host) + ":7600", "--cache",
+        with({"worker", "--connect",
+              "tcp://" + Hosts::coordinator_side(host) + (relay ? ":7601" : ":7600"), "--cache",
               (cluster.dir.path() / ("cache-" + std::to_string(host))).string(), "--id",
               "w" + std::to_string(host)},
              keys.as("worker")),
@@ -1519,14 +1614,20 @@ TEST_CASE(
   for (const auto& f : fenced) CHECK(f["payload"]["worker"] == "w1");
 }
 
-TEST_CASE("10% packet loss on every link: a 500-trial batch completes exactly once",
-          "[cluster][netns]") {
+TEST_CASE(
+    "10% packet loss and up to 100 ms of jitter on every link: a 500-trial batch "
+    "completes exactly once",
+    "[cluster][netns]") {
   if (const auto why = Hosts::unavailable()) {
     WARN("skipped: " << *why);
     return;
   }
   NetCluster net(2, "5");
   net.hosts.lose(10);
+  // This kernel has no netem: the jitter comes from a relay in the
+  // coordinator's host, holding each chunk up to 100 ms.
+  net.relay = std::make_unique<TcpTap>(
+      7600, TapOptions{net.hosts.name(0), 7601, std::chrono::milliseconds(100)});
   net.start_worker(1, {});
   net.start_worker(2, {});
   const std::string job = net.cluster.submit(net.cluster.outcome_batch(500, 1));
@@ -1536,6 +1637,8 @@ TEST_CASE("10% packet loss on every link: a 500-trial batch completes exactly on
   CHECK(summary["completed"] == 500);
   CHECK(summary["abandoned"] == 0);
   require_exactly_once(net.cluster, net.cluster.results(job));
+  // Both workers' links went through the relay.
+  CHECK(net.relay->streams().size() >= 2);
 }
 
 TEST_CASE("a worker whose messages ZeroMQ will not queue says so, and sends them once it can",
