@@ -333,14 +333,25 @@ std::string progress_line(const ordered_json& status) {
 }
 
 // Polls until the job is finished; the final status.
-ordered_json wait_for(coordinator::Client& client, const std::string& job, bool progress) {
+// The exit status of a wait that ran out of --max-wait with the job still
+// going (0 and 1 are the job's own: every trial reconciled, or not).
+constexpr int kWaitExpired = 3;
+
+// Polls the job's status until it is finished, or until `max_wait` seconds
+// have passed (0: no limit); the last status, and whether it is finished.
+std::pair<ordered_json, bool> wait_for(coordinator::Client& client, const std::string& job,
+                                       bool progress, double max_wait) {
   const bool tty = progress && ::isatty(STDERR_FILENO);
+  const auto until = std::chrono::steady_clock::now() +
+                     std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                         std::chrono::duration<double>(max_wait));
   for (;;) {
     ordered_json status = client.status(job);
     if (tty) std::fprintf(stderr, "\r%s", progress_line(status).c_str());
-    if (status["finished"].get<bool>()) {
+    const bool finished = status["finished"].get<bool>();
+    if (finished || (max_wait > 0 && std::chrono::steady_clock::now() >= until)) {
       if (tty) std::fprintf(stderr, "\n");
-      return status;
+      return {std::move(status), finished};
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
@@ -375,6 +386,20 @@ void print_summary(const ordered_json& status, bool json) {
 int wait_status(const ordered_json& status) {
   const bool all = status["status"]["reconciled"] == status["total"];
   return all && !status["cancelled"].get<bool>() ? 0 : 1;
+}
+
+// Prints the summary and ends the command with wait's exit status.
+void end_wait(const std::pair<ordered_json, bool>& waited, double max_wait, bool json) {
+  const auto& [status, finished] = waited;
+  print_summary(status, json);
+  if (!finished) {
+    std::fprintf(stderr,
+                 "forktrial: job %s is not finished after %g s (--max-wait); it goes on at the "
+                 "coordinator: wait for it again, or cancel it\n",
+                 status["job"].get<std::string>().c_str(), max_wait);
+    throw ExitStatus(kWaitExpired);
+  }
+  if (const int code = wait_status(status); code != 0) throw ExitStatus(code);
 }
 
 // Uploads what the coordinator lacks and submits the batch.
@@ -561,12 +586,18 @@ void add_submit(CLI::App& app) {
   auto o = std::make_shared<ClientOptions>();
   auto file = std::make_shared<std::string>();
   auto wait = std::make_shared<bool>(false);
+  auto max_wait = std::make_shared<double>(0);
   auto* cmd = app.add_subcommand(
       "submit",
       "Submit a batch file (a TOML matrix or JSON Lines of trial specifications); "
       "uploads only the bundles the coordinator lacks; prints the job id");
   cmd->add_option("FILE", *file, "The batch file")->required();
   cmd->add_flag("--wait", *wait, "Wait for the job, with progress, then print a summary");
+  cmd->add_option("--max-wait", *max_wait,
+                  "With --wait: give up waiting after this many seconds (exit 3; the job goes "
+                  "on). 0: no limit")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   o->add_to(cmd);
   cmd->footer(examples_footer({
       "forktrial submit nightly.toml --coordinator tcp://coord:7600 --wait",
@@ -587,9 +618,7 @@ void add_submit(CLI::App& app) {
     if (!o->json)
       std::fprintf(stderr, "job %s: %llu trials\n", job.job.c_str(),
                    static_cast<unsigned long long>(job.total));
-    const auto status = wait_for(client, job.job, true);
-    print_summary(status, o->json);
-    if (const int code = wait_status(status); code != 0) throw ExitStatus(code);
+    end_wait(wait_for(client, job.job, true, *max_wait), *max_wait, o->json);
   });
 }
 
@@ -622,17 +651,21 @@ void add_status(CLI::App& app) {
 void add_wait(CLI::App& app) {
   auto o = std::make_shared<ClientOptions>();
   auto job = std::make_shared<std::string>();
+  auto max_wait = std::make_shared<double>(0);
   auto* cmd = app.add_subcommand(
       "wait",
       "Wait for a job, with progress; exits 0 when every trial was reconciled, 1 when "
-      "any was abandoned or the job was cancelled");
+      "any was abandoned or the job was cancelled, 3 when --max-wait ran out first");
   cmd->add_option("JOB", *job, "The job id")->required();
+  cmd->add_option("--max-wait", *max_wait,
+                  "Give up waiting after this many seconds (exit 3; the job goes on). 0: no "
+                  "limit")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   o->add_to(cmd);
   cmd->callback([=] {
     auto client = o->connect();
-    const auto status = wait_for(client, *job, true);
-    print_summary(status, o->json);
-    if (const int code = wait_status(status); code != 0) throw ExitStatus(code);
+    end_wait(wait_for(client, *job, true, *max_wait), *max_wait, o->json);
   });
 }
 

@@ -1017,6 +1017,23 @@ TEST_CASE("a reply the coordinator cannot deliver is counted and logged, not dro
       Catch::Contains("a reply to worker vanishing was not delivered (it is gone); 1 so far"));
 }
 
+TEST_CASE("wait gives up after --max-wait with exit 3, and the job goes on", "[cluster]") {
+  Cluster cluster;
+  cluster.start_coordinator();
+  // No worker yet: nothing can finish.
+  const std::string job = cluster.submit(cluster.outcome_batch(2, 1));
+  auto waited = cluster.client({"wait", job, "--max-wait", "0.5", "--json"});
+  CHECK(waited.exit_code == 3);
+  CHECK_THAT(waited.err,
+             Catch::Contains("job " + job + " is not finished after 0.5 s (--max-wait)"));
+  const json partial = json::parse(forktrial::testing::lines_of(waited.out).back());
+  CHECK(partial["queued"] == 2);
+  // The job was left alone: a worker finishes it, and a wait without a limit
+  // sees it through.
+  cluster.start_worker(1);
+  CHECK(cluster.wait(job)["reconciled"] == 2);
+}
+
 // ---- CurveZMQ
 
 namespace {
