@@ -87,7 +87,6 @@ void ZapHandler::answer(std::vector<zmq::message_t>& request) {
       }
     }
   }
-  if (status != "200") ++refused_;
   const std::string id = request.size() >= 2 ? request[1].to_string() : "";
   socket_.send(zmq::buffer(kVersion), zmq::send_flags::sndmore);
   socket_.send(zmq::buffer(id), zmq::send_flags::sndmore);

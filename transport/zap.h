@@ -27,9 +27,6 @@ class ZapHandler {
   ZapHandler(const ZapHandler&) = delete;
   ZapHandler& operator=(const ZapHandler&) = delete;
 
-  // Handshakes refused so far (unknown keys, other mechanisms).
-  std::uint64_t refused() const { return refused_.load(); }
-
  private:
   void serve();
   void answer(std::vector<zmq::message_t>& request);
@@ -38,7 +35,6 @@ class ZapHandler {
   const AllowList allowed_;
   const Log log_;
   std::atomic<bool> stop_{false};
-  std::atomic<std::uint64_t> refused_{0};
   std::thread thread_;
 };
 

@@ -1093,38 +1093,40 @@ class TcpTap {
   };
   explicit TcpTap(int target_port, TapOptions options = {})
       : target_(target_port), options_(std::move(options)) {
+    if (options_.netns.empty()) {
+      listener_ = bound_loopback_socket(port_);
+      REQUIRE(::listen(listener_, 16) == 0);
+      thread_ = std::thread([this] { relay(); });
+      return;
+    }
+    // A thread enters the namespace (the test's own thread stays where it
+    // is), binds there, and says which port it has, or -1.
     std::promise<int> ready;
     auto port = ready.get_future();
     thread_ = std::thread([this, &ready] {
-      if (!options_.netns.empty()) {
-        const int ns = ::open(("/var/run/netns/" + options_.netns).c_str(), O_RDONLY | O_CLOEXEC);
-        if (ns < 0 || ::setns(ns, CLONE_NEWNET) != 0) {
-          ready.set_value(-1);
-          return;
-        }
-        ::close(ns);
-        listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        const int on = 1;
-        ::setsockopt(listener_, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
-        sockaddr_in address{};
-        address.sin_family = AF_INET;
-        address.sin_addr.s_addr = htonl(INADDR_ANY);
-        address.sin_port = htons(static_cast<std::uint16_t>(options_.listen_port));
-        port_ = ::bind(listener_, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0
-                    ? options_.listen_port
-                    : -1;
-      } else {
-        listener_ = bound_loopback_socket(port_);
+      const int ns = ::open(("/var/run/netns/" + options_.netns).c_str(), O_RDONLY | O_CLOEXEC);
+      if (ns < 0 || ::setns(ns, CLONE_NEWNET) != 0) {
+        ready.set_value(-1);
+        return;
       }
-      if (port_ < 0 || ::listen(listener_, 16) != 0) port_ = -1;
+      ::close(ns);
+      listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      const int on = 1;
+      ::setsockopt(listener_, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+      sockaddr_in address{};
+      address.sin_family = AF_INET;
+      address.sin_addr.s_addr = htonl(INADDR_ANY);
+      address.sin_port = htons(static_cast<std::uint16_t>(options_.listen_port));
+      const bool bound =
+          ::bind(listener_, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 &&
+          ::listen(listener_, 16) == 0;
+      port_ = bound ? options_.listen_port : -1;
       ready.set_value(port_);
-      if (port_ >= 0) relay();
+      if (bound) relay();
     });
-    const int bound = port.get();
-    if (bound < 0) {
-      stop_ = true;
+    if (port.get() < 0) {
       thread_.join();
-      FAIL("the relay cannot listen" << (options_.netns.empty() ? "" : " in ") << options_.netns);
+      FAIL("the relay cannot listen in network namespace " << options_.netns);
     }
   }
   ~TcpTap() {
