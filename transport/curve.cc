@@ -64,7 +64,11 @@ std::expected<void, std::string> write_new(const std::filesystem::path& path,
   const int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (replace ? O_TRUNC : O_EXCL);
   UniqueFd fd(::open(path.c_str(), flags, mode));
   if (!fd) {
-    if (errno == EEXIST) {
+    if (errno == EEXIST || errno == EISDIR) {
+      std::error_code ec;
+      if (std::filesystem::is_directory(path, ec)) {
+        return std::unexpected(shown(path) + " is a directory; give the path of a key file in it");
+      }
       return std::unexpected(shown(path) + " exists; give --force to replace it");
     }
     return std::unexpected("cannot write " + shown(path) + ": " + std::strerror(errno));

@@ -51,6 +51,10 @@ TEST_CASE("a keypair file is not overwritten unless asked", "[transport][curve]"
   const auto again = transport::write_keypair(path, transport::generate_keypair(), false);
   REQUIRE_FALSE(again);
   CHECK(mentions(again.error(), "exists; give --force"));
+  const auto into_directory =
+      transport::write_keypair(dir.path(), transport::generate_keypair(), true);
+  REQUIRE_FALSE(into_directory);
+  CHECK(mentions(into_directory.error(), "is a directory; give the path of a key file in it"));
   const transport::Keypair replacement = transport::generate_keypair();
   REQUIRE(transport::write_keypair(path, replacement, true));
   CHECK(transport::read_keypair(path)->secret_key == replacement.secret_key);
