@@ -104,6 +104,7 @@ struct Client::Impl {
           continue;
         }
         throw Error(code == schema::wire::ErrorCode::NOT_FOUND ? ErrorCode::not_found
+                    : code == schema::wire::ErrorCode::BUSY    ? ErrorCode::resource_exhausted
                                                                : ErrorCode::failed_precondition,
                     wire::text(envelope.getError().getMessage()));
       }

@@ -1,11 +1,14 @@
 #include "coordinator/server.h"
 
+#include <sys/statvfs.h>
+
 #include <algorithm>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
+#include <set>
 #include <unordered_map>
 #include <zmq.hpp>
 
@@ -49,6 +52,19 @@ constexpr std::size_t kMaxWorkerIdBytes = 256;
 // How long a worker's offer of slots waits for work before it is answered
 // empty (the worker offers again at once).
 constexpr auto kParkLimit = std::chrono::seconds(1);
+// A full store is tried again once its disk has this much room, first after
+// a second, then less and less often while the tries fail.
+constexpr std::uint64_t kResumeFreeBytes = std::uint64_t{4} << 20;
+constexpr auto kLongestProbe = std::chrono::seconds(60);
+constexpr auto kStillFullLog = std::chrono::seconds(30);
+
+// The messages that need a write to the store to be answered: a worker's
+// (fetching a blob aside) and a client's submission, cancellation or upload.
+bool writes(Envelope::Which which) {
+  if (worker_message(which)) return which != Envelope::FETCH_BLOB;
+  return which == Envelope::SUBMIT_JOB || which == Envelope::CANCEL_JOB ||
+         which == Envelope::PUT_BLOB;
+}
 
 // The coordinator's store flushes each commit's meta page with the next
 // commit: one disk flush per commit instead of two. A process crash still
@@ -222,8 +238,12 @@ class Server {
       for (std::size_t i = 0; i < kMaxMessagesPerTurn && receive_one(now); ++i) {
       }
       gather();
-      keep(scheduler_.tick(clock_now()));
-      serve_parked(clock_now());
+      if (store_full_) {
+        probe_store();
+      } else {
+        keep(scheduler_.tick(clock_now()));
+        serve_parked(clock_now());
+      }
       flush();
       if (trim_) {
         // A submission's message, its parse and its record are freed now:
@@ -270,6 +290,17 @@ class Server {
   }
 
   void flush() {
+    try {
+      commit_turn();
+    } catch (const store::StoreFull& e) {
+      store_full(e.what());
+    }
+    for (auto& [route, frame] : outbox_) send_to(route, frame);
+    outbox_.clear();
+    turn_writes_.clear();
+  }
+
+  void commit_turn() {
     if (!reconciling_.empty() && !write_turn()) {
       std::vector<Reconciliation> alone;
       alone.swap(reconciling_);
@@ -285,8 +316,92 @@ class Server {
       }
       pending_.clear();
     }
-    for (auto& [route, frame] : outbox_) send_to(route, frame);
-    outbox_.clear();
+  }
+
+  // ---- a full store: stop, lose nothing, resume when there is room.
+
+  std::string busy_message() const {
+    return "the coordinator's store is full (" + store_full_.value_or("") +
+           "); it takes no writes until its disk has room: send this again later";
+  }
+
+  void reply_busy(const std::string& route, std::uint64_t request) {
+    reply_error(route, request, WireCode::BUSY, busy_message());
+  }
+
+  // A commit failed for want of room. What it held was decided in memory
+  // only and never told to anyone: it is undone by rebuilding the scheduler
+  // from the log, and every reply of the turn becomes "busy" (the peer sends
+  // again). Until a commit succeeds the coordinator leases nothing, reconciles
+  // nothing and takes no job; leases do not lapse meanwhile, and on resuming
+  // they are all renewed, as after a restart.
+  void store_full(const std::string& why) {
+    const bool already = store_full_.has_value();
+    store_full_ = why;
+    pending_.clear();
+    for (const Reconciliation& r : reconciling_) reply_busy(r.route, r.request);
+    reconciling_.clear();
+    std::vector<std::pair<std::string, std::string>> told;
+    told.swap(outbox_);
+    for (auto& [route, frame] : told) {
+      auto decoded = wire::decode(frame, config_.max_frame_bytes);
+      if (!decoded) continue;
+      const auto envelope = decoded->envelope();
+      const std::uint64_t request = envelope.getRequestId();
+      if (envelope.which() != Envelope::ERROR && turn_writes_.contains({route, request})) {
+        reply_busy(route, request);  // its answer told of a decision now undone
+      } else if (request != 0 || envelope.which() == Envelope::ERROR) {
+        outbox_.emplace_back(std::move(route), std::move(frame));  // a read, or an error
+      }
+      // A message of the coordinator's own (stop a trial) goes: the next
+      // heartbeat names the stale trials again.
+    }
+    scheduler_ = Scheduler(config_.scheduler);
+    replay_log();
+    // Every worker says hello again and keeps its leases, as after a restart.
+    parked_.clear();
+    for (const auto& [worker, route] : worker_routes_) peers_.erase(route);
+    worker_routes_.clear();
+    next_probe_ = std::chrono::steady_clock::now() + probe_wait_;
+    last_full_log_ = std::chrono::steady_clock::now();
+    log_(LogLevel::error,
+         std::string(already ? "the store is still full" : "the store is full") + ": " + why +
+             ". Paused: no leases, reconciliations or submissions until the disk holding " +
+             config_.store.string() +
+             " has room; nothing committed is lost, and running trials keep their leases");
+  }
+
+  // While full: once the disk has room, a commit is tried (every live
+  // worker's leases renewed, as after a restart); when it fails again the
+  // next try waits twice as long.
+  void probe_store() {
+    const auto steady = std::chrono::steady_clock::now();
+    if (steady < next_probe_) return;
+    struct statvfs disk {};
+    const std::uint64_t free = ::statvfs(config_.store.c_str(), &disk) == 0
+                                   ? static_cast<std::uint64_t>(disk.f_bavail) * disk.f_frsize
+                                   : kResumeFreeBytes;
+    if (free < kResumeFreeBytes) {
+      next_probe_ = steady + std::chrono::seconds(1);
+      if (steady - last_full_log_ >= kStillFullLog) {
+        last_full_log_ = steady;
+        log_(LogLevel::warn, "the store is still full (" + std::to_string(free) +
+                                 " bytes free on its disk); still paused");
+      }
+      return;
+    }
+    const std::string why = *store_full_;
+    store_full_.reset();
+    keep(scheduler_.recover(clock_now()));
+    flush();
+    if (store_full_) {
+      probe_wait_ = std::min<std::chrono::seconds>(probe_wait_ * 2, kLongestProbe);
+      next_probe_ = steady + probe_wait_;
+      return;
+    }
+    probe_wait_ = std::chrono::seconds(1);
+    log_(LogLevel::info, "the store has room again (" + std::to_string(free) +
+                             " bytes free on its disk); resumed, every live lease renewed");
   }
 
   // A reply that cannot be delivered (the peer is gone: ROUTER_MANDATORY;
@@ -328,6 +443,17 @@ class Server {
   // ---- start-up
 
   void recover() {
+    const std::uint64_t records = replay_log();
+    keep(scheduler_.recover(clock_now()));
+    flush();
+    give_back_freed_memory();  // the log's text, read and decoded, is garbage now
+    if (records > 0) {
+      log_(LogLevel::info, "replayed " + std::to_string(records) + " orchestration records");
+    }
+  }
+
+  // Applies the whole log to scheduler_, a new one; returns how many records.
+  std::uint64_t replay_log() {
     auto snapshot = store_.snapshot();
     std::uint64_t records = 0;
     auto read = read_log(
@@ -343,12 +469,7 @@ class Server {
     if (!read)
       throw Error(forktrial::ErrorCode::internal,
                   "the orchestration log does not replay: " + read.error());
-    keep(scheduler_.recover(clock_now()));
-    flush();
-    give_back_freed_memory();  // the log's text, read and decoded, is garbage now
-    if (records > 0) {
-      log_(LogLevel::info, "replayed " + std::to_string(records) + " orchestration records");
-    }
+    return records;
   }
 
   // The digests each trial of a job needs (the scheduler keeps only its
@@ -417,6 +538,9 @@ class Server {
     }
     try {
       handle(route, envelope, now);
+    } catch (const store::StoreFull& e) {
+      store_full(e.what());
+      reply_busy(route, envelope.getRequestId());
     } catch (const kj::Exception& e) {
       reply_error(route, envelope.getRequestId(), WireCode::MALFORMED,
                   std::string("the message cannot be read: ") + e.getDescription().cStr());
@@ -439,6 +563,12 @@ class Server {
     if (peer == peers_.end()) {
       return reply_error(route, request, WireCode::OUT_OF_ORDER,
                          "say hello first (workerHello or clientHello)");
+    }
+    if (writes(which)) turn_writes_.emplace(route, request);
+    if (store_full_ && writes(which)) {
+      // A heartbeat is answered (no lease lapses while the store is full).
+      if (which == Envelope::HEARTBEAT) return reply_ok(route, request);
+      return reply_busy(route, request);
     }
     if (peer->second.role == Peer::Role::worker) {
       const WorkerId& worker = peer->second.worker;
@@ -509,6 +639,7 @@ class Server {
     const auto known = scheduler_.worker_status(input.id);
     const bool reconnected = known && known->alive && !worker_routes_.contains(input.id);
     if (!reconnected) {
+      if (store_full_) return reply_busy(route, envelope.getRequestId());
       auto joined = scheduler_.worker_joined(input, now);
       if (!joined) {
         return reply_error(route, envelope.getRequestId(), WireCode::REFUSED,
@@ -1178,13 +1309,17 @@ class Server {
     if (job.empty()) {
       ordered_json all = ordered_json::array();
       for (const auto& status : scheduler_.jobs()) all.push_back(status_json(status));
-      return reply_json(route, envelope.getRequestId(), ordered_json{{"jobs", all}}, false);
+      ordered_json doc{{"jobs", all}};
+      if (store_full_) doc["store_full"] = *store_full_;
+      return reply_json(route, envelope.getRequestId(), doc, false);
     }
     auto status = scheduler_.job_status(JobId(job));
     if (!status) {
       return reply_error(route, envelope.getRequestId(), WireCode::NOT_FOUND, "no job " + job);
     }
-    reply_json(route, envelope.getRequestId(), status_json(*status), false);
+    ordered_json doc = status_json(*status);
+    if (store_full_) doc["store_full"] = *store_full_;
+    reply_json(route, envelope.getRequestId(), doc, false);
   }
 
   void on_cancel(const std::string& route, Envelope::Reader envelope, Instant now) {
@@ -1270,11 +1405,10 @@ class Server {
         list.back()["isolation"] = info->second.isolation;
       }
     }
-    reply_json(
-        route, request,
-        ordered_json{
-            {"workers", list}, {"errors_answered", errors_}, {"replies_undelivered", undelivered_}},
-        true);
+    ordered_json doc{
+        {"workers", list}, {"errors_answered", errors_}, {"replies_undelivered", undelivered_}};
+    if (store_full_) doc["store_full"] = *store_full_;
+    reply_json(route, request, doc, true);
   }
 
   const ServerConfig& config_;
@@ -1307,8 +1441,14 @@ class Server {
   std::map<std::pair<std::string, Digest>, Upload> uploads_;
   std::map<std::string, std::map<std::uint32_t, std::string>> results_;  // job -> index -> JSON
   std::uint64_t errors_ = 0;
-  std::uint64_t undelivered_ = 0;  // replies ZeroMQ would not take
-  bool trim_ = false;              // a submission was handled this turn
+  std::uint64_t undelivered_ = 0;          // replies ZeroMQ would not take
+  bool trim_ = false;                      // a submission was handled this turn
+  std::optional<std::string> store_full_;  // why, while the store takes no writes
+  // The requests of this turn whose answers depend on its commit: (route, id).
+  std::set<std::pair<std::string, std::uint64_t>> turn_writes_;
+  std::chrono::steady_clock::time_point next_probe_;
+  std::chrono::steady_clock::time_point last_full_log_;
+  std::chrono::seconds probe_wait_{1};
 };
 
 }  // namespace

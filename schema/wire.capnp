@@ -64,6 +64,7 @@ enum ErrorCode {
   tooLarge @4;         # the frame is over the coordinator's limit
   refused @5;          # understood, and refused: `message` says why
   notFound @6;         # an unknown job, trial or blob
+  busy @7;             # cannot be taken now (the coordinator's store is full): send it again later
 }
 
 struct Error {

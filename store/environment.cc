@@ -147,6 +147,14 @@ void Environment::write(const std::function<bool(lmdb::Txn&)>& body) {
         return;
       }
     } catch (const lmdb::LmdbError& e) {
+      // LMDB reports a short write as EIO: on a disk without room, that is
+      // what a full disk looks like.
+      if (e.lmdb_code() == EIO && lmdb::disk_is_full(path_)) {
+        throw StoreFull(std::string(e.what()) + " (a short write): the disk holding the store at " +
+                        path_.string() +
+                        " has no room; nothing of this write was kept and the store stays "
+                        "readable; free space on that disk");
+      }
       if (e.lmdb_code() != MDB_MAP_FULL && e.lmdb_code() != MDB_MAP_RESIZED) throw;
       rc = e.lmdb_code();
     }

@@ -100,9 +100,10 @@ class StoreError : public Error {
       : Error(code, message) {}
 };
 
-// The write needs more room than StoreOptions::max_map_size allows. Nothing
-// of the failed write was kept; the store stays readable and writable for
-// smaller writes.
+// The write needs more room than StoreOptions::max_map_size allows, or the
+// disk holding the store has none left (ENOSPC, EDQUOT). Nothing of the
+// failed write was kept; the store stays readable, and writable for smaller
+// writes or once the disk has room.
 class StoreFull : public StoreError {
  public:
   explicit StoreFull(const std::string& message)

@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 
 #include <cerrno>
 #include <cstdlib>
@@ -39,7 +40,18 @@ LmdbError::LmdbError(const std::string& call, int rc)
 void check(int rc, const std::string& call) {
   if (rc == MDB_SUCCESS) return;
   if (rc == ENOMEM) throw StoreOutOfMemory(call + ": " + mdb_strerror(rc));
+  if (rc == ENOSPC || rc == EDQUOT) {
+    throw StoreFull(call + ": " + mdb_strerror(rc) +
+                    ": the disk holding the store has no room; nothing of this write was kept "
+                    "and the store stays readable; free space on that disk");
+  }
   throw LmdbError(call, rc);
+}
+
+bool disk_is_full(const std::filesystem::path& path) {
+  struct statvfs disk {};
+  if (::statvfs(path.c_str(), &disk) != 0) return false;
+  return static_cast<std::uint64_t>(disk.f_bavail) * disk.f_frsize < std::uint64_t{1} << 16;
 }
 
 void check(int rc, const char* call) {

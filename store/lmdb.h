@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 #include <span>
 #include <stdexcept>
@@ -40,9 +41,13 @@ class LmdbError : public StoreError {
 };
 
 // Throws LmdbError("<call>: <mdb_strerror>") when rc != MDB_SUCCESS, or
-// StoreOutOfMemory when rc is ENOMEM.
+// StoreOutOfMemory when rc is ENOMEM, StoreFull when it is ENOSPC or EDQUOT.
 void check(int rc, const char* call);
 void check(int rc, const std::string& call);
+
+// Less than 64 KiB is left for unprivileged writes on the file system holding
+// `path`: what LMDB reports as EIO (a short write) then means a full disk.
+bool disk_is_full(const std::filesystem::path& path);
 
 inline MDB_val val(std::span<const std::byte> bytes) {
   return MDB_val{bytes.size(), const_cast<std::byte*>(bytes.data())};

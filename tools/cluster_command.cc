@@ -329,7 +329,21 @@ std::string progress_line(const ordered_json& status) {
   }
   const std::uint64_t abandoned = status["status"]["abandoned"];
   if (abandoned > 0) line += "  abandoned " + std::to_string(abandoned);
+  if (status.contains("store_full")) line += "  PAUSED: the coordinator's store is full";
   return line;
+}
+
+// A coordinator whose store is full says so in its status: said once per
+// command, on stderr, with the reason.
+void say_if_store_full(const ordered_json& status) {
+  static bool said = false;
+  if (said || !status.contains("store_full")) return;
+  said = true;
+  std::fprintf(stderr,
+               "forktrial: the coordinator's store is full (%s): it leases nothing and takes no "
+               "job until its disk has room; nothing committed is lost, and it resumes by "
+               "itself\n",
+               terminal_text(status["store_full"].get<std::string>()).c_str());
 }
 
 // Polls until the job is finished; the final status.
@@ -348,6 +362,7 @@ std::pair<ordered_json, bool> wait_for(coordinator::Client& client, const std::s
   for (;;) {
     ordered_json status = client.status(job);
     if (tty) std::fprintf(stderr, "\r%s", progress_line(status).c_str());
+    if (!tty) say_if_store_full(status);
     const bool finished = status["finished"].get<bool>();
     if (finished || (max_wait > 0 && std::chrono::steady_clock::now() >= until)) {
       if (tty) std::fprintf(stderr, "\n");
@@ -635,6 +650,7 @@ void add_status(CLI::App& app) {
       std::printf("%s\n", status.dump().c_str());
       return;
     }
+    say_if_store_full(status);
     if (!job->empty()) {
       std::printf("%s\n", progress_line(status).c_str());
       return;

@@ -65,11 +65,13 @@ struct BlobCache::Lmdb {
   }
 
   void remove(lmdb::Txn& txn, const Digest& digest) {
+    for (MDB_dbi dbi : {blobs, index}) remove_from(txn, dbi, digest);
+  }
+
+  void remove_from(lmdb::Txn& txn, MDB_dbi dbi, const Digest& digest) {
     MDB_val key = key_of(digest);
-    for (MDB_dbi dbi : {blobs, index}) {
-      const int rc = mdb_del(txn.get(), dbi, &key, nullptr);
-      if (rc != MDB_NOTFOUND) lmdb::check(rc, "mdb_del");
-    }
+    const int rc = mdb_del(txn.get(), dbi, &key, nullptr);
+    if (rc != MDB_NOTFOUND) lmdb::check(rc, "mdb_del");
   }
 };
 
@@ -213,6 +215,14 @@ std::expected<Digest, Refusal> BlobCache::store_and_tell(const Digest& digest,
 std::expected<Digest, Refusal> BlobCache::store(const Digest& digest, std::string_view bytes,
                                                 std::vector<Digest>& evicted) {
   std::lock_guard writer(write_mutex_);
+  return store_locked(digest, bytes, evicted, std::nullopt);
+}
+
+// With `disk_full`, a try before found the disk holding the cache without
+// room, and blobs were evicted since: a refusal now says so.
+std::expected<Digest, Refusal> BlobCache::store_locked(
+    const Digest& digest, std::string_view bytes, std::vector<Digest>& evicted,
+    const std::optional<std::string>& disk_full) {
   std::vector<std::pair<Digest, Entry>> victims;
   std::vector<std::pair<Digest, Entry>> recency;  // dirty entries to persist
   std::uint64_t tick = 0;
@@ -274,8 +284,15 @@ std::expected<Digest, Refusal> BlobCache::store(const Digest& digest, std::strin
     if (!bytes.empty()) std::memcpy(space.data(), bytes.data(), bytes.size());
     lmdb_->write_index(txn, digest, bytes.size(), tick);
     txn.commit();
+  } catch (const store::StoreFull& e) {
+    undo();
+    return on_full_disk(digest, bytes, evicted, disk_full, e.what());
   } catch (const lmdb::LmdbError& e) {
     undo();
+    // A short write is reported as EIO; on a disk without room, that is a full disk.
+    if (e.lmdb_code() == EIO && lmdb::disk_is_full(dir_)) {
+      return on_full_disk(digest, bytes, evicted, disk_full, e.what());
+    }
     if (e.lmdb_code() != MDB_MAP_FULL) throw;
     return std::unexpected(Refusal{
         ErrorCode::resource_exhausted,
@@ -294,6 +311,76 @@ std::expected<Digest, Refusal> BlobCache::store(const Digest& digest, std::strin
   }
   for (const auto& [victim, entry] : victims) evicted.push_back(victim);
   return digest;
+}
+
+// LMDB reuses the pages a transaction freed only from the second transaction
+// after it on: the blobs are removed in one transaction, their index entries
+// in the next (an entry whose blob is gone is repaired away on open, should
+// the worker die between the two), and the blob is stored in the one after.
+std::expected<Digest, Refusal> BlobCache::on_full_disk(const Digest& digest, std::string_view bytes,
+                                                       std::vector<Digest>& evicted,
+                                                       const std::optional<std::string>& before,
+                                                       const std::string& why) {
+  if (!before && evict_for_room(bytes.size(), evicted)) {
+    return store_locked(digest, bytes, evicted, why);
+  }
+  std::uint64_t held = 0;
+  std::uint64_t pinned = 0;
+  {
+    std::lock_guard lock(mutex_);
+    held = bytes_used_;
+    pinned = pinned_bytes_locked();
+  }
+  return std::unexpected(Refusal{
+      ErrorCode::resource_exhausted,
+      "cannot store blob " + digest.str() + " of " + bytes_text(bytes.size()) +
+          ": the disk holding the cache at " + dir_.string() + " is full (" + why + "); it holds " +
+          bytes_text(held) + ", " + bytes_text(pinned) +
+          " of them pinned by assigned or running trials, and evicting the rest " +
+          (before ? "did not make room" : "cannot make room") + "; free space on that disk"});
+}
+
+// Evicts, least recently used first, unpinned blobs of at least `size`
+// bytes in one committed transaction; false when there are not that many or
+// the transaction fails. Requires write_mutex_.
+bool BlobCache::evict_for_room(std::uint64_t size, std::vector<Digest>& evicted) {
+  std::vector<std::pair<Digest, Entry>> victims;
+  {
+    std::lock_guard lock(mutex_);
+    // The blob's size and room for the pages its transaction writes besides.
+    const std::uint64_t wanted = size + (std::uint64_t{1} << 20);
+    std::uint64_t freed = 0;
+    for (auto it = by_recency_.begin(); freed < wanted && it != by_recency_.end(); ++it) {
+      if (pins_.contains(it->second)) continue;
+      const Entry& entry = entries_.at(it->second);
+      freed += entry.size;
+      victims.emplace_back(it->second, entry);
+    }
+    if (freed < size) return false;  // less margin than wanted is still worth a try
+    for (const auto& [victim, entry] : victims) {
+      by_recency_.erase(entry.tick);
+      entries_.erase(victim);
+      dirty_.erase(victim);
+    }
+    bytes_used_ -= freed;
+  }
+  try {
+    for (MDB_dbi dbi : {lmdb_->blobs, lmdb_->index}) {
+      lmdb::Txn txn(lmdb_->env.get(), 0);
+      for (const auto& [victim, entry] : victims) lmdb_->remove_from(txn, dbi, victim);
+      txn.commit();
+    }
+  } catch (const store::StoreError&) {
+    std::lock_guard lock(mutex_);
+    for (const auto& [victim, entry] : victims) {
+      entries_[victim] = entry;
+      by_recency_[entry.tick] = victim;
+      bytes_used_ += entry.size;
+    }
+    return false;
+  }
+  for (const auto& [victim, entry] : victims) evicted.push_back(victim);
+  return true;
 }
 
 std::optional<std::string> BlobCache::get(const Digest& digest) {

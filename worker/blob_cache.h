@@ -96,7 +96,10 @@ class BlobCache {
   // Stores `bytes` under their digest, evicting as described above; storing
   // a blob the cache holds only refreshes its recency. Refusals:
   // resource_exhausted (larger than the cap, or the cap cannot be met because
-  // of pins, or the LMDB map is full).
+  // of pins, or the LMDB map is full, or the disk holding the cache is full
+  // and evicting the blobs no pin holds does not make room: on a full disk a
+  // put first evicts, least recently used first, as much as the blob's size,
+  // whatever the cap, and tries again).
   std::expected<Digest, Refusal> put(std::string_view bytes);
   // The same, for bytes that must have digest `expected`; bytes hashing to
   // anything else are refused (invalid_argument) and not stored.
@@ -162,6 +165,16 @@ class BlobCache {
   // Stores the blob, naming in `evicted` what it evicted to make room.
   std::expected<Digest, Refusal> store(const Digest& digest, std::string_view bytes,
                                        std::vector<Digest>& evicted);
+  // store() with write_mutex_ held; `disk_full`: why the try before failed.
+  std::expected<Digest, Refusal> store_locked(const Digest& digest, std::string_view bytes,
+                                              std::vector<Digest>& evicted,
+                                              const std::optional<std::string>& disk_full);
+  // The disk had no room: tries once more after evicting, or refuses.
+  std::expected<Digest, Refusal> on_full_disk(const Digest& digest, std::string_view bytes,
+                                              std::vector<Digest>& evicted,
+                                              const std::optional<std::string>& before,
+                                              const std::string& why);
+  bool evict_for_room(std::uint64_t size, std::vector<Digest>& evicted);
   // store(), then on_eviction_ for each evicted blob, outside every lock.
   std::expected<Digest, Refusal> store_and_tell(const Digest& digest, std::string_view bytes);
   // Drops `digest` if its stored bytes still do not hash to it.

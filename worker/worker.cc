@@ -32,6 +32,9 @@ using Clock = std::chrono::steady_clock;
 using schema::wire::Envelope;
 using wire::ErrorCode;
 
+// What the coordinator refused as busy (its store is full) goes again after this.
+constexpr auto kBusyRetry = std::chrono::seconds(1);
+
 struct AttemptKey {
   std::string job;
   std::uint32_t index = 0;
@@ -187,6 +190,14 @@ class Worker {
         welcomed_ = false;
         say_hello();
       }
+      if (resend_at_ && now >= *resend_at_) {
+        resend_at_.reset();
+        if (welcomed_) {
+          for (const auto& [key, frame] : unacked_) send(frame);
+        } else {
+          say_hello();  // the hello was refused; the reports follow the welcome
+        }
+      }
       request_fetches();
       start_ready_trials();
       ask_for_work();
@@ -291,6 +302,8 @@ class Worker {
         for (const auto& [key, frame] : unacked_) send(frame);
         return;
       case Envelope::ASSIGNMENTS:
+        if (busy_) log_(LogLevel::info, "the coordinator takes work again");
+        busy_ = false;
         work_requested_ = false;
         // An empty answer that waited at the coordinator (it holds an offer
         // until there is work) is followed by the next offer at once; one
@@ -324,6 +337,16 @@ class Worker {
           // The coordinator does not know this worker (it restarted).
           welcomed_ = false;
           say_hello();
+          return;
+        }
+        if (error.getCode() == ErrorCode::BUSY) {
+          // Its store is full: what it refused (a hello, an offer, a report)
+          // goes again a second later; reports wait unacknowledged.
+          if (!busy_) log_(LogLevel::warn, message + "; trying again every second");
+          busy_ = true;
+          work_requested_ = false;
+          next_request_ = Clock::now() + kBusyRetry;
+          resend_at_ = Clock::now() + kBusyRetry;
           return;
         }
         if (!welcomed_ && error.getCode() == ErrorCode::REFUSED) {
@@ -421,8 +444,11 @@ class Worker {
     auto whole = std::move(*fetch.assembly).finish();
     fetches_.erase(it);
     if (!whole) return fail_fetch(*digest, whole.error().message);
-    if (auto put = cache_.put(*digest, *whole); !put)
+    if (auto put = cache_.put(*digest, *whole); !put) {
+      log_(LogLevel::warn, "cannot keep blob " + digest->str() + ": " + put.error().message +
+                               "; the trials that need it fail here and are run elsewhere");
       return fail_fetch(*digest, put.error().message);
+    }
     if (auto pin = pin_of_archive_.find(*digest); pin != pin_of_archive_.end()) {
       note_archive(pin->second, *digest);
     }
@@ -666,6 +692,8 @@ class Worker {
   Clock::time_point work_requested_at_ = Clock::now();
   std::chrono::milliseconds lease_{30000};
   Clock::time_point last_heard_ = Clock::now();
+  bool busy_ = false;                           // the coordinator said its store is full
+  std::optional<Clock::time_point> resend_at_;  // of what it refused as busy
   Clock::time_point last_hello_ = Clock::now();
   Clock::time_point last_heartbeat_ = Clock::now();
   Clock::time_point next_request_ = Clock::now();

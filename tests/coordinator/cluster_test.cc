@@ -35,6 +35,7 @@
 #include "schema/outcome.h"
 #include "schema/wire_codec.h"
 #include "store/event_store.h"
+#include "tests/support/small_disk.h"
 #include "tests/support/temp_dir.h"
 
 extern char** environ;
@@ -1680,4 +1681,73 @@ TEST_CASE("a worker whose messages ZeroMQ will not queue says so, and sends them
   cluster.start_coordinator();
   CHECK(logged("the coordinator takes messages again"));
   CHECK(logged("worker w1 joined"));
+}
+
+// ---- Exhaustion: disks that fill
+
+using forktrial::testing::SmallDisk;
+
+TEST_CASE("a coordinator whose disk fills pauses, says why, loses nothing and resumes",
+          "[cluster][exhaustion]") {
+  if (auto why = SmallDisk::unavailable()) {
+    WARN("skipped: " << *why);
+    return;
+  }
+  Cluster cluster;
+  SmallDisk disk(cluster.dir.path() / "small", "64m");
+  if (!disk.mounted()) {
+    WARN("skipped: mount -t tmpfs failed");
+    return;
+  }
+  // The store, with the recorded run, moves onto the small disk.
+  const std::string store = (disk.path() / "store").string();
+  std::filesystem::copy(cluster.store, store);
+  cluster.store = store;
+  cluster.start_coordinator("3");
+  cluster.start_worker(1);
+  cluster.start_worker(2);
+  const std::string job = cluster.submit(cluster.outcome_batch(15));
+  CHECK(cluster.wait_until_done(job, 5) < 60);
+  REQUIRE(disk.fill());
+
+  // The next commit finds no room: the coordinator says so in its status.
+  json status;
+  for (int i = 0; i < 300; ++i) {
+    auto asked = cluster.client({"status", "--json"});
+    INFO(asked.err << cluster.log_text());
+    REQUIRE(asked.exit_code == 0);
+    status = json::parse(asked.out);
+    if (status.contains("store_full")) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  INFO(cluster.log_text());
+  REQUIRE(status.contains("store_full"));
+  CHECK_THAT(status["store_full"].get<std::string>(), Catch::Contains("has no room"));
+  CHECK_THAT(cluster.log_text(), Catch::Contains("the store is full"));
+  CHECK_THAT(cluster.log_text(),
+             Catch::Contains("Paused: no leases, reconciliations or submissions"));
+  auto shown = cluster.client({"status"});
+  CHECK(shown.exit_code == 0);
+  CHECK_THAT(shown.err, Catch::Contains("the coordinator's store is full"));
+
+  // Paused: nothing more is reconciled, and a new job is refused, saying why.
+  const std::uint64_t done = status["jobs"][0]["done"];
+  auto refused = cluster.client({"submit", cluster.outcome_batch(1, 1), "--json"});
+  CHECK(refused.exit_code != 0);
+  CHECK_THAT(refused.err, Catch::Contains("the coordinator's store is full"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  auto later = cluster.client({"status", job, "--json"});
+  REQUIRE(later.exit_code == 0);
+  CHECK(json::parse(later.out)["done"] == done);
+
+  // Room again: it resumes by itself and the job ends, every trial once.
+  disk.make_room();
+  const json summary = cluster.wait(job);
+  INFO(summary.dump());
+  CHECK(summary["reconciled"] == 60);
+  CHECK(summary["abandoned"] == 0);
+  CHECK_THAT(cluster.log_text(), Catch::Contains("the store has room again"));
+  require_exactly_once(cluster, cluster.results(job));
+  cluster.coordinator.reset();  // before the disk goes
+  cluster.workers.clear();
 }

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "store/lmdb.h"
+#include "tests/support/small_disk.h"
 #include "tests/support/temp_dir.h"
 
 using forktrial::Digest;
@@ -349,4 +350,44 @@ TEST_CASE("puts, gets and pins from several threads keep the cache consistent", 
     found += bytes->size();
   }
   CHECK(found == cache.bytes_used());
+}
+
+TEST_CASE("on a full disk the cache evicts to make room, and refuses when pins hold it all",
+          "[worker][cache]") {
+  if (auto why = forktrial::testing::SmallDisk::unavailable()) {
+    WARN("skipped: " << *why);
+    return;
+  }
+  TempDir dir;
+  forktrial::testing::SmallDisk disk(dir.path() / "disk", "12m");
+  if (!disk.mounted()) {
+    WARN("skipped: mount -t tmpfs failed");
+    return;
+  }
+  std::vector<Digest> evictions;
+  BlobCacheOptions options;
+  options.byte_cap = std::uint64_t{1} << 30;  // far more than the disk holds
+  options.sync = false;
+  options.on_eviction = [&](const Digest& digest) { evictions.push_back(digest); };
+  BlobCache cache(disk.path() / "cache", options);
+  // Thirty blobs of 1 MiB on a disk of 12: the disk fills long before the
+  // cap, and each put past that point evicts the oldest.
+  std::vector<Digest> digests;
+  for (int i = 0; i < 30; ++i) {
+    digests.push_back(put_ok(cache, blob(static_cast<char>('a' + i), std::size_t{1} << 20)));
+  }
+  CHECK(evictions.size() > 10);
+  CHECK(cache.contains(digests.back()));
+  CHECK_FALSE(cache.contains(digests.front()));
+  CHECK(cache.get(digests.back()) == blob(static_cast<char>('a' + 29), std::size_t{1} << 20));
+  // Every blob held is pinned (by trials): nothing may go, and a new blob is
+  // refused, saying why.
+  std::vector<BlobCache::Pin> pins;
+  for (const Digest& digest : cache.summary()) pins.push_back(cache.pin(digest));
+  const auto refused = cache.put(blob('#', std::size_t{1} << 20));
+  REQUIRE_FALSE(refused.has_value());
+  CHECK(refused.error().code == ErrorCode::resource_exhausted);
+  CHECK_THAT(refused.error().message, Catch::Contains("the disk holding the cache at"));
+  CHECK_THAT(refused.error().message, Catch::Contains("pinned by assigned or running trials"));
+  for (const Digest& digest : cache.summary()) CHECK(cache.get(digest).has_value());
 }
