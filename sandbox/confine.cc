@@ -79,6 +79,13 @@ std::optional<std::string> build_root(const Confinement& c) {
   for (const auto& dir : c.writable) {
     if (auto failed = bind(root, dir, false)) return failed;
   }
+  // The working directory stays the same path, so paths relative to it
+  // (packs given as examples/packs/x) still resolve once the root changed.
+  std::error_code ignored;
+  const fs::path cwd = fs::current_path(ignored);
+  if (!cwd.empty()) {
+    if (auto failed = make_dirs(root, cwd)) return failed;
+  }
   if (auto failed = make_dirs(root, "/proc")) return failed;
   if (::mount("proc", (root / "proc").c_str(), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) !=
       0) {
@@ -92,7 +99,9 @@ std::optional<std::string> build_root(const Confinement& c) {
     return "pivot_root(" + quoted(root.string()) + "): " + errno_text(errno);
   }
   if (::umount2(".", MNT_DETACH) != 0) return "umount2(old root, MNT_DETACH): " + errno_text(errno);
-  if (::chdir("/") != 0) return "chdir(\"/\"): " + errno_text(errno);
+  if (::chdir(cwd.empty() ? "/" : cwd.c_str()) != 0) {
+    return "chdir(" + quoted(cwd.string()) + "): " + errno_text(errno);
+  }
   return std::nullopt;
 }
 

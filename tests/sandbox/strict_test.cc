@@ -9,6 +9,7 @@
 #include <signal.h>
 
 #include <catch2/catch.hpp>
+#include <filesystem>
 #include <optional>
 #include <string>
 
@@ -153,5 +154,25 @@ TEST_CASE("a strict Lua trial that spins is stopped by the CPU net, through the 
   CHECK(report.outcome == Outcome::limits_exceeded);
   CHECK(report.exit_code == -SIGXCPU);
   CHECK(contains(report.detail, "CPU net"));
+  CHECK(report.warnings.empty());
+}
+
+TEST_CASE("a strict trial finds a pack given relative to the working directory",
+          "[trial][strict]") {
+  if (const auto why = unavailable()) {
+    WARN("skipped: " << *why);
+    return;
+  }
+  // The child's new root keeps the working directory's path, so a relative
+  // pack path (as the README's examples/packs/...) resolves as before.
+  testing::TrialFixture f;
+  PackSource candidate = f.pack(testing::scenario_only(""));
+  candidate.root_dir = std::filesystem::relative(candidate.root_dir).string();
+  REQUIRE(std::filesystem::path(candidate.root_dir).is_relative());
+  ChildOptions options;
+  options.isolation = Isolation::strict;
+  const auto report = f.trial(candidate, "scenarios/main.lua", {}, {}, options);
+  INFO(report.detail);
+  CHECK(report.outcome == Outcome::completed);
   CHECK(report.warnings.empty());
 }
