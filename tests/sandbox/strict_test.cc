@@ -37,6 +37,19 @@ std::optional<std::string> unavailable(std::vector<std::string> needed = {"names
   return why;
 }
 
+// `candidate` run by the real forktrial-child under strict isolation;
+// nullopt, after saying why, where the host cannot apply the nets.
+std::optional<TrialReport> strict_lua_trial(testing::TrialFixture& f, const PackSource& candidate,
+                                            const TrialLimits& limits = {}) {
+  if (const auto why = unavailable()) {
+    WARN("skipped: " << *why);
+    return std::nullopt;
+  }
+  ChildOptions options;
+  options.isolation = Isolation::strict;
+  return f.trial(candidate, "scenarios/main.lua", limits, {}, options);
+}
+
 struct Probe {
   testing::TrialFixture f;
 
@@ -136,43 +149,33 @@ TEST_CASE("a strict trial that starts threads without end is stopped by its cgro
 
 TEST_CASE("a strict Lua trial that spins is stopped by the CPU net, through the child's init",
           "[trial][strict]") {
-  if (const auto why = unavailable()) {
-    WARN("skipped: " << *why);
-    return;
-  }
   // The trial is not PID 1 of its namespace (which would ignore SIGXCPU):
   // its init reports the signal, and the parent reads it back as SIGXCPU.
   testing::TrialFixture f;
   TrialLimits limits;
   limits.wall_clock_seconds = 60;
   limits.max_cpu_seconds = 1;
-  ChildOptions options;
-  options.isolation = Isolation::strict;
-  const auto report = f.trial(f.pack(testing::scenario_only("while true do end")),
-                              "scenarios/main.lua", limits, {}, options);
-  INFO(report.detail);
-  CHECK(report.outcome == Outcome::limits_exceeded);
-  CHECK(report.exit_code == -SIGXCPU);
-  CHECK(contains(report.detail, "CPU net"));
-  CHECK(report.warnings.empty());
+  const auto report =
+      strict_lua_trial(f, f.pack(testing::scenario_only("while true do end")), limits);
+  if (!report) return;
+  INFO(report->detail);
+  CHECK(report->outcome == Outcome::limits_exceeded);
+  CHECK(report->exit_code == -SIGXCPU);
+  CHECK(contains(report->detail, "CPU net"));
+  CHECK(report->warnings.empty());
 }
 
 TEST_CASE("a strict trial finds a pack given relative to the working directory",
           "[trial][strict]") {
-  if (const auto why = unavailable()) {
-    WARN("skipped: " << *why);
-    return;
-  }
   // The child's new root keeps the working directory's path, so a relative
   // pack path (as the README's examples/packs/...) resolves as before.
   testing::TrialFixture f;
   PackSource candidate = f.pack(testing::scenario_only(""));
   candidate.root_dir = std::filesystem::relative(candidate.root_dir).string();
   REQUIRE(std::filesystem::path(candidate.root_dir).is_relative());
-  ChildOptions options;
-  options.isolation = Isolation::strict;
-  const auto report = f.trial(candidate, "scenarios/main.lua", {}, {}, options);
-  INFO(report.detail);
-  CHECK(report.outcome == Outcome::completed);
-  CHECK(report.warnings.empty());
+  const auto report = strict_lua_trial(f, candidate);
+  if (!report) return;
+  INFO(report->detail);
+  CHECK(report->outcome == Outcome::completed);
+  CHECK(report->warnings.empty());
 }
