@@ -3,6 +3,10 @@
 // Order matters and is the contract with the parent (sandbox/trial.cc):
 //   1. check that fd 3 (the tail) is open; read the whole job from stdin;
 //   2. apply the kernel nets to itself, before anything else is allocated;
+//      under strict isolation, first confine itself in the namespaces the
+//      parent made (sandbox/confine.h: its own root, then a fork so that the
+//      trial is not PID 1), and last drop its capabilities and load the
+//      seccomp filter, under which everything after runs;
 //   3. verify every pack's bundle pin — extra packs and candidate — before
 //      reading any pack code, so a wrong pin loads nothing;
 //   4. open the scratch store (which holds only the fork), load the packs,
@@ -33,6 +37,7 @@
 #include "pack/pack_check.h"
 #include "pack/pack_files.h"
 #include "runtime/runtime.h"
+#include "sandbox/confine.h"
 #include "sandbox/job.h"
 #include "sandbox/rlimits.h"
 #include "sandbox/tail.h"
@@ -220,13 +225,22 @@ int run(int, char**) {
     return kCannotStart;
   }
 
-  if (job->parent_pid != 0 && ::getppid() != job->parent_pid) {
+  // In its own PID namespace the parent has no pid here (getppid() is 0);
+  // the parent-death signal was set before exec instead (spawn.h).
+  const bool own_pid_namespace = job->strict && in_strict_namespaces();
+  if (job->parent_pid != 0 && !own_pid_namespace && ::getppid() != job->parent_pid) {
     std::fprintf(stderr, "forktrial-child: the parent process %d is gone\n", job->parent_pid);
     return kCannotStart;
   }
 
   ChildTail tail;
-  tail.warnings = apply_nets(job->limits, net_setter());
+  if (job->strict) tail.warnings = enter_namespaces(confinement_for(*job));
+  for (auto& warning : apply_nets(job->limits, net_setter())) {
+    tail.warnings.push_back(std::move(warning));
+  }
+  if (job->strict) {
+    for (auto& warning : lock_down()) tail.warnings.push_back(std::move(warning));
+  }
   for (const auto& warning : tail.warnings)
     std::fprintf(stderr, "forktrial-child: %s\n", warning.c_str());
 

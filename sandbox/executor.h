@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "sandbox/isolation.h"
 #include "sandbox/trial.h"
 #include "sandbox/trial_types.h"
 #include "store/event_store.h"
@@ -23,6 +24,7 @@ struct Guarantee {
 };
 
 struct IsolationGuarantees {
+  Isolation level = Isolation::standard;  // what the executor was asked for
   Guarantee process;           // a fresh process per trial; the caller survives any crash
   Guarantee filesystem;        // the trial cannot read or write outside what it is given
   Guarantee network;           // the trial cannot reach the network
@@ -40,7 +42,9 @@ class TrialExecutor {
   virtual TrialReport execute(store::EventStore& store, const TrialSpecification& spec) = 0;
 };
 
-// Runs each trial in a forktrial-child subprocess on this machine.
+// Runs each trial in a forktrial-child subprocess on this machine. Under
+// strict isolation the constructor probes the host (probe_strict_nets), so
+// the guarantees say which nets apply here and what provides them.
 class LocalSubprocessExecutor final : public TrialExecutor {
  public:
   explicit LocalSubprocessExecutor(ChildOptions options = {});
@@ -48,6 +52,7 @@ class LocalSubprocessExecutor final : public TrialExecutor {
   TrialReport execute(store::EventStore& store, const TrialSpecification& spec) override;
 
  private:
+  void add_strict_guarantees();
   ChildOptions options_;
   IsolationGuarantees isolation_;
 };

@@ -33,7 +33,9 @@ std::string encode_job(const ChildJob& job) {
            {"fork_seq", job.fork_seq},
            {"scratch_store", job.scratch_store},
            {"trial_id", job.trial_id},
-           {"parent_pid", job.parent_pid}};
+           {"parent_pid", job.parent_pid},
+           {"strict", job.strict},
+           {"strict_root", job.strict_root}};
   return out.dump();
 }
 
@@ -58,6 +60,8 @@ std::expected<ChildJob, std::string> decode_job(std::string_view text) {
     job.scratch_store = doc.at("scratch_store").get<std::string>();
     job.trial_id = doc.at("trial_id").get<std::string>();
     job.parent_pid = doc.at("parent_pid").get<int>();
+    job.strict = doc.at("strict").get<bool>();
+    job.strict_root = doc.at("strict_root").get<std::string>();
     return job;
   } catch (const json::exception& e) {
     return std::unexpected("the job on stdin is malformed: " + std::string(e.what()));

@@ -24,6 +24,10 @@ struct ChildJob {
   std::string scratch_store;   // directory of the scratch store holding only the fork
   std::string trial_id;        // seeds the runtime's randomness
   int parent_pid = 0;          // the supervising process; the child exits if it is gone
+  // Strict isolation (sandbox/confine.h): the child confines itself; in its
+  // namespaces it mounts its new root on `strict_root`, an empty directory.
+  bool strict = false;
+  std::string strict_root;
   friend bool operator==(const ChildJob&, const ChildJob&) = default;
 };
 

@@ -1,9 +1,12 @@
 #include "sandbox/spawn.h"
 
 #include <fcntl.h>
+#include <linux/close_range.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -193,6 +196,166 @@ class SigpipeBlock {
   sigset_t previous_;
 };
 
+// Starts the child with posix_spawn; its pid.
+pid_t start_plain(const std::string& program, const int (&passed)[kPassedDescriptors], char** argv,
+                  char** envp) {
+  SpawnActions actions;
+  for (int to = 0; to < kPassedDescriptors; ++to) actions.dup2(passed[to], to);
+  // Nothing else crosses, whether or not it is close-on-exec: the caller's
+  // inheritable descriptors, those a library opened without O_CLOEXEC (LMDB's
+  // data file), and those other threads open while this child starts.
+  actions.close_from(kPassedDescriptors);
+  posix_spawnattr_t attributes;
+  ::posix_spawnattr_init(&attributes);
+  // Its own process group, so the wall-clock kill reaches every descendant;
+  // default signal dispositions, whatever the caller ignores.
+  sigset_t all;
+  sigfillset(&all);
+  ::posix_spawnattr_setsigdefault(&attributes, &all);
+  sigset_t none;
+  sigemptyset(&none);
+  ::posix_spawnattr_setsigmask(&attributes, &none);
+  ::posix_spawnattr_setpgroup(&attributes, 0);
+  ::posix_spawnattr_setflags(
+      &attributes, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+  pid_t pid = -1;
+  // glibc's posix_spawn reports exec failures (ENOENT, EACCES) as its result.
+  const int rc = ::posix_spawn(&pid, program.c_str(), actions.get(), &attributes, argv, envp);
+  ::posix_spawnattr_destroy(&attributes);
+  if (rc != 0) throw SystemError("posix_spawn(\"" + program + "\")", rc);
+  return pid;
+}
+
+// The strict start, prepared before clone: the child may then only make
+// system calls (it is a copy of one thread of a possibly multithreaded
+// process), so every string and descriptor is ready beforehand.
+struct StrictStart {
+  bool namespaces = true;
+  std::string uid_map;  // "0 <euid> 1": root inside is the caller outside
+  std::string gid_map;
+  std::vector<int> cgroup_procs;
+  int passed[kPassedDescriptors];  // become 0..3
+  int report = -1;                 // the write end of the failure pipe
+  const char* program = nullptr;
+  char** argv = nullptr;
+  char** envp = nullptr;
+};
+
+// What failed in the child before exec, sent over the failure pipe.
+struct StartFailure {
+  int step = 0;  // index into kStartSteps
+  int error = 0;
+};
+constexpr const char* kStartSteps[] = {"prctl(PR_SET_PDEATHSIG, SIGKILL)",
+                                       "write /proc/self/setgroups",
+                                       "write /proc/self/uid_map",
+                                       "write /proc/self/gid_map",
+                                       "write 0 to the cgroup's cgroup.procs",
+                                       "setpgid(0, 0)",
+                                       "reset the signal mask",
+                                       "dup2 the passed descriptors",
+                                       "close_range(4, ~0, CLOSE_RANGE_CLOEXEC)",
+                                       "execve"};
+
+bool write_whole(int fd, const char* text, std::size_t size) {
+  return retry_eintr([&] { return ::write(fd, text, size); }) == static_cast<ssize_t>(size);
+}
+
+bool write_file(const char* path, const std::string& text) {
+  const int fd = ::open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool written = write_whole(fd, text.data(), text.size());
+  ::close(fd);
+  return written;
+}
+
+// The child between clone and exec: system calls only.
+[[noreturn]] void run_strict_child(const StrictStart& s) {
+  int step = 0;
+  auto fail = [&] {
+    const StartFailure failure{step, errno};
+    write_whole(s.report, reinterpret_cast<const char*>(&failure), sizeof failure);
+    ::_exit(127);
+  };
+  // First, so that a parent gone from here on takes the child along: in its
+  // own PID namespace it cannot compare its parent's pid any more.
+  if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) fail();
+  ++step;
+  if (s.namespaces) {
+    if (!write_file("/proc/self/setgroups", "deny")) fail();
+    ++step;
+    if (!write_file("/proc/self/uid_map", s.uid_map)) fail();
+    ++step;
+    if (!write_file("/proc/self/gid_map", s.gid_map)) fail();
+    ++step;
+  } else {
+    step += 3;
+  }
+  for (int fd : s.cgroup_procs) {
+    if (!write_whole(fd, "0", 1)) fail();
+  }
+  ++step;
+  if (::setpgid(0, 0) != 0) fail();
+  ++step;
+  struct sigaction fallback {};
+  fallback.sa_handler = SIG_DFL;
+  for (int signal = 1; signal < NSIG; ++signal) ::sigaction(signal, &fallback, nullptr);
+  sigset_t none;
+  sigemptyset(&none);
+  if (::sigprocmask(SIG_SETMASK, &none, nullptr) != 0) fail();
+  ++step;
+  for (int to = 0; to < kPassedDescriptors; ++to) {
+    const int from = s.passed[to];
+    // dup2 onto itself would keep close-on-exec; clear it instead.
+    if (from == to ? ::fcntl(to, F_SETFD, 0) != 0 : ::dup2(from, to) != to) fail();
+  }
+  ++step;
+  // Close-on-exec rather than closed: the failure pipe must stay open until
+  // exec, which then closes everything from 4 up at once.
+  if (::close_range(kPassedDescriptors, ~0U, CLOSE_RANGE_CLOEXEC) != 0) fail();
+  ++step;
+  ::execve(s.program, s.argv, s.envp);
+  fail();
+  ::_exit(127);
+}
+
+// Starts the child the strict way; its pid. Namespaces the host refuses are
+// a warning in `result`, and the child starts without them.
+pid_t start_strict(StrictStart start, ChildResult& result) {
+  Pipe report = make_pipe();
+  start.report = report.write.get();
+  constexpr unsigned long kNamespaces =
+      CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC;
+  long pid = ::syscall(SYS_clone, kNamespaces | SIGCHLD, nullptr, nullptr, nullptr, 0);
+  if (pid == 0) run_strict_child(start);
+  if (pid < 0 && (errno == EPERM || errno == EINVAL || errno == ENOSPC || errno == EUSERS)) {
+    result.warnings.push_back(
+        "namespaces unavailable: clone(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | "
+        "CLONE_NEWNET | CLONE_NEWIPC): " +
+        errno_text(errno) +
+        "; the trial sees the host's filesystem, network and processes as the caller's user "
+        "(the seccomp filter and the cgroup still apply where available)");
+    start.namespaces = false;
+    pid = ::syscall(SYS_clone, SIGCHLD, nullptr, nullptr, nullptr, 0);
+    if (pid == 0) run_strict_child(start);
+  }
+  if (pid < 0) throw SystemError(std::string("clone for ") + start.program, errno);
+  report.write.reset();
+  StartFailure failure;
+  const ssize_t n =
+      retry_eintr([&] { return ::read(report.read.get(), &failure, sizeof failure); });
+  if (n == static_cast<ssize_t>(sizeof failure)) {
+    siginfo_t info{};
+    retry_eintr([&] { return ::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED); });
+    const int step = std::clamp(failure.step, 0, static_cast<int>(std::size(kStartSteps)) - 1);
+    throw SystemError(
+        std::string("starting ") + start.program + " under strict isolation: " + kStartSteps[step],
+        failure.error);
+  }
+  result.in_namespaces = start.namespaces;
+  return static_cast<pid_t>(pid);
+}
+
 }  // namespace
 
 std::vector<std::string> closed_environment(const std::vector<std::string>& passthrough,
@@ -225,28 +388,7 @@ ChildResult run_child(const SpawnRequest& request) {
   Pipe err = make_pipe();
   Pipe tail = make_pipe();
 
-  SpawnActions actions;
-  actions.dup2(in.read.get(), 0);
-  actions.dup2(out.write.get(), 1);
-  actions.dup2(err.write.get(), 2);
-  actions.dup2(tail.write.get(), 3);
-  // Nothing else crosses, whether or not it is close-on-exec: the caller's
-  // inheritable descriptors, those a library opened without O_CLOEXEC (LMDB's
-  // data file), and those other threads open while this child starts.
-  actions.close_from(kPassedDescriptors);
-  posix_spawnattr_t attributes;
-  ::posix_spawnattr_init(&attributes);
-  // Its own process group, so the wall-clock kill reaches every descendant;
-  // default signal dispositions, whatever the caller ignores.
-  sigset_t all;
-  sigfillset(&all);
-  ::posix_spawnattr_setsigdefault(&attributes, &all);
-  sigset_t none;
-  sigemptyset(&none);
-  ::posix_spawnattr_setsigmask(&attributes, &none);
-  ::posix_spawnattr_setpgroup(&attributes, 0);
-  ::posix_spawnattr_setflags(
-      &attributes, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+  ChildResult result;
 
   std::vector<char*> argv{const_cast<char*>(request.program.c_str())};
   for (const auto& arg : request.args) argv.push_back(const_cast<char*>(arg.c_str()));
@@ -255,12 +397,21 @@ ChildResult run_child(const SpawnRequest& request) {
   for (const auto& entry : request.env) envp.push_back(const_cast<char*>(entry.c_str()));
   envp.push_back(nullptr);
 
+  const int passed[kPassedDescriptors] = {in.read.get(), out.write.get(), err.write.get(),
+                                          tail.write.get()};
   pid_t pid = -1;
-  // glibc's posix_spawn reports exec failures (ENOENT, EACCES) as its result.
-  const int rc = ::posix_spawn(&pid, request.program.c_str(), actions.get(), &attributes,
-                               argv.data(), envp.data());
-  ::posix_spawnattr_destroy(&attributes);
-  if (rc != 0) throw SystemError("posix_spawn(\"" + request.program + "\")", rc);
+  if (request.strict) {
+    StrictStart start{.uid_map = "0 " + std::to_string(::geteuid()) + " 1",
+                      .gid_map = "0 " + std::to_string(::getegid()) + " 1",
+                      .cgroup_procs = request.strict->cgroup_procs,
+                      .passed = {passed[0], passed[1], passed[2], passed[3]},
+                      .program = request.program.c_str(),
+                      .argv = argv.data(),
+                      .envp = envp.data()};
+    pid = start_strict(std::move(start), result);
+  } else {
+    pid = start_plain(request.program, passed, argv.data(), envp.data());
+  }
   ChildHandle child(pid, request.before_group_kill);
   in.read.reset();
   out.write.reset();
@@ -272,7 +423,6 @@ ChildResult run_child(const SpawnRequest& request) {
   if (!pidfd) throw SystemError("pidfd_open(" + std::to_string(pid) + ")", errno);
   set_nonblocking(in.write.get());
 
-  ChildResult result;
   std::size_t stdin_written = 0;
   if (request.stdin_data.empty()) in.write.reset();
   std::optional<Clock::time_point> deadline;

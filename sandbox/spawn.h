@@ -46,6 +46,17 @@ struct SpawnRequest {
   // When set and cancelled, before or during the run, run_child kills the
   // child's group, reaps it and throws Cancelled. Must outlive the call.
   const Cancellation* cancellation = nullptr;
+  // Strict isolation's half of the spawn (sandbox/confine.h has the child's):
+  // the child starts in new user, mount, PID, network and IPC namespaces,
+  // its user and group mapped to the caller's, and joins the cgroup whose
+  // cgroup.procs descriptors are given, before exec. Where the host refuses
+  // the namespaces it starts without them and ChildResult::warnings says so.
+  // Started with clone, not posix_spawn, which cannot make namespaces; a
+  // failure before exec is reported over a close-on-exec pipe.
+  struct Strict {
+    std::vector<int> cgroup_procs;  // not owned; open for the whole call
+  };
+  std::optional<Strict> strict;
   // Tests only: called with the leader's pid just before each kill of the
   // child's process group, on the calling thread; must not throw.
   std::function<void(pid_t)> before_group_kill;
@@ -66,6 +77,10 @@ struct ChildResult {
   // Times the supervising poll() returned with nothing ready: once per
   // deadline that passed (the wall clock, the end of draining the output).
   std::size_t idle_wakeups = 0;
+  // Strict only: the child ran in its own namespaces (PID 1 of its own), or
+  // why not.
+  bool in_namespaces = false;
+  std::vector<std::string> warnings;
 };
 
 // Spawns and supervises the child. Throws Cancelled when the request's

@@ -17,10 +17,13 @@
 #include "pack/bundle_hash.h"
 #include "runtime/reserved_names.h"
 #include "runtime/runtime.h"
+#include "sandbox/cgroup.h"
+#include "sandbox/confine.h"
 #include "sandbox/delta.h"
 #include "sandbox/rlimits.h"
 #include "sandbox/scratch.h"
 #include "sandbox/spawn.h"
+#include "sandbox/syscall_filter.h"
 #include "sandbox/tail.h"
 
 extern char** environ;
@@ -117,6 +120,100 @@ DeltaScan scan_delta(const store::Snapshot& scratch, const store::RunInfo& fork,
     return true;
   });
   return scan;
+}
+
+// The parent's half of strict isolation for one child (sandbox/isolation.h):
+// the cgroup it joins, and the warnings for what this host cannot apply.
+// Inactive for standard isolation. Owns the cgroup, so it must outlive the
+// child; its destructor removes the cgroup.
+struct StrictParent {
+  bool active = false;
+  std::optional<TrialCgroup> cgroup;
+  std::vector<std::string> warnings;
+};
+
+// Prepares strict isolation when `options` asks for it: marks the job
+// strict with an empty root directory in `scratch_dir`, and makes the
+// cgroup, whose absence is a warning.
+StrictParent prepare_strict(const ChildOptions& options, const TrialLimits& limits,
+                            const std::filesystem::path& scratch_dir, ChildJob& job) {
+  StrictParent strict;
+  if (options.isolation != Isolation::strict) return strict;
+  strict.active = true;
+  job.strict = true;
+  const auto root = scratch_dir / "root";
+  std::filesystem::create_directory(root);
+  job.strict_root = root.string();
+  std::optional<std::uint64_t> memory;
+  if (limits.max_rss_bytes && *limits.max_rss_bytes > 0) memory = *limits.max_rss_bytes;
+  auto cgroup = TrialCgroup::create(memory, kStrictMaxTasks);
+  if (cgroup) {
+    strict.cgroup.emplace(std::move(*cgroup));
+  } else {
+    strict.warnings.push_back("cgroup net unavailable: " + cgroup.error() +
+                              "; the trial's real memory and task count are not capped "
+                              "(RLIMIT_AS, and the seccomp filter's refusal of new processes, "
+                              "still apply)");
+  }
+  return strict;
+}
+
+// Starts and supervises the child under `strict`; a strict child's init
+// reports a trial's death by signal as an exit status, read back here as
+// the signal.
+ChildResult run_strict_child(SpawnRequest request, const StrictParent& strict) {
+  if (strict.active) {
+    request.strict.emplace();
+    if (strict.cgroup) {
+      for (const auto& fd : strict.cgroup->procs())
+        request.strict->cgroup_procs.push_back(fd.get());
+    }
+  }
+  ChildResult child = run_child(request);
+  if (child.in_namespaces && child.exited && child.exit_code > kSignalExitBase &&
+      child.exit_code < kSignalExitBase + NSIG) {
+    child.exited = false;
+    child.signal = child.exit_code - kSignalExitBase;
+    child.exit_code = -1;
+  }
+  child.warnings.insert(child.warnings.end(), strict.warnings.begin(), strict.warnings.end());
+  return child;
+}
+
+// What the strict nets stopped, in the verdict: the cgroup's OOM kill and
+// task limit as limits_exceeded naming the limit, a system call the filter
+// refused as a crash naming the call, and every net this host could not
+// apply as a warning.
+void add_strict_findings(TrialVerdict& verdict, const ChildResult& child,
+                         const StrictParent& strict, const TrialLimits& limits) {
+  if (!strict.active) return;
+  const auto events = strict.cgroup ? strict.cgroup->events() : TrialCgroup::Events{};
+  std::string stopped;
+  if (events.oom_kills > 0) {
+    stopped = "memory net: the trial's cgroup reached its memory limit of " +
+              std::to_string(limits.max_rss_bytes.value_or(0)) +
+              " bytes (max_rss_bytes, real memory) and the kernel's OOM killer killed " +
+              std::to_string(events.oom_kills) + " of its tasks";
+  } else if (events.tasks_refused > 0) {
+    stopped = "pids net: the trial tried to hold more than " + std::to_string(kStrictMaxTasks) +
+              " tasks at once; its cgroup's pids limit refused " +
+              std::to_string(events.tasks_refused) + " forks or threads";
+  }
+  if (!stopped.empty() && !verdict.wall_clock_killed) {
+    verdict.outcome = Outcome::limits_exceeded;
+    verdict.stopped_by_net = true;
+    verdict.detail = stopped + (verdict.detail.empty() ? "" : "\n" + verdict.detail);
+  }
+  if (!child.exited && child.signal == SIGSYS && !verdict.wall_clock_killed) {
+    const auto number = refused_syscall(child.stderr_tail);
+    verdict.outcome = Outcome::crashed;
+    verdict.detail = "strict filter: " +
+                     (number ? "system call " + syscall_name(*number) + " refused"
+                             : std::string("a system call was refused")) +
+                     "; the child was killed by SIGSYS\n" + verdict.detail;
+  }
+  for (const auto& warning : child.warnings) append_line(verdict.detail, "warning: " + warning);
+  verdict.warnings.insert(verdict.warnings.begin(), child.warnings.begin(), child.warnings.end());
 }
 
 // How every trial child is started: the closed environment, the job on stdin.
@@ -276,6 +373,8 @@ ScratchRun run_on_scratch(const std::filesystem::path& scratch_store,
   job.fork_seq = fork_seq;
   job.scratch_store = scratch_store.string();
   job.trial_id = fork_id.str();
+  const StrictParent strict =
+      prepare_strict(options, spec.limits, scratch_store.parent_path(), job);
 
   // A fresh child process, closed environment, job on stdin, tail on fd 3.
   std::chrono::milliseconds wall_clock{0};
@@ -283,7 +382,7 @@ ScratchRun run_on_scratch(const std::filesystem::path& scratch_store,
     wall_clock = std::chrono::milliseconds(
         static_cast<std::int64_t>(std::ceil(spec.limits.wall_clock_seconds * 1000.0)));
   }
-  const ChildResult child = run_child(child_request(options, job, wall_clock));
+  const ChildResult child = run_strict_child(child_request(options, job, wall_clock), strict);
 
   // The child wrote the scratch store, so it is read as untrusted: what
   // cannot be read is cut.
@@ -301,6 +400,7 @@ ScratchRun run_on_scratch(const std::filesystem::path& scratch_store,
                    "); nothing of its delta was recorded";
   }
   run.verdict = decide_verdict(child, run.scan, spec.limits);
+  add_strict_findings(run.verdict, child, strict, spec.limits);
   return run;
 }
 
@@ -434,9 +534,13 @@ std::vector<std::string> preflight(const TrialLimits& limits, std::chrono::milli
   ChildJob job;
   job.preflight = true;
   job.limits = limits;
+  std::optional<ScratchDir> scratch;
+  if (options.isolation == Isolation::strict) scratch.emplace(options.scratch_parent);
+  const StrictParent strict =
+      prepare_strict(options, limits, scratch ? scratch->path() : std::filesystem::path(), job);
   ChildResult child;
   try {
-    child = run_child(child_request(options, job, timeout));
+    child = run_strict_child(child_request(options, job, timeout), strict);
   } catch (const SystemError& e) {
     throw SandboxStartupError(std::string("a trial child cannot start: ") + e.what());
   }
@@ -451,7 +555,9 @@ std::vector<std::string> preflight(const TrialLimits& limits, std::chrono::milli
         (child.stderr_tail.empty() ? std::string("(empty)")
                                    : last_bytes(child.stderr_tail, kStderrInDetail)));
   }
-  return tail->warnings;
+  std::vector<std::string> warnings = child.warnings;
+  warnings.insert(warnings.end(), tail->warnings.begin(), tail->warnings.end());
+  return warnings;
 }
 
 }  // namespace forktrial::sandbox

@@ -29,6 +29,7 @@
 #include "base/error.h"
 #include "sandbox/cancellation.h"
 #include "sandbox/delta.h"
+#include "sandbox/isolation.h"
 #include "sandbox/job.h"
 #include "sandbox/trial_types.h"
 #include "store/event_store.h"
@@ -72,6 +73,9 @@ struct ChildOptions {
   // Cancelling it stops the trial (run_trial and preflight throw Cancelled);
   // not owned, must outlive the call. Signal handlers may cancel it.
   const Cancellation* cancellation = nullptr;
+  // strict: namespaces, the seccomp filter and a cgroup (isolation.h); what
+  // the host cannot apply is a warning in the report (and preflight's).
+  Isolation isolation = Isolation::standard;
 };
 
 // Where the trial child is: $FORKTRIAL_CHILD when it is set; else

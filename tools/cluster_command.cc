@@ -267,10 +267,12 @@ void add_worker(CLI::App& app) {
                   "message waits to be sent again, and the worker says so")
       ->capture_default_str()
       ->check(CLI::Range(1u, 1'000'000u));
+  add_isolation_option(cmd, config->child.isolation);
   keys->add_to(cmd);
   logging->add_to(cmd);
   cmd->footer(examples_footer({
       "forktrial worker --connect tcp://coord:7600 --cache /var/cache/ft --slots 8",
+      "forktrial worker --connect tcp://coord:7600 --isolation strict",
   }));
   cmd->callback([=] {
     if (endpoint->empty()) *endpoint = default_endpoint();
@@ -288,15 +290,17 @@ void add_worker(CLI::App& app) {
     }
     const Log log = logging->make("worker");
     try {
-      config->preflight_warnings = sandbox::preflight();
+      config->preflight_warnings = sandbox::preflight(sandbox::default_preflight_limits(),
+                                                      std::chrono::seconds(30), config->child);
     } catch (const std::exception& e) {
       throw CommandFailed(std::string("this host cannot run trials, so the worker does not "
                                       "join: ") +
                           e.what());
     }
     for (const auto& warning : config->preflight_warnings) log(LogLevel::warn, warning);
-    const sandbox::LocalSubprocessExecutor executor;
-    ordered_json isolation;
+    const sandbox::LocalSubprocessExecutor executor(config->child);
+    ordered_json isolation{
+        {"level", std::string(sandbox::isolation_name(executor.isolation().level))}};
     for (const auto& [name, guarantee] :
          {std::pair{"process", executor.isolation().process},
           {"filesystem", executor.isolation().filesystem},
@@ -802,6 +806,7 @@ void add_batch(CLI::App& app) {
   auto json = std::make_shared<bool>(false);
   auto by = std::make_shared<std::string>();
   auto log_level = std::make_shared<std::string>("warn");
+  auto isolation = std::make_shared<sandbox::Isolation>(sandbox::Isolation::standard);
   auto* cmd = app.add_subcommand(
       "batch",
       "Run a batch file on this machine alone: a coordinator and N workers as local processes "
@@ -816,9 +821,11 @@ void add_batch(CLI::App& app) {
       ->check(CLI::IsMember({"candidate"}));
   cmd->add_flag("--json", *json, "Results as JSON Lines, then the summary object");
   cmd->add_option("--log-level", *log_level, "The daemons' log level")->capture_default_str();
+  add_isolation_option(cmd, *isolation);
   cmd->footer(examples_footer({
       "forktrial batch nightly.toml --workers 2",
       "forktrial batch nightly.toml --by candidate",
+      "forktrial batch nightly.toml --isolation strict",
   }));
   cmd->callback([=] {
     if (*workers == 0) throw CommandFailed("--workers: give at least 1", kUsageError);
@@ -847,7 +854,8 @@ void add_batch(CLI::App& app) {
       pool.push_back(std::make_unique<Daemon>(std::vector<std::string>{
           "forktrial", "worker", "--connect", endpoint, "--cache",
           (scratch / ("cache-" + std::to_string(i))).string(), "--slots", std::to_string(*slots),
-          "--id", "local-" + std::to_string(i), "--log-level", *log_level}));
+          "--id", "local-" + std::to_string(i), "--log-level", *log_level, "--isolation",
+          std::string(sandbox::isolation_name(*isolation))}));
     }
     sandbox::Cancellation stop;
     StopSignals signals(stop);

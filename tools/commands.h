@@ -4,7 +4,13 @@
 
 #include <CLI/CLI.hpp>
 
+#include "sandbox/isolation.h"
+
 namespace forktrial::tools {
+
+// --isolation standard|strict (env FORKTRIAL_ISOLATION), on every command
+// that runs trial children; sets `level`.
+void add_isolation_option(CLI::App* cmd, sandbox::Isolation& level);
 
 void add_pack_command(CLI::App& app);
 void add_run_command(CLI::App& app);

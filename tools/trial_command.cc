@@ -11,6 +11,7 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -81,6 +82,7 @@ struct TrialOptions {
   std::vector<std::string> env_pass;
   std::string label = "trial";
   std::string spec_file;  // --spec: the whole trial as a TrialSpecification
+  sandbox::Isolation isolation = sandbox::Isolation::standard;
   bool json = false;
 };
 
@@ -193,6 +195,7 @@ void run_trial_command(const TrialOptions& o) {
   sandbox::Cancellation cancellation;
   sandbox::ChildOptions child_options;
   child_options.cancellation = &cancellation;
+  child_options.isolation = o.isolation;
   sandbox::TrialReport report;
   bool stopped = false;
   {
@@ -240,6 +243,19 @@ void run_trial_command(const TrialOptions& o) {
 
 }  // namespace
 
+void add_isolation_option(CLI::App* cmd, sandbox::Isolation& level) {
+  const std::map<std::string, sandbox::Isolation> levels{{"standard", sandbox::Isolation::standard},
+                                                         {"strict", sandbox::Isolation::strict}};
+  cmd->add_option("--isolation", level,
+                  "standard: a fresh resource-capped process per trial; strict: also new user, "
+                  "mount, PID, network and IPC namespaces, a seccomp filter and a cgroup "
+                  "(what this host cannot apply is a warning in each report; see `forktrial "
+                  "preflight --isolation strict`)")
+      ->transform(CLI::CheckedTransformer(levels))
+      ->default_str("standard")
+      ->envname("FORKTRIAL_ISOLATION");
+}
+
 void add_trial_command(CLI::App& app) {
   auto o = std::make_shared<TrialOptions>();
   CLI::App* cmd = app.add_subcommand(
@@ -280,6 +296,7 @@ void add_trial_command(CLI::App& app) {
                   "write budget: bytes of event text the trial may append (default 64M)");
   cmd->add_option("--env-pass", o->env_pass, "an environment variable to pass to the child");
   cmd->add_option("--label", o->label, "label of the fork run")->capture_default_str();
+  add_isolation_option(cmd, o->isolation);
   cmd->add_flag("--json", o->json, "print the report as JSON");
   cmd->footer(examples_footer({
       "forktrial run import examples/runs/chat.jsonl --id run_chat",
@@ -288,6 +305,8 @@ void add_trial_command(CLI::App& app) {
       "scenarios/replay.lua",
       "forktrial trial --run run_chat --at evt_004 --pack examples/candidates/runaway \\",
       "    --wall-clock 2 --max-rss 256M --json",
+      "forktrial trial --run run_chat --at evt_004 --pack examples/packs/chat_echo --isolation "
+      "strict",
   }));
   cmd->callback([o, cmd] {
     // --spec carries the whole trial: an option that would change it is
@@ -337,23 +356,32 @@ void add_preflight_command(CLI::App& app) {
   auto max_rss = std::make_shared<std::string>("256M");
   auto wall_clock = std::make_shared<std::string>("120");
   auto json = std::make_shared<bool>(false);
+  auto isolation = std::make_shared<sandbox::Isolation>(sandbox::Isolation::standard);
   CLI::App* cmd = app.add_subcommand(
       "preflight",
       "Check that a trial child can start on this machine under the given nets. Prints the\n"
-      "nets that degraded here (none: every net applies), or the child's startup error.");
+      "nets that degraded here (none: every net applies), or the child's startup error; with\n"
+      "--isolation strict, also which of strict isolation's nets this host can apply.");
   cmd->add_option("--max-rss", *max_rss, "memory cap to probe")->capture_default_str();
   cmd->add_option("--wall-clock", *wall_clock, "wall clock to probe: seconds, or 10s / 2m")
       ->capture_default_str();
-  cmd->add_flag("--json", *json, "print {\"ok\", \"child\", \"warnings\"} as JSON");
-  cmd->footer(examples_footer({"forktrial preflight", "forktrial preflight --max-rss 1G --json"}));
+  add_isolation_option(cmd, *isolation);
+  cmd->add_flag("--json", *json,
+                "print {\"ok\", \"child\", \"isolation\", \"nets\", \"warnings\"} as JSON");
+  cmd->footer(examples_footer({"forktrial preflight", "forktrial preflight --max-rss 1G --json",
+                               "forktrial preflight --isolation strict"}));
   cmd->callback([=] {
     sandbox::TrialLimits limits;
     limits.max_rss_bytes = parse_limit(sandbox::parse_byte_size(*max_rss), "--max-rss");
     limits.wall_clock_seconds =
         parse_limit(sandbox::parse_duration_seconds(*wall_clock), "--wall-clock");
+    sandbox::ChildOptions options;
+    options.isolation = *isolation;
+    std::vector<sandbox::StrictNet> nets;
+    if (*isolation == sandbox::Isolation::strict) nets = sandbox::probe_strict_nets();
     std::vector<std::string> warnings;
     try {
-      warnings = sandbox::preflight(limits);
+      warnings = sandbox::preflight(limits, std::chrono::seconds(30), options);
     } catch (const sandbox::SandboxStartupError& e) {
       throw CommandFailed(std::string(e.what()) +
                           "\ncheck that forktrial-child is installed beside forktrial or in "
@@ -366,16 +394,28 @@ void add_preflight_command(CLI::App& app) {
     }
     const std::string child = sandbox::default_child_path().string();
     if (*json) {
-      std::cout << json_text(ordered_json{{"ok", true}, {"child", child}, {"warnings", warnings}},
-                             2)
-                << '\n';
-    } else if (warnings.empty()) {
+      ordered_json out{{"ok", true},
+                       {"child", child},
+                       {"isolation", std::string(sandbox::isolation_name(*isolation))}};
+      out["nets"] = ordered_json::array();
+      for (const auto& net : nets) {
+        out["nets"].push_back({{"name", net.name}, {"applies", net.applies}, {"how", net.how}});
+      }
+      out["warnings"] = warnings;
+      std::cout << json_text(out, 2) << '\n';
+      return;
+    }
+    for (const auto& net : nets) {
+      std::printf("%-16s %-8s %s\n", net.applies ? "applies" : "cannot apply", net.name.c_str(),
+                  terminal_safe(net.how).c_str());
+    }
+    if (warnings.empty()) {
       std::printf("ok: a trial child starts here and every net applies\n");
     } else {
       std::printf("ok, with degraded nets:\n");
       for (const auto& w : warnings) std::printf("  %s\n", terminal_safe(w).c_str());
     }
-    if (!*json) std::printf("child: %s\n", terminal_safe(child).c_str());
+    std::printf("child: %s\n", terminal_safe(child).c_str());
   });
 }
 

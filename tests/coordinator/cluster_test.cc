@@ -1683,6 +1683,46 @@ TEST_CASE("a worker whose messages ZeroMQ will not queue says so, and sends them
   CHECK(logged("worker w1 joined"));
 }
 
+TEST_CASE("a worker started with --isolation strict says so in its hello and runs its trials",
+          "[cluster][strict]") {
+  Cluster cluster;
+  cluster.start_coordinator();
+  cluster.start_worker(1, 1, {}, {"--isolation", "strict"});
+  const std::string job = cluster.submit(cluster.outcome_batch(1, 1));
+  const json summary = cluster.wait(job);
+  INFO(summary.dump() << cluster.log_text());
+  CHECK(summary["completed"] == 1);
+  const json known = json::parse(cluster.client({"workers", "--json"}).out);
+  REQUIRE(known["workers"].size() == 1);
+  const json& isolation = known["workers"][0]["isolation"];
+  CHECK(isolation["level"] == "strict");
+  CHECK(isolation["syscalls"]["how"].get<std::string>().find("seccomp") != std::string::npos);
+}
+
+TEST_CASE("forktrial batch --isolation strict hands the level to its workers' trial children",
+          "[cluster][strict]") {
+  Cluster cluster;  // its store and a stand-in child; batch starts its own daemons
+  // Each trial's job is recorded, then the real child runs it.
+  const std::string jobs = (cluster.dir.path() / "jobs.txt").string();
+  const auto child = cluster.stand_in_child(
+      "recorder.sh", "printf '%s\\n' \"$job\" >> " + jobs + "\nexec " +
+                         std::string(FORKTRIAL_CHILD_FOR_TESTS) + " <<END\n$job\nEND\n");
+  const auto batch = cluster.dir.write(
+      "strict.toml", "run = \"run_chat\"\nat = \"evt_031\"\nrepeat = 2\n[[candidates]]\npack = \"" +
+                         kExamples +
+                         "/packs/greeter\"\n[[scenarios]]\nfile = \"scenarios/smoke.lua\"\n");
+  auto ran = forktrial::testing::run_command(
+      {"env", child, FORKTRIAL_BINARY, "batch", batch.string(), "--store", cluster.store,
+       "--workers", "1", "--isolation", "strict", "--json"},
+      std::chrono::seconds(120));
+  INFO(ran.out << ran.err);
+  REQUIRE(ran.exit_code == 0);
+  const json summary = json::parse(forktrial::testing::lines_of(ran.out).back());
+  CHECK(summary["completed"] == 2);
+  const auto recorded = forktrial::testing::lines_of(cluster.read(jobs));
+  REQUIRE(recorded.size() == 2);
+  for (const auto& line : recorded) CHECK(json::parse(line)["strict"] == true);
+
 // ---- Exhaustion: disks that fill
 
 using forktrial::testing::SmallDisk;

@@ -42,17 +42,37 @@ std::string imported_store(const TempDir& dir) {
   return store;
 }
 
+// chat_echo's replay scenario, pinned, on a fork of run_chat at its last
+// event, with `extra` options.
+forktrial::testing::CommandResult chat_echo_trial(const std::string& store,
+                                                  std::vector<std::string> extra = {}) {
+  auto pin = cli({"pack", "hash", kExamples + "/packs/chat_echo"});
+  REQUIRE(pin.exit_code == 0);
+  pin.out.pop_back();
+  std::vector<std::string> args{"trial",
+                                "--store",
+                                store,
+                                "--run",
+                                "run_chat",
+                                "--at",
+                                "evt_031",
+                                "--pack",
+                                kExamples + "/packs/chat_echo",
+                                "--expect",
+                                pin.out,
+                                "--scenario",
+                                "scenarios/replay.lua",
+                                "--json"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return cli(std::move(args));
+}
+
 }  // namespace
 
 TEST_CASE("forktrial trial prints a completed report and exits 0", "[trial][cli]") {
   TempDir dir;
   const auto store = imported_store(dir);
-  auto pin = cli({"pack", "hash", kExamples + "/packs/chat_echo"});
-  REQUIRE(pin.exit_code == 0);
-  pin.out.pop_back();
-  auto result = cli({"trial", "--store", store, "--run", "run_chat", "--at", "evt_031", "--pack",
-                     kExamples + "/packs/chat_echo", "--expect", pin.out, "--scenario",
-                     "scenarios/replay.lua", "--json"});
+  auto result = chat_echo_trial(store);
   INFO(result.err);
   CHECK(result.exit_code == 0);
   auto report = nlohmann::json::parse(result.out);
@@ -578,4 +598,44 @@ TEST_CASE("an installed forktrial finds its own child, not the build tree's", "[
   auto chosen = run_command({"/usr/bin/env", "FORKTRIAL_CHILD=" + child.string(),
                              (prefix / "bin" / "forktrial").string(), "preflight", "--json"});
   CHECK(nlohmann::json::parse(chosen.out)["child"] == child.string());
+}
+
+TEST_CASE("forktrial trial --isolation strict runs a Lua candidate to completion under every net",
+          "[trial][cli][strict]") {
+  auto probe = cli({"preflight", "--isolation", "strict", "--json"});
+  INFO(probe.err);
+  REQUIRE(probe.exit_code == 0);
+  const auto preflight = nlohmann::json::parse(probe.out);
+  CHECK(preflight["isolation"] == "strict");
+  REQUIRE(preflight["nets"].size() == 3);
+  std::string missing;
+  for (const auto& net : preflight["nets"]) {
+    // A net this host cannot apply is announced, by preflight and by the trial.
+    if (!net["applies"].get<bool>()) missing += net["name"].get<std::string>() + " ";
+  }
+  TempDir dir;
+  const auto store = imported_store(dir);
+  auto result = chat_echo_trial(store, {"--isolation", "strict"});
+  INFO(result.err << result.out);
+  CHECK(result.exit_code == 0);
+  auto report = nlohmann::json::parse(result.out);
+  CHECK(report["outcome"] == "completed");
+  CHECK(report["events_appended"].get<int>() > 0);
+  if (missing.empty()) {
+    CHECK(report["warnings"].empty());
+    CHECK(preflight["warnings"].empty());
+  } else {
+    WARN("this host cannot apply: " << missing);
+    CHECK_FALSE(report["warnings"].empty());
+  }
+  // The same trial, standard, appends the same events: the filter changed nothing.
+  auto standard = chat_echo_trial(store);
+  REQUIRE(standard.exit_code == 0);
+  CHECK(nlohmann::json::parse(standard.out)["events_appended"] == report["events_appended"]);
+}
+
+TEST_CASE("forktrial --isolation refuses a level it does not know", "[trial][cli][strict]") {
+  auto result = cli({"preflight", "--isolation", "paranoid"});
+  CHECK(result.exit_code != 0);
+  CHECK(result.err.find("--isolation") != std::string::npos);
 }
