@@ -1722,6 +1722,7 @@ TEST_CASE("forktrial batch --isolation strict hands the level to its workers' tr
   const auto recorded = forktrial::testing::lines_of(cluster.read(jobs));
   REQUIRE(recorded.size() == 2);
   for (const auto& line : recorded) CHECK(json::parse(line)["strict"] == true);
+}
 
 // ---- Exhaustion: disks that fill
 
