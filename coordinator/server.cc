@@ -218,6 +218,9 @@ class Server {
       // The handler is bound before the socket, which asks it about every
       // handshake from then on.
       zap_.emplace(context_, config.allowed, log);
+      for (const auto& [key, admitted] : config.allowed) {
+        if (!admitted.worker_id.empty()) bound_ids_.insert(admitted.worker_id);
+      }
       transport::make_curve_server(socket_, *config.curve_key);
     }
     socket_.bind(config.listen);
@@ -502,12 +505,16 @@ class Server {
     const std::string route = part.to_string();
     std::string frame;
     std::optional<transport::Role> role;
+    bound_id_.reset();
     std::size_t count = 1;
     while (part.more()) {
       if (!socket_.recv(part, zmq::recv_flags::none)) break;
       if (++count == 2) {
         frame = part.to_string();
-        if (zap_) role = transport::role_of(part);
+        if (zap_) {
+          role = transport::role_of(part);
+          bound_id_ = transport::bound_worker_id(part);
+        }
       }
     }
     if (count != 2) {
@@ -624,6 +631,22 @@ class Server {
     if (auto bad = named_text_problem("worker id", id, kMaxWorkerIdBytes)) {
       return reply_error(route, envelope.getRequestId(), WireCode::REFUSED,
                          *bad + "; start the worker with a plain --id");
+    }
+    // A key bound to a worker id joins under that id only, and a bound id
+    // is taken by its key only: an admitted key cannot take over another
+    // worker's leases by naming it.
+    if (bound_id_ && *bound_id_ != id) {
+      return reply_error(route, envelope.getRequestId(), WireCode::REFUSED,
+                         "this worker's key may join only as worker " + *bound_id_ +
+                             " (the coordinator's --allow-workers binds it); start the worker "
+                             "with --id " +
+                             *bound_id_);
+    }
+    if (!bound_id_ && bound_ids_.contains(id)) {
+      return reply_error(route, envelope.getRequestId(), WireCode::REFUSED,
+                         "worker id " + id +
+                             " is bound to another key on the coordinator's --allow-workers; "
+                             "start this worker with another --id");
     }
     WorkerHello input;
     input.id = WorkerId(id);
@@ -1444,6 +1467,8 @@ class Server {
   std::uint64_t undelivered_ = 0;          // replies ZeroMQ would not take
   bool trim_ = false;                      // a submission was handled this turn
   std::optional<std::string> store_full_;  // why, while the store takes no writes
+  std::set<std::string> bound_ids_;        // worker ids the allow list binds to a key
+  std::optional<std::string> bound_id_;    // that of the message being handled
   // The requests of this turn whose answers depend on its commit: (route, id).
   std::set<std::pair<std::string, std::uint64_t>> turn_writes_;
   std::chrono::steady_clock::time_point next_probe_;

@@ -4,7 +4,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
+#include <cctype>
 #include <cstring>
 #include <fstream>
 #include <optional>
@@ -203,14 +205,48 @@ std::expected<void, std::string> add_allow_list(AllowList& list, const std::file
       return std::unexpected(shown(path) + " line " + std::to_string(number) +
                              ": not a public key (40 Z85 characters, or public-key = \"...\")");
     }
-    auto [it, added] = list.emplace(key, role);
-    if (!added && it->second != role) {
-      return std::unexpected(shown(path) + " line " + std::to_string(number) + ": key " + key +
-                             " is listed as a " + std::string(role_name(it->second)) +
+    const std::string where = shown(path) + " line " + std::to_string(number);
+    Admitted admitted{role, {}};
+    if (const auto bound = line.find("worker-id="); bound != std::string::npos) {
+      const auto begin = bound + std::string_view("worker-id=").size();
+      admitted.worker_id = line.substr(begin, line.find_first_of(" \t\r", begin) - begin);
+      if (role != Role::worker) {
+        return std::unexpected(where +
+                               ": worker-id= binds a worker's key; this is a list of "
+                               "clients' keys");
+      }
+      const bool plain =
+          !admitted.worker_id.empty() && admitted.worker_id.size() <= 256 &&
+          std::all_of(admitted.worker_id.begin(), admitted.worker_id.end(), [](char c) {
+            return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+          });
+      if (!plain) {
+        return std::unexpected(where + ": worker-id= takes a plain id (letters, digits, - _ .)");
+      }
+      for (const auto& [other, entry] : list) {
+        if (other != key && entry.worker_id == admitted.worker_id) {
+          return std::unexpected(where + ": worker id " + admitted.worker_id + " is bound to key " +
+                                 other + " already; one key an id");
+        }
+      }
+    }
+    auto [it, added] = list.emplace(key, admitted);
+    if (!added && it->second.role != role) {
+      return std::unexpected(where + ": key " + key + " is listed as a " +
+                             std::string(role_name(it->second.role)) +
                              "'s too; a key is a worker's or a client's, not both");
+    }
+    if (!added && it->second.worker_id != admitted.worker_id) {
+      return std::unexpected(where + ": key " + key + " is listed again with another worker id");
     }
   }
   return {};
+}
+
+std::string user_id_of(const Admitted& admitted) {
+  std::string user(role_name(admitted.role));
+  if (!admitted.worker_id.empty()) user += ":" + admitted.worker_id;
+  return user;
 }
 
 void make_curve_server(zmq::socket_t& socket, const Keypair& own) {

@@ -64,11 +64,27 @@ struct ClientKeys {
   std::string server_public;
 };
 
-// The public keys admitted, each with its role.
-using AllowList = std::map<std::string, Role>;
+// What an admitted key may do: its role and, for a worker's key listed with
+// `worker-id=NAME`, the one worker id it may join under (empty: any id not
+// bound to another key).
+struct Admitted {
+  Role role = Role::client;
+  std::string worker_id;
+  friend bool operator==(const Admitted&, const Admitted&) = default;
+};
 
-// Adds the keys of the allow-list file `path` with `role` to `list`. A key
-// listed with both roles is an error (a key is a worker's or a client's).
+// The public keys admitted.
+using AllowList = std::map<std::string, Admitted>;
+
+// The ZAP user id of an admitted key ("worker", "worker:NAME", "client"),
+// which ZeroMQ attaches to every message of its connection.
+std::string user_id_of(const Admitted& admitted);
+
+// Adds the keys of the allow-list file `path` with `role` to `list`: one key
+// a line (or `public-key = "..."`, as a .pub file holds it), then, for a
+// worker's key, optionally `worker-id=NAME`; other words after the key are
+// comments. A key listed with both roles, a worker id bound to two keys, or
+// a worker-id= on a client's list is an error.
 std::expected<void, std::string> add_allow_list(AllowList& list, const std::filesystem::path& path,
                                                 Role role);
 

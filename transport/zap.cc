@@ -82,7 +82,7 @@ void ZapHandler::answer(std::vector<zmq::message_t>& request) {
       } else {
         status = "200";
         text = "OK";
-        user = std::string(role_name(found->second));
+        user = user_id_of(found->second);
         log_(LogLevel::debug, "admitted a " + user + " at " + address + " with key " + key);
       }
     }
@@ -100,9 +100,22 @@ std::optional<Role> role_of(const zmq::message_t& message) {
   const char* user = zmq_msg_gets(const_cast<zmq_msg_t*>(message.handle()), "User-Id");
   if (user == nullptr) return std::nullopt;
   const std::string_view name(user);
-  if (name == role_name(Role::worker)) return Role::worker;
+  const std::string_view worker = role_name(Role::worker);
+  if (name == worker ||
+      (name.starts_with(worker) && name.size() > worker.size() && name[worker.size()] == ':')) {
+    return Role::worker;
+  }
   if (name == role_name(Role::client)) return Role::client;
   return std::nullopt;
+}
+
+std::optional<std::string> bound_worker_id(const zmq::message_t& message) {
+  const char* user = zmq_msg_gets(const_cast<zmq_msg_t*>(message.handle()), "User-Id");
+  if (user == nullptr) return std::nullopt;
+  const std::string_view name(user);
+  const std::string prefix = std::string(role_name(Role::worker)) + ":";
+  if (!name.starts_with(prefix)) return std::nullopt;
+  return std::string(name.substr(prefix.size()));
 }
 
 }  // namespace forktrial::transport

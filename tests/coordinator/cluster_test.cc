@@ -1330,6 +1330,47 @@ TEST_CASE("with keys, only listed keys get in, each in its own role", "[cluster]
   CHECK(contains(log, "refused a peer at 127.0.0.1: its key " + stranger_key));
 }
 
+TEST_CASE("a worker key bound to an id joins under that id alone, and no other key takes it",
+          "[cluster][curve]") {
+  Keys keys;
+  REQUIRE(run_forktrial({"keygen", keys.path("other.key")}).exit_code == 0);
+  auto key_of = [&](const std::string& pub) {
+    const std::string text = forktrial::testing::read_file(keys.path(pub));
+    return text.substr(text.find('"') + 1, 40);
+  };
+  keys.dir.write("workers.allow",
+                 key_of("worker.key.pub") + " worker-id=node-1\n" + key_of("other.key.pub") + "\n");
+  Cluster cluster;
+  cluster.endpoint = "tcp://127.0.0.1:" + std::to_string(free_tcp_port());
+  cluster.start_coordinator("3", keys.coordinator());
+  auto args = [&](const std::string& key, const std::string& id) {
+    return with({"worker", "--connect", cluster.endpoint, "--cache",
+                 (cluster.dir.path() / ("cache-" + id)).string(), "--id", id},
+                keys.as(key));
+  };
+  auto worker = [&](const std::string& key, const std::string& id) {
+    return run_forktrial(args(key, id));
+  };
+  // The bound key under another id, and another key under the bound id:
+  // each refused, and the worker exits 1 saying why.
+  auto wrong_id = worker("worker", "node-2");
+  CHECK(wrong_id.exit_code == 1);
+  CHECK(contains(wrong_id.err, "may join only as worker node-1"));
+  auto taken = worker("other", "node-1");
+  CHECK(taken.exit_code == 1);
+  CHECK(contains(taken.err, "worker id node-1 is bound to another key"));
+  // Under its own id, it joins and runs a job; the unbound key joins under any free id.
+  cluster.workers.push_back(std::make_unique<Daemon>(args("worker", "node-1"), cluster.log));
+  cluster.workers.push_back(std::make_unique<Daemon>(args("other", "node-7"), cluster.log));
+  auto submitted = cluster.client(
+      with({"submit", cluster.outcome_batch(2, 1), "--wait", "--json"}, keys.as("client")));
+  INFO(submitted.err << cluster.log_text());
+  REQUIRE(submitted.exit_code == 0);
+  CHECK(json::parse(forktrial::testing::lines_of(submitted.out).back())["completed"] == 2);
+  CHECK(contains(cluster.log_text(), "worker node-1 joined"));
+  CHECK(contains(cluster.log_text(), "worker node-7 joined"));
+}
+
 TEST_CASE("with keys the wire is encrypted, and a replayed handshake gets nowhere",
           "[cluster][curve]") {
   Keys keys;

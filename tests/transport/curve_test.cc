@@ -92,9 +92,43 @@ TEST_CASE("an allow list takes keys bare, commented or as public-key lines", "[t
   REQUIRE(transport::add_allow_list(list, workers, transport::Role::worker));
   REQUIRE(transport::add_allow_list(list, clients, transport::Role::client));
   CHECK(list.size() == 3);
-  CHECK(list.at(a.public_key) == transport::Role::worker);
-  CHECK(list.at(b.public_key) == transport::Role::worker);
-  CHECK(list.at(c.public_key) == transport::Role::client);
+  CHECK(list.at(a.public_key).role == transport::Role::worker);
+  CHECK(list.at(a.public_key).worker_id.empty());  // "worker-a" is a comment
+  CHECK(list.at(b.public_key).role == transport::Role::worker);
+  CHECK(list.at(c.public_key).role == transport::Role::client);
+  CHECK(transport::user_id_of(list.at(a.public_key)) == "worker");
+}
+
+TEST_CASE("a worker's key may be bound to one worker id", "[transport][curve]") {
+  TempDir dir;
+  const transport::Keypair a = transport::generate_keypair();
+  const transport::Keypair b = transport::generate_keypair();
+  transport::AllowList list;
+  const auto bound = dir.write(
+      "workers.allow", a.public_key + " worker-id=node-1  # rack 4\n" + b.public_key + "\n");
+  REQUIRE(transport::add_allow_list(list, bound, transport::Role::worker));
+  CHECK(list.at(a.public_key) == transport::Admitted{transport::Role::worker, "node-1"});
+  CHECK(transport::user_id_of(list.at(a.public_key)) == "worker:node-1");
+  CHECK(list.at(b.public_key).worker_id.empty());
+
+  auto refused = [&](const std::string& text, transport::Role role) {
+    transport::AllowList fresh = list;
+    const auto file = dir.write("bad.allow", text);
+    auto added = transport::add_allow_list(fresh, file, role);
+    REQUIRE_FALSE(added);
+    return added.error();
+  };
+  CHECK(mentions(refused(b.public_key + " worker-id=node-1\n", transport::Role::worker),
+                 "worker id node-1 is bound to key " + a.public_key + " already"));
+  CHECK(mentions(refused(b.public_key + " worker-id=\n", transport::Role::worker),
+                 "worker-id= takes a plain id"));
+  CHECK(mentions(refused(b.public_key + " worker-id=a/b\n", transport::Role::worker),
+                 "worker-id= takes a plain id"));
+  CHECK(mentions(refused(a.public_key + " worker-id=node-2\n", transport::Role::worker),
+                 "listed again with another worker id"));
+  const transport::Keypair c = transport::generate_keypair();
+  CHECK(mentions(refused(c.public_key + " worker-id=x\n", transport::Role::client),
+                 "worker-id= binds a worker's key"));
 }
 
 TEST_CASE("an allow list with a bad line, or a key in both roles, is refused",
