@@ -2,6 +2,7 @@
 // written with tests/support/pack_writer.h).
 #pragma once
 
+#include <catch2/catch.hpp>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -56,5 +57,18 @@ struct TrialFixture {
   std::vector<store::Event> fork_events(const sandbox::TrialReport& report);
   static std::vector<std::string> types(const std::vector<store::Event>& events);
 };
+
+// Checks that no net was degraded; a sanitized child cannot hold the
+// address-space cap (RLIMIT_AS) and says so, the one warning it may give.
+inline void check_no_degraded_net(const std::vector<std::string>& warnings) {
+  for (const std::string& warning : warnings) {
+    INFO(warning);
+#ifdef FORKTRIAL_SANITIZED
+    CHECK(warning.starts_with("memory net degraded: setrlimit(RLIMIT_AS"));
+#else
+    CHECK(false);
+#endif
+  }
+}
 
 }  // namespace forktrial::testing
