@@ -24,6 +24,8 @@ kj::ArrayPtr<const capnp::word> words(std::span<const std::byte> value,
                      " bytes is not a whole number of 8-byte words; the store is corrupt");
   }
   std::size_t count = value.size() / sizeof(capnp::word);
+  // An empty value may sit anywhere, or nowhere: memcpy may not take null.
+  if (count == 0) return {};
   if (reinterpret_cast<std::uintptr_t>(value.data()) % alignof(capnp::word) == 0) {
     return {reinterpret_cast<const capnp::word*>(value.data()), count};
   }
