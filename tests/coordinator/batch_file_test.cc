@@ -64,6 +64,27 @@ bool has(const Problems& problems, std::string_view text) {
 
 }  // namespace
 
+TEST_CASE("a batch file with a character outside ASCII where a key starts is refused",
+          "[coordinator][batch]") {
+  // toml++ reached code it marks unreachable for U+00D7 there.
+  auto batch = parse_batch("name = \"n\"\n[limits]\nwall_cl\xC3\x97 = 1\n", "/nowhere/b.toml");
+  REQUIRE_FALSE(batch.has_value());
+  REQUIRE(batch.error().size() == 1);
+  CHECK(batch.error()[0] ==
+        "line 3, column 8: not valid TOML: byte 0xC3 is not ASCII, outside a string or a "
+        "comment; TOML does not allow it (see docs/batch-file.md)");
+}
+
+TEST_CASE("a batch file with a line break inside a table array header is refused",
+          "[coordinator][batch]") {
+  // toml++ asserted a key could not start there, aborting a build without NDEBUG.
+  auto batch = parse_batch("name = \"n\"\n[[\ncandidates]]\n", "/nowhere/b.toml");
+  REQUIRE_FALSE(batch.has_value());
+  REQUIRE(batch.error().size() == 1);
+  CHECK(batch.error()[0].starts_with("line 2, column "));
+  CHECK(batch.error()[0].find("not valid TOML") != std::string::npos);
+}
+
 TEST_CASE("a batch matrix expands candidate-major into every combination", "[coordinator][batch]") {
   TempDir dir;
   const std::string echo = candidate(dir, "packs/chat_echo", {"s/a.lua", "s/b.lua"});
