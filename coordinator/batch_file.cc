@@ -1,12 +1,5 @@
 #include "coordinator/batch_file.h"
 
-// toml++ 3.3 asserts parser states that malformed text reaches (a line
-// break inside "[[" and "]]", a "}" where a value starts): as in a release
-// build, where the checks are compiled out, the parser goes on to report the
-// error. Defined alike wherever toml++ is included (docs/fuzzing.md).
-#define TOML_ASSERT(expr) static_assert(true)
-#include <toml++/toml.h>
-
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -23,6 +16,7 @@
 #include "pack/manifest.h"
 #include "pack/pack_files.h"
 #include "pack/scenario.h"
+#include "pack/toml.h"
 #include "pack/toml_screen.h"
 #include "sandbox/limit_units.h"
 #include "store/event.h"

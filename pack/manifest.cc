@@ -1,17 +1,11 @@
 #include "pack/manifest.h"
 
-// toml++ 3.3 asserts parser states that malformed text reaches (a line
-// break inside "[[" and "]]", a "}" where a value starts): as in a release
-// build, where the checks are compiled out, the parser goes on to report the
-// error. Defined alike wherever toml++ is included (docs/fuzzing.md).
-#define TOML_ASSERT(expr) static_assert(true)
-#include <toml++/toml.h>
-
 #include <algorithm>
 #include <fstream>
 #include <set>
 #include <sstream>
 
+#include "pack/toml.h"
 #include "pack/toml_screen.h"
 
 namespace forktrial::pack {

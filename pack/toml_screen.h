@@ -1,14 +1,12 @@
-// What the TOML parser (toml++ 3.3) must never be shown. Two kinds of text
-// that TOML forbids anyway reach code toml++ marks unreachable or assumes
-// impossible, which in a release build is undefined behaviour and in a
-// debug build an abort (found by fuzz/manifest_fuzz and fuzz/batch_fuzz):
-//   - a control character (U+0000 to U+001F but tab, line feed and a
-//     carriage return before a line feed; U+007F) anywhere, e.g. NUL in a
-//     table header;
-//   - a character outside ASCII outside a string or a comment, e.g. "×" where
-//     a key or a value should start.
-// Every TOML read from untrusted text (a pack's manifest.toml, a batch file)
-// is screened first. A pure function; thread-safe.
+// Text TOML forbids, refused with its line and column before the TOML parser
+// sees it: a control character (U+0000 to U+001F but tab, line feed and a
+// carriage return before a line feed; U+007F) anywhere, and a character
+// outside ASCII outside a string or a comment. toml++ 3.3 met such text with
+// a failed assertion or code it marks unreachable (found by
+// fuzz/manifest_fuzz and fuzz/batch_fuzz); pack/toml.h makes the parser
+// itself safe, and this gives the author a precise message first. Every TOML
+// read from untrusted text (a pack's manifest.toml, a batch file) is screened.
+// A pure function; thread-safe.
 #pragma once
 
 #include <cstddef>

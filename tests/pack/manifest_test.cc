@@ -2,6 +2,9 @@
 #include "pack/manifest.h"
 
 #include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <regex>
 
 #include "pack/toml_screen.h"
@@ -175,6 +178,21 @@ TEST_CASE("manifest: a closing brace where a value starts is refused as not TOML
   auto p = problems("[pack]\nname = \"x\"\n[surface]\nobject_types = [}\n");
   REQUIRE(p.size() == 1);
   CHECK(p[0].starts_with("manifest.toml: not valid TOML (line 4, column "));
+}
+
+TEST_CASE("manifest: every manifest the fuzzer found a crash with is refused", "[pack][manifest]") {
+  // fuzz/regressions/manifest: text toml++ 3.3 met with a failed assertion
+  // (pack/toml.h); the sanitizer pass would report it.
+  const auto dir = std::filesystem::path(FORKTRIAL_SOURCE_DIR) / "fuzz/regressions/manifest";
+  int inputs = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    std::ifstream in(entry.path(), std::ios::binary);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    INFO(entry.path().filename().string());
+    CHECK_FALSE(parse_manifest(text, "manifest.toml", RuntimeRequirement::optional).has_value());
+    ++inputs;
+  }
+  CHECK(inputs >= 2);
 }
 
 TEST_CASE("manifest: missing [pack] table", "[pack][manifest]") {
