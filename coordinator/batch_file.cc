@@ -1,7 +1,5 @@
 #include "coordinator/batch_file.h"
 
-#include <toml++/toml.h>
-
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -18,6 +16,8 @@
 #include "pack/manifest.h"
 #include "pack/pack_files.h"
 #include "pack/scenario.h"
+#include "pack/toml.h"
+#include "pack/toml_screen.h"
 #include "sandbox/limit_units.h"
 #include "store/event.h"
 #include "store/ids.h"
@@ -601,6 +601,11 @@ std::int64_t read_integer(const toml::table& doc, std::string_view key, std::int
 std::expected<Batch, std::vector<std::string>> parse_toml(std::string_view text,
                                                           const fs::path& file,
                                                           const fs::path& base) {
+  if (auto bad = pack::toml_text_problem(text)) {
+    return std::unexpected(std::vector<std::string>{
+        "line " + std::to_string(bad->line) + ", column " + std::to_string(bad->column) +
+        ": not valid TOML: " + bad->message + " (see docs/batch-file.md)"});
+  }
   toml::table doc;
   try {
     doc = toml::parse(text, file.string());

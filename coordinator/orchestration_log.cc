@@ -534,7 +534,7 @@ std::expected<OrchestrationRecord, std::string> record_of(const store::EventView
   Json payload;
   try {
     payload = Json::parse(event.payload);
-  } catch (const Json::parse_error& error) {
+  } catch (const Json::exception& error) {  // out_of_range too: a number no double holds
     // The message quotes what it last read of the payload, which may be
     // anything.
     return std::unexpected(event_name(event) +

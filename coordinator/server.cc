@@ -203,34 +203,39 @@ struct Upload {
 
 class Server {
  public:
-  Server(const ServerConfig& config, const sandbox::Cancellation& stop, const Log& log)
+  // Without `listen`, no endpoint: frames come in through take() and the
+  // replies stay in the outbox for the caller (CoordinatorCore).
+  Server(const ServerConfig& config, const sandbox::Cancellation& stop, const Log& log,
+         bool listen = true)
       : config_(config),
         stop_(stop),
         log_(log),
         store_(config.store, coordinator_store_options()),
-        scheduler_(config.scheduler),
-        socket_(context_, zmq::socket_type::router) {
-    socket_.set(zmq::sockopt::router_mandatory, 1);
-    socket_.set(zmq::sockopt::sndtimeo, 100);
-    socket_.set(zmq::sockopt::linger, 0);
-    socket_.set(zmq::sockopt::maxmsgsize, static_cast<std::int64_t>(config.max_frame_bytes));
-    if (config.curve_key) {
-      // The handler is bound before the socket, which asks it about every
-      // handshake from then on.
-      zap_.emplace(context_, config.allowed, log);
+        scheduler_(config.scheduler) {
+    if (listen) {
+      socket_.emplace(context_, zmq::socket_type::router);
+      socket_->set(zmq::sockopt::router_mandatory, 1);
+      socket_->set(zmq::sockopt::sndtimeo, 100);
+      socket_->set(zmq::sockopt::linger, 0);
+      socket_->set(zmq::sockopt::maxmsgsize, static_cast<std::int64_t>(config.max_frame_bytes));
+      if (config.curve_key) {
+        // The handler is bound before the socket, which asks it about every
+        // handshake from then on.
+        zap_.emplace(context_, config.allowed, log);
+        transport::make_curve_server(*socket_, *config.curve_key);
+      }
       for (const auto& [key, admitted] : config.allowed) {
         if (!admitted.worker_id.empty()) bound_ids_.insert(admitted.worker_id);
       }
-      transport::make_curve_server(socket_, *config.curve_key);
+      socket_->bind(config.listen);
     }
-    socket_.bind(config.listen);
     recover();
   }
 
   int run() {
     log_(LogLevel::info, "coordinator listening on " + config_.listen);
     while (!stop_.cancelled()) {
-      zmq::pollitem_t items[] = {{socket_.handle(), 0, ZMQ_POLLIN, 0},
+      zmq::pollitem_t items[] = {{socket_->handle(), 0, ZMQ_POLLIN, 0},
                                  {nullptr, stop_.fd(), ZMQ_POLLIN, 0}};
       try {
         zmq::poll(items, 2, config_.tick);
@@ -298,9 +303,10 @@ class Server {
     } catch (const store::StoreFull& e) {
       store_full(e.what());
     }
+    turn_writes_.clear();
+    if (!socket_) return;  // the replies are the caller's (turn)
     for (auto& [route, frame] : outbox_) send_to(route, frame);
     outbox_.clear();
-    turn_writes_.clear();
   }
 
   void commit_turn() {
@@ -407,6 +413,19 @@ class Server {
                              " bytes free on its disk); resumed, every live lease renewed");
   }
 
+ public:
+  // One turn of the loop without the socket: `frame` from `route`, then time
+  // passing to `now`, then the commit. Returns the turn's replies.
+  std::vector<std::pair<std::string, std::string>> turn(const std::string& route,
+                                                        std::string_view frame, Instant now) {
+    take(route, frame, std::nullopt, now);
+    keep(scheduler_.tick(now));
+    serve_parked(now);
+    flush();
+    return std::exchange(outbox_, {});
+  }
+
+ private:
   // A reply that cannot be delivered (the peer is gone: ROUTER_MANDATORY;
   // or it does not read: the send timeout) is counted and logged, never
   // dropped unseen. Nothing is lost with it: the decision is in the store,
@@ -415,8 +434,8 @@ class Server {
   void send_to(const std::string& route, const std::string& frame) {
     std::string why;
     try {
-      if (socket_.send(zmq::buffer(route), zmq::send_flags::sndmore) &&
-          socket_.send(zmq::buffer(frame), zmq::send_flags::none)) {
+      if (socket_->send(zmq::buffer(route), zmq::send_flags::sndmore) &&
+          socket_->send(zmq::buffer(frame), zmq::send_flags::none)) {
         return;
       }
       why = "its queue is full";
@@ -501,14 +520,14 @@ class Server {
   bool receive_one(Instant now) {
     std::vector<zmq::message_t> parts;
     zmq::message_t part;
-    if (!socket_.recv(part, zmq::recv_flags::dontwait)) return false;
+    if (!socket_->recv(part, zmq::recv_flags::dontwait)) return false;
     const std::string route = part.to_string();
     std::string frame;
     std::optional<transport::Role> role;
     bound_id_.reset();
     std::size_t count = 1;
     while (part.more()) {
-      if (!socket_.recv(part, zmq::recv_flags::none)) break;
+      if (!socket_->recv(part, zmq::recv_flags::none)) break;
       if (++count == 2) {
         frame = part.to_string();
         if (zap_) {
@@ -521,11 +540,16 @@ class Server {
       reply_error(route, 0, WireCode::MALFORMED, "a message is one frame");
       return true;
     }
+    take(route, frame, role, now);
+    return true;
+  }
+
+  // One frame from `route`, whose connection's key has `role` (with CURVE):
+  // decoded, checked against the role, handled; every refusal answered.
+  void take(const std::string& route, std::string_view frame, std::optional<transport::Role> role,
+            Instant now) {
     auto decoded = wire::decode(frame, config_.max_frame_bytes);
-    if (!decoded) {
-      reply_error(route, 0, decoded.error().code, decoded.error().message);
-      return true;
-    }
+    if (!decoded) return reply_error(route, 0, decoded.error().code, decoded.error().message);
     const auto envelope = decoded->envelope();
     if (zap_) {
       // What a connection may say follows its key's role, message by
@@ -540,7 +564,7 @@ class Server {
                         std::string(transport::role_name(needed)) +
                         "'s message is refused (the coordinator's --allow-workers and "
                         "--allow-clients say which key is which)");
-        return true;
+        return;
       }
     }
     try {
@@ -555,7 +579,6 @@ class Server {
       reply_error(route, envelope.getRequestId(), WireCode::MALFORMED,
                   std::string("the message holds JSON that cannot be read: ") + e.what());
     }
-    return true;
   }
 
   void handle(const std::string& route, Envelope::Reader envelope, Instant now) {
@@ -1440,7 +1463,7 @@ class Server {
   store::EventStore store_;
   Scheduler scheduler_;
   zmq::context_t context_;
-  zmq::socket_t socket_;
+  std::optional<zmq::socket_t> socket_;       // none for a CoordinatorCore
   std::optional<transport::ZapHandler> zap_;  // with CURVE
   // A worker's offer of slots that found no work, waiting for some.
   struct Parked {
@@ -1481,6 +1504,22 @@ class Server {
 int run_coordinator(const ServerConfig& config, const sandbox::Cancellation& stop, const Log& log) {
   Server server(config, stop, log);
   return server.run();
+}
+
+struct CoordinatorCore::Impl {
+  Impl(const ServerConfig& config, const Log& log) : server(config, stop, log, false) {}
+  sandbox::Cancellation stop;  // never cancelled: the caller stops by destroying
+  Server server;
+};
+
+CoordinatorCore::CoordinatorCore(const ServerConfig& config, const Log& log)
+    : impl_(std::make_unique<Impl>(config, log)) {}
+CoordinatorCore::~CoordinatorCore() = default;
+
+std::vector<std::pair<std::string, std::string>> CoordinatorCore::turn(const std::string& route,
+                                                                       std::string_view frame,
+                                                                       Instant now) {
+  return impl_->server.turn(route, frame, now);
 }
 
 }  // namespace forktrial::coordinator

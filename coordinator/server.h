@@ -13,8 +13,12 @@
 #include <chrono>
 #include <cstddef>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "base/log.h"
 #include "coordinator/scheduler.h"
@@ -45,5 +49,31 @@ struct ServerConfig {
 // Runs until `stop` is cancelled; returns 0, or throws forktrial::Error when
 // the store or the endpoint cannot be opened, or the log does not replay.
 int run_coordinator(const ServerConfig& config, const sandbox::Cancellation& stop, const Log& log);
+
+// The coordinator without its endpoint or its clock: run_coordinator's
+// handling of peers' frames, fed by the caller (the fuzz targets, tests)
+// instead of a socket. It opens the store and replays its log as
+// run_coordinator does; config.listen and the CURVE settings are not used, so
+// every frame is taken as if its connection's key had the role its message
+// needs. Not thread-safe: one owner makes every call. Throws as
+// run_coordinator does.
+class CoordinatorCore {
+ public:
+  CoordinatorCore(const ServerConfig& config, const Log& log);
+  ~CoordinatorCore();
+  CoordinatorCore(const CoordinatorCore&) = delete;
+  CoordinatorCore& operator=(const CoordinatorCore&) = delete;
+
+  // One turn of the coordinator's loop with one frame from the peer whose
+  // routing id is `route`: the frame is handled (an error reply if it is not
+  // a message), time passes to `now`, and what changed is committed. Returns
+  // the turn's replies, (routing id, frame) each, in the order sent.
+  std::vector<std::pair<std::string, std::string>> turn(const std::string& route,
+                                                        std::string_view frame, Instant now);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace forktrial::coordinator

@@ -142,7 +142,8 @@ std::expected<std::vector<NewEvent>, LineError> parse_events(std::istream& in) {
     json parsed;
     try {
       parsed = json::parse(text);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {
+      // parse_error, and out_of_range for a number no double holds (1e400).
       return fail(std::string("not valid JSON: ") + e.what());
     }
     if (!members) return fail(members.error());

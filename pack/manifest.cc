@@ -1,11 +1,12 @@
 #include "pack/manifest.h"
 
-#include <toml++/toml.h>
-
 #include <algorithm>
 #include <fstream>
 #include <set>
 #include <sstream>
+
+#include "pack/toml.h"
+#include "pack/toml_screen.h"
 
 namespace forktrial::pack {
 namespace {
@@ -598,6 +599,14 @@ std::string ManifestErrors::message() const {
 std::expected<Manifest, ManifestErrors> parse_manifest(std::string_view text,
                                                        std::string_view source,
                                                        RuntimeRequirement runtime) {
+  if (auto bad = toml_text_problem(text)) {
+    return std::unexpected(ManifestErrors{
+        std::string(source),
+        {{std::string(kManifestFile), "not valid TOML (line " + std::to_string(bad->line) +
+                                          ", column " + std::to_string(bad->column) +
+                                          "): " + bad->message}},
+        {}});
+  }
   toml::table doc;
   try {
     doc = toml::parse(text, source);

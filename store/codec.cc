@@ -18,18 +18,20 @@ std::string_view view(capnp::Text::Reader t) {
 }
 
 kj::ArrayPtr<const capnp::word> words(std::span<const std::byte> value,
-                                      std::vector<capnp::word>& aligned) {
+                                      kj::Array<capnp::word>& aligned) {
   if (value.size() % sizeof(capnp::word) != 0) {
     throw StoreError("stored record of " + std::to_string(value.size()) +
                      " bytes is not a whole number of 8-byte words; the store is corrupt");
   }
   std::size_t count = value.size() / sizeof(capnp::word);
+  // An empty value may sit anywhere, or nowhere: memcpy may not take null.
+  if (count == 0) return {};
   if (reinterpret_cast<std::uintptr_t>(value.data()) % alignof(capnp::word) == 0) {
     return {reinterpret_cast<const capnp::word*>(value.data()), count};
   }
-  aligned.resize(count);
-  std::memcpy(aligned.data(), value.data(), value.size());
-  return {aligned.data(), count};
+  if (aligned.size() < count) aligned = kj::heapArray<capnp::word>(count);
+  std::memcpy(aligned.begin(), value.data(), value.size());
+  return {aligned.begin(), count};
 }
 
 }  // namespace
@@ -195,7 +197,7 @@ kj::Array<capnp::word> encode_run(const RunRecord& record) {
 namespace {
 
 RunRecord decode_run_words(std::span<const std::byte> value) {
-  std::vector<capnp::word> aligned;
+  kj::Array<capnp::word> aligned;
   kj::ArrayPtr<const capnp::word> segments[1] = {words(value, aligned)};
   capnp::SegmentArrayMessageReader message(segments);
   auto r = message.getRoot<schema::RunRecord>();

@@ -82,7 +82,9 @@ class EventDecoder {
  private:
   EventView decode_impl(std::span<const std::byte> value, bool* canonical);
   EventView decode_words(std::span<const std::byte> value, bool* canonical);
-  std::vector<capnp::word> aligned_;
+  // Not a std::vector: capnp::word cannot be copied or moved, which
+  // std::vector<capnp::word>::resize needs under clang.
+  kj::Array<capnp::word> aligned_;
 };
 
 }  // namespace forktrial::store::codec

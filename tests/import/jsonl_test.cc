@@ -56,6 +56,16 @@ TEST_CASE("bad JSON is refused with its line number", "[import][jsonl]") {
   CHECK_THAT(error_on_line_2(R"({"id": "evt_002", )"), Catch::StartsWith("line 2: not valid JSON"));
 }
 
+TEST_CASE("a number too large for a double is refused with its line number", "[import][jsonl]") {
+  // The JSON parser throws out_of_range for it, which escaped as a crash.
+  CHECK_THAT(error_on_line_2("2222e20000000"),
+             Catch::StartsWith("line 2: not valid JSON: [json.exception.out_of_range.406]"));
+  // Within a payload it is refused too, whichever check finds it first.
+  CHECK_FALSE(error_on_line_2(R"({"id":"evt_002","type":"t","payload":{"x":1e400},)"
+                              R"("timestamp":"2026-01-02T03:04:06Z"})")
+                  .empty());
+}
+
 TEST_CASE("a line that is not an object is refused", "[import][jsonl]") {
   CHECK(error_on_line_2("[1,2]") == "line 2: expected a JSON object, found array");
 }

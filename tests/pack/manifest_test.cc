@@ -2,7 +2,12 @@
 #include "pack/manifest.h"
 
 #include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <regex>
+
+#include "pack/toml_screen.h"
 
 using namespace forktrial::pack;
 
@@ -138,6 +143,56 @@ TEST_CASE("manifest: invalid TOML names line and column", "[pack][manifest]") {
   auto p = problems("[pack\nname = 1\n");
   REQUIRE(p.size() == 1);
   CHECK(p[0].starts_with("manifest.toml: not valid TOML (line 1, column "));
+}
+
+TEST_CASE("manifest: a control character is refused before the TOML parser sees it",
+          "[pack][manifest]") {
+  // toml++ assumed a table header's key could not start with NUL (an abort
+  // in a debug build, undefined behaviour in a release one).
+  auto p = problems(std::string("[pack]\nname = \"x\"\n[\0\0pack.provenance]\n", 38));
+  REQUIRE(p.size() == 1);
+  CHECK(p[0] ==
+        "manifest.toml: not valid TOML (line 3, column 2): byte 0x00 is a control character; "
+        "TOML does not allow it");
+}
+
+TEST_CASE("manifest: a character outside ASCII is refused outside strings and comments only",
+          "[pack][manifest]") {
+  // toml++ reached code it marks unreachable for U+00D7 where a key starts.
+  auto p = problems("[pack]\nwall_cl\xC3\x97 = 1\n");
+  REQUIRE(p.size() == 1);
+  CHECK(
+      p[0].starts_with("manifest.toml: not valid TOML (line 2, column 8): byte 0xC3 is not "
+                       "ASCII"));
+  CHECK_FALSE(
+      toml_text_problem("# a \xC3\x97 b\nk = \"\xC3\x97\"\nl = '\xC3\x97'\n"
+                        "m = \"\"\"\n\xC3\x97\"\"\"\"\nn = '''\xC3\x97'''\n"));
+  CHECK_FALSE(toml_text_problem("\xEF\xBB\xBFk = \"\\\"\xC3\x97\"\r\n"));
+  CHECK(toml_text_problem("k = \"a\" \xC3\x97\n").has_value());
+  CHECK(toml_text_problem("k = \"a\rb\"\n").has_value());
+}
+
+TEST_CASE("manifest: a closing brace where a value starts is refused as not TOML",
+          "[pack][manifest]") {
+  // toml++ asserted it could not be there, aborting a build without NDEBUG.
+  auto p = problems("[pack]\nname = \"x\"\n[surface]\nobject_types = [}\n");
+  REQUIRE(p.size() == 1);
+  CHECK(p[0].starts_with("manifest.toml: not valid TOML (line 4, column "));
+}
+
+TEST_CASE("manifest: every manifest the fuzzer found a crash with is refused", "[pack][manifest]") {
+  // fuzz/regressions/manifest: text toml++ 3.3 met with a failed assertion
+  // (pack/toml.h); the sanitizer pass would report it.
+  const auto dir = std::filesystem::path(FORKTRIAL_SOURCE_DIR) / "fuzz/regressions/manifest";
+  int inputs = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    std::ifstream in(entry.path(), std::ios::binary);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    INFO(entry.path().filename().string());
+    CHECK_FALSE(parse_manifest(text, "manifest.toml", RuntimeRequirement::optional).has_value());
+    ++inputs;
+  }
+  CHECK(inputs >= 2);
 }
 
 TEST_CASE("manifest: missing [pack] table", "[pack][manifest]") {

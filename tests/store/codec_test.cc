@@ -4,9 +4,11 @@
 #include <capnp/message.h>
 #include <kj/exception.h>
 
+#include <array>
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <set>
+#include <span>
 
 #include "schema/event.capnp.h"
 #include "store/event_store.h"
@@ -135,6 +137,14 @@ TEST_CASE("event-id keys are distinct for distinct ids and bounded in size", "[s
   CHECK(id_key(std::string(kMaxIdBytes, '\0')).size() <= kMaxEventIdKeyBytes);
   CHECK(id_key(std::string(kMaxIdBytes, '9')).size() <= kMaxEventIdKeyBytes);
   CHECK(kMaxEventIdKeyBytes <= 511);  // LMDB's default maximum key size
+}
+
+TEST_CASE("an empty value is refused at an unaligned address too", "[store][codec]") {
+  // The copy into aligned memory passed memcpy a null buffer.
+  const std::array<std::byte, 9> bytes{};
+  EventDecoder decoder;
+  CHECK_THROWS_AS(decoder.decode(std::span(bytes).subspan(1, 0)), StoreError);
+  CHECK_THROWS_AS(decoder.decode(std::span(bytes).subspan(0, 0)), StoreError);
 }
 
 TEST_CASE("the fast decoder agrees with Cap'n Proto's reader on damaged values", "[store][codec]") {
