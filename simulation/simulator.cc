@@ -204,15 +204,16 @@ class Simulation {
 
   Report run() {
     const auto started = std::chrono::steady_clock::now();
+    give_up_ = give_up();
     std::int64_t next_progress = config_.progress_every.count();
     while (!queue_.empty() && !violation_ && !finished_) {
       const Event event = queue_.top();
       queue_.pop();
       now_ = event.at;
-      if (now_ > config_.give_up.count()) {
-        fail("the run did not finish within " + std::to_string(config_.give_up.count()) +
-             " ms of virtual time; " + std::to_string(invariants_.ended()) + " of " +
-             std::to_string(config_.trials) + " trials ended");
+      if (now_ > give_up_) {
+        fail("the run did not finish within " + std::to_string(give_up_) + " ms of virtual time; " +
+             std::to_string(invariants_.ended()) + " of " + std::to_string(config_.trials) +
+             " trials ended");
         break;
       }
       ++report_.events;
@@ -1019,6 +1020,17 @@ class Simulation {
     push({at, 0, EventKind::worker_wake, w.index, ++w.generation});
   }
 
+  // The liveness bound: Config::give_up, or derived from the work.
+  std::int64_t give_up() const {
+    if (config_.give_up.count() > 0) return config_.give_up.count();
+    std::uint64_t slots = 0;
+    for (const Worker& w : workers_) slots += w.slots;
+    const auto mean =
+        static_cast<std::uint64_t>((config_.trial_min.count() + config_.trial_max.count()) / 2);
+    return static_cast<std::int64_t>(3'600'000 + 10 * config_.trials * mean /
+                                                     std::max<std::uint64_t>(slots, 1));
+  }
+
   const Config& config_;
   std::mt19937_64 rng_;
   Invariants invariants_;
@@ -1028,6 +1040,7 @@ class Simulation {
   std::optional<std::string> violation_;
   bool finished_ = false;
   std::int64_t now_ = 0;
+  std::int64_t give_up_ = 0;
   std::uint64_t seq_ = 0;
   std::uint64_t trace_ = 0xcbf29ce484222325ULL;
   std::priority_queue<Event, std::vector<Event>, std::greater<>> queue_;
