@@ -226,6 +226,7 @@ class Simulation {
       }
     }
     if (!violation_ && !finished_) fail("the simulation ran out of events before the run finished");
+    if (config_.progress) config_.progress(invariants_.ended(), Duration{now_});  // the last sample
     for (const JobStatus& job : scheduler_.jobs()) {
       report_.reconciled += job.count(TrialStatus::reconciled);
       report_.abandoned += job.count(TrialStatus::abandoned);

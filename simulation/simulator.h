@@ -102,7 +102,8 @@ struct Config {
   // Called with true when the simulation enters the coordinator's code, false
   // when it leaves: a caller can account the coordinator's allocations apart.
   std::function<void(bool)> coordinator_scope;
-  // Called every virtual `progress_every` with the trials ended so far.
+  // Called every virtual `progress_every` with the trials ended so far, and
+  // once more when the run ends (the coordinator still holding everything).
   std::function<void(std::uint64_t ended, Duration virtual_time)> progress;
   Duration progress_every{10'000};
 };
