@@ -3,7 +3,10 @@
 
 #include <cstdio>
 #include <exception>
+#include <string>
 
+#include "schema/wire_codec.h"
+#include "store/event_store.h"
 #include "tools/cli_support.h"
 #include "tools/commands.h"
 #include "tools/terminal.h"
@@ -19,7 +22,12 @@ int main(int argc, char** argv) {
       "forktrial: evaluate proposed plug-in code (packs) against forks of recorded event logs,\n"
       "each trial in a fresh, resource-capped child process; the store is the record."};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "forktrial " FORKTRIAL_VERSION);
+  // What a peer or a store must match: the wire protocol a coordinator and
+  // its workers and clients speak, and the store's schema.
+  app.set_version_flag(
+      "--version", "forktrial " FORKTRIAL_VERSION " (wire protocol " +
+                       std::to_string(forktrial::schema::wire::K_PROTOCOL_VERSION) +
+                       ", store schema " + std::to_string(forktrial::store::kSchemaVersion) + ")");
   app.footer(forktrial::tools::examples_footer({
       "forktrial pack hash examples/packs/greeter            # the bundle pin of a pack",
       "forktrial pack check examples/packs/greeter           # validate manifest.toml",

@@ -15,6 +15,8 @@
 #include <sstream>
 
 #include "base/unique_fd.h"
+#include "schema/wire_codec.h"
+#include "store/event_store.h"
 #include "tests/sandbox/dir_listing.h"
 #include "tests/sandbox/trial_fixture.h"
 #include "tests/support/pack_writer.h"
@@ -640,4 +642,14 @@ TEST_CASE("forktrial --isolation refuses a level it does not know", "[trial][cli
   auto result = cli({"preflight", "--isolation", "paranoid"});
   CHECK(result.exit_code != 0);
   CHECK(result.err.find("--isolation") != std::string::npos);
+}
+
+TEST_CASE("forktrial --version names its version, its wire protocol and its store schema",
+          "[cli]") {
+  auto result = cli({"--version"});
+  CHECK(result.exit_code == 0);
+  CHECK(result.out == "forktrial " FORKTRIAL_VERSION_FOR_TESTS " (wire protocol " +
+                          std::to_string(forktrial::schema::wire::K_PROTOCOL_VERSION) +
+                          ", store schema " + std::to_string(forktrial::store::kSchemaVersion) +
+                          ")\n");
 }
