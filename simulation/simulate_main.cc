@@ -143,24 +143,38 @@ int main(int argc, char** argv) {
   double progress_every = 10;
   app.add_option("--seed", config.seed, "the first seed")->default_val(1);
   app.add_option("--seeds", seeds, "how many seeds to run, from --seed on")->default_val(1);
-  app.add_option("--workers", config.workers, "simulated workers")->default_val(20);
-  app.add_option("--max-slots", config.max_slots, "each worker has 1..N slots")->default_val(4);
-  app.add_option("--trials", config.trials, "trials over all jobs")->default_val(1000);
+  app.add_option("--workers", config.workers, "simulated workers")
+      ->default_val(20)
+      ->check(CLI::Range(1u, 1'000'000u));
+  app.add_option("--max-slots", config.max_slots, "each worker has 1..N slots")
+      ->default_val(4)
+      ->check(CLI::Range(1u, 1024u));
+  app.add_option("--trials", config.trials, "trials over all jobs")
+      ->default_val(1000)
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{100'000'000}));
   app.add_option("--jobs", config.jobs, "jobs (the third is cancelled soon after it arrives)")
-      ->default_val(6);
+      ->default_val(6)
+      ->check(CLI::Range(1u, 10'000u));
   app.add_option("--faults", faults,
                  "every: all kinds at rates a short run meets; none: a quiet cluster; the "
                  "options below change single rates")
       ->check(CLI::IsMember({"every", "none"}))
       ->default_val("every");
-  app.add_option("--chaos", chaos_seconds, "seconds of virtual time with faults");
-  app.add_option("--loss", loss, "messages lost, per thousand");
-  app.add_option("--duplication", duplication, "messages duplicated, per thousand");
-  app.add_option("--max-delay", max_delay, "a message's delay is 1..N ms (reorders them)");
-  app.add_option("--coordinator-crashes", coordinator_crashes, "coordinator crashes in the chaos");
-  app.add_option("--store-full", store_full, "episodes of a full store in the chaos");
-  app.add_option("--worker-crashes", worker_crashes, "per thousand workers per second of chaos");
-  app.add_option("--worker-stalls", worker_stalls, "per thousand workers per second of chaos");
+  app.add_option("--chaos", chaos_seconds, "seconds of virtual time with faults")
+      ->check(CLI::Range(0.0, 1e6));
+  app.add_option("--loss", loss, "messages lost, per thousand")->check(CLI::Range(0u, 1000u));
+  app.add_option("--duplication", duplication, "messages duplicated, per thousand")
+      ->check(CLI::Range(0u, 1000u));
+  app.add_option("--max-delay", max_delay, "a message's delay is 1..N ms (reorders them)")
+      ->check(CLI::Range(0u, 100'000u));
+  app.add_option("--coordinator-crashes", coordinator_crashes, "coordinator crashes in the chaos")
+      ->check(CLI::Range(0u, 100'000u));
+  app.add_option("--store-full", store_full, "episodes of a full store in the chaos")
+      ->check(CLI::Range(0u, 100'000u));
+  app.add_option("--worker-crashes", worker_crashes, "per thousand workers per second of chaos")
+      ->check(CLI::Range(0u, 1000u));
+  app.add_option("--worker-stalls", worker_stalls, "per thousand workers per second of chaos")
+      ->check(CLI::Range(0u, 1000u));
   app.add_flag("--no-compare-replay", no_compare,
                "skip comparing the whole replayed state at each restart (O(state) each)");
   app.add_option("--store", store_dir,
@@ -180,7 +194,11 @@ int main(int argc, char** argv) {
       "  forktrial-simulate --workers 10000 --trials 1000000 --progress\n"
       "Exit status: 0 every run kept every promise; 1 a run broke one (the seed and the\n"
       "command that replays it are printed); 2 bad arguments.");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;  // --help is no error; bad arguments are 2
+  }
 
   const auto given = [&](const char* name) { return app.count(name) > 0; };
   if (faults == "every") config.faults = forktrial::simulation::every_fault();

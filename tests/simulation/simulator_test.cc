@@ -130,6 +130,13 @@ TEST_CASE("forktrial-simulate runs seeds and prints each run", "[simulation][com
   auto bad = run_command({FORKTRIAL_SIMULATE, "--faults", "some"});
   CHECK(bad.exit_code != 0);
   CHECK(bad.err.find("--faults") != std::string::npos);
+  // A count out of range is refused by name, never wrapped into a huge run.
+  for (const char* option : {"--trials", "--workers", "--jobs", "--loss"}) {
+    auto negative = run_command({FORKTRIAL_SIMULATE, option, "-5"});
+    INFO(option << ": " << negative.err);
+    CHECK(negative.exit_code == 2);
+    CHECK(negative.err.find(option) != std::string::npos);
+  }
 }
 
 }  // namespace
