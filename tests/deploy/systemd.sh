@@ -9,7 +9,8 @@
 #     writes reaches the host), the binaries bound at their installed paths
 #     (/usr/bin, /usr/libexec/forktrial). The coordinator and two workers,
 #     one with --isolation strict, run batches with every hardening option
-#     of the units in force; the coordinator is killed and must come back.
+#     of the units in force; the coordinator is killed and must come back;
+#     then the keys' drop-ins are installed and a batch runs over CurveZMQ.
 # Skips part 2 (exit 77) without systemd-nspawn (scripts/install-deps
 # installs systemd-container).
 source "$(dirname "$0")/lib.sh"
@@ -271,22 +272,27 @@ say "workers up: w1 standard, w2 strict (namespaces and seccomp applied; only th
 # A batch on each worker alone: every kind of candidate ends as it must.
 write_batch "$share/batch.jsonl" 10
 on_exit "rm -f '$TMPDIR/results.jsonl' '$share/batch.jsonl'"
+# Runs the batch with WORKER the only worker up; client=(...) are the
+# client's key options, once the coordinator has keys.
+client=()
 run_batch_on() {
-  local worker=$1 other=$2 job
-  in_container systemctl stop "forktrial-worker@$other.service"
-  job=$(in_container timeout 120 forktrial submit /srv/forktrial-test/batch.jsonl --json |
-    python3 -c 'import json, sys; print(json.load(sys.stdin)["job"])') ||
+  local worker=$1 job
+  job=$(in_container timeout 120 forktrial submit /srv/forktrial-test/batch.jsonl --json \
+    "${client[@]}" | python3 -c 'import json, sys; print(json.load(sys.stdin)["job"])') ||
     fail "submitting the batch for $worker failed"
-  in_container timeout 120 forktrial wait "$job" >/dev/null ||
+  in_container timeout 120 forktrial wait "$job" "${client[@]}" >/dev/null ||
     unit_failed "forktrial-worker@$worker.service" "job $job on $worker did not finish reconciled"
-  in_container forktrial results "$job" --json >"$TMPDIR/results.jsonl"
+  in_container forktrial results "$job" --json "${client[@]}" >"$TMPDIR/results.jsonl"
   check results "$TMPDIR/results.jsonl" "$worker" || unit_failed "forktrial-worker@$worker.service" \
     "job $job on $worker: trials did not end as they must"
-  in_container systemctl start "forktrial-worker@$other.service"
-  say "batch $job on $worker alone: 10 trials, each ended as it must"
+  say "batch $job on $worker alone${client[*]:+, with keys}: 10 trials, each ended as it must"
 }
-run_batch_on w1 w2
-run_batch_on w2 w1
+in_container systemctl stop forktrial-worker@w2.service
+run_batch_on w1
+in_container systemctl start forktrial-worker@w2.service
+in_container systemctl stop forktrial-worker@w1.service
+run_batch_on w2
+in_container systemctl start forktrial-worker@w1.service
 
 # Restart=on-failure: a coordinator killed by a signal comes back.
 pid=$(unit_show forktrial-coordinator.service MainPID)
@@ -297,6 +303,36 @@ restarted() {
 wait_until 30 restarted ||
   unit_failed forktrial-coordinator.service "the coordinator killed with SIGKILL did not restart"
 say "coordinator killed (SIGKILL): restarted by systemd and ready again"
+
+# Keys, set up as deploy/README.md says: the drop-ins, the secret keys
+# root's with mode 0600 (which the services' dynamic users cannot open: they
+# get them as credentials), the allow lists, the coordinator's public key in
+# worker.env. A client without keys is then refused; with them, a batch runs.
+ft keygen "$etc/coordinator.key" >/dev/null
+ft keygen "$etc/worker-w1.key" >/dev/null
+ft keygen "$etc/client.key" >/dev/null
+printf '%s worker-id=w1\n' "$(cat "$etc/worker-w1.key.pub")" >"$etc/workers.allow"
+cp "$etc/client.key.pub" "$etc/clients.allow"
+chmod 0644 "$etc"/*.pub "$etc"/*.allow
+echo "FORKTRIAL_COORDINATOR_KEY=/etc/forktrial/coordinator.key.pub" >>"$etc/worker.env"
+in_container systemctl stop forktrial-worker@w2.service
+in_container install -D -m 0644 "$src/forktrial-coordinator-curve.conf" \
+  /etc/systemd/system/forktrial-coordinator.service.d/curve.conf
+in_container install -D -m 0644 "$src/forktrial-worker-curve.conf" \
+  /etc/systemd/system/forktrial-worker@.service.d/curve.conf
+in_container systemctl daemon-reload
+in_container systemctl restart forktrial-coordinator.service
+wait_until 30 http_ok 7680 /readyz ||
+  unit_failed forktrial-coordinator.service "the coordinator with keys never became ready"
+in_container systemctl restart forktrial-worker@w1.service
+wait_until 60 http_ok 7681 /readyz ||
+  unit_failed forktrial-worker@w1.service "worker w1 with keys was never welcomed by the coordinator"
+if in_container forktrial workers --timeout 3 >/dev/null 2>&1; then
+  fail "the coordinator with keys answered a client that has none"
+fi
+client=(--key /etc/forktrial/client.key --coordinator-key /etc/forktrial/coordinator.key.pub)
+run_batch_on w1
+say "keys: the coordinator and w1 read theirs as credentials; a client without keys is refused"
 
 for worker in w1 w2; do
   in_container test -d "/var/cache/forktrial/$worker/" ||
