@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The Debian package: built by scripts/package from the Release tree
-# (build/test; or the .deb named by FORKTRIAL_DEB), installed on this machine
+# The Debian package: built by scripts/package from the build tree under
+# test (build/PRESET/tools holds the binaries; or the .deb named by
+# FORKTRIAL_DEB), installed on this machine
 # with dpkg (through apt-get, which waits for the dpkg lock other installs may
 # hold), then:
 #  - /usr/bin/forktrial runs, finds its child in /usr/libexec/forktrial,
@@ -36,8 +37,11 @@ done
 
 deb=${FORKTRIAL_DEB:-}
 if [ -z "$deb" ]; then
-  say "building the package (scripts/package)"
-  deb=$("$FORKTRIAL_SOURCE/scripts/package" 2>"$TMPDIR/package.log" | tail -n 1) || {
+  tree=$(dirname "$FORKTRIAL_BIN_DIR")
+  [ "$(dirname "$tree")" = "$FORKTRIAL_SOURCE/build" ] ||
+    fail "the binaries are not in a preset's tree (build/PRESET/tools): give the package as FORKTRIAL_DEB"
+  say "building the package (scripts/package $(basename "$tree"))"
+  deb=$("$FORKTRIAL_SOURCE/scripts/package" "$(basename "$tree")" 2>"$TMPDIR/package.log" | tail -n 1) || {
     tail -n 20 "$TMPDIR/package.log" >&2
     fail "scripts/package failed"
   }
@@ -147,7 +151,8 @@ say "man pages: $(wc -l <"$TMPDIR/commands") commands (forktrial itself included
 # ---- systemd units and their examples, as installed
 
 for unit in forktrial-coordinator.service forktrial-worker@.service; do
-  [ -f "/lib/systemd/system/$unit" ] || fail "no /lib/systemd/system/$unit"
+  cmp -s "/lib/systemd/system/$unit" "$FORKTRIAL_SOURCE/deploy/systemd/$unit" ||
+    fail "/lib/systemd/system/$unit is missing or not deploy/systemd's (which systemd.sh starts)"
 done
 out=$(unshare --mount --propagation private sh -c \
   'mount -t tmpfs tmpfs /run/systemd && exec systemd-analyze verify "$@"' sh \
