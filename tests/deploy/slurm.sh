@@ -48,6 +48,8 @@ ours() {
 }
 
 coordinator_pid=""
+# exited PID: the process has ended (a zombie, or reaped).
+exited() { ! kill -0 "$1" 2>/dev/null || [[ $(ps -o stat= -p "$1") == Z* ]]; }
 # stop_coordinator: SIGTERM, and its exit status; SIGKILL if it has not
 # stopped 10 s later.
 stop_coordinator() {
@@ -55,7 +57,7 @@ stop_coordinator() {
   local pid=$coordinator_pid rc
   coordinator_pid=""
   kill -TERM "$pid" 2>/dev/null || true
-  if ! wait_until 10 eval '[ "$(ps -o stat= -p "$pid")" = Z ] || ! kill -0 "$pid"'; then
+  if ! wait_until 10 exited "$pid"; then
     echo "the coordinator (pid $pid) ignored SIGTERM for 10 s: SIGKILL" >&2
     kill -KILL "$pid" 2>/dev/null || true
   fi
@@ -102,9 +104,44 @@ ep=tcp://127.0.0.1:$port
 coordinator_pid=$!
 wait_until 20 ft workers --coordinator "$ep" || fail "the coordinator at $ep does not answer"
 
-say "submitting 3 workers of $cpus_per_worker CPUs"
+# Three free ports in a row from a base: task N's worker serves HTTP on base + N.
+http_base=$(python3 -c '
+import socket
+for _ in range(100):
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    base = probe.getsockname()[1]
+    probe.close()
+    if base > 65000:
+        continue
+    try:
+        held = []
+        for port in range(base, base + 3):
+            s = socket.socket()
+            s.bind(("127.0.0.1", port))
+            held.append(s)
+    except OSError:
+        continue
+    print(base)
+    break
+') || fail "no three free ports in a row for the workers' HTTP"
+# http_status TASK PATH: the HTTP status of a worker's endpoint, 0 when nothing answers.
+http_status() {
+  python3 -c '
+import sys, urllib.error, urllib.request
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+try:
+    print(opener.open(sys.argv[1], timeout=2).status)
+except urllib.error.HTTPError as e:
+    print(e.code)
+except OSError:
+    print(0)' "http://127.0.0.1:$((http_base + $1))$2"
+}
+
+say "submitting 3 workers of $cpus_per_worker CPUs, HTTP from port $http_base"
 submitted=$("$fleet" submit --coordinator "$ep" --workers 3 --cpus-per-worker "$cpus_per_worker" \
-  --log-dir "$logs" --cache-root "$caches" --forktrial "$FORKTRIAL_BIN_DIR/forktrial" --json) ||
+  --log-dir "$logs" --cache-root "$caches" --forktrial "$FORKTRIAL_BIN_DIR/forktrial" \
+  --http "127.0.0.1:$http_base" --json) ||
   fail "forktrial-slurm submit failed"
 job=$(python3 -c 'import json, sys; print(json.load(sys.stdin)["job"])' <<<"$submitted") ||
   fail "forktrial-slurm submit --json printed no job: $submitted"
@@ -145,7 +182,12 @@ fleet_joined() {
 }
 wait_until 60 fleet_joined ||
   fail "the workers slurm-${job}_0..2 did not all join with $cpus_per_worker slots: $(workers_json)"
-say "the 3 workers joined, $cpus_per_worker slots each (one a CPU)"
+ready_over_http() { [ "$(http_status "$1" /readyz)" = 200 ]; }
+for task in 0 1 2; do
+  wait_until 10 ready_over_http "$task" ||
+    fail "the worker of task $task is not ready over HTTP: /readyz answers $(http_status "$task" /readyz)"
+done
+say "the 3 workers joined, $cpus_per_worker slots each (one a CPU), each ready over HTTP"
 
 # ---- (2) a batch to completion
 
@@ -196,11 +238,13 @@ wait_until 10 grep -q "worker $victim ended with status" "$victim_log" ||
   fail "the output of task 1 does not say how its worker ended: $(tail -n 5 "$victim_log")"
 grep -q "worker $victim ended with status 0\$" "$victim_log" ||
   fail "the worker of task 1 did not stop cleanly on SIGTERM: $(grep 'ended with status' "$victim_log")"
+[ "$(http_status 1 /healthz)" = 0 ] || fail "the cancelled worker's HTTP endpoint still answers"
+[ "$(http_status 0 /healthz)" = 200 ] || fail "the worker of task 0 no longer answers /healthz"
 victim_cache=$caches/forktrial-worker-${job}_1
 [ ! -e "$victim_cache" ] || fail "task 1 left its cache $victim_cache"
 left=$(pgrep -a -f "$victim_cache" | grep -v -e "^$$ " -e ' pgrep ' || true)
 [ -z "$left" ] || fail "processes of the cancelled task are still running: $left"
-say "task 1 is CANCELLED, its worker ended with status 0, nothing of it runs; tasks 0 and 2 run on"
+say "task 1 is CANCELLED, its worker ended with status 0, nothing of it runs or answers; tasks 0 and 2 run on"
 
 ft wait "$second" --coordinator "$ep" --max-wait 120 >/dev/null ||
   fail "the second batch did not end with every trial reconciled: $(job_status "$second")"
@@ -253,6 +297,8 @@ for p in problems:
 sys.exit(1 if problems else 0)
 EOF
   fail "the second batch did not end exactly once (above)"
+say "attempts the cancelled worker gave back as stopped from outside (the rest lapsed with its lease):" \
+  "$(grep -c "failed: worker $victim: its child was stopped by" "$work/coordinator.log")"
 
 # ---- (4) everything goes
 
