@@ -230,6 +230,10 @@ class Server {
       socket_->bind(config.listen);
     }
     recover();
+    if (listen && config.http) {
+      http_.emplace(*config.http, probes_.routes(), log);
+      log_(LogLevel::info, "coordinator serving HTTP on http://" + http_->address().str() + "/");
+    }
   }
 
   int run() {
@@ -246,6 +250,8 @@ class Server {
       for (std::size_t i = 0; i < kMaxMessagesPerTurn && receive_one(now); ++i) {
       }
       gather();
+      probes_.turned();
+      probes_.set_ready(!store_full_, store_full_ ? "the store is full: " + *store_full_ : "");
       if (store_full_) {
         probe_store();
       } else {
@@ -1490,8 +1496,10 @@ class Server {
   std::uint64_t undelivered_ = 0;          // replies ZeroMQ would not take
   bool trim_ = false;                      // a submission was handled this turn
   std::optional<std::string> store_full_;  // why, while the store takes no writes
-  std::set<std::string> bound_ids_;        // worker ids the allow list binds to a key
-  std::optional<std::string> bound_id_;    // that of the message being handled
+  transport::Probes probes_;
+  std::optional<transport::HttpServer> http_;  // last: it stops before what it reads
+  std::set<std::string> bound_ids_;            // worker ids the allow list binds to a key
+  std::optional<std::string> bound_id_;        // that of the message being handled
   // The requests of this turn whose answers depend on its commit: (route, id).
   std::set<std::pair<std::string, std::uint64_t>> turn_writes_;
   std::chrono::steady_clock::time_point next_probe_;

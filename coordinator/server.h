@@ -24,6 +24,7 @@
 #include "coordinator/scheduler.h"
 #include "sandbox/cancellation.h"
 #include "transport/curve.h"
+#include "transport/http_server.h"
 
 namespace forktrial::coordinator {
 
@@ -44,6 +45,9 @@ struct ServerConfig {
   // its key's role (a worker key cannot submit; a client key cannot join).
   std::optional<transport::Keypair> curve_key;
   transport::AllowList allowed;
+  // The read-only HTTP endpoint (none: not served): /healthz, /readyz
+  // (ready while the store takes writes).
+  std::optional<transport::HttpAddress> http;
 };
 
 // Runs until `stop` is cancelled; returns 0, or throws forktrial::Error when

@@ -134,6 +134,23 @@ void add_endpoint(CLI::App* cmd, std::string& endpoint) {
       ->capture_default_str();
 }
 
+// --http ADDR: the daemon's read-only HTTP endpoint (probes, metrics, and the
+// coordinator's status page); parsed when the command runs.
+void add_http_option(CLI::App* cmd, std::string& address, const std::string& serves) {
+  cmd->add_option("--http", address,
+                  "Serve " + serves +
+                      " over HTTP on HOST:PORT, or PORT on 127.0.0.1 (e.g. 0.0.0.0:7680); env "
+                      "FORKTRIAL_HTTP. Default: not served")
+      ->envname("FORKTRIAL_HTTP");
+}
+
+std::optional<transport::HttpAddress> http_address(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  auto address = transport::parse_http_address(text);
+  if (!address) throw CommandFailed("--http: " + address.error(), kUsageError);
+  return *address;
+}
+
 void add_coordinator(CLI::App& app) {
   auto config = std::make_shared<coordinator::ServerConfig>();
   auto store = std::make_shared<std::string>(kDefaultStore);
@@ -145,6 +162,7 @@ void add_coordinator(CLI::App& app) {
   auto allow_workers = std::make_shared<std::vector<std::string>>();
   auto allow_clients = std::make_shared<std::vector<std::string>>();
   auto insecure = std::make_shared<bool>(false);
+  auto http = std::make_shared<std::string>();
   config->listen = kDefaultEndpoint;
   auto* cmd = app.add_subcommand(
       "coordinator",
@@ -178,6 +196,8 @@ void add_coordinator(CLI::App& app) {
   cmd->add_flag("--insecure", *insecure,
                 "Listen on a non-loopback endpoint without keys: anyone who reaches it may "
                 "submit code to run, or join as a worker");
+  add_http_option(cmd, *http,
+                  "/healthz and /readyz (the store takes writes) for an orchestrator's probes");
   logging->add_to(cmd);
   cmd->footer(examples_footer({
       "forktrial keygen /etc/forktrial/coordinator.key",
@@ -188,6 +208,7 @@ void add_coordinator(CLI::App& app) {
   }));
   cmd->callback([=] {
     config->store = *store;
+    config->http = http_address(*http);
     config->scheduler.lease_duration =
         std::chrono::milliseconds(static_cast<std::int64_t>(*lease * 1000));
     config->scheduler.worker_timeout = config->scheduler.lease_duration;
@@ -246,6 +267,7 @@ void add_worker(CLI::App& app) {
   auto logging = std::make_shared<LogOptions>();
   auto endpoint = std::make_shared<std::string>();
   auto keys = std::make_shared<KeyOptions>();
+  auto http = std::make_shared<std::string>();
   auto* cmd = app.add_subcommand(
       "worker",
       "Run a worker: it checks that trial children can start here (preflight), joins the "
@@ -268,6 +290,9 @@ void add_worker(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(1u, 1'000'000u));
   add_isolation_option(cmd, config->child.isolation);
+  add_http_option(
+      cmd, *http,
+      "/healthz and /readyz (the coordinator welcomed it) for an orchestrator's probes");
   keys->add_to(cmd);
   logging->add_to(cmd);
   cmd->footer(examples_footer({
@@ -277,6 +302,7 @@ void add_worker(CLI::App& app) {
   cmd->callback([=] {
     if (endpoint->empty()) *endpoint = default_endpoint();
     config->coordinator = *endpoint;
+    config->http = http_address(*http);
     config->keys = keys->load();
     config->cache_dir = *cache;
     auto bytes = sandbox::parse_byte_size(*cache_size);

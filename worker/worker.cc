@@ -170,6 +170,10 @@ class Worker {
       std::filesystem::create_directories(child_.scratch_parent);
     }
     forget_stale_packs();
+    if (config.http) {
+      http_.emplace(*config.http, probes_.routes(), log);
+      log_(LogLevel::info, "worker serving HTTP on http://" + http_->address().str() + "/");
+    }
   }
 
   int run() {
@@ -178,6 +182,11 @@ class Worker {
       wait_for_input(std::chrono::milliseconds(20));
       while (receive_one()) {
       }
+      probes_.turned();
+      probes_.set_ready(welcomed_, welcomed_ ? std::string()
+                                             : "the coordinator at " + config_.coordinator +
+                                                   " has not welcomed this worker (unreachable, "
+                                                   "or it refused it: see the log)");
       send_finished();
       const auto now = Clock::now();
       // Well inside the lease, whatever the configured interval.
@@ -684,9 +693,8 @@ class Worker {
   int exit_code_ = -1;
   std::uint64_t request_id_ = 0;
   std::uint64_t arrivals_ = 0;
-  double mean_trial_us_ = 0;
-  std::uint64_t unsent_ = 0;  // messages ZeroMQ would not queue since the last it did  // moving
-                              // average of slot time per trial; 0: none yet
+  double mean_trial_us_ = 0;  // moving average of slot time per trial; 0: none yet
+  std::uint64_t unsent_ = 0;  // messages ZeroMQ would not queue since the last it did
   bool welcomed_ = false;
   bool work_requested_ = false;
   Clock::time_point work_requested_at_ = Clock::now();
@@ -707,6 +715,8 @@ class Worker {
   std::deque<Finished> finished_;  // guarded by finished_mutex_
   std::size_t in_slots_ = 0;       // trials in the arena; guarded by finished_mutex_
   std::condition_variable idle_;   // in_slots_ reached 0
+  transport::Probes probes_;
+  std::optional<transport::HttpServer> http_;  // last: it stops before what it reads
 };
 
 }  // namespace

@@ -23,6 +23,7 @@
 #include "sandbox/cancellation.h"
 #include "sandbox/trial.h"
 #include "transport/curve.h"
+#include "transport/http_server.h"
 
 namespace forktrial::worker {
 
@@ -50,6 +51,9 @@ struct WorkerConfig {
   unsigned send_queue = 1000;
   // CurveZMQ: its keypair and the coordinator's public key (none: plain).
   std::optional<transport::ClientKeys> keys;
+  // The read-only HTTP endpoint (none: not served): /healthz, /readyz
+  // (ready while the coordinator has welcomed this worker).
+  std::optional<transport::HttpAddress> http;
 };
 
 // Runs until `stop` is cancelled; returns 0, or non-zero when the worker

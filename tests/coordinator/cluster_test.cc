@@ -35,6 +35,7 @@
 #include "schema/outcome.h"
 #include "schema/wire_codec.h"
 #include "store/event_store.h"
+#include "tests/support/http_get.h"
 #include "tests/support/small_disk.h"
 #include "tests/support/temp_dir.h"
 
@@ -1832,4 +1833,45 @@ TEST_CASE("a coordinator whose disk fills pauses, says why, loses nothing and re
   require_exactly_once(cluster, cluster.results(job));
   cluster.coordinator.reset();  // before the disk goes
   cluster.workers.clear();
+}
+
+TEST_CASE("coordinator and worker answer the probes of an orchestrator over --http", "[cluster]") {
+  using forktrial::testing::http_wait_for;
+  Cluster cluster;
+  const auto coordinator_port = forktrial::testing::free_port();
+  const auto worker_port = forktrial::testing::free_port();
+  // The worker first: it lives, and is not ready until a coordinator welcomes it.
+  cluster.start_worker(1, 1, {}, {"--http", "127.0.0.1:" + std::to_string(worker_port)});
+  CHECK(http_wait_for(worker_port, "/healthz", 200).status == 200);
+  const auto waiting = http_wait_for(worker_port, "/readyz", 503);
+  CHECK(waiting.status == 503);
+  CHECK(waiting.body.find("has not welcomed this worker") != std::string::npos);
+
+  cluster.start_coordinator("3", {"--http", std::to_string(coordinator_port)});
+  CHECK(http_wait_for(coordinator_port, "/healthz", 200).status == 200);
+  CHECK(http_wait_for(coordinator_port, "/readyz", 200).status == 200);
+  const auto ready = http_wait_for(worker_port, "/readyz", 200);
+  INFO(cluster.log_text());
+  CHECK(ready.status == 200);
+  CHECK(forktrial::testing::http_get(coordinator_port, "/nothing").status == 404);
+}
+
+TEST_CASE("the HTTP endpoint refuses what is not an address, and a port already taken",
+          "[cluster]") {
+  Cluster cluster;
+  auto bad = run_forktrial({"coordinator", "--store", cluster.store, "--listen", cluster.endpoint,
+                            "--http", "example.com:80"});
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.err.find("--http") != std::string::npos);
+  CHECK(bad.err.find("not an IP address") != std::string::npos);
+
+  const auto port = forktrial::testing::free_port();
+  cluster.start_coordinator("3", {"--http", std::to_string(port)});
+  REQUIRE(forktrial::testing::http_wait_for(port, "/healthz", 200).status == 200);
+  auto taken =
+      run_forktrial({"worker", "--connect", cluster.endpoint, "--cache",
+                     (cluster.dir.path() / "cache-x").string(), "--http", std::to_string(port)});
+  CHECK(taken.exit_code != 0);
+  CHECK(taken.err.find("cannot serve HTTP on 127.0.0.1:" + std::to_string(port)) !=
+        std::string::npos);
 }
