@@ -3,8 +3,7 @@
 `kube play` runs on one machine, changing only what podman cannot take:
 
   kube-local.py RENDERED SECRETS OUT PROBES --image TAG --keys-dir DIR
-                [--publish NAME=HOSTPORT]... [--workers N] [--no-http]
-                [--claims-exist]
+                [--publish NAME=HOSTPORT]... [--workers N] [--claims-exist]
 
 RENDERED: the kustomize output. SECRETS: Secret documents (what `kubectl
 create secret generic ... --dry-run=client -o yaml` prints), whose data is
@@ -40,8 +39,6 @@ What changes, and why:
   podman 4.3.1 publishes a containerPort without a hostPort on the host's
   every address (so two workers' 7681 collide, and the coordinator's would be
   open to the network).
-- --no-http drops `--http ADDR` from the arguments (a binary without the HTTP
-  endpoints refuses the option) along with the probes.
 """
 import argparse
 import base64
@@ -109,19 +106,6 @@ def container_env(container, config_maps, where):
     return env
 
 
-def drop_http(args):
-    out = []
-    skip = False
-    for arg in args:
-        if skip:
-            skip = False
-        elif arg == "--http":
-            skip = True
-        elif not arg.startswith("--http="):
-            out.append(arg)
-    return out
-
-
 def adapt_pod_spec(spec, workload, options, config_maps, probes):
     for volume in spec.get("volumes", []):
         if "secret" in volume:
@@ -138,8 +122,6 @@ def adapt_pod_spec(spec, workload, options, config_maps, probes):
         for field in ("command", "args"):
             if field in container:
                 container[field] = [expand(arg, env, where) for arg in container[field]]
-                if options.no_http:
-                    container[field] = drop_http(container[field])
         named_ports = {port["name"]: port for port in container.get("ports", []) if "name" in port}
         for kind in ("livenessProbe", "readinessProbe"):
             probe = container.pop(kind, None)
@@ -201,7 +183,6 @@ def main():
     parser.add_argument("--keys-dir", required=True)
     parser.add_argument("--publish", action="append", default=[])
     parser.add_argument("--workers", type=int)
-    parser.add_argument("--no-http", action="store_true")
     parser.add_argument("--claims-exist", action="store_true")
     options = parser.parse_args()
     if not os.path.isabs(options.keys_dir) or not os.path.isdir(options.keys_dir):
