@@ -214,8 +214,9 @@ code=$(curl -s -o "$work/metrics" -w '%{http_code}' "http://127.0.0.1:$http_port
 if [ "$code" = 404 ]; then
   say "WARN: this forktrial serves no /metrics yet: the Prometheus annotations are not checked"
 else
-  [ "$code" = 200 ] && grep -q '^# TYPE ' "$work/metrics" ||
+  if [ "$code" != 200 ] || ! grep -q '^# TYPE ' "$work/metrics"; then
     fail "the coordinator's /metrics answered $code, not Prometheus text"
+  fi
 fi
 
 # ---- the store outlives the pods
