@@ -2,9 +2,9 @@
 // workers | batch`: trials sharded over ZeroMQ to workers, and the batch
 // that runs the same thing on this machine alone.
 #include <signal.h>
-#include <spawn.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -775,16 +775,45 @@ void add_workers(CLI::App& app) {
 
 // ---- batch: a coordinator and workers as child processes of this one.
 
+// The environment of the batch's own daemons: this one's, without what
+// would point them elsewhere. Its coordinator has no keys, so keys meant for
+// a cluster would keep its workers out; an HTTP address would be taken by
+// the first daemon and refused to the others.
+std::vector<std::string> batch_daemon_environment() {
+  static constexpr std::string_view kDropped[] = {
+      "FORKTRIAL_KEY=", "FORKTRIAL_COORDINATOR_KEY=", "FORKTRIAL_COORDINATOR=", "FORKTRIAL_HTTP="};
+  std::vector<std::string> kept;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string_view entry(*e);
+    if (std::none_of(std::begin(kDropped), std::end(kDropped),
+                     [&](std::string_view name) { return entry.starts_with(name); })) {
+      kept.emplace_back(entry);
+    }
+  }
+  return kept;
+}
+
 class Daemon {
  public:
+  // Started with PR_SET_PDEATHSIG: should this process die without stopping
+  // it (SIGKILL), it is sent SIGTERM rather than left running.
   explicit Daemon(std::vector<std::string> args) {
     std::vector<char*> argv;
     for (auto& arg : args) argv.push_back(arg.data());
     argv.push_back(nullptr);
+    std::vector<std::string> environment = batch_daemon_environment();
+    std::vector<char*> envp;
+    for (auto& entry : environment) envp.push_back(entry.data());
+    envp.push_back(nullptr);
     const std::string self = fs::read_symlink("/proc/self/exe").string();
-    if (int rc = ::posix_spawn(&pid_, self.c_str(), nullptr, nullptr, argv.data(), environ);
-        rc != 0) {
-      throw SystemError("posix_spawn(" + self + ")", rc);
+    const pid_t parent = ::getpid();
+    pid_ = ::fork();
+    if (pid_ < 0) throw SystemError("fork", errno);
+    if (pid_ == 0) {
+      // Async-signal-safe calls only, between fork and exec.
+      if (::prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || ::getppid() != parent) ::_exit(127);
+      ::execve(self.c_str(), argv.data(), envp.data());
+      ::_exit(127);
     }
   }
   ~Daemon() { stop(); }

@@ -1007,7 +1007,13 @@ TEST_CASE("forktrial batch runs a batch file end to end on local workers", "[clu
                                    kExamples +
                                    "/packs/chat_echo\"\n"
                                    "[[scenarios]]\nfile = \"scenarios/replay.lua\"\n");
-  auto ran = run_forktrial({"batch", batch.string(), "--store", store, "--workers", "2", "--json"});
+  // Keys and an HTTP address meant for a cluster are not handed to the
+  // batch's own daemons: its coordinator has no keys, and one port serves one.
+  auto ran = forktrial::testing::run_command(
+      {"/usr/bin/env", "FORKTRIAL_KEY=" + (dir.path() / "cluster.key").string(),
+       "FORKTRIAL_COORDINATOR_KEY=" + (dir.path() / "coordinator.key.pub").string(),
+       "FORKTRIAL_HTTP=127.0.0.1:" + std::to_string(forktrial::testing::free_port()),
+       FORKTRIAL_BINARY, "batch", batch.string(), "--store", store, "--workers", "2", "--json"});
   INFO(ran.err);
   REQUIRE(ran.exit_code == 0);
   const auto lines = forktrial::testing::lines_of(ran.out);
