@@ -466,8 +466,10 @@ TEST_CASE("a worker's full cache evicts what no trial holds, never what one does
   }
   const std::uint64_t cap = segment + archives[0] + archives[1] + archives[3] / 2;
   cluster.start_coordinator();
-  cluster.start_worker(
-      0, 1, {}, {"--prefetch", "1", "--cache-size", std::to_string(cap), "--log-level", "debug"});
+  const auto http = forktrial::testing::free_port();
+  cluster.start_worker(0, 1, {},
+                       {"--prefetch", "1", "--cache-size", std::to_string(cap), "--log-level",
+                        "debug", "--http", std::to_string(http)});
   const std::string job = cluster.submit(cluster.outcome_batch(3, 4));
   const json summary = cluster.wait(job);
   CHECK(summary["reconciled"] == 12);
@@ -477,6 +479,21 @@ TEST_CASE("a worker's full cache evicts what no trial holds, never what one does
     CHECK(r["attempts"] == 1);  // no attempt failed for want of room
   }
   require_exactly_once(cluster, results);
+  // Its metrics say the same: each of the 12 assignments looked up its
+  // segment and its pack, the segment and all four packs were fetched at
+  // least once, some were evicted, and the cache stayed within its cap.
+  const auto scraped = forktrial::testing::http_get(http, "/metrics");
+  const auto metrics = forktrial::testing::parse_exposition(scraped.body);
+  INFO(scraped.body);
+  REQUIRE(metrics.has_value());
+  CHECK(metrics->at("forktrial_worker_cache_hits_total") +
+            metrics->at("forktrial_worker_cache_misses_total") ==
+        24);
+  CHECK(metrics->at("forktrial_worker_cache_misses_total") >= 5);
+  CHECK(metrics->at("forktrial_worker_cache_evictions_total") > 0);
+  CHECK(metrics->at("forktrial_worker_cache_bytes") <= cap);
+  CHECK(metrics->at("forktrial_worker_cache_capacity_bytes") == cap);
+  CHECK(metrics->at("forktrial_worker_attempts_failed_total") == 0);
   const std::string log = cluster.log_text();
   INFO(log);
   CHECK(log.find("from the cache, the least recently used") != std::string::npos);
