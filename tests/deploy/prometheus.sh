@@ -17,6 +17,16 @@ command -v prometheus >/dev/null && command -v promtool >/dev/null ||
 
 work=$(mktemp -d "$TMPDIR/prometheus.XXXXXX")
 on_exit "rm -rf '$work'"
+# A failure, with the end of every daemon's log (they go with $work).
+die() {
+  local log
+  for log in "$work"/*.log; do
+    [ -s "$log" ] || continue
+    printf -- '--- %s\n' "${log##*/}"
+    tail -n 15 "$log"
+  done
+  fail "$@"
+}
 dashboard="$FORKTRIAL_SOURCE/deploy/grafana/forktrial-dashboard.json"
 
 # Stops a process of this test: TERM, then KILL after 10 s; reaps it.
@@ -111,7 +121,7 @@ PY
 }
 
 store="$work/store"
-import_chat "$store"
+import_chat "$store" || die "cannot import the recorded chat run into $store"
 ep="tcp://127.0.0.1:$(free_port)"
 coordinator_http=$(free_port)
 worker_http=("$(free_port)" "$(free_port)")
@@ -138,31 +148,32 @@ scrape_configs:
       - targets: ["127.0.0.1:${worker_http[0]}", "127.0.0.1:${worker_http[1]}"]
 EOF
 promtool check config "$work/prometheus.yml" >"$work/promtool-config.log" 2>&1 ||
-  fail "promtool refuses the scrape configuration: $(cat "$work/promtool-config.log")"
+  die "promtool refuses the scrape configuration: $(cat "$work/promtool-config.log")"
 prometheus --config.file="$work/prometheus.yml" --storage.tsdb.path="$work/tsdb" \
   --web.listen-address="127.0.0.1:$prometheus_port" >"$work/prometheus.log" 2>&1 &
 on_exit "stop $!"
 wait_until 60 promapi "$prometheus_port" ready ||
-  fail "Prometheus did not get ready on 127.0.0.1:$prometheus_port: $(tail -n 5 "$work/prometheus.log")"
+  die "Prometheus did not get ready on 127.0.0.1:$prometheus_port: $(tail -n 5 "$work/prometheus.log")"
 say "Prometheus $(prometheus --version 2>&1 | head -n 1 | cut -d' ' -f3) listens on 127.0.0.1:$prometheus_port"
 
 ready() {
   python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$1/readyz', timeout=2)"
 }
-wait_until 60 ready "$coordinator_http" || fail "the coordinator never got ready; its log: $work/coordinator.log"
+wait_until 60 ready "$coordinator_http" || die "the coordinator never got ready"
 wait_until 30 promapi "$prometheus_port" equals 'sum(up{job="forktrial-coordinator"})' 1 ||
-  fail "Prometheus does not see the coordinator up"
+  die "Prometheus does not see the coordinator up"
 promapi "$prometheus_port" equals 'sum(up{job="forktrial-worker"})' 0 ||
-  fail "Prometheus sees a worker up before any was started"
+  die "Prometheus sees a worker up before any was started"
 
 # The batch goes in before any worker runs, so its whole queue is scraped:
 # the job's gauge is seen at 40 before the workers drain it.
 start=$(date +%s)
-write_batch "$work/batch.jsonl" 40
-job=$(ft submit "$work/batch.jsonl" --coordinator "$ep" --json |
-  python3 -c 'import json, sys; print(json.load(sys.stdin)["job"])')
+write_batch "$work/batch.jsonl" 40 || die "cannot write the batch"
+ft submit "$work/batch.jsonl" --coordinator "$ep" --json >"$work/submitted.json" 2>"$work/submit.log" ||
+  die "forktrial submit failed: $(tail -n 5 "$work/submit.log")"
+job=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["job"])' "$work/submitted.json")
 wait_until 30 promapi "$prometheus_port" equals "forktrial_job_queued_trials{job_id=\"$job\"}" 40 ||
-  fail "Prometheus never saw the 40 queued trials of job $job"
+  die "Prometheus never saw the 40 queued trials of job $job"
 say "job $job: Prometheus sees its 40 trials queued"
 
 for n in 1 2; do
@@ -171,10 +182,10 @@ for n in 1 2; do
   on_exit "stop $!"
 done
 for port in "${worker_http[@]}"; do
-  wait_until 60 ready "$port" || fail "the worker on HTTP port $port never got ready; logs in $work"
+  wait_until 60 ready "$port" || die "the worker on HTTP port $port never got ready"
 done
 wait_until 30 promapi "$prometheus_port" equals 'count(up == 1)' 3 ||
-  fail "Prometheus does not see its three targets up: $(promapi "$prometheus_port" by up instance)"
+  die "Prometheus does not see its three targets up: $(promapi "$prometheus_port" by up instance)"
 say "the coordinator and both workers are up as Prometheus targets"
 
 # promtool's lint of each daemon's exposition (names, types, units, _total).
@@ -182,15 +193,16 @@ for port in "$coordinator_http" "${worker_http[@]}"; do
   python3 -c "import sys, urllib.request; sys.stdout.write(urllib.request.urlopen('http://127.0.0.1:$port/metrics', timeout=5).read().decode())" \
     >"$work/metrics-$port.txt"
   if ! promtool check metrics <"$work/metrics-$port.txt" >"$work/lint-$port.txt" 2>&1; then
-    fail "promtool check metrics finds problems in the /metrics of port $port: $(cat "$work/lint-$port.txt")"
+    die "promtool check metrics finds problems in the /metrics of port $port: $(cat "$work/lint-$port.txt")"
   fi
 done
 say "promtool check metrics passes on all three /metrics"
 
-ft wait "$job" --coordinator "$ep" >"$work/wait.log" 2>&1 || fail "waiting for job $job failed: $(tail -n 5 "$work/wait.log")"
-ft results "$job" --coordinator "$ep" --json >"$work/results.jsonl"
+ft wait "$job" --coordinator "$ep" >"$work/wait.log" 2>&1 || die "waiting for job $job failed: $(tail -n 5 "$work/wait.log")"
+ft results "$job" --coordinator "$ep" --json >"$work/results.jsonl" 2>"$work/results.log" ||
+  die "forktrial results failed: $(tail -n 5 "$work/results.log")"
 total=$(trial_count "$job" "$ep")
-[ "$total" -eq 40 ] || fail "forktrial results lists $total trials of job $job, not 40"
+[ "$total" -eq 40 ] || die "forktrial results lists $total trials of job $job, not 40"
 # outcome=count lines, sorted, from the results (the last line is the summary).
 python3 -c '
 import collections, json, sys
@@ -200,22 +212,22 @@ say "job $job: $(tr '\n' ' ' <"$work/expected.txt")"
 
 # Prometheus has the batch once a scrape after its end came in.
 wait_until 30 promapi "$prometheus_port" equals 'sum(forktrial_trials_reconciled_total)' "$total" ||
-  fail "Prometheus counts $(promapi "$prometheus_port" value 'sum(forktrial_trials_reconciled_total)') reconciled trials, not $total"
+  die "Prometheus counts $(promapi "$prometheus_port" value 'sum(forktrial_trials_reconciled_total)') reconciled trials, not $total"
 promapi "$prometheus_port" by 'sum by (outcome) (forktrial_trials_reconciled_total) > 0' outcome \
   >"$work/scraped.txt"
 diff -u "$work/expected.txt" "$work/scraped.txt" >"$work/outcomes.diff" ||
-  fail "per outcome, Prometheus and forktrial results disagree: $(cat "$work/outcomes.diff")"
+  die "per outcome, Prometheus and forktrial results disagree: $(cat "$work/outcomes.diff")"
 promapi "$prometheus_port" equals 'sum(forktrial_trials{status="reconciled"})' "$total" ||
-  fail "forktrial_trials{status=\"reconciled\"} is not $total"
+  die "forktrial_trials{status=\"reconciled\"} is not $total"
 # The workers ran and reported every trial, and a fenced report besides.
 fenced=$(promapi "$prometheus_port" value 'sum(forktrial_reports_fenced_total)')
 promapi "$prometheus_port" equals 'sum(forktrial_worker_trials_total)' "$((total + ${fenced%.*}))" ||
-  fail "the workers count $(promapi "$prometheus_port" value 'sum(forktrial_worker_trials_total)') trials, not $total + $fenced fenced"
+  die "the workers count $(promapi "$prometheus_port" value 'sum(forktrial_worker_trials_total)') trials, not $total + $fenced fenced"
 promapi "$prometheus_port" equals 'count(up{job="forktrial-worker"} == 1)' 2 ||
-  fail "the two worker targets are not both up"
+  die "the two worker targets are not both up"
 say "PromQL agrees with forktrial results: $total trials, by outcome as above; both workers up"
 
 promapi "$prometheus_port" dashboard "$dashboard" "$start" >"$work/dashboard.txt" ||
-  fail "the dashboard's queries: $(cat "$work/dashboard.txt")"
+  die "the dashboard's queries: $(cat "$work/dashboard.txt")"
 say "dashboard: $(head -n 1 "$work/dashboard.txt"), each ran and found data"
 say "passed"
