@@ -15,12 +15,14 @@
 #include "base/memory.h"
 #include "base/text.h"
 #include "base/timestamp.h"
+#include "coordinator/metrics.h"
 #include "coordinator/orchestration_log.h"
 #include "pack/bundle_archive.h"
 #include "sandbox/delta.h"
 #include "sandbox/trial_types.h"
 #include "schema/wire_codec.h"
 #include "store/event_store.h"
+#include "transport/metrics_endpoint.h"
 #include "transport/zap.h"
 
 namespace forktrial::coordinator {
@@ -231,7 +233,9 @@ class Server {
     }
     recover();
     if (listen && config.http) {
-      http_.emplace(*config.http, probes_.routes(), log);
+      auto routes = probes_.routes();
+      routes.push_back(transport::metrics_route(metrics_.registry()));
+      http_.emplace(*config.http, std::move(routes), log);
       log_(LogLevel::info, "coordinator serving HTTP on http://" + http_->address().str() + "/");
     }
   }
@@ -255,7 +259,7 @@ class Server {
       if (store_full_) {
         probe_store();
       } else {
-        keep(scheduler_.tick(clock_now()));
+        keep_tick(clock_now());
         serve_parked(clock_now());
       }
       flush();
@@ -301,6 +305,20 @@ class Server {
 
   void keep(Records records) {
     for (auto& record : records) pending_.push_back(std::move(record));
+    gauges_stale_ = true;
+  }
+
+  // Time passes for the scheduler: leases lapse, silent workers are lost.
+  void keep_tick(Instant now) {
+    Records records = scheduler_.tick(now);
+    metrics_.ticked(records);
+    keep(std::move(records));
+  }
+
+  // What pending_ held is in the store now.
+  void pending_committed() {
+    metrics_.committed(pending_);
+    pending_.clear();
   }
 
   void flush() {
@@ -310,6 +328,10 @@ class Server {
       store_full(e.what());
     }
     turn_writes_.clear();
+    if (gauges_stale_) {
+      metrics_.observe(scheduler_, store_full_.has_value());
+      gauges_stale_ = false;
+    }
     if (!socket_) return;  // the replies are the caller's (turn)
     for (auto& [route, frame] : outbox_) send_to(route, frame);
     outbox_.clear();
@@ -329,7 +351,7 @@ class Server {
         throw Error(forktrial::ErrorCode::internal,
                     "cannot write the orchestration log: " + written.error().message);
       }
-      pending_.clear();
+      pending_committed();
     }
   }
 
@@ -373,6 +395,9 @@ class Server {
     }
     scheduler_ = Scheduler(config_.scheduler);
     replay_log();
+    metrics_.undone();
+    metrics_.resync(scheduler_);
+    gauges_stale_ = true;
     // Every worker says hello again and keeps its leases, as after a restart.
     parked_.clear();
     for (const auto& [worker, route] : worker_routes_) peers_.erase(route);
@@ -425,7 +450,7 @@ class Server {
   std::vector<std::pair<std::string, std::string>> turn(const std::string& route,
                                                         std::string_view frame, Instant now) {
     take(route, frame, std::nullopt, now);
-    keep(scheduler_.tick(now));
+    keep_tick(now);
     serve_parked(now);
     flush();
     return std::exchange(outbox_, {});
@@ -449,6 +474,7 @@ class Server {
       why = e.num() == EHOSTUNREACH ? "it is gone" : e.what();
     }
     ++undelivered_;
+    metrics_.undelivered();
     auto it = peers_.find(route);
     const std::string who = it == peers_.end() ? "a peer"
                             : it->second.role == Peer::Role::worker
@@ -465,6 +491,7 @@ class Server {
   void reply_error(const std::string& route, std::uint64_t request, WireCode code,
                    const std::string& message) {
     ++errors_;
+    metrics_.rejected(code);
     reply(route, wire::error_frame(request, code, message));
   }
 
@@ -472,6 +499,7 @@ class Server {
 
   void recover() {
     const std::uint64_t records = replay_log();
+    metrics_.resync(scheduler_);
     keep(scheduler_.recover(clock_now()));
     flush();
     give_back_freed_memory();  // the log's text, read and decoded, is garbage now
@@ -903,13 +931,22 @@ class Server {
     sandbox::TrialVerdict verdict;
     std::vector<store::NewEvent> events;
     std::uint64_t duration_ms = 0;
+    std::chrono::steady_clock::time_point received;  // for the reconciliation's latency
   };
 
   Reconciliation reconciliation_of(const std::string& route, std::uint64_t request,
                                    const WorkerId& worker, const TrialId& trial, Attempt attempt,
                                    schema::wire::Report::Reader report, Instant now) {
-    Reconciliation r{
-        route, request, worker, trial, attempt, now, {}, {}, report.getDurationMillis()};
+    Reconciliation r{route,
+                     request,
+                     worker,
+                     trial,
+                     attempt,
+                     now,
+                     {},
+                     {},
+                     report.getDurationMillis(),
+                     std::chrono::steady_clock::now()};
     sandbox::TrialVerdict& verdict = r.verdict;
     auto outcome = outcome_from_ordinal(report.getOutcome());
     verdict.outcome = outcome.value_or(Outcome::crashed);
@@ -984,7 +1021,10 @@ class Server {
   void reconciled(const Reconciliation& r, const sandbox::TrialVerdict& v,
                   const std::string& result) {
     remember_result(r.trial, result);
+    metrics_.reconciled(v.outcome, std::chrono::steady_clock::now() - r.received,
+                        std::chrono::milliseconds(r.duration_ms));
     (void)scheduler_.reconciled(r.trial, v.outcome, r.at);
+    gauges_stale_ = true;
     submitted_.erase(r.trial);
     ack(r.route, r.request, r.trial, r.attempt, "accepted");
   }
@@ -1006,7 +1046,7 @@ class Server {
       return append_to_log(writer, records, results);
     });
     if (!written) return false;
-    pending_.clear();
+    pending_committed();
     for (std::size_t i = 0; i < reconciling_.size(); ++i) {
       reconciled(reconciling_[i], reconciling_[i].verdict, results[i].payload);
     }
@@ -1028,7 +1068,7 @@ class Server {
         return append_to_log(writer, records, results);
       });
       if (written) {
-        pending_.clear();
+        pending_committed();
         reconciled(r, v, results.front().payload);
       }
       return written;
@@ -1094,6 +1134,7 @@ class Server {
     wire::set_digest(chunk.initDigest(), *digest);
     chunk.setTotalSize(blob->size());
     chunk.setOffset(offset);
+    metrics_.blob_bytes(BlobDirection::served, length);
     chunk.setBytes(
         capnp::Data::Reader(reinterpret_cast<const capnp::byte*>(blob->data()) + offset, length));
     reply(route, wire::encode(message));
@@ -1135,6 +1176,7 @@ class Server {
                          "chunks of a blob come in order, from offset 0, within its size");
     }
     upload.bytes.append(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
+    metrics_.blob_bytes(BlobDirection::uploaded, bytes.size());
     if (upload.bytes.size() == upload.total) {
       const std::string whole = std::move(upload.bytes);
       uploads_.erase({route, *digest});
@@ -1496,6 +1538,8 @@ class Server {
   std::uint64_t undelivered_ = 0;          // replies ZeroMQ would not take
   bool trim_ = false;                      // a submission was handled this turn
   std::optional<std::string> store_full_;  // why, while the store takes no writes
+  CoordinatorMetrics metrics_;
+  bool gauges_stale_ = true;  // the scheduler changed since metrics_ last observed it
   transport::Probes probes_;
   std::optional<transport::HttpServer> http_;  // last: it stops before what it reads
   std::set<std::string> bound_ids_;            // worker ids the allow list binds to a key

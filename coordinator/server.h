@@ -46,7 +46,7 @@ struct ServerConfig {
   std::optional<transport::Keypair> curve_key;
   transport::AllowList allowed;
   // The read-only HTTP endpoint (none: not served): /healthz, /readyz
-  // (ready while the store takes writes).
+  // (ready while the store takes writes), /metrics (coordinator/metrics.h).
   std::optional<transport::HttpAddress> http;
 };
 

@@ -73,6 +73,28 @@ std::string error_frame(std::uint64_t request_id, ErrorCode code, const std::str
   return encode(builder);
 }
 
+std::string_view error_code_name(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::MALFORMED:
+      return "malformed";
+    case ErrorCode::WRONG_VERSION:
+      return "wrong_version";
+    case ErrorCode::UNKNOWN_MESSAGE:
+      return "unknown_message";
+    case ErrorCode::OUT_OF_ORDER:
+      return "out_of_order";
+    case ErrorCode::TOO_LARGE:
+      return "too_large";
+    case ErrorCode::REFUSED:
+      return "refused";
+    case ErrorCode::NOT_FOUND:
+      return "not_found";
+    case ErrorCode::BUSY:
+      return "busy";
+  }
+  return "unknown";
+}
+
 void set_digest(schema::wire::Digest::Builder builder, const Digest& digest) {
   builder.setSha256(capnp::Data::Reader(digest.bytes().data(), digest.bytes().size()));
 }

@@ -11,6 +11,7 @@
 #include <capnp/message.h>
 #include <capnp/serialize.h>
 
+#include <array>
 #include <cstddef>
 #include <expected>
 #include <memory>
@@ -58,6 +59,15 @@ Envelope::Builder start(capnp::MessageBuilder& message, std::uint64_t request_id
 
 // The frame of an Error envelope.
 std::string error_frame(std::uint64_t request_id, ErrorCode code, const std::string& message);
+
+// Every error code, in ordinal order, and each one's name in snake_case
+// ("out_of_order"): the label the daemons' metrics count refusals under. A
+// code this build does not know (a newer peer's) is "unknown".
+inline constexpr std::array kErrorCodes = {ErrorCode::MALFORMED,       ErrorCode::WRONG_VERSION,
+                                           ErrorCode::UNKNOWN_MESSAGE, ErrorCode::OUT_OF_ORDER,
+                                           ErrorCode::TOO_LARGE,       ErrorCode::REFUSED,
+                                           ErrorCode::NOT_FOUND,       ErrorCode::BUSY};
+std::string_view error_code_name(ErrorCode code);
 
 // Digests on the wire: 32 bytes of SHA-256.
 void set_digest(schema::wire::Digest::Builder builder, const Digest& digest);

@@ -197,7 +197,8 @@ void add_coordinator(CLI::App& app) {
                 "Listen on a non-loopback endpoint without keys: anyone who reaches it may "
                 "submit code to run, or join as a worker");
   add_http_option(cmd, *http,
-                  "/healthz and /readyz (the store takes writes) for an orchestrator's probes");
+                  "/healthz and /readyz (the store takes writes) for an orchestrator's probes, "
+                  "and /metrics for Prometheus");
   logging->add_to(cmd);
   cmd->footer(examples_footer({
       "forktrial keygen /etc/forktrial/coordinator.key",
@@ -292,7 +293,8 @@ void add_worker(CLI::App& app) {
   add_isolation_option(cmd, config->child.isolation);
   add_http_option(
       cmd, *http,
-      "/healthz and /readyz (the coordinator welcomed it) for an orchestrator's probes");
+      "/healthz and /readyz (the coordinator welcomed it) for an orchestrator's probes, and "
+      "/metrics for Prometheus");
   keys->add_to(cmd);
   logging->add_to(cmd);
   cmd->footer(examples_footer({

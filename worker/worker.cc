@@ -24,8 +24,10 @@
 #include "base/unique_fd.h"
 #include "pack/bundle_archive.h"
 #include "schema/wire_codec.h"
+#include "transport/metrics_endpoint.h"
 #include "worker/blob_assembly.h"
 #include "worker/blob_cache.h"
+#include "worker/metrics.h"
 
 namespace forktrial::worker {
 namespace {
@@ -77,7 +79,8 @@ struct Fetch {
 struct Finished {
   AttemptKey key;
   std::string frame;
-  Clock::duration took{};  // in its slot; zero when it never ran
+  Clock::duration took{};            // in its slot; zero when it never ran
+  std::optional<Outcome> outcome{};  // the report's; none for a failure or a stop
 };
 
 void set_ref(schema::wire::TrialRef::Builder ref, const AttemptKey& key) {
@@ -173,7 +176,9 @@ class Worker {
     }
     forget_stale_packs();
     if (config.http) {
-      http_.emplace(*config.http, probes_.routes(), log);
+      auto routes = probes_.routes();
+      routes.push_back(transport::metrics_route(metrics_.registry()));
+      http_.emplace(*config.http, std::move(routes), log);
       log_(LogLevel::info, "worker serving HTTP on http://" + http_->address().str() + "/");
     }
   }
@@ -185,6 +190,7 @@ class Worker {
       while (receive_one()) {
       }
       probes_.turned();
+      observe();
       probes_.set_ready(welcomed_, welcomed_ ? std::string()
                                              : "the coordinator at " + config_.coordinator +
                                                    " has not welcomed this worker (unreachable, "
@@ -233,6 +239,7 @@ class Worker {
       }
       return true;
     }
+    metrics_.unsent();
     if (unsent_++ == 0) {
       log_(LogLevel::warn,
            "a message to the coordinator was not sent: ZeroMQ holds " +
@@ -290,6 +297,7 @@ class Worker {
     last_heard_ = Clock::now();
     auto decoded = wire::decode(frame.to_string_view());
     if (!decoded) {
+      metrics_.unreadable();
       log_(LogLevel::warn,
            "the coordinator sent a message this worker cannot read: " + decoded.error().message);
       return true;
@@ -297,6 +305,7 @@ class Worker {
     try {
       handle(decoded->envelope());
     } catch (const kj::Exception& e) {
+      metrics_.unreadable();
       log_(LogLevel::warn, std::string("a message from the coordinator is malformed: ") +
                                e.getDescription().cStr());
     }
@@ -336,7 +345,10 @@ class Worker {
           if (it == trials_.end() || it->second.cancel->cancelled()) continue;
           log_(LogLevel::info, "stopping trial " + it->first.str() + " as the coordinator asked");
           it->second.cancel->cancel();
-          if (!it->second.started) trials_.erase(it);
+          if (!it->second.started) {
+            metrics_.trial_stopped();  // a started one counts when its slot hands it back
+            trials_.erase(it);
+          }
         }
         return;
       case Envelope::OK:
@@ -344,6 +356,7 @@ class Worker {
       case Envelope::ERROR: {
         auto error = envelope.getError();
         const std::string message = wire::text(error.getMessage());
+        metrics_.rejected(error.getCode());
         if (error.getCode() == ErrorCode::OUT_OF_ORDER) {
           // The coordinator does not know this worker (it restarted).
           welcomed_ = false;
@@ -410,7 +423,9 @@ class Worker {
     }
     for (const auto& digest : needed) {
       trial.pins.push_back(cache_.pin(digest));
-      if (!cache_.contains(digest)) fetches_.try_emplace(digest);
+      const bool held = cache_.contains(digest);
+      metrics_.cache_lookup(held);
+      if (!held) fetches_.try_emplace(digest);
     }
     trials_.insert_or_assign(trial.key, std::move(trial));
   }
@@ -451,6 +466,7 @@ class Worker {
         chunk.getOffset(),
         std::string_view(reinterpret_cast<const char*>(bytes.begin()), bytes.size()));
     if (!added) return fail_fetch(*digest, added.error().message);
+    metrics_.blob_bytes_received(bytes.size());
     if (!fetch.assembly->complete()) return;
     auto whole = std::move(*fetch.assembly).finish();
     fetches_.erase(it);
@@ -522,6 +538,7 @@ class Worker {
   // pack archive's materialized directory goes with it. No trial uses it,
   // since every trial pins its archives.
   void evicted(const Digest& digest) {
+    metrics_.cache_evicted();
     log_(LogLevel::debug, "evicted " + digest.str() + " from the cache, the least recently used; " +
                               std::to_string(cache_.bytes_used()) + " of " +
                               std::to_string(cache_.byte_cap()) + " bytes held, " +
@@ -585,6 +602,7 @@ class Worker {
   void execute(const Trial& trial) {
     const auto started = Clock::now();
     std::string frame;
+    std::optional<Outcome> outcome;
     try {
       auto spec = sandbox::parse_trial_specification(trial.spec);
       if (!spec)
@@ -622,6 +640,7 @@ class Worker {
         frame = report_frame(
             trial.key, executed,
             std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started));
+        outcome = executed.verdict.outcome;
       }
     } catch (const sandbox::Cancelled&) {
       frame.clear();  // stopped: nothing to say
@@ -629,7 +648,7 @@ class Worker {
       frame = failure_frame(trial.key, e.what());
     }
     std::lock_guard lock(finished_mutex_);
-    finished_.push_back({trial.key, std::move(frame), Clock::now() - started});
+    finished_.push_back({trial.key, std::move(frame), Clock::now() - started, outcome});
     --in_slots_;
     idle_.notify_all();
     wake();
@@ -652,10 +671,32 @@ class Worker {
         const double took = std::chrono::duration<double, std::micro>(item.took).count();
         mean_trial_us_ = mean_trial_us_ <= 0 ? took : 0.8 * mean_trial_us_ + 0.2 * took;
       }
+      if (item.outcome) {
+        metrics_.trial_reported(*item.outcome, item.took);
+      } else if (item.frame.empty()) {
+        metrics_.trial_stopped();
+      } else {
+        metrics_.attempt_failed();
+      }
       if (item.frame.empty()) continue;
       send(item.frame);
       unacked_[item.key] = std::move(item.frame);
     }
+  }
+
+  // The gauges, from this turn's state.
+  void observe() {
+    WorkerGauges now;
+    {
+      std::lock_guard lock(finished_mutex_);
+      now.busy_slots = in_slots_;
+    }
+    now.slots = config_.slots;
+    now.assignments = trials_.size();
+    now.cache_bytes = cache_.bytes_used();
+    now.cache_capacity = cache_.byte_cap();
+    now.corrupt_drops = cache_.corrupt_drops();
+    metrics_.observe(now);
   }
 
   void send_heartbeat() {
@@ -692,6 +733,7 @@ class Worker {
   const WorkerConfig& config_;
   const sandbox::Cancellation& stop_;
   const Log& log_;
+  WorkerMetrics metrics_;  // before cache_, whose evictions it counts
   BlobCache cache_;
   sandbox::ChildOptions child_;  // config_.child, with the scratch directory
   zmq::context_t context_;

@@ -52,7 +52,8 @@ struct WorkerConfig {
   // CurveZMQ: its keypair and the coordinator's public key (none: plain).
   std::optional<transport::ClientKeys> keys;
   // The read-only HTTP endpoint (none: not served): /healthz, /readyz
-  // (ready while the coordinator has welcomed this worker).
+  // (ready while the coordinator has welcomed this worker), /metrics
+  // (worker/metrics.h).
   std::optional<transport::HttpAddress> http;
 };
 

@@ -36,6 +36,7 @@
 #include "schema/outcome.h"
 #include "schema/wire_codec.h"
 #include "store/event_store.h"
+#include "tests/support/exposition.h"
 #include "tests/support/http_get.h"
 #include "tests/support/small_disk.h"
 #include "tests/support/temp_dir.h"
@@ -465,8 +466,10 @@ TEST_CASE("a worker's full cache evicts what no trial holds, never what one does
   }
   const std::uint64_t cap = segment + archives[0] + archives[1] + archives[3] / 2;
   cluster.start_coordinator();
-  cluster.start_worker(
-      0, 1, {}, {"--prefetch", "1", "--cache-size", std::to_string(cap), "--log-level", "debug"});
+  const auto http = forktrial::testing::free_port();
+  cluster.start_worker(0, 1, {},
+                       {"--prefetch", "1", "--cache-size", std::to_string(cap), "--log-level",
+                        "debug", "--http", std::to_string(http)});
   const std::string job = cluster.submit(cluster.outcome_batch(3, 4));
   const json summary = cluster.wait(job);
   CHECK(summary["reconciled"] == 12);
@@ -476,6 +479,21 @@ TEST_CASE("a worker's full cache evicts what no trial holds, never what one does
     CHECK(r["attempts"] == 1);  // no attempt failed for want of room
   }
   require_exactly_once(cluster, results);
+  // Its metrics say the same: each of the 12 assignments looked up its
+  // segment and its pack, the segment and all four packs were fetched at
+  // least once, some were evicted, and the cache stayed within its cap.
+  const auto scraped = forktrial::testing::http_get(http, "/metrics");
+  const auto metrics = forktrial::testing::parse_exposition(scraped.body);
+  INFO(scraped.body);
+  REQUIRE(metrics.has_value());
+  CHECK(metrics->at("forktrial_worker_cache_hits_total") +
+            metrics->at("forktrial_worker_cache_misses_total") ==
+        24);
+  CHECK(metrics->at("forktrial_worker_cache_misses_total") >= 5);
+  CHECK(metrics->at("forktrial_worker_cache_evictions_total") > 0);
+  CHECK(metrics->at("forktrial_worker_cache_bytes") <= cap);
+  CHECK(metrics->at("forktrial_worker_cache_capacity_bytes") == cap);
+  CHECK(metrics->at("forktrial_worker_attempts_failed_total") == 0);
   const std::string log = cluster.log_text();
   INFO(log);
   CHECK(log.find("from the cache, the least recently used") != std::string::npos);
@@ -1947,4 +1965,84 @@ TEST_CASE("the HTTP endpoint refuses what is not an address, and a port already 
   CHECK(taken.exit_code != 0);
   CHECK(taken.err.find("cannot serve HTTP on 127.0.0.1:" + std::to_string(port)) !=
         std::string::npos);
+}
+
+TEST_CASE(
+    "after a batch the coordinator's /metrics count its outcomes and each worker's its trials",
+    "[cluster][metrics]") {
+  using forktrial::testing::http_get;
+  using forktrial::testing::parse_exposition;
+  Cluster cluster;
+  const auto coordinator_port = forktrial::testing::free_port();
+  cluster.start_coordinator("3", {"--http", std::to_string(coordinator_port)});
+  std::vector<std::uint16_t> worker_ports;
+  for (int n = 1; n <= 2; ++n) {
+    worker_ports.push_back(forktrial::testing::free_port());
+    cluster.start_worker(n, 2, {}, {"--http", std::to_string(worker_ports.back())});
+  }
+  for (const auto port : worker_ports) {
+    REQUIRE(forktrial::testing::http_wait_for(port, "/readyz", 200).status == 200);
+  }
+  const std::string job = cluster.submit(cluster.outcome_batch(5));
+  const json summary = cluster.wait(job);
+  INFO(summary.dump() << cluster.log_text());
+  REQUIRE(summary["reconciled"] == 20);
+  // What `forktrial results` says, by outcome, and by worker and outcome.
+  std::map<std::string, double> outcomes;
+  std::map<std::string, std::map<std::string, double>> by_worker;
+  for (const auto& r : cluster.results(job)) {
+    ++outcomes[r["outcome"].get<std::string>()];
+    ++by_worker[r["worker"].get<std::string>()][r["outcome"].get<std::string>()];
+  }
+  REQUIRE(outcomes.size() == 4);
+
+  const auto scraped = http_get(coordinator_port, "/metrics");
+  REQUIRE(scraped.status == 200);
+  CHECK(scraped.headers.find("Content-Type: text/plain; version=0.0.4; charset=utf-8") !=
+        std::string::npos);
+  const auto coordinator = parse_exposition(scraped.body);
+  INFO(scraped.body);
+  REQUIRE(coordinator.has_value());
+  for (const forktrial::Outcome outcome : forktrial::kOutcomes) {
+    const std::string name(forktrial::outcome_name(outcome));
+    INFO(name);
+    CHECK(coordinator->at("forktrial_trials_reconciled_total{outcome=\"" + name + "\"}") ==
+          outcomes[name]);
+    CHECK(coordinator->at("forktrial_trial_duration_seconds_count{outcome=\"" + name + "\"}") ==
+          outcomes[name]);
+  }
+  CHECK(coordinator->at("forktrial_trials{status=\"reconciled\"}") == 20);
+  CHECK(coordinator->at("forktrial_trials{status=\"queued\"}") == 0);
+  CHECK(coordinator->at("forktrial_reconciliation_duration_seconds_count") == 20);
+  CHECK(coordinator->at("forktrial_trial_attempts_total") ==
+        20 + coordinator->at("forktrial_trials_requeued_total"));
+  CHECK_FALSE(coordinator->has("forktrial_job_queued_trials{job_id=\"" + job + "\"}"));
+  CHECK(coordinator->at("forktrial_jobs{state=\"finished\"}") == 1);
+  CHECK(coordinator->at("forktrial_jobs_submitted_total") == 1);
+  CHECK(coordinator->at("forktrial_workers_alive") == 2);
+  CHECK(coordinator->at("forktrial_cluster_slots{state=\"total\"}") == 4);
+  CHECK(coordinator->at("forktrial_blob_bytes_total{direction=\"uploaded\"}") > 0);
+
+  double received = 0;
+  for (int n = 1; n <= 2; ++n) {
+    const auto answer = http_get(worker_ports[n - 1], "/metrics");
+    REQUIRE(answer.status == 200);
+    const auto worker = parse_exposition(answer.body);
+    INFO("w" << n << "\n" << answer.body);
+    REQUIRE(worker.has_value());
+    const auto& ran = by_worker["w" + std::to_string(n)];
+    for (const forktrial::Outcome outcome : forktrial::kOutcomes) {
+      const std::string name(forktrial::outcome_name(outcome));
+      const double expected = ran.contains(name) ? ran.at(name) : 0;
+      CHECK(worker->at("forktrial_worker_trials_total{outcome=\"" + name + "\"}") == expected);
+    }
+    CHECK(worker->at("forktrial_worker_slots{state=\"total\"}") == 2);
+    if (!ran.empty()) {  // it fetched what its trials needed
+      CHECK(worker->at("forktrial_worker_cache_misses_total") > 0);
+      CHECK(worker->at("forktrial_worker_cache_bytes") > 0);
+    }
+    received += worker->at("forktrial_worker_blob_bytes_received_total");
+  }
+  // Every byte the coordinator served, a worker received.
+  CHECK(coordinator->at("forktrial_blob_bytes_total{direction=\"served\"}") == received);
 }

@@ -2,6 +2,8 @@
 // receiver can answer with: never a crash, never an unbounded read.
 #include "schema/wire_codec.h"
 
+#include <capnp/schema.h>
+
 #include <catch2/catch.hpp>
 #include <random>
 
@@ -86,4 +88,26 @@ TEST_CASE("an error frame names its code and message", "[schema][wire]") {
   CHECK(frame->envelope().getError().getCode() == ErrorCode::REFUSED);
   CHECK(wire::text(frame->envelope().getError().getMessage()) == "no such job");
   CHECK(frame->envelope().getRequestId() == 9);
+}
+
+TEST_CASE("every error code of the schema has its snake_case name, in ordinal order",
+          "[schema][wire]") {
+  const auto enumerants = capnp::Schema::from<ErrorCode>().getEnumerants();
+  REQUIRE(enumerants.size() == wire::kErrorCodes.size());
+  for (unsigned i = 0; i < enumerants.size(); ++i) {
+    const std::string camel = enumerants[i].getProto().getName().cStr();
+    std::string snake;
+    for (const char c : camel) {
+      if (c >= 'A' && c <= 'Z') {
+        snake += '_';
+        snake += static_cast<char>(c - 'A' + 'a');
+      } else {
+        snake += c;
+      }
+    }
+    INFO(camel);
+    CHECK(static_cast<unsigned>(wire::kErrorCodes[i]) == i);
+    CHECK(wire::error_code_name(wire::kErrorCodes[i]) == snake);
+  }
+  CHECK(wire::error_code_name(static_cast<ErrorCode>(200)) == "unknown");
 }
