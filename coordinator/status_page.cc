@@ -50,12 +50,12 @@ transport::HttpResponse status_json_response(int status, const nlohmann::ordered
 
 transport::HttpServer::Routes status_page_routes(transport::LoopHandoff& api) {
   transport::HttpServer::Routes routes;
-  for (const EmbeddedFile& file : status_page_files()) {
-    const std::string path = file.name == "index.html" ? "/" : "/" + std::string(file.name);
-    routes.emplace_back(path, [file](const transport::HttpRequest&) {
+  for (const auto& [name, bytes] : status_page_files()) {
+    const std::string path = name == "index.html" ? "/" : "/" + std::string(name);
+    routes.emplace_back(path, [name, bytes](const transport::HttpRequest&) {
       transport::HttpResponse response;
-      response.content_type = std::string(content_type_of(file.name));
-      response.body = std::string(file.bytes);
+      response.content_type = std::string(content_type_of(name));
+      response.body = std::string(bytes);
       add_policy(response);
       return response;
     });

@@ -20,6 +20,7 @@
 #include <array>
 #include <nlohmann/json.hpp>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "transport/http_server.h"
@@ -42,12 +43,9 @@ transport::HttpServer::Routes status_page_routes(transport::LoopHandoff& api);
 // Text that is not UTF-8 is repaired (U+FFFD), never refused.
 transport::HttpResponse status_json_response(int status, const nlohmann::ordered_json& doc);
 
-// A file of coordinator/status_page/, as the build embedded it.
-struct EmbeddedFile {
-  std::string_view name;  // "index.html"
-  std::string_view bytes;
-};
-// Generated at build time (cmake/EmbedFiles.cmake).
-const std::vector<EmbeddedFile>& status_page_files();
+// The files of coordinator/status_page/ as the build embedded them: (name,
+// bytes), e.g. ("index.html", "<!doctype html>..."). Generated at build time
+// (cmake/EmbedFiles.cmake); static, valid for the life of the process.
+const std::vector<std::pair<std::string_view, std::string_view>>& status_page_files();
 
 }  // namespace forktrial::coordinator
