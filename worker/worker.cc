@@ -1,6 +1,8 @@
 #include "worker/worker.h"
 
 #include <poll.h>
+#include <signal.h>
+#include <string.h>
 #include <sys/eventfd.h>
 #include <tbb/global_control.h>
 #include <tbb/task_arena.h>
@@ -611,9 +613,16 @@ class Worker {
       const auto bytes = std::as_bytes(std::span(segment->data(), segment->size()));
       auto executed =
           sandbox::execute_trial(bytes, *spec, store::RunId(trial.fork_run_id), options);
-      frame = report_frame(
-          trial.key, executed,
-          std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started));
+      if (const int signal = stopped_from_outside(executed.verdict)) {
+        // Said by the coordinator in its log, with the attempt.
+        frame = failure_frame(trial.key, "its child was stopped by SIG" +
+                                             std::string(::sigabbrev_np(signal)) +
+                                             " from outside the worker, not by the trial");
+      } else {
+        frame = report_frame(
+            trial.key, executed,
+            std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started));
+      }
     } catch (const sandbox::Cancelled&) {
       frame.clear();  // stopped: nothing to say
     } catch (const std::exception& e) {
@@ -729,6 +738,15 @@ std::size_t prefetch_wanted(unsigned prefetch, unsigned slots, double mean_trial
   const double cover = std::chrono::duration<double, std::micro>(kPrefetchCover).count() *
                        std::max(slots, 1u) / mean_trial_us;
   return static_cast<std::size_t>(std::clamp(std::ceil(cover), 1.0, double(prefetch)));
+}
+
+int stopped_from_outside(const sandbox::TrialVerdict& verdict) {
+  if (verdict.stopped_by_net || verdict.exit_code >= 0) return 0;
+  const int signal = -verdict.exit_code;
+  for (int stop : {SIGTERM, SIGINT, SIGHUP, SIGQUIT}) {
+    if (signal == stop) return signal;
+  }
+  return 0;
 }
 
 int run_worker(const WorkerConfig& config, const sandbox::Cancellation& stop, const Log& log) {

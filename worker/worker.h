@@ -67,6 +67,16 @@ struct WorkerConfig {
 inline constexpr std::chrono::milliseconds kPrefetchCover{50};
 std::size_t prefetch_wanted(unsigned prefetch, unsigned slots, double mean_trial_us);
 
+// The signal that stopped a trial's child from outside the worker, or 0. The
+// sandbox ends a child only with SIGKILL (its nets, a cancel) or SIGXCPU (its
+// CPU net), and a child never signals itself; SIGTERM, SIGINT, SIGHUP or
+// SIGQUIT came from something stopping the host's processes, as a cluster
+// manager stopping a worker signals every process of its job, the trials'
+// children too (scancel; systemd's control-group kill). Such a death says
+// nothing about the trial: the worker reports the attempt failed, so the
+// trial runs again, instead of recording it crashed.
+int stopped_from_outside(const sandbox::TrialVerdict& verdict);
+
 int run_worker(const WorkerConfig& config, const sandbox::Cancellation& stop, const Log& log);
 
 }  // namespace forktrial::worker

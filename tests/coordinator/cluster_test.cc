@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <cerrno>
 #include <chrono>
 #include <deque>
 #include <fstream>
@@ -80,12 +81,14 @@ class Daemon {
   Daemon(const Daemon&) = delete;
   Daemon& operator=(const Daemon&) = delete;
 
-  void kill(int signal) {
-    if (pid_ <= 0) return;
+  // Sends `signal` and reaps the daemon; its wait status.
+  int kill(int signal) {
+    if (pid_ <= 0) return 0;
     ::kill(pid_, signal);
     int status = 0;
     ::waitpid(pid_, &status, 0);
     pid_ = 0;
+    return status;
   }
 
  private:
@@ -552,6 +555,70 @@ TEST_CASE("a trial whose child crashes ends crashed on the cluster, with its std
     CHECK(r["detail"].get<std::string>().find("segmentation fault in the interpreter") !=
           std::string::npos);
   }
+}
+
+TEST_CASE("a trial whose child a stop from outside kills runs again instead of ending crashed",
+          "[cluster]") {
+  Cluster cluster;
+  // The first trial child dies of a SIGTERM, as when a cluster manager stops
+  // the worker's job (scancel signals every process of it, the trials'
+  // children first); the next runs the real child.
+  const std::string once = (cluster.dir.path() / "stopped-once").string();
+  const auto child = cluster.stand_in_child(
+      "stopped.sh", "if mkdir " + once + " 2>/dev/null; then kill -TERM $$; fi\nexec " +
+                        std::string(FORKTRIAL_CHILD_FOR_TESTS) + " <<END\n$job\nEND\n");
+  cluster.start_coordinator();
+  cluster.start_worker(1, 1, {child});
+  const std::string job = cluster.submit(cluster.outcome_batch(1, 1));
+  const json summary = cluster.wait(job);
+  INFO(summary.dump() << cluster.log_text());
+  CHECK(summary["reconciled"] == 1);
+  CHECK(summary["crashed"] == 0);
+  const auto results = cluster.results(job);
+  REQUIRE(results.size() == 1);
+  CHECK(results[0]["outcome"] == "completed");
+  CHECK(results[0]["attempts"] == 2);
+  require_exactly_once(cluster, results);
+  CHECK_THAT(cluster.log_text(),
+             Catch::Contains("attempt 1 failed: worker w1: its child was stopped by SIGTERM from "
+                             "outside the worker, not by the trial"));
+}
+
+TEST_CASE(
+    "a worker stopped by SIGTERM mid-trial exits 0, leaves no child, and its trial runs "
+    "again elsewhere",
+    "[cluster]") {
+  Cluster cluster;
+  // A trial child that says its pid and sleeps well past the test.
+  const std::string pid_file = (cluster.dir.path() / "child.pid").string();
+  const auto sleeper =
+      cluster.stand_in_child("sleeper.sh", "echo $$ > " + pid_file + "\nexec sleep 60\n");
+  cluster.start_coordinator("1");
+  cluster.start_worker(1, 1, {sleeper});
+  const std::string job = cluster.submit(cluster.outcome_batch(1, 1));
+  pid_t child = 0;
+  for (int i = 0; i < 1000 && child == 0; ++i) {
+    std::ifstream(pid_file) >> child;
+    if (child == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  REQUIRE(child > 0);
+  const int status = cluster.workers[0]->kill(SIGTERM);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  // The worker killed and reaped its child before it ended.
+  const bool gone = ::kill(child, 0) == -1 && errno == ESRCH;
+  CHECK(gone);
+  // Its lease lapses; another worker runs the trial.
+  cluster.start_worker(2);
+  const json summary = cluster.wait(job);
+  INFO(summary.dump() << cluster.log_text());
+  CHECK(summary["reconciled"] == 1);
+  const auto results = cluster.results(job);
+  REQUIRE(results.size() == 1);
+  CHECK(results[0]["outcome"] == "completed");
+  CHECK(results[0]["worker"] == "w2");
+  CHECK(results[0]["attempts"] == 2);
+  require_exactly_once(cluster, results);
 }
 
 TEST_CASE("a job forked from a run the coordinator lacks is refused once, saying what to do",

@@ -1,0 +1,291 @@
+#!/usr/bin/env bash
+# The Debian package: built by scripts/package from the build tree under
+# test (build/PRESET/tools holds the binaries; or the .deb named by
+# FORKTRIAL_DEB), installed on this machine
+# with dpkg (through apt-get, which waits for the dpkg lock other installs may
+# hold), then:
+#  - /usr/bin/forktrial runs, finds its child in /usr/libexec/forktrial,
+#    records a trial and runs a batch;
+#  - a man page for every command `forktrial --help` lists, the units
+#    (systemd-analyze verify, which also looks up their man pages), the
+#    example environment files;
+#  - the bash completion, checked against every command's --help: its
+#    subcommands, options, which options take a value, the words a value may
+#    be, and paths where a file or a directory goes;
+#  - dpkg -r, then dpkg --purge, leave none of the package's files, and the
+#    purge deletes the workers' cache.
+# The package is removed when the test ends, however it ends. It skips when
+# forktrial is already installed here (it would replace and then remove it).
+source "$(dirname "$0")/lib.sh"
+set -e
+need_root
+for tool in dpkg dpkg-deb apt-get flock man systemd-analyze unshare python3; do
+  command -v "$tool" >/dev/null || skip "$tool is not installed (scripts/install-deps)"
+done
+
+# One run of this test at a time on a machine: the lock is on the dpkg
+# database directory itself (flock, which dpkg's own fcntl locks ignore).
+exec {dpkg_dir}</var/lib/dpkg
+flock -w 600 "$dpkg_dir" || fail "another run of this test held the lock for 10 minutes"
+
+if dpkg-query -W -f='${Status}' forktrial 2>/dev/null | grep -qv "not-installed"; then
+  skip "the forktrial package is installed on this machine; this test would replace, then remove it"
+fi
+for path in /usr/bin/forktrial /usr/libexec/forktrial /var/cache/forktrial /var/cache/private/forktrial; do
+  [ ! -e "$path" ] || skip "$path exists already; this test would overwrite or delete it"
+done
+
+deb=${FORKTRIAL_DEB:-}
+if [ -z "$deb" ]; then
+  tree=$(dirname "$FORKTRIAL_BIN_DIR")
+  [ "$(dirname "$tree")" = "$FORKTRIAL_SOURCE/build" ] ||
+    fail "the binaries are not in a preset's tree (build/PRESET/tools): give the package as FORKTRIAL_DEB"
+  say "building the package (scripts/package $(basename "$tree"))"
+  deb=$("$FORKTRIAL_SOURCE/scripts/package" "$(basename "$tree")" 2>"$TMPDIR/package.log" | tail -n 1) || {
+    tail -n 20 "$TMPDIR/package.log" >&2
+    fail "scripts/package failed"
+  }
+  rm -f "$TMPDIR/package.log"
+fi
+[ -f "$deb" ] || fail "no package at $deb"
+say "package: $deb"
+
+version=$(ft --version)
+project_version=$(awk '{ print $2; exit }' <<<"$version")
+[ "$(dpkg-deb -f "$deb" Package)" = forktrial ] || fail "$deb is not the forktrial package"
+[ "$(dpkg-deb -f "$deb" Version)" = "$project_version-1" ] ||
+  fail "the package's version is $(dpkg-deb -f "$deb" Version), not $project_version-1 ($version)"
+depends=$(dpkg-deb -f "$deb" Depends)
+for lib in libc6 libstdc++6 libzmq5 liblmdb0 libseccomp2 libcivetweb1; do
+  grep -q "\b$lib\b" <<<"$depends" || fail "Depends lacks $lib: $depends"
+done
+say "control: forktrial $(dpkg-deb -f "$deb" Version), Depends: $depends"
+
+purge() {
+  local status
+  status=$(dpkg-query -W -f='${Status}' forktrial 2>/dev/null || true)
+  [ -z "$status" ] || [[ $status == *not-installed* ]] && return 0
+  apt-get purge -y -q -o DPkg::Lock::Timeout=300 forktrial >"$TMPDIR/purge.log" 2>&1 ||
+    { cat "$TMPDIR/purge.log" >&2; return 1; }
+  rm -f "$TMPDIR/purge.log"
+}
+on_exit "purge"
+on_exit "rm -rf /var/cache/forktrial /var/cache/private/forktrial"
+apt-get install -y -q --no-install-recommends -o DPkg::Lock::Timeout=300 "$(realpath "$deb")" \
+  >"$TMPDIR/install.log" 2>&1 || {
+  tail -n 20 "$TMPDIR/install.log" >&2
+  fail "installing $deb failed"
+}
+rm -f "$TMPDIR/install.log"
+dpkg-query -W -f='${Status}' forktrial | grep -q "install ok installed" ||
+  fail "dpkg does not list forktrial as installed after the install"
+dpkg-query -L forktrial >"$TMPDIR/files"
+on_exit "rm -f '$TMPDIR/files'"
+say "installed: $(grep -c . "$TMPDIR/files") paths"
+
+# ---- the binaries, from their installed paths
+
+unset FORKTRIAL_CHILD FORKTRIAL_STORE FORKTRIAL_COORDINATOR FORKTRIAL_ISOLATION
+[ "$(/usr/bin/forktrial --version)" = "$version" ] ||
+  fail "/usr/bin/forktrial --version says \"$(/usr/bin/forktrial --version)\", the build \"$version\""
+[ -x /usr/libexec/forktrial/forktrial-child ] || fail "no /usr/libexec/forktrial/forktrial-child"
+work=$TMPDIR/work
+mkdir -p "$work"
+on_exit "rm -rf '$work'"
+cd "$work"
+/usr/bin/forktrial preflight --json >preflight.json || fail "forktrial preflight failed: $(cat preflight.json)"
+child=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["child"])' preflight.json)
+[ "$child" = /usr/libexec/forktrial/forktrial-child ] ||
+  fail "the installed forktrial starts its trials with $child, not /usr/libexec/forktrial/forktrial-child"
+examples=$FORKTRIAL_SOURCE/examples
+/usr/bin/forktrial run import "$examples/runs/chat.jsonl" --store store --id run_chat \
+  --label "recorded chat" >/dev/null
+pin=$(/usr/bin/forktrial pack hash "$examples/packs/chat_echo")
+/usr/bin/forktrial trial --store store --run run_chat --at evt_031 --pack "$examples/packs/chat_echo" \
+  --expect "$pin" --scenario scenarios/replay.lua --json >trial.json ||
+  fail "the trial did not complete (exit $?): $(cat trial.json)"
+outcome=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["outcome"])' trial.json)
+[ "$outcome" = completed ] || fail "the trial ended $outcome, not completed"
+say "installed forktrial: child $child, a trial of chat_echo completed"
+write_batch batch.jsonl 5
+/usr/bin/forktrial batch batch.jsonl --store store --workers 1 --json >batch.jsonl.out ||
+  fail "forktrial batch from the installed binaries failed: $(tail -n 3 batch.jsonl.out)"
+reconciled=$(python3 -c 'import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+print(sum(1 for l in lines if "trial" in l and l.get("status") == "reconciled"))' batch.jsonl.out)
+[ "$reconciled" = 5 ] || fail "the installed batch reconciled $reconciled of 5 trials"
+say "installed forktrial batch: 5 of 5 trials reconciled"
+cd "$FORKTRIAL_SOURCE"
+
+# ---- man pages: one for every command --help lists
+
+# The commands under PATH... ("" is forktrial itself), each a line.
+subcommands_of() {
+  /usr/bin/forktrial "$@" --help |
+    awk '/^Subcommands:$/ { on = 1; next } on && /^[^ ]/ { on = 0 }
+         on && /^  [a-z]/ { print $1 }'
+}
+command_paths() {
+  local queue=("") path sub
+  while [ ${#queue[@]} -gt 0 ]; do
+    path=${queue[0]}
+    queue=("${queue[@]:1}")
+    printf '%s\n' "$path"
+    # shellcheck disable=SC2086 # the path is its words
+    for sub in $(subcommands_of $path); do queue+=("${path:+$path }$sub"); done
+  done
+}
+command_paths >"$TMPDIR/commands"
+on_exit "rm -f '$TMPDIR/commands'"
+[ "$(grep -c . "$TMPDIR/commands")" -gt 20 ] || fail "forktrial --help lists too few commands"
+while read -r path; do
+  page=forktrial${path:+-${path// /-}}
+  where=$(man -w "$page" 2>/dev/null) || fail "no man page $page(1) for \`forktrial $path\`"
+  [ "$where" = "/usr/share/man/man1/$page.1.gz" ] || fail "$page(1) is $where, not the package's"
+done <"$TMPDIR/commands"
+man -P cat forktrial-coordinator 2>/dev/null | grep -q -- "--listen" ||
+  fail "forktrial-coordinator(1) does not render its options"
+man -P cat forktrial 2>/dev/null | grep -q "forktrial 0" || fail "forktrial(1) names no version"
+say "man pages: $(wc -l <"$TMPDIR/commands") commands (forktrial itself included), each with its page"
+
+# ---- systemd units and their examples, as installed
+
+for unit in forktrial-coordinator.service forktrial-worker@.service; do
+  cmp -s "/lib/systemd/system/$unit" "$FORKTRIAL_SOURCE/deploy/systemd/$unit" ||
+    fail "/lib/systemd/system/$unit is missing or not deploy/systemd's (which systemd.sh starts)"
+done
+out=$(unshare --mount --propagation private sh -c \
+  'mount -t tmpfs tmpfs /run/systemd && exec systemd-analyze verify "$@"' sh \
+  forktrial-coordinator.service forktrial-worker@ci.service 2>&1) ||
+  fail "systemd-analyze verify of the installed units failed: $out"
+[ -z "$out" ] || fail "systemd-analyze verify of the installed units: $out"
+for example in coordinator.env worker.env forktrial-coordinator-curve.conf forktrial-worker-curve.conf; do
+  cmp -s "/usr/share/doc/forktrial/examples/$example" "$FORKTRIAL_SOURCE/deploy/systemd/$example" ||
+    fail "/usr/share/doc/forktrial/examples/$example is missing or not deploy/systemd's"
+done
+say "units installed and verified (their man pages found); examples in /usr/share/doc/forktrial/examples"
+
+# ---- bash completion, against --help
+
+completion=/usr/share/bash-completion/completions/forktrial
+[ -f "$completion" ] || fail "no $completion"
+cmp -s "$completion" "$FORKTRIAL_SOURCE/deploy/completion/forktrial.bash" ||
+  fail "$completion is not deploy/completion/forktrial.bash"
+mkdir -p "$TMPDIR/paths/a-dir"
+touch "$TMPDIR/paths/a-file.jsonl"
+on_exit "rm -rf '$TMPDIR/paths'"
+bash -s "$completion" "$TMPDIR/commands" "$TMPDIR/paths" <<'EOF' || fail "the bash completion does not match forktrial --help"
+set -uo pipefail
+source "$1"
+commands=$2
+cd "$3"
+problems=0
+problem() {
+  echo "completion: $*" >&2
+  problems=$((problems + 1))
+}
+# What the completion offers for the words after "forktrial", sorted.
+offered() {
+  COMP_WORDS=(forktrial "$@")
+  COMP_CWORD=$((${#COMP_WORDS[@]} - 1))
+  COMPREPLY=()
+  _forktrial
+  printf '%s\n' "${COMPREPLY[@]}" | sort | paste -sd' '
+}
+# A section of `forktrial PATH --help`: the lines under HEADING.
+help_section() {
+  local heading=$1
+  shift
+  /usr/bin/forktrial "$@" --help | awk -v h="$heading" '$0 == h { on = 1; next }
+    on && /^[^ ]/ { on = 0 } on'
+}
+while read -r path; do
+  # shellcheck disable=SC2206 # the path is its words
+  words=($path)
+  name="forktrial${path:+ $path}"
+  subs=$(help_section Subcommands: "${words[@]}" | awk '/^  [a-z]/ { print $1 }' | sort | paste -sd' ')
+  if [ -n "$subs" ] && [ "$(offered "${words[@]}" "")" != "$subs" ]; then
+    problem "$name: offers subcommands \"$(offered "${words[@]}" "")\", --help lists \"$subs\""
+  fi
+  options=$(help_section Options: "${words[@]}" | grep -E '^  (-[a-zA-Z],)?--' || true)
+  longs=$(grep -oE '^  (-[a-zA-Z],)?--[a-z0-9-]+' <<<"$options" | sed 's/.*,//; s/^ *//' | sort | paste -sd' ')
+  [ "$(offered "${words[@]}" --)" = "$longs" ] ||
+    problem "$name: offers options \"$(offered "${words[@]}" --)\", --help lists \"$longs\""
+  while read -r line; do
+    option=$(grep -oE -- '--[a-z0-9-]+' <<<"$line" | head -n 1)
+    rest=${line#*"$option"}
+    if [[ $rest =~ ^\ [A-Z] ]]; then
+      _forktrial_is_flag "$option" && problem "$name $option takes a value, the completion says it does not"
+      # The words a value may be, where --help lists them: {a,b} or {a->0,b->1}.
+      if [[ $rest =~ \{([a-z,>0-9-]+)\} ]]; then
+        values=$(tr ',' '\n' <<<"${BASH_REMATCH[1]}" | sed 's/->.*//' | sort | paste -sd' ')
+        [ "$(offered "${words[@]}" "$option" "")" = "$values" ] ||
+          problem "$name $option: offers \"$(offered "${words[@]}" "$option" "")\", --help allows \"$values\""
+      fi
+    else
+      _forktrial_is_flag "$option" || problem "$name $option takes no value, the completion says it does"
+    fi
+  done <<<"$options"
+  positional=$(help_section Positionals: "${words[@]}" | awk '/^  [A-Z]/ { print $1; exit }')
+  case $positional in
+    FILE) want=file ;;
+    DIR) want=dir ;;
+    *) want="" ;;
+  esac
+  [ "$(_forktrial_positional "$path")" = "$want" ] ||
+    problem "$name: its argument ${positional:-(none)} completes as \"$(_forktrial_positional "$path")\", not \"$want\""
+done <"$commands"
+# Paths: a file argument offers files and directories, a directory option or
+# argument directories only; so does --opt=VALUE.
+expect() {
+  local want=$1
+  shift
+  [ "$(offered "$@")" = "$want" ] || problem "forktrial $*: offers \"$(offered "$@")\", not \"$want\""
+}
+expect "a-dir a-file.jsonl" submit ""
+expect "a-file.jsonl" run import --store a-dir a-f
+expect "a-dir" coordinator --store ""
+expect "a-dir" coordinator --store = ""
+expect "a-dir" pack hash ""
+expect "a-dir a-file.jsonl" worker --key ""
+expect "a-dir a-file.jsonl" run export x --output ""
+expect "" status --coordinator ""
+expect "--json" run ls --store a-dir --j
+exit $((problems > 0))
+EOF
+say "bash completion: every command's subcommands, options and values match its --help"
+
+# ---- removal and purge
+
+dpkg -r forktrial >"$TMPDIR/remove.log" 2>&1 || {
+  cat "$TMPDIR/remove.log" >&2
+  fail "dpkg -r forktrial failed"
+}
+rm -f "$TMPDIR/remove.log"
+[ ! -e /usr/bin/forktrial ] && [ ! -e /usr/libexec/forktrial ] ||
+  fail "dpkg -r left /usr/bin/forktrial or /usr/libexec/forktrial"
+# What a worker's unit leaves (its cache under DynamicUser): a purge deletes it.
+mkdir -p /var/cache/private/forktrial/w1 /var/cache/forktrial
+ln -s ../private/forktrial/w1 /var/cache/forktrial/w1
+touch /var/cache/private/forktrial/w1/blob
+dpkg --purge forktrial >"$TMPDIR/purge.log" 2>&1 || {
+  cat "$TMPDIR/purge.log" >&2
+  fail "dpkg --purge forktrial failed"
+}
+rm -f "$TMPDIR/purge.log"
+status=$(dpkg-query -W -f='${Status}' forktrial 2>/dev/null || true)
+[ -z "$status" ] || [[ $status == *not-installed* ]] ||
+  fail "dpkg still knows forktrial after the purge: $status"
+left=()
+while read -r path; do
+  case $path in
+    /. | /usr | /usr/bin | /usr/libexec | /usr/share | /usr/share/man | /usr/share/man/man1 | \
+      /usr/share/doc | /usr/share/bash-completion | /usr/share/bash-completion/completions | \
+      /lib | /lib/systemd | /lib/systemd/system) continue ;;
+  esac
+  [ -e "$path" ] || [ -L "$path" ] && left+=("$path")
+done <"$TMPDIR/files"
+[ ${#left[@]} -eq 0 ] || fail "the purge left: ${left[*]}"
+[ ! -e /var/cache/forktrial ] && [ ! -e /var/cache/private/forktrial ] ||
+  fail "the purge left the workers' cache in /var/cache"
+say "removed and purged: none of the $(grep -c . "$TMPDIR/files") paths is left, nor the workers' cache"
