@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The coordinator's status page in a real browser: Debian's Chromium,
 # headless, loads http://127.0.0.1:PORT/ from a coordinator (and one worker)
-# on loopback while a batch of 1500 short trials runs, one of its
+# on loopback while a batch of 3000 short trials runs, one of its
 # candidates named with HTML. tests/deploy/status_page_browser.py drives it
 # over the DevTools protocol and checks that the page updates by itself, that
 # once the job finished it shows what `forktrial status` and `forktrial
@@ -42,7 +42,7 @@ wait_until 60 sh -c "'$FORKTRIAL_BIN_DIR/forktrial' workers --coordinator '$endp
 # The mixed batch of scripts/soak, its greeter read from a directory named
 # with HTML (a JSON Lines batch names a candidate after its directory).
 cp -r "$FORKTRIAL_SOURCE/examples/packs/greeter" "$hostile"
-write_batch "$TMPDIR/mixed.jsonl" 1500
+write_batch "$TMPDIR/mixed.jsonl" 3000
 python3 - "$TMPDIR/mixed.jsonl" "$hostile" >"$TMPDIR/batch.jsonl" <<'PY' ||
 import json, sys
 for line in open(sys.argv[1]):
@@ -53,7 +53,7 @@ for line in open(sys.argv[1]):
 PY
   fail "cannot write the batch"
 job=$(ft submit "$TMPDIR/batch.jsonl" --coordinator "$endpoint") || fail "the batch was not submitted"
-say "job $job: 1500 trials on one worker of 2 slots; the page at http://127.0.0.1:$http_port/"
+say "job $job: 3000 trials on one worker of 2 slots; the page at http://127.0.0.1:$http_port/"
 
 python3 "$FORKTRIAL_SOURCE/tests/deploy/status_page_browser.py" --url "http://127.0.0.1:$http_port/" \
   --job "$job" --forktrial "$FORKTRIAL_BIN_DIR/forktrial" --coordinator "$endpoint" \
