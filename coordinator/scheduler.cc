@@ -48,9 +48,19 @@ std::string_view report_verdict_name(ReportVerdict verdict) {
   return "?";
 }
 
+namespace {
+
+// Trials that reached a final status, of the counts of a job by status.
+std::uint64_t done_of(const std::array<std::uint64_t, kTrialStatusCount>& counts) {
+  return counts[static_cast<std::size_t>(TrialStatus::reconciled)] +
+         counts[static_cast<std::size_t>(TrialStatus::cancelled)] +
+         counts[static_cast<std::size_t>(TrialStatus::abandoned)];
+}
+
+}  // namespace
+
 std::uint64_t JobStatus::done() const {
-  return count(TrialStatus::reconciled) + count(TrialStatus::cancelled) +
-         count(TrialStatus::abandoned);
+  return done_of(counts);
 }
 
 namespace {
@@ -77,6 +87,7 @@ struct Trial {
   Attempt attempt = 1;               // the live or next attempt
   Attempt leased_attempt = 0;        // the last attempt leased; 0: none
   TrialStatus status = TrialStatus::queued;
+  std::optional<Outcome> outcome;  // once reconciled
 };
 
 struct Job {
@@ -94,6 +105,8 @@ struct Job {
   std::array<std::uint64_t, kOutcomes.size()> outcomes{};
   std::uint64_t failed_attempts = 0;
   std::uint64_t fenced_reports = 0;
+  Instant submitted_at{};
+  std::optional<Instant> finished_at;  // when its last trial reached a final status
 };
 
 struct Worker {
@@ -283,7 +296,16 @@ struct Scheduler::State {
       for (const Digest& bundle : r.trials[i].bundles) t.digests.push_back(intern(bundle));
     }
     job.counts[static_cast<std::size_t>(TrialStatus::queued)] = r.trials.size();
+    job.submitted_at = r.at;
     for (std::uint32_t i = 0; i < r.trials.size(); ++i) enqueue({index, i});
+    note_finished(index, r.at);
+  }
+
+  // The job's finishing time is the time of the record that left none of
+  // its trials queued, leased or reported.
+  void note_finished(JobIx index, Instant at) {
+    Job& job = jobs[index];
+    if (!job.finished_at && done_of(job.counts) == job.trials.size()) job.finished_at = at;
   }
 
   void apply_one(const JobCancelled& r) {
@@ -304,6 +326,7 @@ struct Scheduler::State {
       }
       set_status(key, TrialStatus::cancelled);
     }
+    note_finished(index, r.at);
   }
 
   void apply_one(const WorkerJoined& r) {
@@ -396,6 +419,7 @@ struct Scheduler::State {
     end_attempt(r, key);
     trial(key).reasons = r.reasons;
     set_status(key, TrialStatus::abandoned);
+    note_finished(key.job, r.at);
   }
 
   void apply_one(const TrialReported& r) {
@@ -415,7 +439,9 @@ struct Scheduler::State {
     const TrialKey key = require_trial(r);
     require_status(r, key, TrialStatus::reported);
     set_status(key, TrialStatus::reconciled);
+    trial(key).outcome = r.outcome;
     ++jobs[key.job].outcomes[static_cast<std::size_t>(r.outcome)];
+    note_finished(key.job, r.at);
   }
 
   // Applies the record and hands it to the caller: every decision ends here.
@@ -543,8 +569,9 @@ struct Scheduler::State {
 
   JobStatus status_of(const Job& job) const {
     return JobStatus{
-        job.id,     job.name,     job.priority,        job.cancelled,     job.trials.size(),
-        job.counts, job.outcomes, job.failed_attempts, job.fenced_reports};
+        job.id,         job.name,     job.priority,        job.cancelled,      job.trials.size(),
+        job.counts,     job.outcomes, job.failed_attempts, job.fenced_reports, job.submitted_at,
+        job.finished_at};
   }
 
   // The status of every entry of `table`, in the order of their ids.
@@ -809,6 +836,18 @@ std::optional<TrialState> Scheduler::trial_state(const TrialId& trial) const {
   return result;
 }
 
+bool Scheduler::visit_trials(const JobId& job,
+                             const std::function<void(const TrialSummary&)>& visit) const {
+  const auto found = state_->job_by_id.find(job);
+  if (found == state_->job_by_id.end()) return false;
+  const Job& j = state_->jobs[found->second];
+  for (std::uint32_t i = 0; i < j.trials.size(); ++i) {
+    const Trial& t = j.trials[i];
+    visit(TrialSummary{i, t.status, t.outcome, t.payload});
+  }
+  return true;
+}
+
 const std::string* Scheduler::payload(const TrialId& trial) const {
   const auto key = state_->find(trial);
   return key ? &state_->trial(*key).payload : nullptr;
@@ -834,7 +873,9 @@ std::string Scheduler::state_text() const {
     for (const std::uint64_t count : job.outcomes) counts += " " + std::to_string(count);
     line("job " + job.id.str() + " name=" + job.name + " priority=" + std::to_string(job.priority) +
          " cancelled=" + std::to_string(job.cancelled) + " counts" + counts + " failed=" +
-         std::to_string(job.failed_attempts) + " fenced=" + std::to_string(job.fenced_reports));
+         std::to_string(job.failed_attempts) + " fenced=" + std::to_string(job.fenced_reports) +
+         " submitted=" + millis(job.submitted_at) +
+         " finished=" + (job.finished_at ? millis(*job.finished_at) : "-"));
     for (std::size_t i = 0; i < job.trials.size(); ++i) {
       const Trial& t = job.trials[i];
       std::string digests;
@@ -843,9 +884,9 @@ std::string Scheduler::state_text() const {
       for (const std::string& reason : t.reasons) reasons += " [" + reason + "]";
       line(" trial " + std::to_string(i) + " " + std::string(trial_status_name(t.status)) +
            " attempt=" + std::to_string(t.attempt) + " leased=" + std::to_string(t.leased_attempt) +
-           " worker=" + (t.worker == kNoWorker ? "-" : s.workers[t.worker].id.str()) +
-           " expires=" + millis(t.lease_expires) + " digests" + digests + " payload=" + t.payload +
-           " reasons" + reasons);
+           " worker=" + (t.worker == kNoWorker ? "-" : s.workers[t.worker].id.str()) + " expires=" +
+           millis(t.lease_expires) + " digests" + digests + " payload=" + t.payload + " reasons" +
+           reasons + " outcome=" + (t.outcome ? std::string(outcome_name(*t.outcome)) : "-"));
     }
     std::string queue;
     for (const std::uint32_t index : job.queue) queue += " " + std::to_string(index);

@@ -68,6 +68,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <expected>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -182,6 +183,8 @@ struct JobStatus {
   std::array<std::uint64_t, kOutcomes.size()> outcomes{};  // of reconciled trials, by Outcome
   std::uint64_t failed_attempts = 0;                       // requeues and abandonments
   std::uint64_t fenced_reports = 0;
+  Instant submitted_at{};
+  std::optional<Instant> finished_at;  // the time of the record that finished it
 
   std::uint64_t count(TrialStatus status) const { return counts[static_cast<std::size_t>(status)]; }
   // Trials that reached a final status (reconciled, cancelled, abandoned).
@@ -198,6 +201,14 @@ struct WorkerStatus {
   std::uint32_t running = 0;  // live leases
   Instant last_seen;
   std::size_t cached_digests = 0;
+};
+
+// A trial as a visit of its job sees it (Scheduler::visit_trials).
+struct TrialSummary {
+  std::uint32_t index = 0;
+  TrialStatus status = TrialStatus::queued;
+  std::optional<Outcome> outcome;  // once reconciled
+  const std::string& payload;      // as submitted
 };
 
 struct TrialState {
@@ -306,6 +317,9 @@ class Scheduler {
   std::optional<WorkerStatus> worker_status(const WorkerId& worker) const;
   std::vector<WorkerStatus> workers() const;  // by id, the lost ones too
   std::optional<TrialState> trial_state(const TrialId& trial) const;
+  // Calls `visit` for every trial of the job, in index order; false for an
+  // unknown job. Costs O(trials of the job) and allocates nothing.
+  bool visit_trials(const JobId& job, const std::function<void(const TrialSummary&)>& visit) const;
   // The trial's payload as submitted; nullptr for an unknown trial.
   const std::string* payload(const TrialId& trial) const;
   std::size_t queued_trials() const;  // of every job

@@ -15,8 +15,11 @@
 #include "base/memory.h"
 #include "base/text.h"
 #include "base/timestamp.h"
+#include "coordinator/activity.h"
+#include "coordinator/candidate_ranking.h"
 #include "coordinator/metrics.h"
 #include "coordinator/orchestration_log.h"
+#include "coordinator/status_page.h"
 #include "pack/bundle_archive.h"
 #include "sandbox/delta.h"
 #include "sandbox/trial_types.h"
@@ -152,13 +155,13 @@ std::string payload_of(const std::string& candidate, const std::string& spec_jso
   return "{\"candidate\":" + ordered_json(candidate).dump() + ",\"spec\":" + spec_json + "}";
 }
 
-// A submitted trial read without parsing its JSON twice: the specification's
-// text is cut from {"candidate":<string>,"spec":<object>} as payload_of writes
-// it (and a client sends it); anything else is read by parse_submitted.
-std::expected<SubmittedTrial, std::string> read_payload(const std::string& text, SpecCache& specs) {
+// The candidate's name, and where the specification's text starts, in a
+// payload as payload_of writes it (and a client sends it):
+// {"candidate":<string>,"spec":<object>}. nullopt for any other shape.
+std::optional<std::pair<std::string, std::size_t>> split_payload(const std::string& text) {
   constexpr std::string_view head = "{\"candidate\":\"";
   constexpr std::string_view middle = ",\"spec\":";
-  if (!text.starts_with(head) || !text.ends_with('}')) return parse_submitted(text, specs);
+  if (!text.starts_with(head) || !text.ends_with('}')) return std::nullopt;
   std::size_t end = head.size();
   bool escaped = false;
   for (; end < text.size(); ++end) {
@@ -169,22 +172,32 @@ std::expected<SubmittedTrial, std::string> read_payload(const std::string& text,
       break;
     }
   }
-  if (end >= text.size() || text.compare(end + 1, middle.size(), middle) != 0) {
-    return parse_submitted(text, specs);
-  }
+  if (end >= text.size() || text.compare(end + 1, middle.size(), middle) != 0) return std::nullopt;
   const std::size_t spec_at = end + 1 + middle.size();
+  if (!escaped) return std::make_pair(text.substr(head.size(), end - head.size()), spec_at);
+  auto name =
+      ordered_json::parse(text.substr(head.size() - 1, end - head.size() + 2), nullptr, false);
+  if (!name.is_string()) return std::nullopt;
+  return std::make_pair(name.get<std::string>(), spec_at);
+}
+
+// A submitted trial read without parsing its JSON twice: the specification's
+// text is cut out (split_payload); anything else is read by parse_submitted.
+std::expected<SubmittedTrial, std::string> read_payload(const std::string& text, SpecCache& specs) {
+  auto split = split_payload(text);
+  if (!split) return parse_submitted(text, specs);
+  auto& [candidate, spec_at] = *split;
   auto parsed = specs.parse(text.substr(spec_at, text.size() - 1 - spec_at));
   if (!parsed) return parse_submitted(text, specs);
-  std::string candidate;
-  if (escaped) {
-    auto name =
-        ordered_json::parse(text.substr(head.size() - 1, end - head.size() + 2), nullptr, false);
-    if (!name.is_string()) return parse_submitted(text, specs);
-    candidate = name.get<std::string>();
-  } else {
-    candidate = text.substr(head.size(), end - head.size());
-  }
   return SubmittedTrial{std::move(*parsed), std::move(candidate)};
+}
+
+// The candidate's name in a payload, without reading its specification.
+std::string payload_candidate(const std::string& text) {
+  if (auto split = split_payload(text)) return std::move(split->first);
+  const auto doc = ordered_json::parse(text, nullptr, false);
+  if (!doc.is_object() || !doc.contains("candidate") || !doc["candidate"].is_string()) return "";
+  return doc["candidate"].get<std::string>();
 }
 
 struct Peer {
@@ -235,18 +248,25 @@ class Server {
     if (listen && config.http) {
       auto routes = probes_.routes();
       routes.push_back(transport::metrics_route(metrics_.registry()));
+      for (auto& route : status_page_routes(api_)) routes.push_back(std::move(route));
       http_.emplace(*config.http, std::move(routes), log);
       log_(LogLevel::info, "coordinator serving HTTP on http://" + http_->address().str() + "/");
     }
   }
 
+  // The status API's requests waiting for this thread are answered 503.
+  ~Server() { api_.close(); }
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
   int run() {
     log_(LogLevel::info, "coordinator listening on " + config_.listen);
     while (!stop_.cancelled()) {
       zmq::pollitem_t items[] = {{socket_->handle(), 0, ZMQ_POLLIN, 0},
-                                 {nullptr, stop_.fd(), ZMQ_POLLIN, 0}};
+                                 {nullptr, stop_.fd(), ZMQ_POLLIN, 0},
+                                 {nullptr, api_.fd(), ZMQ_POLLIN, 0}};
       try {
-        zmq::poll(items, 2, config_.tick);
+        zmq::poll(items, 3, config_.tick);
       } catch (const zmq::error_t& e) {
         if (e.num() != EINTR) throw;  // a signal: the loop looks at `stop`
       }
@@ -263,6 +283,9 @@ class Server {
         serve_parked(clock_now());
       }
       flush();
+      // Between turns, with everything decided so far committed: the status
+      // API's questions (docs/decisions.md, "The status page asks the loop").
+      api_.serve([this](const transport::HttpRequest& request) { return answer_api(request); });
       if (trim_) {
         // A submission's message, its parse and its record are freed now:
         // give the memory back rather than keep it as the high water.
@@ -270,6 +293,7 @@ class Server {
         trim_ = false;
       }
     }
+    api_.close();
     log_(LogLevel::info, "coordinator stopping");
     return 0;
   }
@@ -304,7 +328,10 @@ class Server {
   }
 
   void keep(Records records) {
-    for (auto& record : records) pending_.push_back(std::move(record));
+    for (auto& record : records) {
+      activity_.note(record);
+      pending_.push_back(std::move(record));
+    }
     gauges_stale_ = true;
   }
 
@@ -508,14 +535,17 @@ class Server {
     }
   }
 
-  // Applies the whole log to scheduler_, a new one; returns how many records.
+  // Applies the whole log to scheduler_, a new one, and to activity_;
+  // returns how many records.
   std::uint64_t replay_log() {
     auto snapshot = store_.snapshot();
     std::uint64_t records = 0;
+    activity_.clear();
     auto read = read_log(
         snapshot,
         [&](const OrchestrationRecord& record) {
           scheduler_.replay(record);
+          activity_.note(record);
           if (const auto* job = std::get_if<JobSubmitted>(&record)) note_job(*job);
           ++records;
         },
@@ -1023,7 +1053,10 @@ class Server {
     remember_result(r.trial, result);
     metrics_.reconciled(v.outcome, std::chrono::steady_clock::now() - r.received,
                         std::chrono::milliseconds(r.duration_ms));
-    (void)scheduler_.reconciled(r.trial, v.outcome, r.at);
+    // Its record is in the log already (record_reconciliation wrote it).
+    if (auto applied = scheduler_.reconciled(r.trial, v.outcome, r.at)) {
+      for (const auto& record : *applied) activity_.note(record);
+    }
     gauges_stale_ = true;
     submitted_.erase(r.trial);
     ack(r.route, r.request, r.trial, r.attempt, "accepted");
@@ -1364,7 +1397,7 @@ class Server {
     return *stored;
   }
 
-  ordered_json status_json(const JobStatus& job) const {
+  ordered_json status_json(const JobStatus& job, Instant now) const {
     ordered_json counts = ordered_json::object();
     for (std::size_t s = 0; s < kTrialStatusCount; ++s) {
       counts[std::string(trial_status_name(static_cast<TrialStatus>(s)))] = job.counts[s];
@@ -1373,17 +1406,39 @@ class Server {
     for (std::size_t o = 0; o < kOutcomes.size(); ++o) {
       outcomes[std::string(outcome_name(kOutcomes[o]))] = job.outcomes[o];
     }
-    return ordered_json{{"job", job.id.str()},
-                        {"name", job.name},
-                        {"priority", job.priority},
-                        {"cancelled", job.cancelled},
-                        {"total", job.trials},
-                        {"done", job.done()},
-                        {"finished", job.finished()},
-                        {"status", counts},
-                        {"outcomes", outcomes},
-                        {"failed_attempts", job.failed_attempts},
-                        {"fenced_reports", job.fenced_reports}};
+    return ordered_json{
+        {"job", job.id.str()},
+        {"name", job.name},
+        {"priority", job.priority},
+        {"cancelled", job.cancelled},
+        {"total", job.trials},
+        {"done", job.done()},
+        {"finished", job.finished()},
+        {"status", counts},
+        {"outcomes", outcomes},
+        {"failed_attempts", job.failed_attempts},
+        {"fenced_reports", job.fenced_reports},
+        {"submitted_at", timestamp_json(job.submitted_at)},
+        {"finished_at", job.finished_at ? timestamp_json(*job.finished_at) : ordered_json(nullptr)},
+        {"throughput", activity_.throughput(job, now)}};
+  }
+
+  static ordered_json timestamp_json(Instant at) {
+    return format_timestamp(at.time_since_epoch().count());
+  }
+
+  // What `status` answers: every job, or one.
+  ordered_json jobs_doc(Instant now) const {
+    ordered_json all = ordered_json::array();
+    for (const auto& status : scheduler_.jobs()) all.push_back(status_json(status, now));
+    ordered_json doc{{"jobs", all}};
+    if (store_full_) doc["store_full"] = *store_full_;
+    return doc;
+  }
+  ordered_json job_doc(const JobStatus& status, Instant now) const {
+    ordered_json doc = status_json(status, now);
+    if (store_full_) doc["store_full"] = *store_full_;
+    return doc;
   }
 
   void reply_json(const std::string& route, std::uint64_t request, const ordered_json& doc,
@@ -1400,20 +1455,13 @@ class Server {
 
   void on_status(const std::string& route, Envelope::Reader envelope) {
     const std::string job = wire::text(envelope.getStatusRequest().getJob());
-    if (job.empty()) {
-      ordered_json all = ordered_json::array();
-      for (const auto& status : scheduler_.jobs()) all.push_back(status_json(status));
-      ordered_json doc{{"jobs", all}};
-      if (store_full_) doc["store_full"] = *store_full_;
-      return reply_json(route, envelope.getRequestId(), doc, false);
-    }
+    if (job.empty())
+      return reply_json(route, envelope.getRequestId(), jobs_doc(clock_now()), false);
     auto status = scheduler_.job_status(JobId(job));
     if (!status) {
       return reply_error(route, envelope.getRequestId(), WireCode::NOT_FOUND, "no job " + job);
     }
-    ordered_json doc = status_json(*status);
-    if (store_full_) doc["store_full"] = *store_full_;
-    reply_json(route, envelope.getRequestId(), doc, false);
+    reply_json(route, envelope.getRequestId(), job_doc(*status, clock_now()), false);
   }
 
   void on_cancel(const std::string& route, Envelope::Reader envelope, Instant now) {
@@ -1434,7 +1482,8 @@ class Server {
     log_(LogLevel::info, "job " + job.str() + " cancelled; " +
                              std::to_string(cancelled->running.size()) +
                              " running trials told to stop");
-    reply_json(route, envelope.getRequestId(), status_json(*scheduler_.job_status(job)), false);
+    reply_json(route, envelope.getRequestId(),
+               status_json(*scheduler_.job_status(job), clock_now()), false);
   }
 
   void on_results(const std::string& route, Envelope::Reader envelope) {
@@ -1452,38 +1501,45 @@ class Server {
     capnp::MallocMessageBuilder message;
     auto results = wire::start(message, envelope.getRequestId()).initResults();
     auto lines = results.initLines(to - from);
-    const auto& known = results_[job.str()];
-    for (std::uint32_t i = from; i < to; ++i) {
-      auto found = known.find(i);
-      if (found != known.end()) {
-        lines.set(i - from, found->second);
-        continue;
-      }
-      const TrialId trial{job, i};
-      auto state = scheduler_.trial_state(trial);
-      auto submitted = read_payload(*scheduler_.payload(trial), specs_);
-      ordered_json line =
-          result_json(trial, state->attempt, *submitted, {}, state->worker.value_or(WorkerId("")));
-      line["status"] = std::string(trial_status_name(state->status));
-      line["outcome"] = nullptr;
-      line["exit_code"] = nullptr;
-      line["detail"] = "";
-      for (const auto& reason : state->reasons) {
-        line["detail"] = line["detail"].get<std::string>() +
-                         (line["detail"].get<std::string>().empty() ? "" : "\n") + reason;
-      }
-      line["fork_run_id"] = nullptr;
-      line["events_appended"] = nullptr;
-      line["behavior_failures"] = nullptr;
-      line["duration_ms"] = nullptr;
-      lines.set(i - from, line.dump());
-    }
+    for (std::uint32_t i = from; i < to; ++i) lines.set(i - from, result_line(TrialId{job, i}));
     results.setNext(to);
     results.setTotal(total);
     reply(route, wire::encode(message));
   }
 
+  // The trial's line of `results`: its result once reconciled; before, what
+  // is known (its status, and the reasons of its failed attempts).
+  std::string result_line(const TrialId& trial) {
+    if (auto known = results_.find(trial.job.str()); known != results_.end()) {
+      if (auto found = known->second.find(trial.index); found != known->second.end()) {
+        return found->second;
+      }
+    }
+    auto state = scheduler_.trial_state(trial);
+    auto submitted = read_payload(*scheduler_.payload(trial), specs_);
+    ordered_json line =
+        result_json(trial, state->attempt, *submitted, {}, state->worker.value_or(WorkerId("")));
+    line["status"] = std::string(trial_status_name(state->status));
+    line["outcome"] = nullptr;
+    line["exit_code"] = nullptr;
+    line["detail"] = "";
+    for (const auto& reason : state->reasons) {
+      line["detail"] = line["detail"].get<std::string>() +
+                       (line["detail"].get<std::string>().empty() ? "" : "\n") + reason;
+    }
+    line["fork_run_id"] = nullptr;
+    line["events_appended"] = nullptr;
+    line["behavior_failures"] = nullptr;
+    line["duration_ms"] = nullptr;
+    return line.dump();
+  }
+
   void on_workers(const std::string& route, std::uint64_t request) {
+    reply_json(route, request, workers_doc(), true);
+  }
+
+  // What `workers` answers.
+  ordered_json workers_doc() const {
     ordered_json list = ordered_json::array();
     for (const auto& w : scheduler_.workers()) {
       list.push_back({{"worker", w.id.str()},
@@ -1502,7 +1558,68 @@ class Server {
     ordered_json doc{
         {"workers", list}, {"errors_answered", errors_}, {"replies_undelivered", undelivered_}};
     if (store_full_) doc["store_full"] = *store_full_;
-    reply_json(route, request, doc, true);
+    return doc;
+  }
+
+  // ---- the status API (coordinator/status_page.h), on this thread
+
+  transport::HttpResponse answer_api(const transport::HttpRequest& request) {
+    const Instant now = clock_now();
+    if (request.path == "/api/jobs") return status_json_response(200, jobs_doc(now));
+    if (request.path == "/api/workers") return status_json_response(200, workers_doc());
+    if (request.path == "/api/failures") {
+      return status_json_response(200,
+                                  failures_doc(transport::query_parameter(request.query, "job")));
+    }
+    const bool one_job = request.path == "/api/job";
+    if (!one_job && request.path != "/api/candidates") {
+      return status_json_response(404, ordered_json{{"error", "no such page: " + request.path}});
+    }
+    const auto id = transport::query_parameter(request.query, one_job ? "id" : "job");
+    if (!id) {
+      return status_json_response(
+          400, ordered_json{{"error", std::string("give the job: ") + request.path +
+                                          (one_job ? "?id=JOB" : "?job=JOB")}});
+    }
+    const auto status = scheduler_.job_status(JobId(*id));
+    if (!status) return status_json_response(404, ordered_json{{"error", "no job " + *id}});
+    if (one_job) return status_json_response(200, job_doc(*status, now));
+    return status_json_response(200, candidates_doc(*status));
+  }
+
+  // The candidates of the job ranked as `results --by candidate` ranks them,
+  // the first kRankedShown.
+  ordered_json candidates_doc(const JobStatus& job) const {
+    constexpr std::size_t kRankedShown = 1000;
+    CandidateTally tally;
+    scheduler_.visit_trials(job.id, [&](const TrialSummary& trial) {
+      tally.add(payload_candidate(trial.payload),
+                trial.outcome ? outcome_name(*trial.outcome) : trial_status_name(trial.status));
+    });
+    const auto ranked = tally.ranked();
+    ordered_json list = ordered_json::array();
+    for (std::size_t i = 0; i < ranked.size() && i < kRankedShown; ++i) {
+      list.push_back(candidate_rank_json(ranked[i]));
+    }
+    return ordered_json{{"job", job.id.str()},
+                        {"name", job.name},
+                        {"total", job.trials},
+                        {"candidates_total", ranked.size()},
+                        {"candidates", list}};
+  }
+
+  // The trials that ended without completing, newest first (of `job` only,
+  // when given): each its line of `results`, with when it ended.
+  ordered_json failures_doc(const std::optional<std::string>& job) {
+    ordered_json list = ordered_json::array();
+    for (const Activity::Failure& failure : activity_.failures()) {
+      if (job && failure.trial.job.str() != *job) continue;
+      ordered_json line = ordered_json::parse(result_line(failure.trial), nullptr, false);
+      if (line.is_discarded()) continue;
+      line["ended_at"] = timestamp_json(failure.at);
+      list.push_back(std::move(line));
+    }
+    return ordered_json{{"failures", list}, {"kept", Activity::kFailuresKept}};
   }
 
   const ServerConfig& config_;
@@ -1540,7 +1657,9 @@ class Server {
   std::optional<std::string> store_full_;  // why, while the store takes no writes
   CoordinatorMetrics metrics_;
   bool gauges_stale_ = true;  // the scheduler changed since metrics_ last observed it
+  Activity activity_;                      // recent failures and pace, for the status API
   transport::Probes probes_;
+  transport::LoopHandoff api_;                 // the status API's requests, for this thread
   std::optional<transport::HttpServer> http_;  // last: it stops before what it reads
   std::set<std::string> bound_ids_;            // worker ids the allow list binds to a key
   std::optional<std::string> bound_id_;        // that of the message being handled

@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "coordinator/batch_file.h"
+#include "coordinator/candidate_ranking.h"
 #include "coordinator/client.h"
 #include "coordinator/server.h"
 #include "pack/bundle_archive.h"
@@ -198,7 +199,7 @@ void add_coordinator(CLI::App& app) {
                 "submit code to run, or join as a worker");
   add_http_option(cmd, *http,
                   "/healthz and /readyz (the store takes writes) for an orchestrator's probes, "
-                  "and /metrics for Prometheus");
+                  "/metrics for Prometheus, and the status page / with its JSON under /api/");
   logging->add_to(cmd);
   cmd->footer(examples_footer({
       "forktrial keygen /etc/forktrial/coordinator.key",
@@ -533,46 +534,24 @@ std::string csv_cell(const ordered_json& value) {
 void print_results(const std::vector<ordered_json>& results, const std::string& format,
                    const std::string& by) {
   if (by == "candidate") {
-    struct Row {
-      std::uint64_t trials = 0;
-      std::map<std::string, std::uint64_t> outcomes;
-    };
-    std::map<std::string, Row> rows;
-    for (const auto& r : results) {
-      Row& row = rows[r["candidate"].get<std::string>()];
-      ++row.trials;
-      row.outcomes[r["outcome"].is_string() ? r["outcome"].get<std::string>()
-                                            : r["status"].get<std::string>()]++;
-    }
-    std::vector<std::pair<std::string, Row>> ranked(rows.begin(), rows.end());
-    auto share = [](const Row& row) {
-      auto it = row.outcomes.find("completed");
-      return row.trials == 0 ? 0.0
-                             : static_cast<double>(it == row.outcomes.end() ? 0 : it->second) /
-                                   static_cast<double>(row.trials);
-    };
-    std::stable_sort(ranked.begin(), ranked.end(), [&](const auto& a, const auto& b) {
-      return share(a.second) > share(b.second);
-    });
+    coordinator::CandidateTally tally;
+    for (const auto& r : results) tally.add_result(r);
+    const auto ranked = tally.ranked();
     if (format == "json") {
-      for (const auto& [name, row] : ranked) {
-        ordered_json line{{"candidate", name},
-                          {"trials", row.trials},
-                          {"completed_share", share(row)},
-                          {"outcomes", row.outcomes}};
-        std::printf("%s\n", line.dump().c_str());
+      for (const auto& rank : ranked) {
+        std::printf("%s\n", coordinator::candidate_rank_json(rank).dump().c_str());
       }
       return;
     }
     std::printf("%-4s %-24s %7s %9s  %s\n", "RANK", "CANDIDATE", "TRIALS", "COMPLETED", "OUTCOMES");
-    int rank = 0;
-    for (const auto& [name, row] : ranked) {
+    int place = 0;
+    for (const auto& rank : ranked) {
       std::string outcomes;
-      for (const auto& [outcome, count] : row.outcomes) {
+      for (const auto& [outcome, count] : rank.outcomes) {
         outcomes += outcome + " " + std::to_string(count) + "  ";
       }
-      std::printf("%-4d %-24s %7llu %8.1f%%  %s\n", ++rank, terminal_text(name).c_str(),
-                  static_cast<unsigned long long>(row.trials), 100.0 * share(row),
+      std::printf("%-4d %-24s %7llu %8.1f%%  %s\n", ++place, terminal_text(rank.candidate).c_str(),
+                  static_cast<unsigned long long>(rank.trials), 100.0 * rank.completed_share(),
                   outcomes.c_str());
     }
     return;

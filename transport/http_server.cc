@@ -66,6 +66,40 @@ HttpResponse http_text(int status, std::string text) {
   return response;
 }
 
+std::optional<std::string> query_parameter(std::string_view query, std::string_view name) {
+  const auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  while (!query.empty()) {
+    const auto amp = query.find('&');
+    const std::string_view pair = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
+    const auto equals = pair.find('=');
+    if (pair.substr(0, equals) != name) continue;
+    const std::string_view raw =
+        equals == std::string_view::npos ? std::string_view() : pair.substr(equals + 1);
+    std::string value;
+    value.reserve(raw.size());
+    for (std::size_t i = 0; i < raw.size(); ++i) {
+      if (raw[i] == '+') {
+        value += ' ';
+      } else if (raw[i] != '%') {
+        value += raw[i];
+      } else if (i + 2 < raw.size() && hex(raw[i + 1]) >= 0 && hex(raw[i + 2]) >= 0) {
+        value += static_cast<char>(hex(raw[i + 1]) * 16 + hex(raw[i + 2]));
+        i += 2;
+      } else {
+        return std::nullopt;
+      }
+    }
+    return value;
+  }
+  return std::nullopt;
+}
+
 struct HttpServer::Impl {
   Routes routes;
   Log log;

@@ -18,6 +18,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -55,6 +56,11 @@ using HttpHandler = std::function<HttpResponse(const HttpRequest&)>;
 
 // A plain text answer: `status` with `text` and a newline.
 HttpResponse http_text(int status, std::string text);
+
+// The value of the first `name=value` of a query string (what followed '?'),
+// percent-decoded, '+' read as a space; nullopt when it is not there or does
+// not decode (a '%' without two hex digits).
+std::optional<std::string> query_parameter(std::string_view query, std::string_view name);
 
 class HttpServer {
  public:

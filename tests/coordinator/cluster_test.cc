@@ -147,14 +147,19 @@ struct Cluster {
   }
 
   // A JSON Lines batch: `per_kind` trials of each of four outcomes, forked
-  // from `parent` at evt_031; with `kinds` = 1, the greeter's only.
-  std::string outcome_batch(int per_kind, int kinds = 4, const std::string& parent = "run_chat") {
+  // from `parent` at evt_031; with `kinds` = 1, the greeter's only. The
+  // greeter is read from `greeter` (its directory's name is the candidate's
+  // name) when given.
+  std::string outcome_batch(int per_kind, int kinds = 4, const std::string& parent = "run_chat",
+                            const std::string& greeter = "") {
     auto spec = [&](const std::string& pack, const std::string& scenario, int max_events) {
+      const std::string root =
+          pack == "packs/greeter" && !greeter.empty() ? greeter : kExamples + "/" + pack;
       return json{{"schema_version", 1},
                   {"parent_run_id", parent},
                   {"at_event", "evt_031"},
                   {"label", pack},
-                  {"candidate", {{"root_dir", kExamples + "/" + pack}}},
+                  {"candidate", {{"root_dir", root}}},
                   {"extra_packs", json::array()},
                   {"scenario", scenario},
                   {"limits", {{"wall_clock_seconds", 20}, {"max_events", max_events}}}}
@@ -2045,4 +2050,197 @@ TEST_CASE(
   }
   // Every byte the coordinator served, a worker received.
   CHECK(coordinator->at("forktrial_blob_bytes_total{direction=\"served\"}") == received);
+}
+
+namespace {
+
+// A copy of the greeter in a directory whose name, the candidate's name in a
+// JSON Lines batch, is HTML that would run a script if it were taken as such.
+constexpr const char* kHostileName = "<img src=x onerror=alert(1)>";
+std::string hostile_greeter(Cluster& cluster) {
+  const auto dir = cluster.dir.path() / kHostileName;
+  std::filesystem::copy(kExamples + "/packs/greeter", dir,
+                        std::filesystem::copy_options::recursive);
+  return dir.string();
+}
+
+// The API's JSON: the body parsed, after checking it was sent as JSON.
+json api_json(std::uint16_t port, const std::string& path, int status = 200) {
+  const auto answer = forktrial::testing::http_get(port, path);
+  INFO(path << ": " << answer.headers << "\n" << answer.body);
+  REQUIRE(answer.status == status);
+  CHECK_THAT(answer.headers, Catch::Contains("Content-Type: application/json"));
+  CHECK_THAT(answer.headers, Catch::Contains("Content-Security-Policy: default-src 'self'"));
+  return json::parse(answer.body);
+}
+
+json without(json doc, const std::string& key) {
+  doc.erase(key);
+  return doc;
+}
+
+// Starts the cluster's coordinator serving HTTP, and one worker of `slots`;
+// the HTTP port, once it answers.
+std::uint16_t start_with_http(Cluster& cluster, unsigned slots) {
+  const auto port = forktrial::testing::free_port();
+  cluster.start_coordinator("3", {"--http", std::to_string(port)});
+  cluster.start_worker(1, slots);
+  REQUIRE(forktrial::testing::http_wait_for(port, "/healthz", 200).status == 200);
+  return port;
+}
+
+}  // namespace
+
+TEST_CASE("the status API serves the coordinator's own status, workers, results and rankings",
+          "[cluster][status]") {
+  Cluster cluster;
+  const auto port = start_with_http(cluster, 2);
+  const std::string job =
+      cluster.submit(cluster.outcome_batch(3, 4, "run_chat", hostile_greeter(cluster)));
+  CHECK(cluster.wait(job)["reconciled"] == 12);
+
+  // Jobs: the same objects `status --json` prints, every field alike (a
+  // finished job's throughput is over its whole run, so it stays put).
+  const json status = json::parse(cluster.client({"status", job, "--json"}).out);
+  CHECK(status["submitted_at"].is_string());
+  CHECK(status["finished_at"].is_string());
+  CHECK(status["throughput"].get<double>() > 0);
+  const json jobs = api_json(port, "/api/jobs");
+  REQUIRE(jobs["jobs"].size() == 1);
+  CHECK(jobs["jobs"][0] == status);
+  CHECK(api_json(port, "/api/job?id=" + job) == status);
+
+  // The ranking is `results --by candidate --json`, line for line.
+  json ranking = json::array();
+  for (const auto& line : forktrial::testing::lines_of(
+           cluster.client({"results", job, "--by", "candidate", "--json"}).out)) {
+    ranking.push_back(json::parse(line));
+  }
+  REQUIRE(ranking.size() == 4);
+  const json candidates = api_json(port, "/api/candidates?job=" + job);
+  CHECK(candidates["candidates"] == ranking);
+  CHECK(candidates["candidates_total"] == 4);
+  CHECK(candidates["total"] == 12);
+
+  // Workers: `workers --json`, but for when each was last heard of.
+  auto listed = json::parse(cluster.client({"workers", "--json"}).out);
+  auto served = api_json(port, "/api/workers");
+  REQUIRE(served["workers"].size() == 1);
+  CHECK(without(served["workers"][0], "last_seen") == without(listed["workers"][0], "last_seen"));
+  CHECK(served["workers"][0]["slots"] == 2);
+
+  // Failures: each trial that did not complete, as its results line, with
+  // when it ended; nothing else.
+  std::map<std::string, json> failed;
+  for (const auto& r : cluster.results(job)) {
+    if (r["outcome"] != "completed") failed[r["trial"]] = r;
+  }
+  REQUIRE(failed.size() == 9);
+  const json failures = api_json(port, "/api/failures");
+  REQUIRE(failures["failures"].size() == failed.size());
+  std::string last;
+  for (const auto& failure : failures["failures"]) {
+    INFO(failure.dump());
+    REQUIRE(failed.contains(failure["trial"]));
+    CHECK(without(failure, "ended_at") == failed[failure["trial"]]);
+    // Newest first.
+    if (!last.empty()) CHECK(failure["ended_at"].get<std::string>() <= last);
+    last = failure["ended_at"];
+  }
+  CHECK(api_json(port, "/api/failures?job=" + job)["failures"] == failures["failures"]);
+  CHECK(api_json(port, "/api/failures?job=job_other")["failures"].empty());
+}
+
+TEST_CASE(
+    "the status page is the coordinator's own files under a policy of self only, and "
+    "names that are HTML stay text",
+    "[cluster][status]") {
+  using forktrial::testing::http_get;
+  using forktrial::testing::http_request;
+  Cluster cluster;
+  const auto port = start_with_http(cluster, 1);
+
+  const std::string assets[][2] = {
+      {"/", "text/html"}, {"/status.css", "text/css"}, {"/status.js", "text/javascript"}};
+  for (const auto& [path, type] : assets) {
+    const auto answer = http_get(port, path);
+    INFO(path << ": " << answer.headers);
+    CHECK(answer.status == 200);
+    CHECK_THAT(answer.headers, Catch::Contains("Content-Type: " + type));
+    CHECK_THAT(answer.headers, Catch::Contains("Content-Security-Policy: default-src 'self'"));
+    // Nothing is fetched from anywhere else.
+    CHECK(answer.body.find("http:") == std::string::npos);
+    CHECK(answer.body.find("https:") == std::string::npos);
+  }
+  const auto page = http_get(port, "/").body;
+  CHECK_THAT(page, Catch::Contains(R"(<script src="status.js" defer></script>)"));
+  CHECK_THAT(page, Catch::Contains(R"(<link rel="stylesheet" href="status.css">)"));
+  // The script writes data as text only.
+  const auto script = http_get(port, "/status.js").body;
+  CHECK(script.find("innerHTML") == std::string::npos);
+  CHECK(script.find("insertAdjacentHTML") == std::string::npos);
+  CHECK(script.find("document.write") == std::string::npos);
+
+  // Unknown jobs are 404, a missing one 400, an unknown page 404.
+  CHECK(api_json(port, "/api/job?id=job_nope", 404)["error"] == "no job job_nope");
+  CHECK(api_json(port, "/api/candidates?job=job_nope", 404)["error"] == "no job job_nope");
+  CHECK(api_json(port, "/api/candidates", 400)["error"].get<std::string>().find("?job=JOB") !=
+        std::string::npos);
+  CHECK(http_get(port, "/api/nothing").status == 404);
+  CHECK(http_request(port, "POST", "/api/jobs").status == 405);
+  const auto head = http_request(port, "HEAD", "/api/jobs");
+  CHECK(head.status == 200);
+  CHECK(head.body.empty());
+
+  // A candidate named with HTML: the JSON carries it escaped, and it reads
+  // back unchanged.
+  const std::string job =
+      cluster.submit(cluster.outcome_batch(1, 1, "run_chat", hostile_greeter(cluster)));
+  cluster.wait(job);
+  const auto raw = http_get(port, "/api/candidates?job=" + job);
+  REQUIRE(raw.status == 200);
+  CHECK(raw.body.find('<') == std::string::npos);
+  CHECK(raw.body.find('>') == std::string::npos);
+  CHECK_THAT(raw.body, Catch::Contains(R"(\u003cimg src=x onerror=alert(1)\u003e)"));
+  CHECK(json::parse(raw.body)["candidates"][0]["candidate"] == kHostileName);
+  // A job id given escaped in the query is decoded.
+  CHECK(api_json(port, "/api/job?id=" + job.substr(0, 3) + "%5f" + job.substr(4))["job"] == job);
+}
+
+TEST_CASE("HTTP clients that hold their connections never hold the coordinator's loop",
+          "[cluster][status]") {
+  Cluster cluster;
+  const auto port = start_with_http(cluster, 2);
+  // More connections than the server has threads, each sending half a
+  // request and then nothing: every HTTP thread waits on a client.
+  std::vector<int> held;
+  for (int i = 0; i < 8; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    REQUIRE(fd >= 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(port);
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0);
+    const std::string half = "GET /api/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\n";
+    REQUIRE(::send(fd, half.data(), half.size(), MSG_NOSIGNAL) ==
+            static_cast<ssize_t>(half.size()));
+    held.push_back(fd);
+  }
+  // The loop goes on: a job is uploaded, submitted and reported meanwhile...
+  const std::string job = cluster.submit(cluster.outcome_batch(2, 1));
+  CHECK(json::parse(cluster.client({"status", job, "--json"}).out)["total"] == 2);
+  // ... while every connection is still held (the server closes one after
+  // 10 s without a whole request).
+  for (const int fd : held) {
+    char byte = 0;
+    const ssize_t got = ::recv(fd, &byte, 1, MSG_DONTWAIT);
+    const int error = errno;
+    CHECK(got == -1);
+    CHECK(error == EAGAIN);
+  }
+  for (const int fd : held) ::close(fd);
+  // Once they let go, the API answers again, and the job runs to its end.
+  CHECK(forktrial::testing::http_wait_for(port, "/api/jobs", 200).status == 200);
+  CHECK(cluster.wait(job)["reconciled"] == 2);
 }

@@ -396,5 +396,56 @@ TEST_CASE("a job's status counts its trials by status", "[coordinator][scheduler
   CHECK_FALSE(s.scheduler.job_status(JobId{"b"}));
 }
 
+TEST_CASE("a job is finished at the time of the record that ends its last trial",
+          "[coordinator][scheduler]") {
+  Logged s;
+  s.submit(testing::job("a", 0, 2), at(100));
+  s.submit(testing::job("b", 0, 3), at(200));
+  s.submit(testing::job("empty", 0, 0), at(300));
+  CHECK(s.job("a").submitted_at == at(100));
+  CHECK_FALSE(s.job("a").finished_at);
+  CHECK(s.job("empty").finished_at == at(300));
+  s.join("w1", 2, at(400));
+  const auto leased = s.work("w1", 2, at(500));
+  REQUIRE(names(leased) == std::vector<std::string>{"a#0", "b#0"});
+  s.report("w1", trial("a", 0), 1, at(600));
+  s.reconcile(trial("a", 0), at(700), Outcome::crashed);
+  CHECK_FALSE(s.job("a").finished_at);
+  // A job whose trials are cancelled is finished by the cancellation.
+  s.keep(s.scheduler.cancel(JobId{"a"}, at(800)));
+  CHECK(s.job("a").finished_at == at(800));
+  s.report("w1", trial("b", 0), 1, at(900));
+  s.reconcile(trial("b", 0), at(1'000));
+  REQUIRE(s.work("w1", 2, at(1'100)).size() == 2);
+  for (std::uint32_t i = 1; i < 3; ++i) {
+    s.report("w1", trial("b", i), 1, at(1'200));
+    s.reconcile(trial("b", i), at(1'300 + i), Outcome::scenario_failed);
+  }
+  CHECK(s.job("b").finished_at == at(1'302));
+  // Replay finds the same times.
+  const Scheduler again = testing::replayed(s.log);
+  CHECK(again.job_status(JobId{"b"})->finished_at == at(1'302));
+  CHECK(again.state_text() == s.scheduler.state_text());
+}
+
+TEST_CASE("a visit of a job's trials sees each one's status, outcome and payload in order",
+          "[coordinator][scheduler]") {
+  Logged s;
+  s.submit(testing::job("a", 0, 3), at(0));
+  s.join("w1", 1, at(0));
+  s.work("w1", 1, at(1));
+  s.report("w1", trial("a", 0), 1, at(2));
+  s.reconcile(trial("a", 0), at(3), Outcome::limits_exceeded);
+  s.work("w1", 1, at(4));
+  std::vector<std::string> seen;
+  CHECK(s.scheduler.visit_trials(JobId{"a"}, [&](const TrialSummary& t) {
+    seen.push_back(std::to_string(t.index) + " " + std::string(trial_status_name(t.status)) + " " +
+                   (t.outcome ? std::string(outcome_name(*t.outcome)) : "-") + " " + t.payload);
+  }));
+  CHECK(seen == std::vector<std::string>{"0 reconciled limits_exceeded segment 0",
+                                         "1 leased - segment 1", "2 queued - segment 2"});
+  CHECK_FALSE(s.scheduler.visit_trials(JobId{"nope"}, [](const TrialSummary&) { FAIL(); }));
+}
+
 }  // namespace
 }  // namespace forktrial::coordinator

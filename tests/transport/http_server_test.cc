@@ -42,6 +42,19 @@ TEST_CASE("parse_http_address refuses what is not an address, saying what it wan
         std::string::npos);
 }
 
+TEST_CASE("query_parameter finds a name's first value, percent-decoded") {
+  CHECK(query_parameter("job=job_1&by=candidate", "by") == "candidate");
+  CHECK(query_parameter("job=a&job=b", "job") == "a");
+  CHECK(query_parameter("x=%3Cimg%20src%3Dx%3E+y", "x") == "<img src=x> y");
+  CHECK(query_parameter("flag&job=", "job") == "");
+  CHECK(query_parameter("flag&job=", "flag") == "");
+  CHECK_FALSE(query_parameter("jobs=1", "job"));
+  CHECK_FALSE(query_parameter("", "job"));
+  // A '%' without two hex digits does not decode.
+  CHECK_FALSE(query_parameter("job=%4", "job"));
+  CHECK_FALSE(query_parameter("job=%zz", "job"));
+}
+
 TEST_CASE("HttpServer answers its exact paths, 404 elsewhere, 405 to what would write") {
   HttpServer server(
       *parse_http_address("127.0.0.1:0"),

@@ -1,0 +1,48 @@
+// The candidates of a job ranked by how their trials ended: what
+// `forktrial results JOB --by candidate` prints and the coordinator's
+// /api/candidates serves. Each trial counts once for its candidate, under its
+// outcome when it was reconciled ("completed", "crashed", ...) and under its
+// status otherwise ("queued", "abandoned", ...); candidates rank by the share
+// of their trials that completed, highest first, by name among equals.
+//
+// Plain values: a CandidateTally has one owner; its results are copies.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace forktrial::coordinator {
+
+struct CandidateRank {
+  std::string candidate;
+  std::uint64_t trials = 0;
+  std::map<std::string, std::uint64_t> outcomes;  // outcome or status -> trials
+
+  // Completed trials over all its trials; 0 for none.
+  double completed_share() const;
+};
+
+class CandidateTally {
+ public:
+  // One trial of `candidate`, ended as `outcome_or_status`.
+  void add(std::string_view candidate, std::string_view outcome_or_status);
+  // One trial of a result line ({"candidate", "outcome", "status", ...}, as
+  // `forktrial results --json` prints it). Throws nlohmann::json::exception
+  // when the line lacks those fields.
+  void add_result(const nlohmann::ordered_json& result);
+
+  std::vector<CandidateRank> ranked() const;
+
+ private:
+  std::map<std::string, CandidateRank, std::less<>> rows_;
+};
+
+// {"candidate", "trials", "completed_share", "outcomes": {name: count}}: one
+// line of `results --by candidate --json`.
+nlohmann::ordered_json candidate_rank_json(const CandidateRank& rank);
+
+}  // namespace forktrial::coordinator
