@@ -1657,7 +1657,7 @@ class Server {
   std::optional<std::string> store_full_;  // why, while the store takes no writes
   CoordinatorMetrics metrics_;
   bool gauges_stale_ = true;  // the scheduler changed since metrics_ last observed it
-  Activity activity_;                      // recent failures and pace, for the status API
+  Activity activity_;         // recent failures and pace, for the status API
   transport::Probes probes_;
   transport::LoopHandoff api_;                 // the status API's requests, for this thread
   std::optional<transport::HttpServer> http_;  // last: it stops before what it reads
