@@ -162,6 +162,10 @@ ready() {
 wait_until 60 ready "$coordinator_http" || die "the coordinator never got ready"
 wait_until 30 promapi "$prometheus_port" equals 'sum(up{job="forktrial-coordinator"})' 1 ||
   die "Prometheus does not see the coordinator up"
+# Each target's first scrape comes in its own time: wait for both workers'
+# to have been scraped, and found down.
+wait_until 30 promapi "$prometheus_port" equals 'count(up{job="forktrial-worker"} == 0)' 2 ||
+  die "Prometheus does not see both workers' targets down before any was started"
 promapi "$prometheus_port" equals 'sum(up{job="forktrial-worker"})' 0 ||
   die "Prometheus sees a worker up before any was started"
 
