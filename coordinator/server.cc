@@ -1567,22 +1567,27 @@ class Server {
     const Instant now = clock_now();
     if (request.path == "/api/jobs") return status_json_response(200, jobs_doc(now));
     if (request.path == "/api/workers") return status_json_response(200, workers_doc());
+    const auto unknown_job = [](const std::string& id) {
+      return status_json_response(
+          404, ordered_json{{"error", "no job " + id + ": /api/jobs lists the jobs it knows"}});
+    };
     if (request.path == "/api/failures") {
-      return status_json_response(200,
-                                  failures_doc(transport::query_parameter(request.query, "job")));
+      const auto job = transport::query_parameter(request.query, "job");
+      if (job && !scheduler_.job_status(JobId(*job))) return unknown_job(*job);
+      return status_json_response(200, failures_doc(job));
     }
     const bool one_job = request.path == "/api/job";
     if (!one_job && request.path != "/api/candidates") {
       return status_json_response(404, ordered_json{{"error", "no such page: " + request.path}});
     }
     const auto id = transport::query_parameter(request.query, one_job ? "id" : "job");
-    if (!id) {
+    if (!id || id->empty()) {
       return status_json_response(
           400, ordered_json{{"error", std::string("give the job: ") + request.path +
                                           (one_job ? "?id=JOB" : "?job=JOB")}});
     }
     const auto status = scheduler_.job_status(JobId(*id));
-    if (!status) return status_json_response(404, ordered_json{{"error", "no job " + *id}});
+    if (!status) return unknown_job(*id);
     if (one_job) return status_json_response(200, job_doc(*status, now));
     return status_json_response(200, candidates_doc(*status));
   }

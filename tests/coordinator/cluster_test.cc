@@ -2148,7 +2148,9 @@ TEST_CASE("the status API serves the coordinator's own status, workers, results 
     last = failure["ended_at"];
   }
   CHECK(api_json(port, "/api/failures?job=" + job)["failures"] == failures["failures"]);
-  CHECK(api_json(port, "/api/failures?job=job_other")["failures"].empty());
+  // Another job's filter is no filter at all: it is refused, not empty.
+  CHECK(api_json(port, "/api/failures?job=job_other", 404)["error"].get<std::string>().find(
+            "no job job_other") == 0);
 }
 
 TEST_CASE(
@@ -2182,9 +2184,13 @@ TEST_CASE(
   CHECK(script.find("document.write") == std::string::npos);
 
   // Unknown jobs are 404, a missing one 400, an unknown page 404.
-  CHECK(api_json(port, "/api/job?id=job_nope", 404)["error"] == "no job job_nope");
-  CHECK(api_json(port, "/api/candidates?job=job_nope", 404)["error"] == "no job job_nope");
+  const std::string unknown = "no job job_nope: /api/jobs lists the jobs it knows";
+  CHECK(api_json(port, "/api/job?id=job_nope", 404)["error"] == unknown);
+  CHECK(api_json(port, "/api/candidates?job=job_nope", 404)["error"] == unknown);
+  CHECK(api_json(port, "/api/failures?job=job_nope", 404)["error"] == unknown);
   CHECK(api_json(port, "/api/candidates", 400)["error"].get<std::string>().find("?job=JOB") !=
+        std::string::npos);
+  CHECK(api_json(port, "/api/job?id=", 400)["error"].get<std::string>().find("?id=JOB") !=
         std::string::npos);
   CHECK(http_get(port, "/api/nothing").status == 404);
   CHECK(http_request(port, "POST", "/api/jobs").status == 405);
