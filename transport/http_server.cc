@@ -4,10 +4,22 @@
 #include <civetweb.h>
 
 #include <charconv>
+#include <ctime>
 #include <exception>
 #include <mutex>
 
 #include "base/error.h"
+
+// civetweb, as Debian builds it (without REENTRANT_TIME), formats the Date
+// header of every response with gmtime(), whose result is one buffer for the
+// whole process: two HTTP threads answering in the same instant write it
+// together, and one may send the other's date, or a torn one. A definition
+// in the executable comes before libc's for every library the process
+// loads, so this one gives each thread a buffer of its own.
+extern "C" struct tm* gmtime(const time_t* when) {
+  thread_local struct tm result;
+  return ::gmtime_r(when, &result);
+}
 
 namespace forktrial::transport {
 namespace {

@@ -20,6 +20,9 @@ void LoopHandoff::wake() {
   // EAGAIN: the counter is full, so the descriptor is readable anyway.
   while (::write(wake_.get(), &one, sizeof one) < 0 && errno == EINTR) {
   }
+  // After the write: a serve() that sees the flag reads after it, so it
+  // drains this write or a later one's flag makes the next serve() drain.
+  woken_.store(true, std::memory_order_release);
 }
 
 HttpResponse LoopHandoff::ask(const HttpRequest& request) {
@@ -74,10 +77,14 @@ void LoopHandoff::keep_for_reuse(const std::string& key, const HttpResponse& res
 }
 
 void LoopHandoff::serve(const Answer& answer) {
-  if (waiting_count_.load(std::memory_order_acquire) == 0) return;
-  std::uint64_t drained = 0;
-  while (::read(wake_.get(), &drained, sizeof drained) < 0 && errno == EINTR) {
+  // Drained even with nothing waiting: an asker that gave up took its
+  // request back but not its wake-up.
+  if (woken_.load(std::memory_order_relaxed) && woken_.exchange(false, std::memory_order_acq_rel)) {
+    std::uint64_t drained = 0;
+    while (::read(wake_.get(), &drained, sizeof drained) < 0 && errno == EINTR) {
+    }
   }
+  if (waiting_count_.load(std::memory_order_acquire) == 0) return;
   const auto deadline = std::chrono::steady_clock::now() + limits_.turn_budget;
   for (;;) {
     std::shared_ptr<Pending> pending;

@@ -16,7 +16,7 @@
 // request comes the loop spends at most about 1/reuse_factor of its time on
 // it; askers of one request that is already waiting share its answer; and
 // one serve() answers for at most `turn_budget`, leaving the rest for the
-// next turn. With nobody asking, the loop pays an atomic load per turn.
+// next turn. With nobody asking, the loop pays two atomic loads per turn.
 //
 // Thread-safe: ask() from any number of threads; fd(), serve() and close()
 // from the loop thread only. A LoopHandoff must outlive the HttpServer whose
@@ -66,7 +66,7 @@ class LoopHandoff {
   // requests wait.
   int fd() const { return wake_.get(); }
   // For the loop thread: answers the waiting requests with `answer` (a throw
-  // answers 500), until the turn budget is spent. Costs an atomic load when
+  // answers 500), until the turn budget is spent. Costs two atomic loads when
   // none waits.
   void serve(const Answer& answer);
   // For the loop thread, as it stops: every waiting request, and every one
@@ -91,6 +91,10 @@ class LoopHandoff {
 
   const LoopHandoffLimits limits_;
   UniqueFd wake_;  // eventfd: written by askers, drained by serve()
+  // Set after each write to wake_, cleared by the serve() that drains it:
+  // wake_ is never left readable with nothing to answer (the loop would
+  // spin), and serve() reads it only when it was written.
+  std::atomic<bool> woken_{false};
   std::atomic<std::size_t> waiting_count_{0};
   std::mutex mutex_;
   std::condition_variable answered_;

@@ -216,7 +216,13 @@ struct Cluster {
   json wait(const std::string& job) {
     auto waited = client({"wait", job, "--json"});
     INFO(waited.err);
-    return json::parse(forktrial::testing::lines_of(waited.out).back());
+    const auto lines = forktrial::testing::lines_of(waited.out);
+    if (lines.empty()) {
+      // The client gave up: what the daemons said tells why.
+      INFO("daemons: " << forktrial::testing::read_file(log));
+      REQUIRE(!lines.empty());
+    }
+    return json::parse(lines.back());
   }
 
   std::vector<json> results(const std::string& job) {

@@ -128,6 +128,9 @@ TEST_CASE("a loop that does not answer in time leaves the asker a 503, and answe
     return http_text(200, "late");
   });
   CHECK_FALSE(asked);
+  // ... and is not woken again: the descriptor is drained, so a loop
+  // polling it sleeps rather than spins.
+  CHECK_FALSE(readable(handoff.fd(), 0));
 }
 
 TEST_CASE("one serve answers for at most its turn budget and leaves the loop awake for the rest",
