@@ -71,6 +71,14 @@ if command == "ready":
 elif command == "equals":  # EXPR VALUE
     value = scalar(args[0])
     sys.exit(0 if value == float(args[1]) else "%s is %s, not %s" % (args[0], value, args[1]))
+elif command == "atleast":  # EXPR VALUE: every series of EXPR is at least VALUE
+    result = query(args[0])
+    low = [s for s in result if float(s["value"][1]) < float(args[1])]
+    sys.exit(0 if result and not low else "%s: %s" % (args[0], result))
+elif command == "history":  # EXPR: each series' samples of the last minute
+    for series in query(args[0] + "[60s]"):
+        print(series["metric"].get("instance", ""), " ".join(
+            "%.1f=%s" % (float(t) % 100, v) for t, v in series["values"]))
 elif command == "value":  # EXPR
     value = scalar(args[0])
     print("none" if value is None else "%g" % value)
@@ -231,7 +239,13 @@ promapi "$prometheus_port" equals 'count(up{job="forktrial-worker"} == 1)' 2 ||
   die "the two worker targets are not both up"
 say "PromQL agrees with forktrial results: $total trials, by outcome as above; both workers up"
 
+# A rate over the dashboard's 10 s needs two samples of a series within 10 s:
+# the workers ran for a few seconds only, so their counters are waited for
+# until each has three (a scrape that failed in between adds none).
+wait_until 30 promapi "$prometheus_port" atleast \
+  'count_over_time(forktrial_worker_cache_misses_total[10s])' 3 ||
+  die "the workers' counters have fewer than 3 samples in 10 s; their targets' scrapes: $(promapi "$prometheus_port" history 'up{job="forktrial-worker"}')"
 promapi "$prometheus_port" dashboard "$dashboard" "$start" >"$work/dashboard.txt" ||
-  die "the dashboard's queries: $(cat "$work/dashboard.txt")"
+  die "the dashboard's queries: $(cat "$work/dashboard.txt"); the workers' scrapes: $(promapi "$prometheus_port" history 'up{job="forktrial-worker"}')"
 say "dashboard: $(head -n 1 "$work/dashboard.txt"), each ran and found data"
 say "passed"
