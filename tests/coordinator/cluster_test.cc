@@ -213,14 +213,17 @@ struct Cluster {
     return 0;
   }
 
+  // The job's summary once it finished. A job still running after 100 s
+  // (before the client is killed), or a client that gave up, fails the test
+  // with what the daemons logged, which tells why.
   json wait(const std::string& job) {
-    auto waited = client({"wait", job, "--json"});
+    auto waited = client({"wait", job, "--json", "--max-wait", "100"});
     INFO(waited.err);
     const auto lines = forktrial::testing::lines_of(waited.out);
-    if (lines.empty()) {
-      // The client gave up: what the daemons said tells why.
-      INFO("daemons: " << forktrial::testing::read_file(log));
-      REQUIRE(!lines.empty());
+    if (lines.empty() || waited.exit_code == 3) {
+      INFO("daemons: " << log_text());
+      FAIL("forktrial wait exited " << waited.exit_code << " with " << lines.size()
+                                    << " lines: the job did not finish");
     }
     return json::parse(lines.back());
   }
