@@ -1571,8 +1571,14 @@ class Server {
       return status_json_response(
           404, ordered_json{{"error", "no job " + id + ": /api/jobs lists the jobs it knows"}});
     };
+    const auto no_job_given = [&](const std::string& parameter) {
+      return status_json_response(
+          400, ordered_json{{"error", "give the job: " + request.path + "?" + parameter + "=JOB"}});
+    };
     if (request.path == "/api/failures") {
+      // Without job=, every job's failures.
       const auto job = transport::query_parameter(request.query, "job");
+      if (job && job->empty()) return no_job_given("job");
       if (job && !scheduler_.job_status(JobId(*job))) return unknown_job(*job);
       return status_json_response(200, failures_doc(job));
     }
@@ -1580,12 +1586,9 @@ class Server {
     if (!one_job && request.path != "/api/candidates") {
       return status_json_response(404, ordered_json{{"error", "no such page: " + request.path}});
     }
-    const auto id = transport::query_parameter(request.query, one_job ? "id" : "job");
-    if (!id || id->empty()) {
-      return status_json_response(
-          400, ordered_json{{"error", std::string("give the job: ") + request.path +
-                                          (one_job ? "?id=JOB" : "?job=JOB")}});
-    }
+    const std::string parameter = one_job ? "id" : "job";
+    const auto id = transport::query_parameter(request.query, parameter);
+    if (!id || id->empty()) return no_job_given(parameter);
     const auto status = scheduler_.job_status(JobId(*id));
     if (!status) return unknown_job(*id);
     if (one_job) return status_json_response(200, job_doc(*status, now));

@@ -2201,6 +2201,8 @@ TEST_CASE(
         std::string::npos);
   CHECK(api_json(port, "/api/job?id=", 400)["error"].get<std::string>().find("?id=JOB") !=
         std::string::npos);
+  CHECK(api_json(port, "/api/failures?job=", 400)["error"].get<std::string>().find("?job=JOB") !=
+        std::string::npos);
   CHECK(http_get(port, "/api/nothing").status == 404);
   CHECK(http_request(port, "POST", "/api/jobs").status == 405);
   const auto head = http_request(port, "HEAD", "/api/jobs");

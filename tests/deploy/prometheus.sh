@@ -239,13 +239,17 @@ promapi "$prometheus_port" equals 'count(up{job="forktrial-worker"} == 1)' 2 ||
   die "the two worker targets are not both up"
 say "PromQL agrees with forktrial results: $total trials, by outcome as above; both workers up"
 
+# Each worker target's scrapes of the last minute, for a failure's message.
+worker_scrapes() {
+  promapi "$prometheus_port" history 'up{job="forktrial-worker"}'
+}
 # A rate over the dashboard's 10 s needs two samples of a series within 10 s:
 # the workers ran for a few seconds only, so their counters are waited for
 # until each has three (a scrape that failed in between adds none).
 wait_until 30 promapi "$prometheus_port" atleast \
   'count_over_time(forktrial_worker_cache_misses_total[10s])' 3 ||
-  die "the workers' counters have fewer than 3 samples in 10 s; their targets' scrapes: $(promapi "$prometheus_port" history 'up{job="forktrial-worker"}')"
+  die "the workers' counters have fewer than 3 samples in 10 s; their targets' scrapes: $(worker_scrapes)"
 promapi "$prometheus_port" dashboard "$dashboard" "$start" >"$work/dashboard.txt" ||
-  die "the dashboard's queries: $(cat "$work/dashboard.txt"); the workers' scrapes: $(promapi "$prometheus_port" history 'up{job="forktrial-worker"}')"
+  die "the dashboard's queries: $(cat "$work/dashboard.txt"); the workers' scrapes: $(worker_scrapes)"
 say "dashboard: $(head -n 1 "$work/dashboard.txt"), each ran and found data"
 say "passed"

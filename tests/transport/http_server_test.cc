@@ -152,7 +152,6 @@ TEST_CASE("Probes: healthz follows the loop's turns, readyz what the loop says")
   CHECK(stalled.body.find("stalled") != std::string::npos);
 }
 
-}  // namespace
 TEST_CASE("the gmtime the HTTP server's library calls gives each thread its own result") {
   // Looked up as the dynamic linker binds civetweb's call: process-wide.
   using Gmtime = struct tm* (*)(const time_t*);
@@ -169,4 +168,5 @@ TEST_CASE("the gmtime the HTTP server's library calls gives each thread its own 
   CHECK(theirs->tm_year == 133);
 }
 
+}  // namespace
 }  // namespace forktrial::transport
