@@ -8,10 +8,10 @@
 #   key files against deploy/README.md's commands, the policies);
 # - broken copies, each with one planted fault, must fail, each naming its
 #   fault: the checks can fail.
-# kubernetes-models and yaml are installed once with npm into a cache
-# outside the source tree ($FORKTRIAL_NPM_CACHE, default
-# ~/.cache/forktrial/npm-k8s), then used offline. The test is skipped only
-# when npm cannot install them and no copy is cached.
+# kubernetes-models and yaml, pinned in k8s-packages.json, are installed by
+# scripts/install-deps --test into a cache outside the source tree
+# ($FORKTRIAL_NPM_CACHE, default ~/.cache/forktrial/npm-k8s) and read offline;
+# the test is skipped when they are not there.
 source "$(dirname "$0")/lib.sh"
 
 src=$FORKTRIAL_SOURCE
@@ -21,48 +21,15 @@ for tool in kubectl node; do
 done
 "$py" -c 'import yaml' 2>/dev/null || skip "no python3-yaml: run scripts/install-deps"
 
-models_version=5.1.0
-yaml_version=2.9.1
 cache_root=${FORKTRIAL_NPM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/forktrial/npm-k8s}
 npm_dir=$cache_root/packages
-
-installed_version() {
-  "$py" -c 'import json, sys; print(json.load(open(sys.argv[1]))["version"])' \
-    "$npm_dir/node_modules/$1/package.json" 2>/dev/null
-}
-have_packages() {
-  [ "$(installed_version kubernetes-models)" = "$models_version" ] &&
-    [ "$(installed_version yaml)" = "$yaml_version" ]
-}
-
-# Installs into a fresh directory and moves it into place whole, so that an
-# interrupted install is never taken for a cached one.
-install_packages() {
-  command -v npm >/dev/null 2>&1 || return 1
-  local staging=$cache_root/staging.$$
-  rm -rf "$staging"
-  mkdir -p "$staging/tmp"
-  printf '{"private": true, "dependencies": {"kubernetes-models": "%s", "yaml": "%s"}}\n' \
-    "$models_version" "$yaml_version" >"$staging/package.json"
-  if ! TMPDIR=$staging/tmp timeout 300 npm install --prefix "$staging" --no-audit --no-fund \
-    --no-update-notifier --loglevel=error --cache "$cache_root/npm-cache" >"$staging/npm.log" 2>&1; then
-    say "npm install failed: $(tail -n 3 "$staging/npm.log" | tr '\n' ' ')"
-    rm -rf "$staging"
-    return 1
-  fi
-  rm -rf "$staging/tmp" "$npm_dir"
-  mv "$staging" "$npm_dir"
-}
-
-if have_packages; then
-  say "kubernetes-models $models_version and yaml $yaml_version cached in $npm_dir"
-elif install_packages && have_packages; then
-  say "installed kubernetes-models $models_version and yaml $yaml_version into $npm_dir"
-elif [ -d "$npm_dir/node_modules/kubernetes-models" ] && [ -d "$npm_dir/node_modules/yaml" ]; then
-  say "WARN: npm could not install kubernetes-models $models_version; checking with the cached $(installed_version kubernetes-models)"
-else
-  skip "npm cannot install kubernetes-models (no registry?) and none is cached in $npm_dir"
+# scripts/install-deps --test installs the packages pinned in
+# k8s-packages.json there; the test itself reaches no network.
+if ! cmp -s "$src/tests/deploy/k8s-packages.json" "$npm_dir/package.json" ||
+  [ ! -d "$npm_dir/node_modules/kubernetes-models" ] || [ ! -d "$npm_dir/node_modules/yaml" ]; then
+  skip "the npm packages of tests/deploy/k8s-packages.json are not in $npm_dir: run scripts/install-deps --test"
 fi
+say "kubernetes-models and yaml as pinned in k8s-packages.json, from $npm_dir"
 
 work=$TMPDIR/work
 mkdir -p "$work"
