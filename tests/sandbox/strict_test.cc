@@ -17,6 +17,7 @@
 #include "sandbox/isolation.h"
 #include "sandbox/trial.h"
 #include "tests/sandbox/trial_fixture.h"
+#include "tests/support/skip.h"
 
 using namespace forktrial;
 using namespace forktrial::sandbox;
@@ -43,7 +44,7 @@ std::optional<std::string> unavailable(std::vector<std::string> needed = {"names
 std::optional<TrialReport> strict_lua_trial(testing::TrialFixture& f, const PackSource& candidate,
                                             const TrialLimits& limits = {}) {
   if (const auto why = unavailable()) {
-    WARN("skipped: " << *why);
+    forktrial::testing::skip(*why);
     return std::nullopt;
   }
   ChildOptions options;
@@ -59,7 +60,7 @@ struct Probe {
   std::optional<TrialReport> strict(const std::string& mode,
                                     std::vector<std::string> needed = {"namespaces", "seccomp"}) {
     if (const auto why = unavailable(std::move(needed))) {
-      WARN("skipped: " << *why);
+      forktrial::testing::skip(*why);
       return std::nullopt;
     }
     return run(mode, Isolation::strict);

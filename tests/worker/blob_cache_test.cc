@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "store/lmdb.h"
+#include "tests/support/skip.h"
 #include "tests/support/small_disk.h"
 #include "tests/support/temp_dir.h"
 
@@ -355,13 +356,13 @@ TEST_CASE("puts, gets and pins from several threads keep the cache consistent", 
 TEST_CASE("on a full disk the cache evicts to make room, and refuses when pins hold it all",
           "[worker][cache]") {
   if (auto why = forktrial::testing::SmallDisk::unavailable()) {
-    WARN("skipped: " << *why);
+    forktrial::testing::skip(*why);
     return;
   }
   TempDir dir;
   forktrial::testing::SmallDisk disk(dir.path() / "disk", "12m");
   if (!disk.mounted()) {
-    WARN("skipped: mount -t tmpfs failed");
+    forktrial::testing::skip("mount -t tmpfs failed");
     return;
   }
   std::vector<Digest> evictions;
