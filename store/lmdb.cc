@@ -1,32 +1,19 @@
 #include "store/lmdb.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 
 #include <cerrno>
-#include <cstdlib>
 #include <memory>
-#include <set>
 
 #include "base/unique_fd.h"
 
 namespace forktrial::store::lmdb {
 namespace {
 
-using FileId = std::pair<dev_t, ino_t>;
-
-FileId file_id_of(int fd) {
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) throw SystemError("fstat(" + std::to_string(fd) + ")", errno);
-  return {st.st_dev, st.st_ino};
-}
-
-// Does nothing to a descriptor that is not open (another thread closed it).
 void set_close_on_exec(int fd) {
   const int flags = ::fcntl(fd, F_GETFD);
-  if (flags < 0 && errno == EBADF) return;
   if (flags < 0 || ::fcntl(fd, F_SETFD, flags | FD_CLOEXEC) != 0) {
     throw SystemError("fcntl(" + std::to_string(fd) + ", F_SETFD, FD_CLOEXEC)", errno);
   }
@@ -78,28 +65,6 @@ void Env::close_on_exec() const {
   mdb_filehandle_t data_fd = -1;
   check(mdb_env_get_fd(env_, &data_fd), "mdb_env_get_fd");
   set_close_on_exec(data_fd);
-  std::set<FileId> files = {file_id_of(data_fd)};
-  unsigned flags = 0;
-  check(mdb_env_get_flags(env_, &flags), "mdb_env_get_flags");
-  if ((flags & MDB_NOLOCK) == 0) {
-    const char* path = nullptr;
-    check(mdb_env_get_path(env_, &path), "mdb_env_get_path");
-    const std::string lock =
-        std::string(path) + ((flags & MDB_NOSUBDIR) != 0 ? "-lock" : "/lock.mdb");
-    struct stat st {};
-    if (::stat(lock.c_str(), &st) != 0) throw SystemError("stat(\"" + lock + "\")", errno);
-    files.insert({st.st_dev, st.st_ino});
-  }
-  std::unique_ptr<DIR, int (*)(DIR*)> dir(::opendir("/proc/self/fd"), ::closedir);
-  if (!dir) return;  // no /proc: the data file, the one LMDB leaves inheritable, is marked
-  while (const dirent* entry = ::readdir(dir.get())) {
-    if (entry->d_name[0] == '.') continue;
-    const int fd = std::atoi(entry->d_name);
-    struct stat st {};
-    // A descriptor another thread closed meanwhile is skipped.
-    if (fd == ::dirfd(dir.get()) || ::fstat(fd, &st) != 0) continue;
-    if (files.contains({st.st_dev, st.st_ino})) set_close_on_exec(fd);
-  }
 }
 
 Txn::Txn(MDB_env* env, unsigned flags) {

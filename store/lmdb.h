@@ -73,15 +73,18 @@ class Env {
 
   MDB_env* get() const { return env_; }
 
-  // After mdb_env_open: marks every descriptor this process holds on the
-  // environment's data and lock files close-on-exec, so no program this
-  // process executes inherits write access to the store. liblmdb 0.9.24
-  // opens the data file without O_CLOEXEC (the lock file and the
-  // synchronous-meta descriptor with it, but no version promises that).
-  // Found through /proc/self/fd; without /proc, only the data file's
-  // descriptor (mdb_env_get_fd) is marked. Throws SystemError or LmdbError
-  // naming the failed call. Another thread that executes a program between
-  // mdb_env_open and this call can still pass the descriptors on.
+  // After mdb_env_open: marks the data file's descriptor (mdb_env_get_fd)
+  // close-on-exec, so no program this process executes inherits write access
+  // to the store. liblmdb 0.9.24 opens the data file without O_CLOEXEC and
+  // its lock file and synchronous-meta descriptor with it (mdb_fopen); the
+  // store's tests check that every descriptor an open store adds is
+  // close-on-exec, so a liblmdb that stops doing so fails them. Descriptors
+  // this thread does not own are never touched: a scan of /proc/self/fd
+  // would fstat and mark other threads' descriptors while they close them.
+  // Throws SystemError or LmdbError naming the failed call. Another thread
+  // that executes a program between mdb_env_open and this call can still
+  // pass the data file on; forktrial's children start with every descriptor
+  // past stdio closed (posix_spawn's closefrom).
   void close_on_exec() const;
 
  private:

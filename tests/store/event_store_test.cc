@@ -1,9 +1,12 @@
 #include "store/event_store.h"
 
 #include <fcntl.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 #include <lmdb.h>
 
 #include <catch2/catch.hpp>
+#include <atomic>
 #include <map>
 #include <thread>
 
@@ -575,6 +578,27 @@ TEST_CASE("every descriptor an open store adds to the process is close-on-exec",
   CHECK(std::count(added.begin(), added.end(), "data.mdb") >= 1);
   CHECK(std::count(added.begin(), added.end(), "lock.mdb") == 1);
   CHECK(inheritable == std::vector<std::string>{});
+}
+
+// A worker opens a scratch store on a slot thread while its loop thread
+// closes descriptors of its own (a finished trial's cancellation eventfd).
+// Opening a store used to fstat every descriptor of the process to mark
+// LMDB's close-on-exec; ThreadSanitizer (scripts/test runs the store's tests
+// under it) reports that fstat against the other thread's close, since
+// nothing orders the two. The threads here are left unordered on purpose:
+// the relaxed flag only says when to close, it synchronizes nothing.
+TEST_CASE("opening a store touches no descriptor another thread owns", "[store]") {
+  forktrial::testing::TempDir dir;
+  const int owned = ::eventfd(0, EFD_CLOEXEC);
+  REQUIRE(owned >= 0);
+  std::atomic<bool> opened{false};
+  std::thread opener([&] {
+    EventStore store(dir.path() / "s", fixed_options());
+    opened.store(true, std::memory_order_relaxed);
+  });
+  while (!opened.load(std::memory_order_relaxed)) std::this_thread::yield();
+  CHECK(::close(owned) == 0);
+  opener.join();
 }
 
 }  // namespace
