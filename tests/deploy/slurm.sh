@@ -225,8 +225,12 @@ victim_busy() {
 }
 wait_until 30 victim_busy || fail "$victim never held a trial of the second batch: $(workers_json)"
 done_at_cancel=$(job_status "$second" | python3 -c 'import json, sys; print(json.load(sys.stdin)["done"])')
-((done_at_cancel < second_trials / 2)) ||
-  fail "the second batch was $done_at_cancel/$second_trials done before the cancel: make it bigger"
+# What the cancel must land in: trials still queued beyond what the workers'
+# slots and prefetch can hold (a few each), so the victim still holds leases
+# when its task goes. How many are done by then is the machine's pace, not a
+# rule of the test: only a batch all but finished makes the cancel prove nothing.
+((second_trials - done_at_cancel >= 100)) ||
+  fail "the second batch was $done_at_cancel/$second_trials done when $victim was seen busy: fewer than 100 were left for the cancel to land in"
 say "cancelling array task 1 ($victim, running $(worker_field "$victim" running)) at $done_at_cancel/$second_trials done"
 "$fleet" cancel "$job" 1 --wait --timeout 60 || fail "forktrial-slurm cancel $job 1 failed"
 [ "$(task_state 1)" = CANCELLED ] || fail "task 1 is $(task_state 1), not CANCELLED"
