@@ -46,8 +46,9 @@ constexpr const char* kAllowed[] = {
     "clock_gettime", "clock_getres", "clock_nanosleep", "nanosleep", "gettimeofday", "time",
     "getrandom"};
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-// Builds with a sanitizer (scripts/test's checking passes) also allow what
+#if defined(FORKTRIAL_SANITIZED)
+// Builds with a sanitizer (scripts/test's checking passes, with gcc or clang:
+// FORKTRIAL_SANITIZED, not a compiler's own macro) also allow what
 // its runtime calls inside the child: ASan probes whether memory is readable
 // by writing it to a pipe. Release builds, the ones trials run under, do not.
 constexpr const char* kSanitizerAllowed[] = {"pipe", "pipe2"};
@@ -84,7 +85,7 @@ std::optional<std::string> install_syscall_filter() {
   if (!filter) return std::string("seccomp_init(SCMP_ACT_TRAP): failed");
   scmp_filter_ctx ctx = filter.get();
   std::vector<const char*> allowed(std::begin(kAllowed), std::end(kAllowed));
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if defined(FORKTRIAL_SANITIZED)
   allowed.insert(allowed.end(), std::begin(kSanitizerAllowed), std::end(kSanitizerAllowed));
 #endif
   for (const char* name : allowed) {

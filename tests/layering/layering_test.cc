@@ -191,8 +191,10 @@ Role role_of(const fs::path& file, const std::vector<Folder>& all) {
 }
 
 bool not_found(const CommandResult& result, std::string_view header) {
+  // gcc says "No such file or directory", clang "file not found".
   return result.exit_code != 0 && result.err.find(std::string(header)) != std::string::npos &&
-         result.err.find("No such file or directory") != std::string::npos;
+         (result.err.find("No such file or directory") != std::string::npos ||
+          result.err.find("file not found") != std::string::npos);
 }
 
 // A probe that prints `missing "<header>"` for each header of `visible` the
