@@ -1,6 +1,17 @@
+# Quicker compiles, two ways; docs/decisions.md says what each saves.
+#
+# Unity builds (FORKTRIAL_UNITY, on in the presets scripts/demo and
+# scripts/test build): each library's and command's sources are compiled a few
+# at a time as one source (CMake's UNITY_BUILD, FORKTRIAL_UNITY_BATCH files
+# each), so the heavy headers they all include (Cap'n Proto, nlohmann-json,
+# spdlog, CLI11, the standard library) are parsed once per batch, not once per
+# file. The tests are not: each test file stays its own compile, as ctest and
+# a failing test's file name expect. Off by default, for an incremental
+# build where a change recompiles one file, not its batch.
+#
 # Precompiled headers: the heavy headers nearly every source includes (the
 # standard library, nlohmann-json, and Catch2 for the tests) are parsed once
-# per build, not once per source file; docs/decisions.md says what it saves.
+# per build, not once per source file.
 #
 # Two targets build them, one for the libraries and commands (in builds other
 # than Release) and one for the tests, with forktrial's flags; every other target reuses one of the two
@@ -15,6 +26,15 @@ else()
   set(forktrial_pch_default OFF)
 endif()
 option(FORKTRIAL_PCH "Precompile the headers most sources include (GCC)" ${forktrial_pch_default})
+option(FORKTRIAL_UNITY "Compile each library's and command's sources a few at a time as one" OFF)
+set(FORKTRIAL_UNITY_BATCH 4 CACHE STRING "Sources per unity compile (FORKTRIAL_UNITY)")
+if(FORKTRIAL_UNITY AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+  # In a unity compile a .cc file is no longer the main file, and GCC warns
+  # that a class with a member of an anonymous-namespace type has internal
+  # linkage by another file: true and harmless, as the class lives in that
+  # compile alone.
+  target_compile_options(forktrial_flags INTERFACE -Wno-subobject-linkage)
+endif()
 
 # Through a precompiled header GCC 12 no longer treats the standard library's
 # code inlined into ours as a system header's, and reports its std::string
@@ -49,9 +69,14 @@ if(forktrial_pch_for_code)
   target_precompile_headers(forktrial_pch PRIVATE ${PROJECT_SOURCE_DIR}/cmake/pch/forktrial.h)
 endif()
 
-# forktrial_use_pch(TARGET): TARGET's C++ sources start from the precompiled
-# header of forktrial's code (not in Release builds, above).
-function(forktrial_use_pch target)
+# forktrial_quick_compile(TARGET): TARGET, a library or command of forktrial's
+# own code, is compiled in unity batches (with FORKTRIAL_UNITY) and its C++
+# sources start from the precompiled header of forktrial's code (not in
+# Release builds, above).
+function(forktrial_quick_compile target)
+  if(FORKTRIAL_UNITY)
+    set_target_properties(${target} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE ${FORKTRIAL_UNITY_BATCH})
+  endif()
   if(forktrial_pch_for_code)
     set_property(TARGET ${target} PROPERTY FORKTRIAL_USES_PCH ON)
     target_precompile_headers(${target} REUSE_FROM forktrial_pch)
