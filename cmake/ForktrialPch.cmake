@@ -15,17 +15,19 @@
 #
 # Two targets build them, one for the libraries and commands (in builds other
 # than Release) and one for the tests, with forktrial's flags; every other target reuses one of the two
-# (REUSE_FROM), so a build compiles two headers, not one per target. GCC only:
-# a header it finds built with other options is not used, which costs time,
-# never correctness. FORKTRIAL_PCH=OFF builds without them.
+# (REUSE_FROM), so a build compiles two headers, not one per target. GCC and
+# clang: GCC does not use a header it finds built with other options, which
+# costs time, never correctness; clang refuses one whose options conflict,
+# and the targets that reuse one share its flags. FORKTRIAL_PCH=OFF builds
+# without them.
 include_guard(GLOBAL)
 
-if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+if(CMAKE_CXX_COMPILER_ID MATCHES "^(GNU|Clang)$")
   set(forktrial_pch_default ON)
 else()
   set(forktrial_pch_default OFF)
 endif()
-option(FORKTRIAL_PCH "Precompile the headers most sources include (GCC)" ${forktrial_pch_default})
+option(FORKTRIAL_PCH "Precompile the headers most sources include (GCC, clang)" ${forktrial_pch_default})
 option(FORKTRIAL_UNITY "Compile each library's and command's sources a few at a time as one" OFF)
 set(FORKTRIAL_UNITY_BATCH 4 CACHE STRING "Sources per unity compile (FORKTRIAL_UNITY)")
 if(FORKTRIAL_UNITY AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
@@ -44,8 +46,10 @@ endif()
 # -Werror) forktrial's libraries and commands use none, so its own code is
 # still compiled once with every warning; only the tests use one there.
 # They follow forktrial's own warning flags, which would turn them back on.
-target_compile_options(forktrial_flags INTERFACE
-  "$<$<BOOL:$<TARGET_PROPERTY:FORKTRIAL_USES_PCH>>:-Wno-array-bounds;-Wno-stringop-overflow;-Wno-stringop-overread;-Wno-restrict>")
+if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+  target_compile_options(forktrial_flags INTERFACE
+    "$<$<BOOL:$<TARGET_PROPERTY:FORKTRIAL_USES_PCH>>:-Wno-array-bounds;-Wno-stringop-overflow;-Wno-stringop-overread;-Wno-restrict>")
+endif()
 
 # The tests' own code is compiled at -O0 whatever the build type: it needs to
 # be quick to build, not fast (a Catch2 test file takes half the time at -O0
@@ -59,7 +63,13 @@ endif()
 if(FORKTRIAL_PCH)
   # ccache caches a compile that uses a precompiled header only with this
   # (and scripts/build's CCACHE_SLOPPINESS); the compile itself is the same.
-  target_compile_options(forktrial_flags INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-fpch-preprocess>)
+  if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+    target_compile_options(forktrial_flags INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-fpch-preprocess>)
+  else()
+    # clang writes the header's build time into it unless told not to.
+    target_compile_options(forktrial_flags INTERFACE
+                           "$<$<COMPILE_LANGUAGE:CXX>:SHELL:-Xclang -fno-pch-timestamp>")
+  endif()
   file(WRITE ${PROJECT_BINARY_DIR}/pch/empty.cc "// what the precompiled headers are built for\n")
 endif()
 if(forktrial_pch_for_code)
