@@ -23,6 +23,7 @@
 #include <string_view>
 #include <vector>
 
+#include "tests/support/compile_commands.h"
 #include "tests/support/temp_dir.h"
 
 namespace {
@@ -150,18 +151,14 @@ const Folder& folder_named(const std::vector<Folder>& all, std::string_view name
   return *found;
 }
 
-std::vector<nlohmann::json> compile_commands() {
-  auto commands = nlohmann::json::parse(read_file(FORKTRIAL_COMPILE_COMMANDS));
-  return {commands.begin(), commands.end()};
+std::vector<forktrial::testing::SourceCompile> compile_commands() {
+  return forktrial::testing::source_compiles(FORKTRIAL_COMPILE_COMMANDS);
 }
 
 // The compile command of `file` (one of them, if several targets build it).
 Compiler compiler_for(const fs::path& file) {
-  for (const auto& entry : compile_commands()) {
-    if (fs::path(entry.at("file").get<std::string>()).lexically_normal() ==
-        file.lexically_normal()) {
-      return compiler_of(entry);
-    }
+  for (const auto& compile : compile_commands()) {
+    if (compile.source == file.lexically_normal()) return compiler_of(compile.entry);
   }
   FAIL("no compile command for " << file);
   return {};
@@ -294,8 +291,7 @@ TEST_CASE("every compile command sees the headers its layer allows and no others
 
   // One probe per distinct command and role: many sources share a command.
   std::map<std::pair<std::string, std::string>, std::pair<Compiler, fs::path>> distinct;
-  for (const auto& entry : compile_commands()) {
-    const fs::path file = entry.at("file").get<std::string>();
+  for (const auto& [file, entry] : compile_commands()) {
     // The fuzz targets (built beside the tests in the sanitizer tree) see the
     // internals they name in fuzz/CMakeLists.txt (INTERNALS), as tests do.
     if (is_within(file, fs::path(FORKTRIAL_SOURCE_DIR) / "fuzz")) continue;

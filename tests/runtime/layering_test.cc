@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/compile_commands.h"
 #include "tests/support/temp_dir.h"
 
 namespace {
@@ -130,40 +131,14 @@ TEST_CASE("runtime.h refuses to compile in a source below Runtime", "[runtime][l
   CHECK(static_cast<std::size_t>(found.position(0)) < code.find("namespace forktrial"));
 }
 
-namespace {
-
-// A unity build (FORKTRIAL_UNITY) compiles a few sources as one, a source
-// CMake generates that includes each by its absolute path.
-const std::regex kUnitySource(R"(unity_\d+_cxx\.cxx)");
-
-std::vector<fs::path> unity_sources(const fs::path& unity) {
-  static const std::regex include(R"re(#include\s+"([^"]+)")re");
-  std::vector<fs::path> sources;
-  const std::string text = read_file(unity);
-  for (std::sregex_iterator it(text.begin(), text.end(), include), end; it != end; ++it) {
-    sources.push_back(fs::weakly_canonical((*it)[1].str()));
-  }
-  return sources;
-}
-
-}  // namespace
-
 TEST_CASE("every runtime source but runtime.cc is compiled below Runtime", "[runtime][layering]") {
   const fs::path commands_file = fs::path(FORKTRIAL_BUILD_DIR) / "compile_commands.json";
-  const auto commands = nlohmann::json::parse(read_file(commands_file));
   static const std::regex below(R"((^|\s)-DFORKTRIAL_BELOW_RUNTIME(=\S*)?(\s|$))");
   std::map<std::string, bool> compiled_below;  // runtime/*.cc -> compiled with the definition
   const fs::path runtime_dir = fs::weakly_canonical(kRuntimeDir);
-  for (const auto& entry : commands) {
-    const fs::path file = fs::weakly_canonical(entry.at("file").get<std::string>());
-    std::vector<fs::path> sources;  // what this compile compiles
-    if (std::regex_match(file.filename().string(), kUnitySource)) {
-      sources = unity_sources(file);
-    } else {
-      sources = {file};
-    }
-    std::erase_if(sources, [&](const fs::path& source) { return source.parent_path() != runtime_dir; });
-    if (sources.empty()) continue;
+  for (const auto& [source, entry] : forktrial::testing::source_compiles(commands_file)) {
+    const fs::path file = fs::weakly_canonical(source);
+    if (file.parent_path() != runtime_dir) continue;
     std::string command;
     if (entry.contains("command")) {
       command = entry.at("command").get<std::string>();
@@ -172,9 +147,7 @@ TEST_CASE("every runtime source but runtime.cc is compiled below Runtime", "[run
         command += argument.get<std::string>() + " ";
       }
     }
-    for (const auto& source : sources) {
-      compiled_below[source.filename().string()] = std::regex_search(command, below);
-    }
+    compiled_below[file.filename().string()] = std::regex_search(command, below);
   }
 
   // The bindings are among the sources found, so the check cannot pass on
