@@ -9,7 +9,7 @@
 
 #include "base/text.h"
 #include "base/timestamp.h"
-#include "import/json_text.h"
+#include "store/json_text.h"
 
 namespace forktrial::import {
 
@@ -25,6 +25,7 @@ using store::run_text_problem;
 using store::RunId;
 using store::RunInfo;
 using store::Writer;
+namespace json_text = store::json_text;
 
 namespace {
 
@@ -285,7 +286,7 @@ Result<std::vector<ImportedRun>> read_runs(SqliteFile& file) {
       if (text_problem) return invalid(where + ": " + text_problem->message);
       auto payload = column_text(s, 2);
       if (!payload) return invalid(where + ": payload is NULL");
-      // Kept as recorded: checked, never re-serialized (import/json_text.h).
+      // Kept as recorded: checked, never re-serialized (store/json_text.h).
       if (auto problem = json_text::payload_problem(*payload)) {
         return invalid(where + ": payload " + (problem->starts_with("holds") ? "" : "is ") +
                        *problem);

@@ -5,7 +5,7 @@
 
 #include "base/text.h"
 #include "base/timestamp.h"
-#include "import/json_text.h"
+#include "store/json_text.h"
 #include "store/event_store.h"
 #include "store/payload.h"
 
@@ -19,6 +19,7 @@ using store::kMaxPayloadDepth;
 using store::NewEvent;
 using store::payload_depth_problem;
 using store::StoreError;
+namespace json_text = store::json_text;
 
 namespace {
 

@@ -26,7 +26,7 @@ struct LineError {
 
 // Parses a whole JSON Lines stream. Lines holding only whitespace are
 // skipped. Each payload is kept as the exact bytes it has on its line
-// (checked by import/json_text.h, never re-serialized). The first malformed
+// (checked by store/json_text.h, never re-serialized). The first malformed
 // line (bad JSON, a payload holding NaN or Infinity, a missing or mistyped
 // field,
 // a text field breaking the store's text rule (store/event.h: empty id or
@@ -39,7 +39,7 @@ std::expected<std::vector<store::NewEvent>, LineError> parse_events(std::istream
 // {id, type, payload, actor, frame_id, caused_by, timestamp} with its default
 // arguments (", " and ": " separators, non-ASCII escaped as \uXXXX), the
 // payload re-emitted token by token from its stored bytes
-// (import/json_text.h). Throws store::StoreError when the stored payload is
+// (store/json_text.h). Throws store::StoreError when the stored payload is
 // not valid JSON; a text field that is not valid UTF-8 (only a store older
 // than the text rule can hold one) is written with U+FFFD.
 std::string to_line(const store::EventView& event);

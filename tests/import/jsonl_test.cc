@@ -4,7 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "import/json_text.h"
+#include "store/json_text.h"
 #include "store/event_store.h"
 #include "tests/support/temp_dir.h"
 
@@ -15,6 +15,7 @@ using store::Event;
 using store::EventId;
 using store::EventView;
 using store::NewEvent;
+namespace json_text = store::json_text;
 
 const std::string kGood =
     R"({"id":"evt_001","type":"goal.created","payload":{"goal":"hi"},"actor":"user","frame_id":null,"caused_by":null,"timestamp":"2026-01-02T03:04:05.000001+00:00"})";

@@ -22,7 +22,7 @@
 #include <utility>
 #include <vector>
 
-namespace forktrial::import::json_text {
+namespace forktrial::store::json_text {
 
 // Why `payload` cannot be stored as an event's payload, or nullopt. The
 // message follows "payload is" / "payload ": "not valid JSON: ... at byte N",
@@ -58,4 +58,4 @@ bool append_python_json(std::string& out, std::string_view value);
 // (ASCII only, as above). Invalid UTF-8 is written as U+FFFD.
 void append_python_string(std::string& out, std::string_view text);
 
-}  // namespace forktrial::import::json_text
+}  // namespace forktrial::store::json_text

@@ -1,4 +1,4 @@
-#include "import/json_text.h"
+#include "store/json_text.h"
 
 #include <cstdint>
 #include <unordered_set>
@@ -6,7 +6,7 @@
 #include "base/text.h"
 #include "store/payload.h"
 
-namespace forktrial::import::json_text {
+namespace forktrial::store::json_text {
 
 namespace {
 
@@ -471,4 +471,4 @@ void append_python_string(std::string& out, std::string_view text) {
   out += '"';
 }
 
-}  // namespace forktrial::import::json_text
+}  // namespace forktrial::store::json_text

@@ -1,11 +1,11 @@
 // Payload text checked and re-emitted without re-serializing: known answers
 // for Python's json.dumps output (computed with CPython 3) and one test per
 // kind of malformed payload.
-#include "import/json_text.h"
+#include "store/json_text.h"
 
 #include <catch2/catch.hpp>
 
-namespace forktrial::import::json_text {
+namespace forktrial::store::json_text {
 namespace {
 
 std::string python(std::string_view value) {
@@ -86,4 +86,4 @@ TEST_CASE("an object's members are its keys and the exact bytes of their values"
 }
 
 }  // namespace
-}  // namespace forktrial::import::json_text
+}  // namespace forktrial::store::json_text
