@@ -10,14 +10,6 @@ namespace {
 constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD
 constexpr std::size_t kExcerptBytes = 40;
 
-// Characters that reorder or break displayed text without being controls:
-// the bidirectional marks, embeddings, overrides and isolates, and the line
-// and paragraph separators.
-bool breaks_display(std::int32_t c) {
-  return c == 0x200E || c == 0x200F || c == 0x2028 || c == 0x2029 || (c >= 0x202A && c <= 0x202E) ||
-         (c >= 0x2066 && c <= 0x2069);
-}
-
 void append_hex(std::string& out, const char* format, unsigned value) {
   char buffer[16];
   std::snprintf(buffer, sizeof buffer, format, value);
@@ -41,7 +33,7 @@ void append_escaped(std::string& out, std::int32_t c, std::string_view bytes) {
     out += "\\t";
   } else if (c < 0 || (is_control(c) && c < 0x80)) {
     append_hex(out, "\\x%02x", static_cast<unsigned char>(bytes.front()));
-  } else if (is_control(c) || breaks_display(c)) {
+  } else if (is_control(c) || is_invisible(c)) {
     append_hex(out, "\\u{%x}", static_cast<unsigned>(c));
   } else {
     out += bytes;
@@ -120,6 +112,39 @@ std::string_view utf8_prefix(std::string_view text, std::size_t max_bytes) {
     end += point.size;
   }
   return text.substr(0, end);
+}
+
+bool is_invisible(std::int32_t c) {
+  if (c < 0x80) return false;
+  switch (utf8proc_category(c)) {
+    case UTF8PROC_CATEGORY_CF:
+    case UTF8PROC_CATEGORY_ZL:
+    case UTF8PROC_CATEGORY_ZP:
+    case UTF8PROC_CATEGORY_ZS:
+      return true;
+    default:
+      break;
+  }
+  // Letters and marks that show nothing: the combining grapheme joiner, the
+  // Hangul fillers, the Khmer inherent vowels, the Mongolian variation
+  // selectors, the braille blank and the variation selectors.
+  return c == 0x034F || c == 0x115F || c == 0x1160 || c == 0x17B4 || c == 0x17B5 ||
+         (c >= 0x180B && c <= 0x180F) || c == 0x2800 || c == 0x3164 || c == 0xFFA0 ||
+         (c >= 0xFE00 && c <= 0xFE0F) || (c >= 0xE0100 && c <= 0xE01EF);
+}
+
+std::optional<std::string> invisible_problem(std::string_view text) {
+  std::size_t offset = 0;
+  while (offset < text.size()) {
+    const CodePoint point = decode_utf8(text.substr(offset));
+    if (is_invisible(point.value)) {
+      std::string problem = "holds ";
+      append_hex(problem, "U+%04X", static_cast<unsigned>(point.value));
+      return problem + ", an invisible or format character, at offset " + std::to_string(offset);
+    }
+    offset += point.size;
+  }
+  return std::nullopt;
 }
 
 std::string bounded_text(std::string_view text, std::size_t max_bytes) {

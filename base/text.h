@@ -55,6 +55,20 @@ bool is_valid_utf8(std::string_view text);
 // C0, DEL or C1.
 bool is_control(std::int32_t code_point);
 
+// A character that shows nothing or changes how the text around it shows,
+// so that two names that print alike differ by it: Unicode's format
+// characters (Cf: U+200B, U+2060, U+FEFF, the bidirectional controls), its
+// separators other than the ASCII space (Zs, Zl, Zp: U+00A0, U+2028, ...),
+// and the letters and marks that render as nothing (U+034F, the Hangul
+// fillers U+115F, U+1160, U+3164, U+FFA0, U+17B4, U+17B5, U+180B..U+180F,
+// U+2800, the variation selectors U+FE00..U+FE0F and U+E0100..U+E01EF).
+bool is_invisible(std::int32_t code_point);
+
+// Why `text`, a name, may not be one: "holds U+200B, an invisible or format
+// character, at offset 7" for its first is_invisible character; nullopt
+// when it has none. Invalid UTF-8 is not this function's concern.
+std::optional<std::string> invisible_problem(std::string_view text);
+
 // `text` with every invalid unit replaced by U+FFFD; valid text is returned
 // unchanged.
 std::string sanitize_utf8(std::string_view text);
@@ -73,8 +87,9 @@ std::string bounded_text(std::string_view text, std::size_t max_bytes);
 // rendered visibly, and nothing else changed: "\n", "\r" and "\t" for those
 // three, "\xNN" for the other C0 controls, DEL and each byte of an invalid
 // unit, "\u{NN}" for C1 controls, and "\u{NNNN}" for the characters that
-// reorder or break displayed text (U+200E, U+200F, U+2028, U+2029,
-// U+202A..U+202E, U+2066..U+2069). The result is valid UTF-8 without control
+// show nothing or reorder or break displayed text (is_invisible: U+200B,
+// U+200E, U+2028, U+202E, U+2066, ...), so that two texts that print alike
+// are alike. The result is valid UTF-8 without control
 // characters; a backslash already in `text` is kept as it is.
 std::string escape_controls(std::string_view text);
 

@@ -5,25 +5,15 @@
 
 namespace forktrial::runtime {
 
-bool is_parent_type(std::string_view type) {
-  return type.starts_with("trial.");
-}
-
-bool is_forktrial_type(std::string_view type) {
-  return type.starts_with("forktrial.");
-}
-
 bool is_runtime_type(std::string_view type) {
-  return type.starts_with("runtime.") || type.starts_with("behavior.") || type == "pack.loaded" ||
-         Graph::changes_state(type);
-}
-
-bool is_forktrial_actor(std::string_view actor) {
-  return actor.starts_with("forktrial");
+  return schema::is_runtime_record_type(type) || Graph::changes_state(type);
 }
 
 std::optional<std::string> reserved_type(std::string_view type) {
   const std::string named = "event type " + quoted_excerpt(type);
+  if (auto invisible = invisible_problem(type)) {
+    return named + " " + *invisible + "; a type is a name, and must print as the name it is";
+  }
   if (is_parent_type(type)) {
     return named +
            " is reserved: types starting with \"trial.\" are written only by the trial's "
@@ -43,6 +33,10 @@ std::optional<std::string> reserved_type(std::string_view type) {
 std::optional<std::string> reserved_actor(std::string_view actor, std::string_view pack,
                                           bool scenario,
                                           const std::function<bool(std::string_view)>& is_pack) {
+  if (auto invisible = invisible_problem(actor)) {
+    return "actor " + quoted_excerpt(actor) + " " + *invisible +
+           "; an actor is a name, and must print as the name it is";
+  }
   const std::string named = "actor " + quoted_excerpt(actor) + " is reserved: ";
   if (actor == kRuntimeActor) {
     return named +

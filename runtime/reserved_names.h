@@ -30,9 +30,16 @@
 #include <string>
 #include <string_view>
 
+#include "schema/records.h"
+
 namespace forktrial::runtime {
 
+using schema::is_forktrial_actor;
+using schema::is_forktrial_type;
+using schema::is_parent_type;
+
 inline constexpr const char* kRuntimeActor = "runtime";
+static_assert(schema::kRuntimeActor == kRuntimeActor);
 inline constexpr const char* kScenarioActor = "scenario";
 // The actor of goal.created from rt:run_goal, as activegraph's run_goal has it.
 inline constexpr const char* kUserActor = "user";
@@ -40,14 +47,8 @@ inline constexpr const char* kUserActor = "user";
 // (add_object, patch_object, ...) default to it.
 inline constexpr const char* kSystemActor = "system";
 
-// "trial.*": records of the trial's parent process.
-bool is_parent_type(std::string_view type);
-// "forktrial.*": reserved for forktrial's own records.
-bool is_forktrial_type(std::string_view type);
 // pack.loaded, behavior.*, runtime.* and the graph's types.
 bool is_runtime_type(std::string_view type);
-// Actors starting with "forktrial".
-bool is_forktrial_actor(std::string_view actor);
 
 // Why a pack may not emit an event of `type`, as a sentence naming the type;
 // nullopt when it may.

@@ -55,6 +55,7 @@
 #include "runtime/lua_host.h"
 #include "runtime/runtime_services.h"
 #include "schema/outcome.h"
+#include "schema/records.h"
 #include "store/event.h"
 #include "store/ids.h"
 
@@ -77,8 +78,8 @@ struct RuntimeConfig {
 };
 
 // What the write budget's closing record may add beyond the budget.
-inline constexpr std::uint64_t kClosingRecords = 1;
-inline constexpr std::uint64_t kClosingRecordBytes = 4096;
+using schema::kClosingRecordBytes;
+using schema::kClosingRecords;
 
 // Called once per new event, in order.
 using EventSink = std::function<void(const store::NewEvent&)>;

@@ -60,9 +60,20 @@ std::optional<TextProblem> event_text_problem(const NewEvent& e) {
   };
   for (const Field& field : fields) {
     if (field.value == nullptr) continue;
-    if (auto problem = text_field_problem("field \"" + std::string(field.name) + "\"", *field.value,
-                                          field.limit, field.required)) {
+    const std::string named = "field \"" + std::string(field.name) + "\"";
+    if (auto problem = text_field_problem(named, *field.value, field.limit, field.required)) {
       return TextProblem{field.name, std::move(*problem)};
+    }
+  }
+  // A type or an actor is a name that readers compare (the reserved ones
+  // above all): one that prints like another must be the other.
+  for (const Field& field : {fields[1], fields[2]}) {
+    if (field.value == nullptr) continue;
+    if (auto invisible = invisible_problem(*field.value)) {
+      return TextProblem{field.name, "field \"" + std::string(field.name) + "\" " +
+                                         quoted_excerpt(*field.value) + " " + *invisible +
+                                         "; a type or an actor is a name, and must print as "
+                                         "the name it is"};
     }
   }
   return std::nullopt;

@@ -108,8 +108,10 @@ struct NewRun {
 // (docs/store-format.md, "Text fields"): valid UTF-8 without control
 // characters (C0, DEL, C1), ids at most kMaxIdBytes and other text at most
 // kMaxEventTextBytes; an event's id, type and timestamp and a run's id are
-// never empty. Candidates and imported runs choose this text, and everything
-// that shows or serializes it relies on the rule.
+// never empty; an event's type and actor, names that readers compare, hold
+// no invisible or format character (base/text.h is_invisible: "trial\u200b."
+// is not "trial."). Candidates and imported runs choose this text, and
+// everything that shows or serializes it relies on the rule.
 struct TextProblem {
   // The field: "id", "type", "actor", "frame_id", "caused_by" or "timestamp"
   // of an event; "id", "label" or "created_at" of a run.

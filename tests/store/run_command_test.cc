@@ -252,9 +252,21 @@ TEST_CASE("run import labels a run after a file name that is not valid UTF-8 saf
 
 TEST_CASE("run events, ls and show render control and bidi characters visibly", "[store][cli]") {
   Cli cli;
+  // A type or an actor is a name: one that holds a format character is
+  // refused, since it would print as another name.
+  const std::string bidi_type =
+      R"({"id":"evt_001","type":"chat\u202emessage","payload":{},)"
+      R"("actor":"user","timestamp":"2026-01-02T03:04:05Z"})"
+      "\n";
+  auto refused = cli.run({"run", "import", cli.dir.write("bidi-type.jsonl", bidi_type).string(),
+                          "--id", "run_type"});
+  CHECK(refused.exit_code != 0);
+  CHECK_THAT(refused.err, Catch::Contains("holds U+202E, an invisible or format character") &&
+                              Catch::Contains("nothing was imported"));
+
   const std::string line =
-      R"({"id":"evt_001","type":"chat\u202emessage","payload":{"text":"\u009b2J\u001b[31m"},)"
-      R"("actor":"user\u2066","timestamp":"2026-01-02T03:04:05Z"})"
+      R"({"id":"evt_001","type":"chat.message","payload":{"text":"\u009b2J\u001b[31m\u202e"},)"
+      R"("actor":"user","timestamp":"2026-01-02T03:04:05Z"})"
       "\n";
   auto input = cli.dir.write("bidi.jsonl", line);
   cli.ok({"run", "import", input.string(), "--id", "run_bidi", "--label", "evil\u202etxt.exe"});
@@ -267,19 +279,18 @@ TEST_CASE("run events, ls and show render control and bidi characters visibly", 
   };
   std::string events = cli.ok({"run", "events", "run_bidi"});
   hostile(events);
-  CHECK_THAT(events, Catch::Contains("chat\\u{202e}message") && Catch::Contains("user\\u{2066}") &&
-                         // the payload as recorded: its escapes stay escapes
-                         Catch::Contains(R"({"text":"\u009b2J\u001b[31m"})"));
+  // the payload as recorded: its escapes stay escapes
+  CHECK_THAT(events, Catch::Contains(R"({"text":"\u009b2J\u001b[31m\u202e"})"));
   std::string ls = cli.ok({"run", "ls"});
   hostile(ls);
+  CHECK_THAT(ls, !Catch::Contains("run_type"));
   CHECK_THAT(ls, Catch::Contains("evil\\u{202e}txt.exe"));
   std::string show = cli.ok({"run", "show", "run_bidi"});
   hostile(show);
   CHECK_THAT(show, Catch::Contains("label      evil\\u{202e}txt.exe\n"));
   // JSON keeps the text as it is: JSON itself escapes what needs escaping.
   json event = json::parse(cli.ok({"run", "events", "run_bidi", "--json"}));
-  CHECK(event["type"] == "chat\u202emessage");
-  CHECK(event["payload"]["text"] == "\u009b2J\u001b[31m");
+  CHECK(event["payload"]["text"] == "\u009b2J\u001b[31m\u202e");
 }
 
 }  // namespace
