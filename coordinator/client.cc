@@ -106,7 +106,7 @@ struct Client::Impl {
         throw Error(code == schema::wire::ErrorCode::NOT_FOUND ? ErrorCode::not_found
                     : code == schema::wire::ErrorCode::BUSY    ? ErrorCode::resource_exhausted
                                                                : ErrorCode::failed_precondition,
-                    wire::text(envelope.getError().getMessage()));
+                    wire::prose(envelope.getError().getMessage(), wire::kMaxErrorMessageBytes));
       }
       return std::move(*decoded);
     }

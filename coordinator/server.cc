@@ -57,6 +57,11 @@ constexpr std::size_t kMaxWorkerIdBytes = 256;
 // How long a worker's offer of slots waits for work before it is answered
 // empty (the worker offers again at once).
 constexpr auto kParkLimit = std::chrono::seconds(1);
+// The most of a peer's text the coordinator keeps (docs/wire-protocol.md,
+// "Text from a peer"); a verdict's bounds are sandbox/delta.h's.
+constexpr std::size_t kMaxIsolationBytes = std::size_t{16} << 10;
+constexpr std::size_t kMaxReasonBytes = std::size_t{4} << 10;
+constexpr std::size_t kMaxJobNameBytes = 256;
 // A full store is tried again once its disk has this much room, first after
 // a second, then less and less often while the tries fail.
 constexpr std::uint64_t kResumeFreeBytes = std::uint64_t{4} << 20;
@@ -771,12 +776,22 @@ class Server {
                              " with " + std::to_string(input.slots) + " slots");
     WorkerInfo& info = worker_info_[input.id];
     info.warnings.clear();
-    for (auto warning : hello.getWarnings()) {
-      info.warnings.push_back(wire::text(warning));
+    const auto warnings = hello.getWarnings();
+    for (unsigned i = 0; i < warnings.size() && i < sandbox::kMaxVerdictWarnings; ++i) {
+      info.warnings.push_back(wire::prose(warnings[i], sandbox::kMaxVerdictWarningBytes));
       log_(LogLevel::warn, "worker " + input.id.str() + ": " + info.warnings.back());
     }
-    info.isolation = ordered_json::parse(wire::text(hello.getIsolation()), nullptr, false);
-    if (info.isolation.is_discarded()) info.isolation = nullptr;
+    if (warnings.size() > sandbox::kMaxVerdictWarnings) {
+      info.warnings.push_back(std::to_string(warnings.size() - sandbox::kMaxVerdictWarnings) +
+                              " more warnings were cut");
+    }
+    // Its guarantees, as JSON: kept when they are a small object, else
+    // shown as unknown.
+    const auto isolation = hello.getIsolation();
+    info.isolation = isolation.size() <= kMaxIsolationBytes
+                         ? ordered_json::parse(wire::text(isolation), nullptr, false)
+                         : ordered_json();
+    if (!info.isolation.is_object()) info.isolation = nullptr;
     capnp::MallocMessageBuilder message;
     wire::start(message, envelope.getRequestId())
         .initWelcome()
@@ -918,7 +933,8 @@ class Server {
     auto failed = envelope.getAttemptFailed();
     const TrialId trial{JobId(wire::text(failed.getTrial().getJob())),
                         failed.getTrial().getIndex()};
-    const std::string reason = "worker " + worker.str() + ": " + wire::text(failed.getReason());
+    const std::string reason =
+        "worker " + worker.str() + ": " + wire::prose(failed.getReason(), kMaxReasonBytes);
     auto result =
         scheduler_.attempt_failed(worker, trial, failed.getTrial().getAttempt(), reason, now);
     keep(std::move(result.records));
@@ -944,10 +960,26 @@ class Server {
       return ack(route, envelope.getRequestId(), report.getTrial(),
                  std::string(report_verdict_name(judged.verdict)));
     }
+    auto reconciliation =
+        reconciliation_of(route, envelope.getRequestId(), worker, trial, attempt, report, now);
+    if (!reconciliation) {
+      // The worker's parent holds its child to these rules before it
+      // reports: a report that breaks them comes from a worker that does
+      // not. Nothing of it is recorded, and the attempt failed (the trial
+      // runs again, on whichever worker asks next).
+      const std::string reason = "worker " + worker.str() +
+                                 "'s report breaks the rules every delta is held to: " +
+                                 reconciliation.error();
+      log_(LogLevel::warn, "refused the report of " + trial.str() + " attempt " +
+                               std::to_string(attempt) + ": " + reason);
+      keep(scheduler_.reconcile_failed(trial, reason, now).value_or(Records{}));
+      submitted_.erase(trial);
+      return ack(route, envelope.getRequestId(), report.getTrial(),
+                 "refused: " + bounded_text(reason, 1024) + "; the attempt failed");
+    }
     // Reconciled with the rest of this turn, in its one transaction; the
     // acknowledgement goes after the commit, saying how it went.
-    reconciling_.push_back(
-        reconciliation_of(route, envelope.getRequestId(), worker, trial, attempt, report, now));
+    reconciling_.push_back(std::move(*reconciliation));
   }
 
   // What a report says, copied out of its message.
@@ -964,9 +996,22 @@ class Server {
     std::chrono::steady_clock::time_point received;  // for the reconciliation's latency
   };
 
-  Reconciliation reconciliation_of(const std::string& route, std::uint64_t request,
-                                   const WorkerId& worker, const TrialId& trial, Attempt attempt,
-                                   schema::wire::Report::Reader report, Instant now) {
+  // The fork point's timestamp of a submitted trial, from the store.
+  UnixMillis fork_point_time(const sandbox::TrialSpecification& spec) {
+    auto snapshot = store_.snapshot();
+    auto parent = snapshot.run(spec.parent_run_id);
+    if (!parent) return 0;
+    auto point = snapshot.find_event(*parent, spec.at_event);
+    return point ? parse_timestamp(point->timestamp).value_or(0) : 0;
+  }
+
+  // What a report says, copied out of its message and held to the rules a
+  // local parent holds its child's verdict and delta to (sandbox/delta.h
+  // DeltaRules): the first rule broken is the error, and nothing is copied
+  // past it. Prose is repaired and bounded (docs/wire-protocol.md).
+  std::expected<Reconciliation, std::string> reconciliation_of(
+      const std::string& route, std::uint64_t request, const WorkerId& worker,
+      const TrialId& trial, Attempt attempt, schema::wire::Report::Reader report, Instant now) {
     Reconciliation r{route,
                      request,
                      worker,
@@ -979,29 +1024,53 @@ class Server {
                      std::chrono::steady_clock::now()};
     sandbox::TrialVerdict& verdict = r.verdict;
     auto outcome = outcome_from_ordinal(report.getOutcome());
-    verdict.outcome = outcome.value_or(Outcome::crashed);
-    verdict.detail = wire::text(report.getDetail());
-    for (auto w : report.getWarnings()) verdict.warnings.push_back(wire::text(w));
+    if (!outcome) {
+      return std::unexpected("outcome " + std::to_string(report.getOutcome()) +
+                             " is not one forktrial has");
+    }
+    verdict.outcome = *outcome;
+    verdict.detail = wire::prose(report.getDetail(), sandbox::kMaxVerdictDetailBytes);
+    const auto warnings = report.getWarnings();
+    for (unsigned i = 0; i < warnings.size() && i < sandbox::kMaxVerdictWarnings; ++i) {
+      verdict.warnings.push_back(wire::prose(warnings[i], sandbox::kMaxVerdictWarningBytes));
+    }
+    if (warnings.size() > sandbox::kMaxVerdictWarnings) {
+      verdict.warnings.push_back(std::to_string(warnings.size() - sandbox::kMaxVerdictWarnings) +
+                                 " more warnings were cut");
+    }
     verdict.exit_code = report.getExitCode();
     verdict.stopped_by_net = report.getStoppedByNet();
     verdict.wall_clock_killed = report.getWallClockKilled();
+    if (verdict.wall_clock_killed &&
+        (verdict.outcome != Outcome::limits_exceeded || !verdict.stopped_by_net)) {
+      return std::unexpected(
+          "it says the wall clock killed the child, but its outcome is " +
+          std::string(outcome_name(verdict.outcome)) +
+          (verdict.stopped_by_net ? "" : " and no net stopped it") +
+          "; a parent that kills the child on the wall clock reports limits_exceeded");
+    }
     if (report.getHasClaim()) {
       verdict.claimed_events = report.getClaimedEvents();
       verdict.claimed_failures = report.getClaimedFailures();
     }
-    r.events.reserve(report.getEvents().size());
-    for (auto e : report.getEvents()) {
-      store::NewEvent event;
-      event.id = store::EventId(wire::text(e.getId()));
-      event.type = wire::text(e.getType());
-      event.payload = wire::text(e.getPayload());
-      event.timestamp = wire::text(e.getTimestamp());
-      if (e.getActor().isActorName()) event.actor = wire::text(e.getActor().getActorName());
-      if (e.getFrame().isFrameId()) event.frame_id = wire::text(e.getFrame().getFrameId());
-      if (e.getCause().isCausedBy()) {
-        event.caused_by = store::EventId(wire::text(e.getCause().getCausedBy()));
-      }
-      r.events.push_back(std::move(event));
+    const sandbox::TrialSpecification& spec = submitted_trial(trial).spec();
+    sandbox::DeltaRules rules("worker " + worker.str(), fork_point_time(spec), spec.limits);
+    const auto events = report.getEvents();
+    r.events.reserve(std::min<std::size_t>(events.size(), 4096));
+    auto view_text = [](capnp::Text::Reader text) {
+      return std::string_view(text.begin(), text.size());
+    };
+    for (auto e : events) {
+      store::EventView view;
+      view.id = view_text(e.getId());
+      view.type = view_text(e.getType());
+      view.payload = view_text(e.getPayload());
+      view.timestamp = view_text(e.getTimestamp());
+      if (e.getActor().isActorName()) view.actor = view_text(e.getActor().getActorName());
+      if (e.getFrame().isFrameId()) view.frame_id = view_text(e.getFrame().getFrameId());
+      if (e.getCause().isCausedBy()) view.caused_by = view_text(e.getCause().getCausedBy());
+      if (const auto& cut = rules.check(view)) return std::unexpected(cut->reason);
+      r.events.push_back(static_cast<store::NewEvent>(view.to_event()));
     }
     return r;
   }
@@ -1228,6 +1297,11 @@ class Server {
     JobSubmission submission;
     submission.priority = job.getPriority();
     submission.name = wire::text(job.getName());
+    // The name is shown to every client and on the status page.
+    if (auto bad = named_text_problem("the job's name", submission.name, kMaxJobNameBytes)) {
+      return reply_error(route, request, WireCode::REFUSED,
+                         *bad + "; name the job with plain text");
+    }
     char id[32];
     if (const std::string token = wire::text(job.getToken()); !token.empty()) {
       // The client named the submission: sent again (its answer was lost),

@@ -2,13 +2,59 @@
 
 #include <nlohmann/json.hpp>
 
+#include <limits>
+
+#include "base/text.h"
 #include "base/timestamp.h"
+#include "schema/records.h"
+#include "sandbox/tail.h"
+#include "store/json_text.h"
 
 namespace forktrial::sandbox {
+
+static_assert(kMaxVerdictDetailBytes >= kMaxTailDetailBytes + (std::size_t{8} << 10));
+static_assert(kMaxVerdictWarnings >= kMaxTailWarnings);
+static_assert(kMaxVerdictWarningBytes >= kMaxTailWarningBytes);
+
 namespace {
 
-// The event the runtime records for each error of a behavior (runtime/runtime.cc).
-constexpr std::string_view kBehaviorFailed = "behavior.failed";
+using schema::kBehaviorFailed;
+
+// Why a record of the runtime's types or actor is not one the runtime
+// writes (runtime/runtime.cc), or nullopt.
+std::optional<std::string> runtime_record_problem(const store::EventView& event) {
+  const bool runtime_type = schema::is_runtime_record_type(event.type);
+  const bool runtime_actor = event.actor && *event.actor == schema::kRuntimeActor;
+  const std::string named = "(type " + quoted_excerpt(event.type) + ", actor " +
+                            (event.actor ? quoted_excerpt(*event.actor) : "none") + ")";
+  if (runtime_type && !runtime_actor) {
+    return "poses as a runtime record " + named +
+           ": pack.loaded, behavior.* and runtime.* are written by the runtime, as actor "
+           "\"runtime\"";
+  }
+  if (runtime_actor && !runtime_type) {
+    return "names the runtime as its actor " + named +
+           ", which writes only pack.loaded, behavior.* and runtime.* records";
+  }
+  if (!event.type.starts_with("behavior.")) return std::nullopt;
+  // The runtime's behavior records name the behavior and the event it
+  // handled, which is also the record's cause.
+  auto members = store::json_text::object_members(event.payload);
+  if (!members) return std::nullopt;  // the payload rule names it
+  std::optional<std::string_view> behavior;
+  std::optional<std::string_view> handled;
+  for (const auto& [key, value] : *members) {
+    if (key == "behavior") behavior = value;
+    if (key == "event_id") handled = value;
+  }
+  const std::string cause =
+      event.caused_by ? nlohmann::json(std::string(*event.caused_by)).dump() : "";
+  if (!behavior || !behavior->starts_with('"') || !handled || cause.empty() || *handled != cause) {
+    return "is not a behavior record as the runtime writes it " + named +
+           ": its payload names the behavior and, as event_id, the event it was caused by";
+  }
+  return std::nullopt;
+}
 
 // The event the parent records when its wall-clock kill stopped the child:
 // one millisecond after the last event in the fork, with the next id not
@@ -20,13 +66,13 @@ store::NewEvent wall_clock_event(const store::Writer& writer, const store::RunIn
     event.id = store::numbered_event_id(n);
     if (!writer.find_event(fork, event.id)) break;
   }
-  event.type = "trial.wall_clock_exhausted";
+  event.type = std::string(schema::kWallClockExhausted);
   event.payload = nlohmann::json{
       {"wall_clock_seconds", limit_seconds},
       {"last_accepted_seq",
        fork.head}}.dump();
   event.timestamp = format_timestamp(last + 1);
-  event.actor = "forktrial.parent";
+  event.actor = std::string(schema::kParentActor);
   return event;
 }
 
@@ -36,6 +82,63 @@ void append_detail_line(std::string& detail, const std::string& line) {
   if (line.empty()) return;
   if (!detail.empty()) detail += "\n";
   detail += line;
+}
+
+DeltaRules::DeltaRules(std::string whose, UnixMillis tip, const TrialLimits& limits)
+    : whose_(std::move(whose)),
+      last_(tip),
+      limit_events_(limits.max_appended_events),
+      limit_bytes_(limits.max_appended_bytes),
+      max_events_(limits.max_appended_events == 0
+                      ? std::numeric_limits<std::uint64_t>::max()
+                      : limits.max_appended_events + schema::kClosingRecords),
+      max_bytes_(limits.max_appended_bytes == 0
+                     ? std::numeric_limits<std::uint64_t>::max()
+                     : limits.max_appended_bytes + schema::kClosingRecordBytes) {}
+
+std::optional<std::string> DeltaRules::broken_rule(const store::EventView& view,
+                                                   const std::string& which) {
+  if (schema::is_parent_type(view.type) || schema::is_forktrial_type(view.type) ||
+      (view.actor && schema::is_forktrial_actor(*view.actor))) {
+    return which + " poses as a parent record (type \"" + escape_controls(view.type) +
+           "\", actor \"" + escape_controls(view.actor.value_or("")) +
+           "\"); only the parent writes those";
+  }
+  if (auto problem = runtime_record_problem(view)) return which + " " + *problem;
+  const store::Event event = view.to_event();
+  if (auto problem = store::event_problem(event)) {
+    return "the store refuses " + which + ": " + *problem;
+  }
+  if (auto problem = store::json_text::payload_problem(view.payload)) {
+    return "the store refuses " + which + ": its payload is " + *problem;
+  }
+  if (auto problem = continuity_problem(last_, view)) {
+    return which + " does not continue the fork: " + *problem;
+  }
+  return std::nullopt;
+}
+
+const std::optional<DeltaCut>& DeltaRules::check(const store::EventView& view) {
+  if (cut_) return cut_;
+  const std::string which = whose_ + "'s event " + escape_controls(utf8_prefix(view.id, 256)) +
+                            " (number " + std::to_string(accepted_ + 1) + " of its delta)";
+  if (auto broken = broken_rule(view, which)) {
+    cut_ = DeltaCut{*broken + ". Nothing from it on was recorded", false};
+    return cut_;
+  }
+  last_ = *parse_timestamp(view.timestamp);
+  bytes_ += store::event_text_bytes(view.to_event());
+  if (accepted_ + 1 > max_events_ || bytes_ > max_bytes_) {
+    cut_ = DeltaCut{"write budget: " + whose_ + "'s delta goes past max_appended_events = " +
+                        std::to_string(limit_events_) +
+                        " or max_appended_bytes = " + std::to_string(limit_bytes_) + " at " +
+                        which + "; the " + std::to_string(accepted_) +
+                        " events before it were recorded",
+                    true};
+    return cut_;
+  }
+  ++accepted_;
+  return cut_;
 }
 
 DeltaSource delta_of(const std::vector<store::NewEvent>& events) {

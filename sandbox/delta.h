@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "base/timestamp.h"
 #include "sandbox/trial_types.h"
 #include "store/event_store.h"
 
@@ -39,6 +40,13 @@ struct TrialVerdict {
   friend bool operator==(const TrialVerdict&, const TrialVerdict&) = default;
 };
 
+// The most a verdict's detail and warnings hold, wherever it was decided:
+// the child tail's bounds (sandbox/tail.h) with room for the parent's own
+// lines (the child's stderr, a cut). A worker's report is held to them too.
+inline constexpr std::size_t kMaxVerdictDetailBytes = std::size_t{272} << 10;
+inline constexpr std::size_t kMaxVerdictWarnings = 64;
+inline constexpr std::size_t kMaxVerdictWarningBytes = std::size_t{4} << 10;
+
 // Calls `visit` with each event of a delta, oldest first, until it returns
 // false or the delta ends.
 using EventVisitor = std::function<bool(const store::EventView&)>;
@@ -46,6 +54,58 @@ using DeltaSource = std::function<void(const EventVisitor&)>;
 
 // A DeltaSource over events held in memory.
 DeltaSource delta_of(const std::vector<store::NewEvent>& events);
+
+// Why the rules cut a delta before one of its events.
+struct DeltaCut {
+  std::string reason;        // names the event, the rule and what was recorded
+  bool over_budget = false;  // the write budget's rule: limits_exceeded, not a forgery
+};
+
+// The rules every trial delta is held to before anything of it is recorded,
+// one implementation for both places a delta arrives from another process:
+// a child's scratch store (the local parent, run_trial) and a worker's
+// report (the coordinator). Fed the delta's events in order; the first event
+// that breaks a rule cuts the delta there. The rules, in the order checked:
+//   - parent records: types trial.* and forktrial.*, actors forktrial*, are
+//     written by the parent alone;
+//   - runtime records: pack.loaded, behavior.* and runtime.* are the
+//     runtime's, with actor "runtime", and the actor "runtime" writes
+//     nothing else; a behavior.* record names its behavior and, as
+//     event_id, the event it was caused by, as the runtime writes it;
+//   - the store's rules (store::event_problem: text fields, nesting);
+//   - the payload is one JSON object, as the importers require
+//     (store/json_text.h payload_problem: no truncated JSON, NaN, repeated
+//     key or array);
+//   - continuity (continuity_problem), from the fork point's timestamp on;
+//   - the write budget: limits.max_appended_events and
+//     limits.max_appended_bytes, plus the runtime's one closing record.
+// Not thread-safe; one per delta.
+class DeltaRules {
+ public:
+  // `whose`: the delta's author as the reasons name it ("the child",
+  // "worker w1"); `tip`: the fork point's timestamp.
+  DeltaRules(std::string whose, UnixMillis tip, const TrialLimits& limits);
+
+  // nullopt when `event`, the delta's next, is accepted; else why the delta
+  // is cut before it. After a cut, every later event is refused with it.
+  const std::optional<DeltaCut>& check(const store::EventView& event);
+
+  std::uint64_t accepted() const { return accepted_; }
+  const std::optional<DeltaCut>& cut() const { return cut_; }
+
+ private:
+  std::optional<std::string> broken_rule(const store::EventView& event, const std::string& which);
+
+  std::string whose_;
+  UnixMillis last_;
+  std::uint64_t limit_events_;  // the budget as the limits give it (0: none)
+  std::uint64_t limit_bytes_;
+  std::uint64_t max_events_;    // what is accepted: the budget and the closing record
+  std::uint64_t max_bytes_;
+  std::uint64_t bytes_ = 0;
+  std::uint64_t accepted_ = 0;
+  std::optional<DeltaCut> cut_;
+};
 
 // Why `event` cannot follow an event stamped `previous_ms` (Unix ms) in a
 // fork: its timestamp is not ISO-8601 UTC, or it is earlier, to the second,

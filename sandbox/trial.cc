@@ -15,7 +15,6 @@
 #include "base/timestamp.h"
 #include "base/unique_fd.h"
 #include "pack/bundle_hash.h"
-#include "runtime/reserved_names.h"
 #include "runtime/runtime.h"
 #include "sandbox/cgroup.h"
 #include "sandbox/confine.h"
@@ -61,64 +60,20 @@ struct DeltaScan {
   bool over_budget = false;  // the cut is the write budget's
 };
 
-// Parent-reserved records: the parent alone writes `trial.*` events (the
-// wall-clock kill), as actor forktrial.parent. A child's delta holding one
-// is forged, whatever produced it.
-bool is_parent_record(const store::EventView& event) {
-  return runtime::is_parent_type(event.type) || runtime::is_forktrial_type(event.type) ||
-         (event.actor && runtime::is_forktrial_actor(*event.actor));
-}
-
 // Reads the child's delta in the scratch store one event at a time (never
-// holding it whole) and decides how much of it the parent records: every
-// event the authoritative store would take, up to the write budget (plus
-// the one closing record the runtime writes when the budget runs out), and
-// nothing after a forged parent record.
+// holding it whole) and decides how much of it the parent records: the
+// events before the first that breaks the delta rules (sandbox/delta.h).
 DeltaScan scan_delta(const store::Snapshot& scratch, const store::RunInfo& fork,
                      std::uint64_t fork_seq, UnixMillis tip, const TrialLimits& limits) {
+  DeltaRules rules("the child", tip, limits);
+  scratch.for_each_event(fork, fork_seq + 1,
+                         [&](const store::EventView& view) { return !rules.check(view); });
   DeltaScan scan;
-  std::uint64_t bytes = 0;
-  UnixMillis last = tip;
-  const std::uint64_t max_events = limits.max_appended_events == 0
-                                       ? std::numeric_limits<std::uint64_t>::max()
-                                       : limits.max_appended_events + runtime::kClosingRecords;
-  const std::uint64_t max_bytes = limits.max_appended_bytes == 0
-                                      ? std::numeric_limits<std::uint64_t>::max()
-                                      : limits.max_appended_bytes + runtime::kClosingRecordBytes;
-  scratch.for_each_event(fork, fork_seq + 1, [&](const store::EventView& view) {
-    const store::Event event = view.to_event();
-    const std::string which =
-        "event " + event.id.str() + " (seq " + std::to_string(event.seq) + ")";
-    if (is_parent_record(view)) {
-      scan.cut = "the child's " + which + " poses as a parent record (type \"" + event.type +
-                 "\", actor \"" + event.actor.value_or("") +
-                 "\"); only the parent writes those. Nothing from it on was recorded";
-      return false;
-    }
-    if (auto problem = store::event_problem(event)) {
-      scan.cut = "the store refuses the child's " + which + ": " + *problem +
-                 ". Nothing from it on was recorded";
-      return false;
-    }
-    if (auto problem = continuity_problem(last, view)) {
-      scan.cut = "the child's " + which + " does not continue the fork: " + *problem +
-                 ". Nothing from it on was recorded";
-      return false;
-    }
-    last = *parse_timestamp(view.timestamp);
-    bytes += store::event_text_bytes(event);
-    if (scan.events + 1 > max_events || bytes > max_bytes) {
-      scan.over_budget = true;
-      scan.cut = "write budget: the child's delta goes past max_appended_events = " +
-                 std::to_string(limits.max_appended_events) +
-                 " or max_appended_bytes = " + std::to_string(limits.max_appended_bytes) + " at " +
-                 which + "; the parent recorded the " + std::to_string(scan.events) +
-                 " events before it";
-      return false;
-    }
-    ++scan.events;
-    return true;
-  });
+  scan.events = rules.accepted();
+  if (const auto& cut = rules.cut()) {
+    scan.cut = cut->reason;
+    scan.over_budget = cut->over_budget;
+  }
   return scan;
 }
 

@@ -1,8 +1,93 @@
 #include "schema/wire_codec.h"
 
+#include <capnp/dynamic.h>
+
+#include <cstdio>
 #include <cstring>
+#include <optional>
+
+#include "base/text.h"
 
 namespace forktrial::wire {
+namespace {
+
+std::optional<std::string> struct_text_problem(capnp::DynamicStruct::Reader reader,
+                                               const std::string& path);
+
+// Why a Text in `value`, found at `path`, is not valid UTF-8; nullopt when
+// every one is.
+std::optional<std::string> value_text_problem(capnp::DynamicValue::Reader value,
+                                              const std::string& path) {
+  switch (value.getType()) {
+    case capnp::DynamicValue::TEXT: {
+      const auto text = value.as<capnp::Text>();
+      const std::string_view view(text.begin(), text.size());
+      if (auto at = first_invalid_utf8(view)) {
+        char byte[8];
+        std::snprintf(byte, sizeof byte, "0x%02X", static_cast<unsigned char>(view[*at]));
+        return "field " + path + " is not valid UTF-8 (byte " + byte + " at offset " +
+               std::to_string(*at) + ")";
+      }
+      return std::nullopt;
+    }
+    case capnp::DynamicValue::STRUCT:
+      return struct_text_problem(value.as<capnp::DynamicStruct>(), path);
+    case capnp::DynamicValue::LIST: {
+      const auto list = value.as<capnp::DynamicList>();
+      for (unsigned i = 0; i < list.size(); ++i) {
+        if (auto problem = value_text_problem(list[i], path + "[" + std::to_string(i) + "]")) {
+          return problem;
+        }
+      }
+      return std::nullopt;
+    }
+    default:
+      return std::nullopt;
+  }
+}
+
+// Every field of `reader` that holds Text, directly or below it: its
+// non-union fields and its union's active one, prose fields left out.
+std::optional<std::string> struct_text_problem(capnp::DynamicStruct::Reader reader,
+                                               const std::string& path) {
+  const auto schema = reader.getSchema();
+  auto visit = [&](capnp::StructSchema::Field field) -> std::optional<std::string> {
+    const auto proto = field.getProto();
+    const std::string_view name(proto.getName().cStr(), proto.getName().size());
+    const auto owner = schema.getShortDisplayName();
+    if (is_prose_field(std::string_view(owner.cStr(), owner.size()), name)) return std::nullopt;
+    const auto type = field.getType();
+    if (!type.isText() && !type.isStruct() && !type.isList()) return std::nullopt;
+    if (!proto.isGroup() && !reader.has(field)) return std::nullopt;
+    return value_text_problem(reader.get(field),
+                              path.empty() ? std::string(name) : path + "." + std::string(name));
+  };
+  for (auto field : schema.getNonUnionFields()) {
+    if (auto problem = visit(field)) return problem;
+  }
+  KJ_IF_MAYBE(active, reader.which()) { return visit(*active); }
+  return std::nullopt;
+}
+
+}  // namespace
+
+bool is_prose_field(std::string_view struct_name, std::string_view field_name) {
+  struct Named {
+    std::string_view owner;
+    std::string_view field;
+  };
+  static constexpr Named kProse[] = {{"Error", "message"},         {"Report", "detail"},
+                                     {"Report", "warnings"},       {"Report", "events"},
+                                     {"AttemptFailed", "reason"},  {"WorkerHello", "warnings"}};
+  for (const Named& named : kProse) {
+    if (named.owner == struct_name && named.field == field_name) return true;
+  }
+  return false;
+}
+
+std::string prose(capnp::Text::Reader reader, std::size_t max_bytes) {
+  return bounded_text(std::string_view(reader.begin(), reader.size()), max_bytes);
+}
 
 std::expected<Frame, WireError> decode(std::string_view bytes, std::size_t max_bytes) {
   if (bytes.size() > max_bytes) {
@@ -43,6 +128,10 @@ std::expected<Frame, WireError> decode(std::string_view bytes, std::size_t max_b
                                        "message arm " +
                                            std::to_string(static_cast<unsigned>(envelope.which())) +
                                            " is not one this peer knows"});
+    }
+    // Text a peer sent is refused here, before anyone keeps or shows it.
+    if (auto problem = struct_text_problem(capnp::toDynamic(envelope), "")) {
+      return std::unexpected(WireError{ErrorCode::MALFORMED, "the message's " + *problem});
     }
   } catch (const kj::Exception& e) {
     return std::unexpected(

@@ -47,10 +47,19 @@ class Frame {
 
 // Checks and opens one frame. Refused: over `max_bytes` (tooLarge), not a
 // whole number of words or not a message (malformed), another protocol
-// version (wrongVersion), an arm this build does not know (unknownMessage).
+// version (wrongVersion), an arm this build does not know (unknownMessage),
+// a Text field that is not valid UTF-8 (malformed, naming the field by its
+// path, "report.trial.job"), except the fields is_prose_field names, which
+// are read with prose(), and a report's events, which the delta rules check
+// (docs/wire-protocol.md, "Text from a peer").
 std::expected<Frame, WireError> decode(std::string_view frame,
                                        std::size_t max_bytes = kDefaultMaxFrameBytes);
 
+// The Text fields a peer's prose travels in, repaired rather than refused:
+// Error.message, Report.detail, Report.warnings, AttemptFailed.reason and
+// WorkerHello.warnings, named "Struct.field". Report.events is named too: its
+// Text is the trial's delta, which the store's rules judge event by event.
+bool is_prose_field(std::string_view struct_name, std::string_view field_name);
 // The frame of a built message.
 std::string encode(capnp::MessageBuilder& message);
 
@@ -80,9 +89,18 @@ inline constexpr std::string_view kBundleRootPrefix = "bundle:";
 std::string bundle_root(const Digest& archive);
 std::optional<Digest> archive_of_root(std::string_view root_dir);
 
-// Text of a Cap'n Proto Text field.
+// Text of a Cap'n Proto Text field, as sent: decode() refused the frame if
+// it is not valid UTF-8 (for the fields it checks).
 inline std::string text(capnp::Text::Reader reader) {
   return {reader.begin(), reader.size()};
 }
+
+// The most of an Error's message a receiver keeps.
+inline constexpr std::size_t kMaxErrorMessageBytes = std::size_t{64} << 10;
+
+// A prose field (is_prose_field) made fit to keep and show: invalid UTF-8
+// repaired (U+FFFD) and cut to `max_bytes` with a marker saying how much was
+// cut (base/text.h bounded_text; `max_bytes` at least 64).
+std::string prose(capnp::Text::Reader reader, std::size_t max_bytes);
 
 }  // namespace forktrial::wire

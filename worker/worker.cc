@@ -355,7 +355,7 @@ class Worker {
         return;
       case Envelope::ERROR: {
         auto error = envelope.getError();
-        const std::string message = wire::text(error.getMessage());
+        const std::string message = wire::prose(error.getMessage(), wire::kMaxErrorMessageBytes);
         metrics_.rejected(error.getCode());
         if (error.getCode() == ErrorCode::OUT_OF_ORDER) {
           // The coordinator does not know this worker (it restarted).
