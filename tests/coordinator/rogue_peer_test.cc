@@ -1,0 +1,441 @@
+// A compromised worker and a hostile client against a real coordinator: each
+// peer here is hand-built from the wire schema, says what an honest one
+// never would, and must not crash the coordinator, poison what other clients
+// read, or get anything recorded that a local parent would refuse from its
+// child. Run without keys and with CurveZMQ keys.
+#include <capnp/message.h>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+#include <zmq.hpp>
+
+#include "schema/outcome.h"
+#include "schema/wire_codec.h"
+#include "tests/coordinator/cluster_support.h"
+#include "tests/support/temp_dir.h"
+#include "transport/curve.h"
+
+using namespace forktrial::testing::cluster;
+namespace wire = forktrial::wire;
+using Envelope = forktrial::schema::wire::Envelope;
+using forktrial::Outcome;
+
+namespace {
+
+// A trial as a worker holds it: its reference, copied out of the message.
+struct Leased {
+  std::string job;
+  std::uint32_t index = 0;
+  std::uint32_t attempt = 0;
+};
+
+// One event of a forged delta; its actor and cause are set when not empty.
+struct Forged {
+  std::string id;
+  std::string type = "chat.note";
+  std::string payload = "{}";
+  std::string actor = "candidate";
+  std::string caused_by = "";
+  std::string timestamp = "2026-01-05T09:00:36Z";
+};
+
+// A hand-built peer of the coordinator, with CURVE keys when `keys` is given
+// (as `who`, a keypair of Keys).
+class Peer {
+ public:
+  Peer(const std::string& endpoint, const Keys* keys, const std::string& who = "worker")
+      : socket_(context_, zmq::socket_type::dealer) {
+    socket_.set(zmq::sockopt::linger, 0);
+    socket_.set(zmq::sockopt::rcvtimeo, 20000);
+    socket_.set(zmq::sockopt::sndtimeo, 20000);
+    if (keys != nullptr) {
+      auto own = forktrial::transport::read_keypair(keys->path(who + ".key"));
+      REQUIRE(own);
+      auto server = forktrial::transport::read_public_key(keys->path("coordinator.key.pub"));
+      REQUIRE(server);
+      forktrial::transport::make_curve_client(socket_, {*own, *server});
+    }
+    socket_.connect(endpoint);
+  }
+
+  void send(capnp::MallocMessageBuilder& message) { send(wire::encode(message)); }
+  void send(const std::string& frame) {
+    REQUIRE(socket_.send(zmq::buffer(frame), zmq::send_flags::none));
+  }
+
+  // The next message; heartbeat answers and others not asked for are skipped
+  // unless `which` is an error.
+  wire::Frame next(Envelope::Which which) {
+    for (;;) {
+      zmq::message_t reply;
+      REQUIRE(socket_.recv(reply, zmq::recv_flags::none));
+      auto decoded = wire::decode(reply.to_string_view());
+      REQUIRE(decoded);
+      const auto arm = decoded->envelope().which();
+      if (arm == which) return std::move(*decoded);
+      if (arm == Envelope::ERROR) {
+        FAIL("the coordinator answered an error: "
+             << wire::text(decoded->envelope().getError().getMessage()));
+      }
+    }
+  }
+
+  // The error code and message the coordinator answers `frame` with.
+  std::pair<wire::ErrorCode, std::string> refusal(const std::string& frame) {
+    send(frame);
+    zmq::message_t reply;
+    REQUIRE(socket_.recv(reply, zmq::recv_flags::none));
+    auto decoded = wire::decode(reply.to_string_view());
+    REQUIRE(decoded);
+    REQUIRE(decoded->envelope().which() == Envelope::ERROR);
+    const auto error = decoded->envelope().getError();
+    return {error.getCode(), wire::text(error.getMessage())};
+  }
+
+ private:
+  zmq::context_t context_;
+  zmq::socket_t socket_;
+};
+
+// A compromised worker: joins as `id`, leases trials and reports whatever a
+// test makes it.
+class RogueWorker : public Peer {
+ public:
+  RogueWorker(const std::string& endpoint, const std::string& id, const Keys* keys = nullptr,
+              const std::vector<std::string>& warnings = {})
+      : Peer(endpoint, keys) {
+    capnp::MallocMessageBuilder hello;
+    auto h = wire::start(hello, request_++).initWorkerHello();
+    h.setWorkerId(id);
+    h.setSlots(64);
+    auto list = h.initWarnings(static_cast<unsigned>(warnings.size()));
+    for (unsigned i = 0; i < warnings.size(); ++i) {
+      list.set(i, capnp::Text::Reader(warnings[i].data(), warnings[i].size()));
+    }
+    send(hello);
+    next(Envelope::WELCOME);
+  }
+
+  // Leases `count` trials, asking until the coordinator has given them all.
+  std::vector<Leased> lease(std::size_t count) {
+    std::vector<Leased> out;
+    while (out.size() < count) {
+      capnp::MallocMessageBuilder message;
+      wire::start(message, request_++)
+          .initRequestWork()
+          .setFreeSlots(static_cast<std::uint32_t>(count - out.size()));
+      send(message);
+      auto answer = next(Envelope::ASSIGNMENTS);
+      for (auto a : answer.envelope().getAssignments().getAssignments()) {
+        out.push_back({wire::text(a.getTrial().getJob()), a.getTrial().getIndex(),
+                       a.getTrial().getAttempt()});
+      }
+    }
+    return out;
+  }
+
+  // Reports `trial` as `outcome` with `events`, after `shape` set the rest;
+  // the coordinator's verdict on it.
+  std::string report(
+      const Leased& trial, Outcome outcome, const std::vector<Forged>& events,
+      const std::function<void(forktrial::schema::wire::Report::Builder)>& shape = {}) {
+    capnp::MallocMessageBuilder message(1 << 16);
+    auto report = wire::start(message, request_++).initReport();
+    auto ref = report.initTrial();
+    ref.setJob(trial.job);
+    ref.setIndex(trial.index);
+    ref.setAttempt(trial.attempt);
+    report.setOutcome(static_cast<std::uint8_t>(outcome));
+    report.setForkSeq(31);
+    auto list = report.initEvents(static_cast<unsigned>(events.size()));
+    auto text = [](const std::string& s) { return capnp::Text::Reader(s.data(), s.size()); };
+    for (unsigned i = 0; i < events.size(); ++i) {
+      const Forged& f = events[i];
+      auto e = list[i];
+      e.setId(text(f.id));
+      e.setType(text(f.type));
+      e.setPayload(text(f.payload));
+      e.setTimestamp(text(f.timestamp));
+      if (!f.actor.empty()) e.getActor().setActorName(text(f.actor));
+      if (!f.caused_by.empty()) e.getCause().setCausedBy(text(f.caused_by));
+    }
+    if (shape) shape(report);
+    send(message);
+    auto ack = next(Envelope::REPORT_ACK);
+    return wire::text(ack.envelope().getReportAck().getVerdict());
+  }
+
+  // Says the attempt of `trial` failed, for `reason`; the verdict.
+  std::string attempt_failed(const Leased& trial, const std::string& reason) {
+    capnp::MallocMessageBuilder message;
+    auto failed = wire::start(message, request_++).initAttemptFailed();
+    auto ref = failed.initTrial();
+    ref.setJob(trial.job);
+    ref.setIndex(trial.index);
+    ref.setAttempt(trial.attempt);
+    failed.setReason(capnp::Text::Reader(reason.data(), reason.size()));
+    send(message);
+    auto ack = next(Envelope::REPORT_ACK);
+    return wire::text(ack.envelope().getReportAck().getVerdict());
+  }
+
+ private:
+  std::uint64_t request_ = 1;
+};
+
+// A job of `trials` greeter trials forked from run_chat at evt_031, with
+// the default write budget (100,000 events).
+std::string greeter_job(Cluster& cluster, int trials) {
+  return cluster.submit(cluster.outcome_batch(trials, 1));
+}
+
+// The results of `job`, by trial index.
+std::map<std::uint32_t, json> results_by_index(Cluster& cluster, const std::string& job) {
+  std::map<std::uint32_t, json> out;
+  for (auto& r : cluster.results(job)) out[r["index"].get<std::uint32_t>()] = r;
+  return out;
+}
+
+// Every run of the store reads back whole, as scripts read it: `run export`
+// and `run events --json` of every run succeed.
+void every_run_reads_back(Cluster& cluster) {
+  auto listed = run_forktrial({"run", "ls", "--store", cluster.store, "--json"});
+  REQUIRE(listed.exit_code == 0);
+  for (const auto& run : json::parse(listed.out)) {
+    const std::string id = run["id"];
+    for (const char* command : {"export", "events"}) {
+      std::vector<std::string> args{"run", command, id, "--store", cluster.store};
+      if (std::string(command) == "events") args.push_back("--json");
+      auto read = run_forktrial(args);
+      INFO(id << " " << command << ": " << read.err);
+      CHECK(read.exit_code == 0);
+    }
+  }
+}
+
+// Clients still read everything: status, workers and every job's results.
+void clients_still_read(Cluster& cluster) {
+  auto status = cluster.client({"status", "--json"});
+  INFO(status.err);
+  REQUIRE(status.exit_code == 0);
+  for (const auto& job : json::parse(status.out)["jobs"]) {
+    auto results = cluster.client({"results", job["job"].get<std::string>(), "--json"});
+    INFO(results.err);
+    CHECK(results.exit_code == 0);
+  }
+  auto workers = cluster.client({"workers", "--json"});
+  INFO(workers.err);
+  CHECK(workers.exit_code == 0);
+  auto text = cluster.client({"status"});
+  CHECK(text.exit_code == 0);
+}
+
+// The reports a local parent would never record, each on its own trial, and
+// the rule each breaks (as the verdict and the result name it).
+struct Forgery {
+  std::string what;
+  std::vector<Forged> events;
+  std::string rule;
+  std::function<void(forktrial::schema::wire::Report::Builder)> shape = {};
+};
+
+std::vector<Forgery> forgeries() {
+  const std::string zwsp = "\u200b", wj = "\u2060";
+  auto one = [](Forged f) { return std::vector<Forged>{std::move(f)}; };
+  return {
+      {"the parent's wall-clock record",
+       one({.id = "evt_f1",
+            .type = "trial.wall_clock_exhausted",
+            .payload = R"({"limit_seconds": 1})",
+            .actor = "forktrial.parent"}),
+       "poses as a parent record"},
+      {"a behavior.failed by runtime naming no behavior",
+       one({.id = "evt_f2", .type = "behavior.failed", .payload = "{}", .actor = "runtime"}),
+       "behavior"},
+      {"a behavior.failed by the candidate",
+       one({.id = "evt_f3",
+            .type = "behavior.failed",
+            .payload = R"({"behavior": "x", "event_id": "evt_031"})",
+            .actor = "candidate",
+            .caused_by = "evt_031"}),
+       "runtime"},
+      {"a truncated payload", one({.id = "evt_f4", .payload = R"({"a": )"}), "payload"},
+      {"a NaN payload", one({.id = "evt_f5", .payload = R"({"score": NaN})"}), "NaN"},
+      {"a payload with a repeated key", one({.id = "evt_f6", .payload = R"({"a": 1, "a": 2})"}),
+       "payload"},
+      {"an array payload", one({.id = "evt_f7", .payload = "[1, 2]"}), "payload"},
+      {"a payload that is not JSON", one({.id = "evt_f8", .payload = "hello"}), "payload"},
+      {"a reserved type behind U+200B",
+       one({.id = "evt_f9", .type = "trial" + zwsp + ".wall_clock_exhausted"}), "U+200B"},
+      {"the runtime's actor behind U+2060", one({.id = "evt_fa", .actor = "runtime" + wj}),
+       "U+2060"},
+      {"an event stamped before the fork point",
+       one({.id = "evt_fb", .timestamp = "2020-01-01T00:00:00Z"}), "never goes backwards"},
+      {"an outcome forktrial does not have",
+       {},
+       "outcome 200",
+       [](auto report) { report.setOutcome(200); }},
+      {"a wall-clock kill of a completed trial",
+       {},
+       "wall clock killed",
+       [](auto report) { report.setWallClockKilled(true); }},
+  };
+}
+
+// Every forgery fails its attempt, with the rule, and nothing of it is
+// recorded; one honest report beside them is recorded.
+void forgeries_fail_their_attempts(Cluster& cluster, const Keys* keys) {
+  const auto all = forgeries();
+  const std::string job = greeter_job(cluster, static_cast<int>(all.size()) + 1);
+  RogueWorker worker(cluster.endpoint, "rogue", keys);
+  auto leased = worker.lease(all.size() + 1);
+  std::map<std::uint32_t, std::size_t> forgery_of;  // trial index -> forgery
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    const Forgery& f = all[i];
+    INFO(f.what);
+    const std::string verdict = worker.report(leased[i], Outcome::completed, f.events, f.shape);
+    CHECK_THAT(verdict, Catch::StartsWith("refused: worker rogue's report breaks the rules") &&
+                            Catch::Contains(f.rule) && Catch::Contains("the attempt failed"));
+    forgery_of[leased[i].index] = i;
+  }
+  const Leased& honest = leased.back();
+  CHECK(worker.report(honest, Outcome::completed,
+                      {{.id = "evt_h1", .type = "chat.note", .payload = R"({"text": "hi"})"}}) ==
+        "accepted");
+
+  auto results = results_by_index(cluster, job);
+  REQUIRE(results.size() == all.size() + 1);
+  for (const auto& [index, result] : results) {
+    INFO(result.dump());
+    if (index == honest.index) {
+      CHECK(result["status"] == "reconciled");
+      CHECK(result["events_appended"] == 1);
+      continue;
+    }
+    // --max-attempts 1: the failed attempt abandons the trial, saying why.
+    CHECK(result["status"] == "abandoned");
+    CHECK(result["fork_run_id"].is_null());
+    CHECK_THAT(result["detail"].get<std::string>(), Catch::Contains(all[forgery_of[index]].rule));
+  }
+  CHECK(cluster.forks().size() == 1);
+  every_run_reads_back(cluster);
+  clients_still_read(cluster);
+}
+
+}  // namespace
+
+TEST_CASE("a compromised worker's forged records and payloads fail their attempts, unrecorded",
+          "[cluster][rogue]") {
+  Cluster cluster;
+  cluster.start_coordinator("30", {"--max-attempts", "1"});
+  forgeries_fail_their_attempts(cluster, nullptr);
+}
+
+TEST_CASE("a compromised worker with a listed key is held to the same rules",
+          "[cluster][rogue][curve]") {
+  Keys keys;
+  Cluster cluster;
+  cluster.endpoint = "tcp://127.0.0.1:" + std::to_string(free_tcp_port());
+  cluster.client_extra = keys.as("client");
+  cluster.start_coordinator("30", with({"--max-attempts", "1"}, keys.coordinator()));
+  forgeries_fail_their_attempts(cluster, &keys);
+}
+
+TEST_CASE("text that is not UTF-8 is repaired or refused at the wire, and every client reads on",
+          "[cluster][rogue]") {
+  Cluster cluster;
+  cluster.start_coordinator("30", {"--max-attempts", "1"});
+  const std::string bad = "bad \xff\xfe text \xc3";
+  const std::string job = greeter_job(cluster, 3);
+  // Hello warnings are prose: repaired.
+  RogueWorker worker(cluster.endpoint, "rogue", nullptr, {bad, "fine"});
+  auto leased = worker.lease(3);
+  // A report's detail is prose: repaired, and the report is recorded.
+  CHECK(worker.report(leased[0], Outcome::completed, {}, [&](auto report) {
+    report.setDetail(capnp::Text::Reader(bad.data(), bad.size()));
+    auto warnings = report.initWarnings(1);
+    warnings.set(0, capnp::Text::Reader(bad.data(), bad.size()));
+  }) == "accepted");
+  // A failure reason is prose: repaired.
+  CHECK(worker.attempt_failed(leased[1], bad) == "accepted");
+  // An event's type is a name: held to the store's rule with the rest of
+  // the delta, which fails the attempt.
+  {
+    Forged event{.id = "evt_u1", .type = bad};
+    CHECK_THAT(worker.report(leased[2], Outcome::completed, {event}),
+               Catch::StartsWith("refused: ") && Catch::Contains("UTF-8"));
+  }
+  // A trial's job is a name: the whole message is refused as malformed,
+  // naming the field, and nothing of it is taken.
+  {
+    capnp::MallocMessageBuilder message;
+    auto report = wire::start(message, 90).initReport();
+    auto ref = report.initTrial();
+    ref.setJob(capnp::Text::Reader(bad.data(), bad.size()));
+    ref.setIndex(0);
+    ref.setAttempt(1);
+    const auto [code, text] = worker.refusal(wire::encode(message));
+    CHECK(code == wire::ErrorCode::MALFORMED);
+    CHECK_THAT(text, Catch::Contains("field report.trial.job is not valid UTF-8 (byte 0xFF"));
+  }
+  // A job's name is a name: refused.
+  {
+    Peer client(cluster.endpoint, nullptr);
+    capnp::MallocMessageBuilder hello;
+    wire::start(hello, 1).setClientHello();
+    client.send(hello);
+    client.next(Envelope::OK);
+    capnp::MallocMessageBuilder message;
+    auto submit = wire::start(message, 2).initSubmitJob();
+    submit.setName(capnp::Text::Reader(bad.data(), bad.size()));
+    submit.initSpecs(0);
+    const auto [code, text] = client.refusal(wire::encode(message));
+    CHECK(code == wire::ErrorCode::MALFORMED);
+    CHECK_THAT(text, Catch::Contains("submitJob.name") && Catch::Contains("not valid UTF-8"));
+  }
+  auto results = results_by_index(cluster, job);
+  const std::string repaired = "bad \ufffd\ufffd text \ufffd";
+  CHECK_THAT(results[leased[0].index]["detail"].get<std::string>(), Catch::Contains(repaired));
+  CHECK_THAT(results[leased[1].index]["detail"].get<std::string>(), Catch::Contains(repaired));
+  auto workers = json::parse(cluster.client({"workers", "--json"}).out);
+  REQUIRE(workers["workers"].size() == 1);
+  CHECK(workers["workers"][0]["degraded_nets"] == json::array({repaired, "fine"}));
+  every_run_reads_back(cluster);
+  clients_still_read(cluster);
+}
+
+TEST_CASE("a report past the write budget or the verdict's bounds is not recorded whole",
+          "[cluster][rogue]") {
+  Cluster cluster;
+  cluster.start_coordinator("60", {"--max-attempts", "1"});
+  const std::string job = greeter_job(cluster, 2);
+  RogueWorker worker(cluster.endpoint, "rogue");
+  auto leased = worker.lease(2);
+  // 150,000 events for a budget of 100,000 (and its closing record).
+  std::vector<Forged> flood(150'000);
+  for (std::size_t i = 0; i < flood.size(); ++i) flood[i].id = "evt_n" + std::to_string(i);
+  CHECK_THAT(worker.report(leased[0], Outcome::completed, flood),
+             Catch::Contains("write budget") && Catch::Contains("max_appended_events = 100000") &&
+                 Catch::Contains("the attempt failed"));
+  // A 100 MiB detail and 10,000 warnings: recorded within the bounds a
+  // local verdict has.
+  const std::string huge(std::size_t{100} << 20, 'd');
+  CHECK(worker.report(leased[1], Outcome::completed, {}, [&](auto report) {
+    report.setDetail(capnp::Text::Reader(huge.data(), huge.size()));
+    auto warnings = report.initWarnings(10'000);
+    for (unsigned i = 0; i < 10'000; ++i) warnings.set(i, "w");
+  }) == "accepted");
+  auto results = results_by_index(cluster, job);
+  INFO(results[leased[0].index].dump());
+  CHECK(results[leased[0].index]["status"] == "abandoned");
+  const auto& big = results[leased[1].index];
+  CHECK(big["status"] == "reconciled");
+  CHECK(big["detail"].get<std::string>().size() <= (std::size_t{272} << 10) + 1024);
+  CHECK(big["detail"].get<std::string>().size() >= (std::size_t{200} << 10));
+  CHECK(big["warnings"].size() == 65);
+  CHECK(cluster.forks().size() == 1);
+  every_run_reads_back(cluster);
+  clients_still_read(cluster);
+}
