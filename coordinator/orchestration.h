@@ -33,6 +33,10 @@ struct TrialInput {
   std::string payload;
   Digest segment;
   std::vector<Digest> bundles;
+  // The most one attempt may run once started (the trial's wall clock); 0:
+  // no bound. With it, an attempt's lease has a deadline heartbeats cannot
+  // move (Scheduler::request_work).
+  Duration run_limit{0};
   friend bool operator==(const TrialInput&, const TrialInput&) = default;
 };
 
@@ -107,6 +111,8 @@ struct TrialLeased {
   WorkerId worker;
   Instant expires;
   Instant at;
+  // When the attempt ends whatever the heartbeats say (the epoch: never).
+  Instant deadline{};
   friend bool operator==(const TrialLeased&, const TrialLeased&) = default;
 };
 

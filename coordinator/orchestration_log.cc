@@ -88,6 +88,7 @@ void encode(const JobSubmitted& r, Json& out) {
     trial["payload"] = text_json(input.payload);
     trial["segment"] = input.segment.str();
     trial["bundles"] = digests_json(input.bundles);
+    if (input.run_limit.count() > 0) trial["run_ms"] = input.run_limit.count();
     trials.push_back(std::move(trial));
   }
   out["trials"] = std::move(trials);
@@ -127,6 +128,7 @@ void encode(const TrialLeased& r, Json& out) {
   out["attempt"] = r.attempt;
   out["worker"] = text_json(r.worker.str());
   out["expires"] = instant_json(r.expires);
+  if (r.deadline != Instant{}) out["deadline"] = instant_json(r.deadline);
 }
 
 void encode(const TrialRequeued& r, Json& out) {
@@ -263,6 +265,16 @@ class Fields {
       return 0;
     }
     return *number;
+  }
+
+  // Fields later builds write; a record without one has `absent`.
+  Duration duration_or(std::string_view key, Duration absent) {
+    if (object_ == nullptr || problem_.found() || !object_->contains(key)) return absent;
+    return Duration{integer(key, 0, std::numeric_limits<Duration::rep>::max())};
+  }
+  Instant instant_or(std::string_view key, Instant absent) {
+    if (object_ == nullptr || problem_.found() || !object_->contains(key)) return absent;
+    return instant(key);
   }
 
   Instant instant(std::string_view key) {
@@ -416,6 +428,7 @@ void decode(Fields& f, JobSubmitted& r) {
     input.payload = trial.text("payload");
     input.segment = trial.digest("segment");
     input.bundles = trial.digests("bundles");
+    input.run_limit = trial.duration_or("run_ms", Duration{0});
     trial.finish();
   });
 }
@@ -453,6 +466,7 @@ void decode(Fields& f, TrialLeased& r) {
   r.attempt = f.u32("attempt");
   r.worker = WorkerId{f.text("worker")};
   r.expires = f.instant("expires");
+  r.deadline = f.instant_or("deadline", Instant{});
 }
 
 void decode(Fields& f, TrialRequeued& r) {

@@ -83,6 +83,8 @@ struct Trial {
   std::vector<DigestIx> digests;     // the segment's, then the bundles'
   std::vector<std::string> reasons;  // of each failed attempt
   Instant lease_expires{};           // while leased
+  Instant lease_deadline{};          // while leased: when it ends, renewed or not (epoch: never)
+  Duration run_limit{0};
   WorkerIx worker = kNoWorker;       // the holder of the last lease
   Attempt attempt = 1;               // the live or next attempt
   Attempt leased_attempt = 0;        // the last attempt leased; 0: none
@@ -291,6 +293,7 @@ struct Scheduler::State {
     for (std::size_t i = 0; i < r.trials.size(); ++i) {
       Trial& t = job.trials[i];
       t.payload = r.trials[i].payload;
+      t.run_limit = r.trials[i].run_limit;
       t.digests.reserve(1 + r.trials[i].bundles.size());
       t.digests.push_back(intern(r.trials[i].segment));
       for (const Digest& bundle : r.trials[i].bundles) t.digests.push_back(intern(bundle));
@@ -374,9 +377,14 @@ struct Scheduler::State {
       }
       Trial& t = trial(*key);
       lease_expiries.erase({t.lease_expires, *key});
-      t.lease_expires = r.expires;
-      lease_expiries.insert({r.expires, *key});
+      t.lease_expires = bounded_expiry(r.expires, t.lease_deadline);
+      lease_expiries.insert({t.lease_expires, *key});
     }
+  }
+
+  // A lease's expiry as renewed, never past its deadline.
+  static Instant bounded_expiry(Instant expires, Instant deadline) {
+    return deadline == Instant{} ? expires : std::min(expires, deadline);
   }
 
   void apply_one(const TrialLeased& r) {
@@ -389,8 +397,9 @@ struct Scheduler::State {
     Trial& t = trial(key);
     t.worker = index;
     t.leased_attempt = r.attempt;
-    t.lease_expires = r.expires;
-    lease_expiries.insert({r.expires, key});
+    t.lease_deadline = r.deadline;
+    t.lease_expires = bounded_expiry(r.expires, r.deadline);
+    lease_expiries.insert({t.lease_expires, key});
     Worker& worker = workers[index];
     worker.leases.insert(key);
     worker.cached.insert(t.digests.begin(), t.digests.end());
@@ -654,6 +663,15 @@ std::expected<Records, Refusal> Scheduler::worker_joined(WorkerHello hello, Inst
     return std::unexpected(
         Refusal{ErrorCode::invalid_argument, "worker " + hello.id.str() + " offers no slots"});
   }
+  if (hello.slots > state_->config.max_worker_slots) {
+    return std::unexpected(
+        Refusal{ErrorCode::invalid_argument,
+                "worker " + hello.id.str() + " offers " + std::to_string(hello.slots) +
+                    " slots; this coordinator takes at most " +
+                    std::to_string(state_->config.max_worker_slots) +
+                    " a worker (give a smaller --slots, or start the coordinator with a larger "
+                    "--max-worker-slots)"});
+  }
   if (hello.prefetch > kMaxPrefetch) {
     return std::unexpected(Refusal{ErrorCode::invalid_argument,
                                    "worker " + hello.id.str() + " asks to prefetch " +
@@ -717,8 +735,17 @@ std::expected<WorkResult, Refusal> Scheduler::request_work(const WorkerId& worke
     const TrialKey key{job, chosen};
     const Assignment assignment{state_->id_of(key), state_->trial(key).attempt,
                                 now + state_->config.lease_duration};
+    // Trials queued on the worker before this one, beyond its slots, each
+    // run before it starts: a slot's worth of them per run limit.
+    const std::size_t ahead =
+        w.leases.size() < w.slots ? 0 : (w.leases.size() - w.slots) / w.slots + 1;
+    const Duration run_limit = state_->trial(key).run_limit;
+    const Instant deadline = run_limit.count() == 0
+                                 ? Instant{}
+                                 : now + 2 * state_->config.lease_duration +
+                                       run_limit * static_cast<Duration::rep>(ahead + 1);
     state_->record(result.records, TrialLeased{assignment.trial, assignment.attempt, worker,
-                                               assignment.expires, now});
+                                               assignment.expires, now, deadline});
     result.assignments.push_back(assignment);
   }
   return result;
@@ -733,9 +760,16 @@ Records Scheduler::tick(Instant now) {
   }
   while (!s.lease_expiries.empty() && s.lease_expiries.begin()->first <= now) {
     const auto [expires, key] = *s.lease_expiries.begin();
+    const Trial& t = s.trial(key);
+    const std::string holder = "worker " + s.workers[t.worker].id.str();
     s.fail_attempt(key,
-                   "lease on worker " + s.workers[s.trial(key).worker].id.str() + " expired at " +
-                       text_of(expires),
+                   expires == t.lease_deadline
+                       ? holder + " held it to its deadline " + text_of(expires) +
+                             " without reporting (its run limit of " +
+                             std::to_string(t.run_limit.count()) +
+                             " ms, and a lease each to start it and to report); heartbeats do "
+                             "not extend an attempt past it"
+                       : "lease on " + holder + " expired at " + text_of(expires),
                    now, out);
   }
   return out;
@@ -884,9 +918,11 @@ std::string Scheduler::state_text() const {
       for (const std::string& reason : t.reasons) reasons += " [" + reason + "]";
       line(" trial " + std::to_string(i) + " " + std::string(trial_status_name(t.status)) +
            " attempt=" + std::to_string(t.attempt) + " leased=" + std::to_string(t.leased_attempt) +
-           " worker=" + (t.worker == kNoWorker ? "-" : s.workers[t.worker].id.str()) + " expires=" +
-           millis(t.lease_expires) + " digests" + digests + " payload=" + t.payload + " reasons" +
-           reasons + " outcome=" + (t.outcome ? std::string(outcome_name(*t.outcome)) : "-"));
+           " worker=" + (t.worker == kNoWorker ? "-" : s.workers[t.worker].id.str()) +
+           " expires=" + millis(t.lease_expires) + " deadline=" + millis(t.lease_deadline) +
+           " run_limit=" + std::to_string(t.run_limit.count()) + " digests" + digests +
+           " payload=" + t.payload + " reasons" + reasons +
+           " outcome=" + (t.outcome ? std::string(outcome_name(*t.outcome)) : "-"));
     }
     std::string queue;
     for (const std::uint32_t index : job.queue) queue += " " + std::to_string(index);

@@ -89,6 +89,9 @@ struct SchedulerConfig {
   Duration lease_duration{30'000};  // a lease's life from its grant or last renewal
   Duration worker_timeout{30'000};  // a worker unheard of for this long is lost
   Attempt max_attempts = 3;         // attempts of a trial before it is abandoned
+  // The most slots a worker may offer: a worker claiming more is refused,
+  // so that no worker can be leased the whole queue.
+  std::uint32_t max_worker_slots = 1024;
 };
 
 enum class TrialStatus : std::uint8_t {
@@ -249,7 +252,8 @@ class Scheduler {
 
   // A worker's hello (worker.joined). A worker that joins under the id of a
   // live one is a new incarnation: the old one is lost first, and its leases
-  // requeued. Refused: an empty id, zero slots.
+  // requeued. Refused: an empty id, zero slots, more slots than
+  // max_worker_slots, a prefetch past kMaxPrefetch.
   std::expected<Records, Refusal> worker_joined(WorkerHello hello, Instant now);
 
   // The worker's running set: renews those that are its live leases
@@ -267,6 +271,12 @@ class Scheduler {
 
   // Up to min(free_slots, room it has left: slots + prefetch - its leases) assignments
   // (trial.leased each). Refused: a worker that is unknown or lost.
+  //
+  // A trial with a run limit (its wall clock) gets a deadline heartbeats
+  // cannot move: the lease to start it, the run limit for each trial queued
+  // before it on the worker beyond its slots and for itself, and a lease to
+  // report. A worker that holds a trial without running it (a compromised
+  // one keeping leases alive with heartbeats) loses it then.
   std::expected<WorkResult, Refusal> request_work(const WorkerId& worker, std::uint32_t free_slots,
                                                   Instant now);
 

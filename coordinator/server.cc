@@ -3,6 +3,7 @@
 #include <sys/statvfs.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -1367,6 +1368,9 @@ class Server {
       }
       TrialInput input;
       const auto& spec = submitted->spec();
+      // The wall clock bounds an attempt's lease (Scheduler::request_work).
+      input.run_limit =
+          Duration{static_cast<Duration::rep>(std::ceil(spec.limits.wall_clock_seconds * 1000))};
       for (const auto* pack : sandbox::packs_in_load_order(spec)) {
         auto archive = wire::archive_of_root(pack->root_dir);
         if (!archive || !pack->expected_bundle_hash) {

@@ -187,6 +187,11 @@ void add_coordinator(CLI::App& app) {
                   "refused whole")
       ->capture_default_str()
       ->check(CLI::Range(std::size_t{1}, std::size_t{100'000'000}));
+  cmd->add_option("--max-worker-slots", config->scheduler.max_worker_slots,
+                  "Slots a worker may offer, at most: a worker claiming more is refused, so no "
+                  "worker can be leased the whole queue")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1'000'000u));
   cmd->add_option("--key", *key,
                   "The coordinator's CurveZMQ keypair file (forktrial keygen): the endpoint then "
                   "speaks CURVE only, and admits only the listed keys");

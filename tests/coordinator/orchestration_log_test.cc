@@ -198,6 +198,24 @@ TEST_CASE("a record event holds the record's fields as JSON, its time and the co
                                  digest(1).str() + R"(","bundles":[")" + digest(2).str() +
                                  R"("]}],"at":1700000000001})");
 
+  // A trial's run limit and a lease's deadline are written when there is
+  // one, and read back; records without them read as before.
+  {
+    TrialInput limited{"p", digest(1), {}};
+    limited.run_limit = Duration{10'000};
+    const OrchestrationRecord job_record =
+        JobSubmitted{JobId{"j"}, 0, "n", {limited, TrialInput{"q", digest(1), {}}}, at(1)};
+    const store::NewEvent job_event = to_event(job_record, 1);
+    CHECK_THAT(job_event.payload, Catch::Contains(R"("bundles":[],"run_ms":10000})") &&
+                                      Catch::Contains(R"("payload":"q","segment":")"));
+    CHECK(record_of(store::view_of(job_event)).value() == job_record);
+    TrialLeased lease{trial("a", 3), 2, WorkerId{"w1"}, at(10'000), at(0)};
+    lease.deadline = at(50'000);
+    const store::NewEvent lease_event = to_event(lease, 1);
+    CHECK_THAT(lease_event.payload, Catch::Contains(R"("deadline":1700000050000)"));
+    CHECK(record_of(store::view_of(lease_event)).value() == OrchestrationRecord{lease});
+  }
+
   // Text that is not UTF-8 is kept as its bytes in hex.
   CHECK(to_event(WorkerLost{WorkerId{"w\xff"}, "ok", at(0)}, 1).payload ==
         R"({"worker":{"hex":"77ff"},"reason":"ok","at":1700000000000})");

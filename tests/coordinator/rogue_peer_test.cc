@@ -5,9 +5,12 @@
 // child. Run without keys and with CurveZMQ keys.
 #include <capnp/message.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 #include <zmq.hpp>
 
@@ -104,12 +107,12 @@ class Peer {
 class RogueWorker : public Peer {
  public:
   RogueWorker(const std::string& endpoint, const std::string& id, const Keys* keys = nullptr,
-              const std::vector<std::string>& warnings = {})
+              const std::vector<std::string>& warnings = {}, std::uint32_t slots = 64)
       : Peer(endpoint, keys) {
     capnp::MallocMessageBuilder hello;
     auto h = wire::start(hello, request_++).initWorkerHello();
     h.setWorkerId(id);
-    h.setSlots(64);
+    h.setSlots(slots);
     auto list = h.initWarnings(static_cast<unsigned>(warnings.size()));
     for (unsigned i = 0; i < warnings.size(); ++i) {
       list.set(i, capnp::Text::Reader(warnings[i].data(), warnings[i].size()));
@@ -165,6 +168,20 @@ class RogueWorker : public Peer {
     send(message);
     auto ack = next(Envelope::REPORT_ACK);
     return wire::text(ack.envelope().getReportAck().getVerdict());
+  }
+
+  // A heartbeat naming `running`.
+  void heartbeat(const std::vector<Leased>& running) {
+    capnp::MallocMessageBuilder message;
+    auto list = wire::start(message, request_++)
+                    .initHeartbeat()
+                    .initRunning(static_cast<unsigned>(running.size()));
+    for (unsigned i = 0; i < running.size(); ++i) {
+      list[i].setJob(running[i].job);
+      list[i].setIndex(running[i].index);
+      list[i].setAttempt(running[i].attempt);
+    }
+    send(message);
   }
 
   // Says the attempt of `trial` failed, for `reason`; the verdict.
@@ -437,5 +454,55 @@ TEST_CASE("a report past the write budget or the verdict's bounds is not recorde
   CHECK(big["warnings"].size() == 65);
   CHECK(cluster.forks().size() == 1);
   every_run_reads_back(cluster);
+  clients_still_read(cluster);
+}
+
+TEST_CASE("a worker cannot claim the queue with slots, nor hold a trial with heartbeats",
+          "[cluster][rogue]") {
+  Cluster cluster;
+  cluster.start_coordinator("1", {"--max-attempts", "1", "--max-worker-slots", "4"});
+  // Trials with a wall clock of one second.
+  std::string batch = cluster.read(cluster.outcome_batch(6, 1));
+  const std::string twenty = "\"wall_clock_seconds\":20", one = "\"wall_clock_seconds\":1";
+  for (std::size_t at = 0; (at = batch.find(twenty, at)) != std::string::npos;) {
+    batch.replace(at, twenty.size(), one);
+  }
+  const std::string job = cluster.submit(cluster.dir.write("short.jsonl", batch).string());
+  {
+    // Four billion slots: refused at the hello, saying what to do.
+    Peer greedy(cluster.endpoint, nullptr);
+    capnp::MallocMessageBuilder hello;
+    auto h = wire::start(hello, 1).initWorkerHello();
+    h.setWorkerId("greedy");
+    h.setSlots(4'000'000'000u);
+    const auto [code, text] = greedy.refusal(wire::encode(hello));
+    CHECK(code == wire::ErrorCode::REFUSED);
+    CHECK_THAT(text, Catch::Contains("offers 4000000000 slots; this coordinator takes at most 4") &&
+                         Catch::Contains("--max-worker-slots"));
+  }
+  // At the most slots it may have, a worker is leased no more than them.
+  RogueWorker hoarder(cluster.endpoint, "hoarder", nullptr, {}, 4);
+  const auto held = hoarder.lease(4);
+  CHECK(held.size() == 4);
+  // It heartbeats its leases and never runs them: they end at their
+  // deadline (a second's wall clock and a lease either side), not later.
+  const auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    hoarder.heartbeat(held);
+    auto results = results_by_index(cluster, job);
+    const auto abandoned = std::count_if(results.begin(), results.end(), [](const auto& r) {
+      return r.second["status"] == "abandoned";
+    });
+    if (abandoned == 4) {
+      for (const auto& lease : held) {
+        CHECK_THAT(results[lease.index]["detail"].get<std::string>(),
+                   Catch::Contains("worker hoarder held it to its deadline") &&
+                       Catch::Contains("heartbeats do not extend an attempt past it"));
+      }
+      break;
+    }
+    REQUIRE(std::chrono::steady_clock::now() - start < std::chrono::seconds(30));
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
   clients_still_read(cluster);
 }

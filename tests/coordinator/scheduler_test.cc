@@ -150,6 +150,73 @@ TEST_CASE("a heartbeat renews the worker's leases and names the attempts it shou
   CHECK(only<TrialRequeued>(s.tick(at(18'000))).trial == trial("a", 0));
 }
 
+TEST_CASE("heartbeats cannot hold a trial past its run limit and a lease each side of it",
+          "[coordinator][scheduler]") {
+  Logged s(kShortLeases);  // 10 s leases
+  JobSubmission submission = testing::job("a", 0, 4);
+  for (auto& input : submission.trials) input.run_limit = Duration{5'000};
+  s.submit(std::move(submission), at(0));
+  s.keep(s.scheduler.worker_joined(WorkerHello{WorkerId{"w1"}, 2, 2, {}}, at(0)));
+  const auto leased = s.work("w1", 4, at(0));
+  REQUIRE(leased.size() == 4);
+  // Two start now: deadline 10 + 5 + 10 s. Two wait for a slot: one run
+  // limit more.
+  std::vector<Instant> deadlines;
+  for (const auto& record : s.log) {
+    if (const auto* lease = std::get_if<TrialLeased>(&record)) deadlines.push_back(lease->deadline);
+  }
+  CHECK(deadlines == std::vector{at(25'000), at(25'000), at(30'000), at(30'000)});
+  // The worker heartbeats every 5 s, naming all four, and never reports.
+  std::vector<AttemptRef> running;
+  for (const auto& a : leased) running.push_back({a.trial, a.attempt});
+  for (std::int64_t t = 5'000; t < 25'000; t += 5'000) {
+    s.heartbeat("w1", running, at(t));
+    CHECK(s.tick(at(t)).empty());
+  }
+  // At 20 s the renewal asked for 30 s; the lease ends at its deadline.
+  CHECK(s.scheduler.trial_state(trial("a", 0))->lease_expires == at(25'000));
+  const Records lapsed = s.tick(at(25'000));
+  REQUIRE(lapsed.size() == 2);
+  const auto& first = std::get<TrialRequeued>(lapsed[0]);
+  CHECK_THAT(first.reason, Catch::StartsWith("worker w1 held it to its deadline") &&
+                               Catch::Contains("run limit of 5000 ms") &&
+                               Catch::Contains("heartbeats do not extend an attempt past it"));
+  s.heartbeat("w1", running, at(26'000));
+  CHECK(s.tick(at(29'999)).empty());
+  CHECK(s.tick(at(30'000)).size() == 2);
+  // Replayed, the log rebuilds the same leases and deadlines.
+  CHECK(testing::replayed(s.log, kShortLeases).state_text() == s.scheduler.state_text());
+}
+
+TEST_CASE("a trial without a run limit keeps its lease while heartbeats renew it",
+          "[coordinator][scheduler]") {
+  Logged s(kShortLeases);
+  s.submit(testing::job("a", 0, 1), at(0));
+  s.join("w1", 1, at(0));
+  const auto leased = s.work("w1", 1, at(0));
+  REQUIRE(leased.size() == 1);
+  for (std::int64_t t = 5'000; t <= 100'000; t += 5'000) {
+    s.heartbeat("w1", {{leased[0].trial, 1}}, at(t));
+    CHECK(s.tick(at(t)).empty());
+  }
+}
+
+TEST_CASE("a worker offering more slots than the coordinator takes is refused",
+          "[coordinator][scheduler]") {
+  SchedulerConfig config;
+  config.max_worker_slots = 16;
+  Scheduler scheduler(config);
+  auto refused =
+      scheduler.worker_joined(WorkerHello{WorkerId{"greedy"}, 4'000'000'000u, 0, {}}, at(0));
+  REQUIRE_FALSE(refused);
+  CHECK(refused.error().code == ErrorCode::invalid_argument);
+  CHECK(refused.error().message ==
+        "worker greedy offers 4000000000 slots; this coordinator takes at most 16 a worker (give "
+        "a smaller --slots, or start the coordinator with a larger --max-worker-slots)");
+  CHECK(scheduler.worker_joined(WorkerHello{WorkerId{"fair"}, 16, 0, {}}, at(0)));
+  CHECK(SchedulerConfig{}.max_worker_slots == 1024);
+}
+
 TEST_CASE("a late report of a superseded attempt is fenced and changes nothing else",
           "[coordinator][scheduler]") {
   Logged s(kShortLeases);
