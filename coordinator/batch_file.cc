@@ -14,6 +14,7 @@
 #include "base/text.h"
 #include "pack/bundle_hash.h"
 #include "pack/manifest.h"
+#include "pack/pack_check.h"
 #include "pack/pack_files.h"
 #include "pack/scenario.h"
 #include "pack/toml.h"
@@ -112,7 +113,7 @@ class PackDirectories {
   // The index of the directory `root`, registered on first use by `key`.
   std::size_t add(const fs::path& root, const std::string& key) {
     auto [it, added] = index_.try_emplace(root.string(), dirs_.size());
-    if (added) dirs_.push_back(Directory{root, key, std::nullopt});
+    if (added) dirs_.push_back(Directory{root, key, std::nullopt, std::nullopt});
     return it->second;
   }
 
@@ -153,6 +154,54 @@ class PackDirectories {
     }
   }
 
+  // Why directory `i`, read, is not a pack a trial can run (its manifest,
+  // checked as the trial child checks it before running anything), or
+  // nullopt when it is one. Checked once per directory. A directory that is
+  // not a pack (one without manifest.toml, say) is refused here, before
+  // anything of it is archived or leaves this machine.
+  const std::optional<std::string>& manifest_problem(std::size_t i) {
+    Directory& dir = dirs_[i];
+    if (!dir.manifest_problem) {
+      std::optional<std::string> problem;
+      if (const pack::PackFiles* checked = files(i)) {
+        const pack::PackCheck check =
+            pack::check_pack(*checked, pack::RuntimeRequirement::required);
+        if (!check.ok()) {
+          std::string text = escape_controls(dir.root.string()) +
+                             " is not a pack a trial can run, so nothing of it is archived "
+                             "or uploaded:";
+          for (const std::string& line : check.problems) text += "\n  " + escape_controls(line);
+          problem = text + "\n  fix the directory (`forktrial pack check DIR` lists every problem)";
+        }
+      }
+      dir.manifest_problem.emplace(std::move(problem));
+    }
+    return *dir.manifest_problem;
+  }
+
+  // For a pack a specification asks to run without its manifest's checks
+  // (manifest_required false): a directory without manifest.toml is still
+  // no pack, and is refused as one. nullopt when it has one.
+  std::optional<std::string> marker_problem(std::size_t i) const {
+    const pack::PackFiles* read = files(i);
+    if (read == nullptr || read->contains("manifest.toml")) return std::nullopt;
+    return escape_controls(dirs_[i].root.string()) +
+           " holds no manifest.toml, so it is not a pack, and nothing of it is archived or "
+           "uploaded (manifest_required false skips the manifest's checks, not the manifest)";
+  }
+
+  // One problem per read directory that is not a pack, at the key that
+  // named it first.
+  void report_not_packs(Problems& problems,
+                        const std::unordered_map<std::string, const toml::node*>& nodes) {
+    for (std::size_t i = 0; i < dirs_.size(); ++i) {
+      if (const auto& problem = manifest_problem(i)) {
+        const auto node = nodes.find(dirs_[i].first_key);
+        problems.add(dirs_[i].first_key, node == nodes.end() ? nullptr : node->second, *problem);
+      }
+    }
+  }
+
   std::vector<BatchPack> packs() const {
     std::vector<BatchPack> out;
     out.reserve(dirs_.size());
@@ -167,6 +216,7 @@ class PackDirectories {
     fs::path root;
     std::string first_key;
     std::optional<std::expected<pack::PackFiles, pack::WalkViolations>> files;
+    std::optional<std::optional<std::string>> manifest_problem;  // once checked
   };
   fs::path base_;
   std::vector<Directory> dirs_;
@@ -672,6 +722,7 @@ std::expected<Batch, std::vector<std::string>> parse_toml(std::string_view text,
 
   dirs.read_all();
   dirs.report_unreadable(problems, nodes);
+  dirs.report_not_packs(problems, nodes);
   for (const Candidate& candidate : candidates) {
     const auto check = [&](const PackUse& use) {
       const pack::PackFiles* files = dirs.files(use.dir);
@@ -824,6 +875,7 @@ std::expected<Batch, std::vector<std::string>> parse_json_lines(std::string_view
 
   dirs.read_all();
   dirs.report_unreadable(problems, {});
+  std::set<std::size_t> not_packs;  // reported once each
   for (const Use& use : uses) {
     const pack::PackFiles* files = dirs.files(use.dir);
     if (files == nullptr) continue;
@@ -831,6 +883,14 @@ std::expected<Batch, std::vector<std::string>> parse_json_lines(std::string_view
     sandbox::PackSource& pack =
         use.extra < 0 ? spec.candidate : spec.extra_packs[static_cast<std::size_t>(use.extra)];
     const std::string where = "line " + std::to_string(use.line) + ": ";
+    if (!not_packs.contains(use.dir)) {
+      const std::optional<std::string> bad =
+          pack.manifest_required ? dirs.manifest_problem(use.dir) : dirs.marker_problem(use.dir);
+      if (bad) {
+        problems.add(where + *bad);
+        not_packs.insert(use.dir);
+      }
+    }
     const std::string field =
         (use.extra < 0 ? std::string("candidate") : item_key("extra_packs", use.extra)) +
         ".expected_bundle_hash";

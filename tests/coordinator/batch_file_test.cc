@@ -603,3 +603,50 @@ TEST_CASE("a batch file that cannot be read is named", "[coordinator][batch]") {
   CHECK(read_problems(missing) ==
         Problems{missing.string() + ": cannot open the batch file: No such file or directory"});
 }
+
+TEST_CASE("a candidate directory that is not a pack is refused before anything of it is read out",
+          "[coordinator][batch]") {
+  TempDir dir;
+  candidate(dir, "packs/good");
+  // A home directory named by mistake: a key, and no manifest.toml.
+  dir.write("home/.ssh/id_ed25519", "-----BEGIN OPENSSH PRIVATE KEY-----\nsecret\n");
+  dir.write("home/notes.lua", "return {}\n");
+  const auto toml = dir.write("batch.toml", R"(
+run = "run_chat"
+at = ["evt_006"]
+[[candidates]]
+pack = "packs/good"
+[[candidates]]
+pack = "home"
+)");
+  const Problems problems = read_problems(toml);
+  REQUIRE(problems.size() == 1);
+  CHECK_THAT(problems[0], Catch::Contains("candidates[1].pack") &&
+                              Catch::Contains(normal(dir.path() / "home") +
+                                              " is not a pack a trial can run, so nothing of it "
+                                              "is archived or uploaded:") &&
+                              Catch::Contains("manifest.toml") &&
+                              Catch::Contains("forktrial pack check DIR"));
+  // JSON Lines: once per directory, however many trials name it.
+  std::string lines;
+  for (int i = 0; i < 3; ++i) {
+    lines += R"({"schema_version":1,"parent_run_id":"run_chat","at_event":"evt_006","label":"t)" +
+             std::to_string(i) + R"(","candidate":{"root_dir":"home"}})" + "\n";
+  }
+  const Problems jsonl = read_problems(dir.write("batch.jsonl", lines));
+  REQUIRE(jsonl.size() == 1);
+  CHECK_THAT(jsonl[0], Catch::StartsWith("line 1: ") && Catch::Contains("is not a pack"));
+  // A spec asking for no manifest check still names a pack: one with a
+  // manifest.toml is taken as it says, one without none is refused.
+  const auto raw = [&](const std::string& root) {
+    return dir.write("raw.jsonl",
+                     R"({"schema_version":1,"parent_run_id":"run_chat","at_event":"evt_006",)"
+                     R"("label":"raw","candidate":{"root_dir":")" +
+                         root + R"(","manifest_required":false}})" + "\n");
+  };
+  dir.write("loose/manifest.toml", "not even TOML [");
+  CHECK(read_ok(raw("loose")).trials.size() == 1);
+  const Problems unmarked = read_problems(raw("home"));
+  REQUIRE(unmarked.size() == 1);
+  CHECK_THAT(unmarked[0], Catch::Contains("holds no manifest.toml, so it is not a pack"));
+}
