@@ -995,6 +995,7 @@ class Server {
     std::vector<store::NewEvent> events;
     std::uint64_t duration_ms = 0;
     std::chrono::steady_clock::time_point received;  // for the reconciliation's latency
+    sandbox::Isolation isolation = sandbox::Isolation::standard;
   };
 
   // The fork point's timestamp of a submitted trial, from the store.
@@ -1030,6 +1031,15 @@ class Server {
                              " is not one forktrial has");
     }
     verdict.outcome = *outcome;
+    // Reports from before the field say nothing: the level every worker had.
+    const std::string level = wire::text(report.getIsolation());
+    const auto isolation =
+        level.empty() ? sandbox::Isolation::standard : sandbox::parse_isolation(level);
+    if (!isolation) {
+      return std::unexpected("its isolation \"" + bounded_text(level, 64) +
+                             "\" is neither standard nor strict");
+    }
+    r.isolation = *isolation;
     verdict.detail = wire::prose(report.getDetail(), sandbox::kMaxVerdictDetailBytes);
     const auto warnings = report.getWarnings();
     for (unsigned i = 0; i < warnings.size() && i < sandbox::kMaxVerdictWarnings; ++i) {
@@ -1101,6 +1111,9 @@ class Server {
     result["behavior_failures_after_fork"] =
         writer.events_of_type(*run, "behavior.failed", fork_seq).size();
     result["duration_ms"] = r.duration_ms;
+    // What isolation the trial had, as its worker ran it and its warnings say.
+    result["isolation"] = ordered_json::parse(sandbox::isolation_json(
+        sandbox::trial_isolation(r.isolation, submitted.spec().limits, v.warnings)));
     // The store is the record: say when the child claimed otherwise.
     std::string detail = result["detail"];
     sandbox::append_detail_line(
@@ -1609,6 +1622,7 @@ class Server {
     line["events_appended"] = nullptr;
     line["behavior_failures"] = nullptr;
     line["duration_ms"] = nullptr;
+    line["isolation"] = nullptr;
     return line.dump();
   }
 

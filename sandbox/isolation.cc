@@ -13,16 +13,6 @@
 
 namespace forktrial::sandbox {
 
-std::string_view isolation_name(Isolation isolation) {
-  return isolation == Isolation::strict ? "strict" : "standard";
-}
-
-std::optional<Isolation> parse_isolation(std::string_view name) {
-  if (name == "standard") return Isolation::standard;
-  if (name == "strict") return Isolation::strict;
-  return std::nullopt;
-}
-
 std::vector<StrictNet> probe_strict_nets() {
   std::vector<StrictNet> nets;
   {

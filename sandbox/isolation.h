@@ -50,4 +50,27 @@ struct StrictNet {
 // host lacks (that is a net that does not apply).
 std::vector<StrictNet> probe_strict_nets();
 
+// How one net held for one trial: applied as asked, degraded (the host
+// refused it; a warning says how), or off (the trial's limits or its
+// isolation level did not ask for it).
+enum class NetState { applied, degraded, off };
+std::string_view net_state_name(NetState state);  // "applied", "degraded", "off"
+
+struct TrialNet {
+  std::string name;  // "process", "memory", "cpu", ..., "privileges"
+  NetState state = NetState::applied;
+  std::string detail;  // the warning that degraded it, or what it is
+  friend bool operator==(const TrialNet&, const TrialNet&) = default;
+};
+
+// The isolation one trial had: its level and every net, so that a result
+// can be judged without asking the machine that ran it. Built by
+// trial_isolation (sandbox/trial_types.h) from the trial's limits and the
+// warnings its run raised.
+struct TrialIsolation {
+  Isolation level = Isolation::standard;
+  std::vector<TrialNet> nets;
+  friend bool operator==(const TrialIsolation&, const TrialIsolation&) = default;
+};
+
 }  // namespace forktrial::sandbox

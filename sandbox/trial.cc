@@ -441,7 +441,9 @@ TrialReport run_trial(store::EventStore& store, const TrialSpecification& spec,
   }
 
   // 5. The store is the record: counts come from it.
-  return report_from_store(store.snapshot(), fork_id, fork_seq, run.verdict);
+  TrialReport report = report_from_store(store.snapshot(), fork_id, fork_seq, run.verdict);
+  report.isolation = trial_isolation(options.isolation, spec.limits, report.warnings);
+  return report;
 }
 
 ExecutedTrial execute_trial(std::span<const std::byte> segment, const TrialSpecification& spec,

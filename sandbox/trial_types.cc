@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/digest.h"
+#include "sandbox/rlimits.h"
 #include "store/event.h"
 
 namespace forktrial::sandbox {
@@ -433,6 +434,103 @@ std::expected<TrialSpecification, std::vector<std::string>> parse_trial_specific
   f.reject_unknown();
   if (!problems.empty()) return std::unexpected(std::move(problems));
   return spec;
+}
+
+std::string_view isolation_name(Isolation isolation) {
+  return isolation == Isolation::strict ? "strict" : "standard";
+}
+
+std::optional<Isolation> parse_isolation(std::string_view name) {
+  if (name == "standard") return Isolation::standard;
+  if (name == "strict") return Isolation::strict;
+  return std::nullopt;
+}
+
+std::string_view net_state_name(NetState state) {
+  switch (state) {
+    case NetState::applied:
+      return "applied";
+    case NetState::degraded:
+      return "degraded";
+    case NetState::off:
+      return "off";
+  }
+  return "off";
+}
+
+std::string isolation_json(const TrialIsolation& isolation) {
+  nlohmann::ordered_json nets = nlohmann::ordered_json::array();
+  for (const TrialNet& net : isolation.nets) {
+    nets.push_back({{"name", net.name},
+                    {"state", std::string(net_state_name(net.state))},
+                    {"detail", net.detail}});
+  }
+  return nlohmann::ordered_json{{"level", std::string(isolation_name(isolation.level))},
+                                {"nets", std::move(nets)}}
+      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+TrialIsolation trial_isolation(Isolation level, const TrialLimits& limits,
+                               const std::vector<std::string>& warnings) {
+  TrialIsolation out{level, {}};
+  // The first warning starting with one of `prefixes`, if any.
+  const auto warned = [&](std::initializer_list<std::string_view> prefixes) -> const std::string* {
+    for (const std::string& warning : warnings) {
+      for (std::string_view prefix : prefixes) {
+        if (warning.starts_with(prefix)) return &warning;
+      }
+    }
+    return nullptr;
+  };
+  const auto net = [&](std::string name, bool on, std::string what,
+                       std::initializer_list<std::string_view> prefixes) {
+    TrialNet n{std::move(name), NetState::off, std::move(what)};
+    if (on) {
+      n.state = NetState::applied;
+      if (const std::string* warning = warned(prefixes)) {
+        n.state = NetState::degraded;
+        n.detail = *warning;
+      }
+    }
+    out.nets.push_back(std::move(n));
+  };
+  const bool memory = limits.max_rss_bytes && *limits.max_rss_bytes > 0;
+  net("process", true, "a fresh child process per trial, in its own process group", {});
+  net("memory", memory,
+      memory ? "RLIMIT_AS and the Lua allocator cap at " + std::to_string(*limits.max_rss_bytes) +
+                   " bytes"
+             : "max_rss_bytes is not set",
+      {"memory net degraded"});
+  const std::uint64_t cpu = cpu_seconds_for(limits);
+  net("cpu", cpu > 0,
+      cpu > 0 ? "RLIMIT_CPU at " + std::to_string(cpu) + " s" : "max_cpu_seconds is 0",
+      {"CPU net degraded"});
+  net("wall_clock", limits.wall_clock_seconds > 0,
+      limits.wall_clock_seconds > 0
+          ? "killed after " + nlohmann::json(limits.wall_clock_seconds).dump() + " s"
+          : "wall_clock_seconds is 0",
+      {});
+  const bool budget = limits.max_appended_events > 0 || limits.max_appended_bytes > 0;
+  net("write_budget", budget,
+      budget ? std::to_string(limits.max_appended_events) + " events, " +
+                   std::to_string(limits.max_appended_bytes) + " bytes"
+             : "max_appended_events and max_appended_bytes are 0",
+      {});
+  net("environment", true, "PATH, HOME, LANG and the names passed through only", {});
+  const bool strict = level == Isolation::strict;
+  const std::string standard = "not asked for: the trial ran under standard isolation";
+  net("namespaces", strict, strict ? "user, mount, PID, network and IPC namespaces" : standard,
+      {"namespaces unavailable", "PID namespace init"});
+  net("filesystem", strict,
+      strict ? "a root holding only its packs and its scratch store" : standard,
+      {"filesystem net degraded", "namespaces unavailable"});
+  net("seccomp", strict, strict ? "a system-call allow-list" : standard,
+      {"seccomp net unavailable"});
+  net("cgroup", strict, strict ? "real memory and tasks capped" : standard,
+      {"cgroup net unavailable"});
+  net("privileges", strict, strict ? "every capability dropped, no_new_privs" : standard,
+      {"privileges not dropped"});
+  return out;
 }
 
 }  // namespace forktrial::sandbox

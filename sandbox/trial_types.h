@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "base/digest.h"
+#include "sandbox/isolation.h"
 #include "schema/outcome.h"
 #include "store/ids.h"
 
@@ -78,6 +79,7 @@ Outcome outcome_of_exit_code(int code);
 // counts only those the trial itself appended.
 struct TrialReport {
   Outcome outcome = Outcome::crashed;
+  TrialIsolation isolation;  // the level and each net, as they held for this trial
   std::string fork_run_id;
   std::uint64_t events_appended = 0;
   std::uint64_t behavior_failures = 0;             // the fork's whole history
@@ -86,6 +88,21 @@ struct TrialReport {
   int exit_code = 0;                  // the child's exit status, or -signal for a signal death
   std::vector<std::string> warnings;  // degraded nets, also folded into detail
 };
+
+// The isolation a trial run at `level` under `limits` had, read from the
+// warnings its run raised: a net is degraded when a warning its producer
+// writes names it (rlimits.cc, spawn.cc, confine.cc, trial.cc each start
+// theirs with the net's name), off when the limits or the level do not ask
+// for it, applied otherwise. The nets, in order: process, memory, cpu,
+// wall_clock, write_budget, environment, then strict's namespaces,
+// filesystem, seccomp, cgroup, privileges (off under standard).
+TrialIsolation trial_isolation(Isolation level, const TrialLimits& limits,
+                               const std::vector<std::string>& warnings);
+
+// `isolation` as a JSON object: {"level": "strict", "nets": [{"name":
+// "memory", "state": "applied", "detail": "..."}, ...]}; what `forktrial
+// trial --json` prints and a cluster result holds.
+std::string isolation_json(const TrialIsolation& isolation);
 
 // One trial, as handed to an executor. Serialized as canonical JSON (sorted
 // keys, no insignificant whitespace): the same specification always gives the

@@ -181,6 +181,7 @@ struct Report {
   forkSeq @10 :UInt64;
   events @11 :List(Event);     # the accepted delta, oldest first
   durationMillis @12 :UInt64;
+  isolation @13 :Text;         # the level the trial ran at: "standard" or "strict"
 }
 
 struct ReportAck {

@@ -134,6 +134,7 @@ ordered_json report_json(const sandbox::TrialReport& r) {
   j["exit_code"] = r.exit_code;
   j["detail"] = r.detail;
   j["warnings"] = r.warnings;
+  j["isolation"] = ordered_json::parse(sandbox::isolation_json(r.isolation));
   return j;
 }
 
@@ -147,6 +148,16 @@ void print_report(const sandbox::TrialReport& r) {
               static_cast<unsigned long long>(r.behavior_failures),
               static_cast<unsigned long long>(r.behavior_failures_after_fork));
   std::printf("child exit code    %d\n", r.exit_code);
+  std::string isolation(sandbox::isolation_name(r.isolation.level));
+  for (const auto state : {sandbox::NetState::degraded, sandbox::NetState::off}) {
+    std::string names;
+    for (const auto& net : r.isolation.nets) {
+      if (net.state == state) names += (names.empty() ? "" : ", ") + net.name;
+    }
+    if (!names.empty())
+      isolation += "; " + std::string(sandbox::net_state_name(state)) + ": " + names;
+  }
+  std::printf("isolation          %s\n", isolation.c_str());
   for (const auto& warning : r.warnings) {
     std::printf("warning            %s\n", terminal_safe(warning).c_str());
   }

@@ -102,10 +102,11 @@ std::string failure_frame(const AttemptKey& key, const std::string& reason) {
 }
 
 std::string report_frame(const AttemptKey& key, const sandbox::ExecutedTrial& executed,
-                         std::chrono::milliseconds duration) {
+                         sandbox::Isolation isolation, std::chrono::milliseconds duration) {
   capnp::MallocMessageBuilder message;
   auto report = wire::start(message, 0).initReport();
   set_ref(report.initTrial(), key);
+  report.setIsolation(std::string(sandbox::isolation_name(isolation)));
   const auto& verdict = executed.verdict;
   report.setOutcome(static_cast<std::uint8_t>(verdict.outcome));
   report.setDetail(verdict.detail);
@@ -638,7 +639,7 @@ class Worker {
                                              " from outside the worker, not by the trial");
       } else {
         frame = report_frame(
-            trial.key, executed,
+            trial.key, executed, options.isolation,
             std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started));
         outcome = executed.verdict.outcome;
       }

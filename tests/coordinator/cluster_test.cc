@@ -64,7 +64,10 @@ TEST_CASE("a batch of 200 trials across two workers ends in every outcome, each 
   REQUIRE(results.size() == 200);
   require_exactly_once(cluster, results);
   std::set<std::string> workers;
-  for (const auto& r : results) workers.insert(r["worker"].get<std::string>());
+  for (const auto& r : results) {
+    workers.insert(r["worker"].get<std::string>());
+    CHECK(r["isolation"]["level"] == "standard");
+  }
   CHECK(workers == std::set<std::string>{"w1", "w2"});
   // Each worker's hello told what protects its trials.
   const json known = json::parse(cluster.client({"workers", "--json"}).out);
@@ -1510,6 +1513,12 @@ TEST_CASE("a worker started with --isolation strict says so in its hello and run
   const json& isolation = known["workers"][0]["isolation"];
   CHECK(isolation["level"] == "strict");
   CHECK(isolation["syscalls"]["how"].get<std::string>().find("seccomp") != std::string::npos);
+  // Each result says which isolation its trial had, without asking the worker.
+  const auto results = cluster.results(job);
+  REQUIRE(results.size() == 1);
+  CHECK(results[0]["isolation"]["level"] == "strict");
+  REQUIRE(results[0]["isolation"]["nets"].size() == 11);
+  CHECK(results[0]["isolation"]["nets"][8]["name"] == "seccomp");
 }
 
 TEST_CASE("forktrial batch --isolation strict hands the level to its workers' trial children",

@@ -115,3 +115,52 @@ TEST_CASE("the real setrlimit applies the nets to the calling process", "[sandbo
   CHECK(after.rlim_cur == before.rlim_cur);
   CHECK(after.rlim_max == before.rlim_max);
 }
+
+TEST_CASE("a trial's isolation names each net applied, degraded by the host, or off",
+          "[sandbox][nets]") {
+  TrialLimits limits;
+  limits.wall_clock_seconds = 2;
+  limits.max_rss_bytes = 256u << 20;
+  // The host refuses both rlimits: the warnings apply_nets writes degrade
+  // exactly those two nets.
+  auto warnings = apply_nets(limits, [](int resource, const rlimit&) {
+    errno = EPERM;
+    return resource == RLIMIT_CORE ? 0 : -1;
+  });
+  REQUIRE(warnings.size() == 2);
+  const TrialIsolation standard = trial_isolation(Isolation::standard, limits, warnings);
+  CHECK(standard.level == Isolation::standard);
+  std::map<std::string, TrialNet> nets;
+  std::vector<std::string> order;
+  for (const TrialNet& net : standard.nets) {
+    nets[net.name] = net;
+    order.push_back(net.name);
+  }
+  CHECK(order == std::vector<std::string>{"process", "memory", "cpu", "wall_clock", "write_budget",
+                                          "environment", "namespaces", "filesystem", "seccomp",
+                                          "cgroup", "privileges"});
+  CHECK(nets["process"].state == NetState::applied);
+  CHECK(nets["memory"].state == NetState::degraded);
+  CHECK(nets["memory"].detail == warnings[0]);
+  CHECK(nets["cpu"].state == NetState::degraded);
+  CHECK(nets["wall_clock"].state == NetState::applied);
+  CHECK(nets["seccomp"].state == NetState::off);
+  CHECK(nets["cgroup"].detail == "not asked for: the trial ran under standard isolation");
+
+  // Strict, on a host without cgroups: that net degraded, the others applied;
+  // a trial without a memory limit has that net off.
+  limits.max_rss_bytes.reset();
+  const std::vector<std::string> strict_warnings{
+      "cgroup net unavailable: no hierarchy; the trial's real memory and task count are not "
+      "capped"};
+  const TrialIsolation strict = trial_isolation(Isolation::strict, limits, strict_warnings);
+  for (const TrialNet& net : strict.nets) {
+    INFO(net.name);
+    const NetState expected = net.name == "cgroup"   ? NetState::degraded
+                              : net.name == "memory" ? NetState::off
+                                                     : NetState::applied;
+    CHECK(net.state == expected);
+  }
+  CHECK(isolation_json(strict).starts_with(
+      R"({"level":"strict","nets":[{"name":"process","state":"applied","detail":)"));
+}

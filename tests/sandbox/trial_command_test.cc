@@ -95,7 +95,17 @@ TEST_CASE("run export of a trial's fork keeps activegraph's payload key order an
            kExamples + "/packs/chat_echo", "--scenario", "scenarios/replay.lua", "--json"});
   INFO(result.err);
   REQUIRE(result.exit_code == 0);
-  const std::string fork = nlohmann::json::parse(result.out)["fork_run_id"];
+  const auto report = nlohmann::json::parse(result.out);
+  const std::string fork = report["fork_run_id"];
+  // The report says which isolation the trial had, net by net.
+  CHECK(report["isolation"]["level"] == "standard");
+  REQUIRE(report["isolation"]["nets"].size() == 11);
+  CHECK(report["isolation"]["nets"][0] ==
+        nlohmann::json{{"name", "process"},
+                       {"state", "applied"},
+                       {"detail", "a fresh child process per trial, in its own process group"}});
+  CHECK(report["isolation"]["nets"][6]["name"] == "namespaces");
+  CHECK(report["isolation"]["nets"][6]["state"] == "off");
   auto exported = cli({"run", "export", fork, "--store", store});
   REQUIRE(exported.exit_code == 0);
   // The lines the trial wrote, after the fork point (evt_031).
