@@ -439,21 +439,28 @@ void Runtime::run_behavior(PackHost& pack, std::size_t behavior, std::size_t eve
            kRuntimeActor, trigger);
     return;
   }
-  ++behavior_failures_;
   // activegraph's fields, exception_type naming the kind of error the way a
   // Python class name would; forktrial's own error_type and pack stay as
   // extra keys, which activegraph readers ignore. The error text is the
   // candidate's: it may be any bytes, of any length.
+  //
+  // A failure counts when its record is written, so the count the tail
+  // claims is the store's. A behavior stopped because the write budget ran
+  // out did not fail of itself, and its record does not fit the budget: the
+  // trial ends limits_exceeded, with runtime.budget_exhausted saying why
+  // (docs/decisions.md).
   const bool memory = memory_cap_hit();
-  append("behavior.failed",
-         json{{"behavior", name},
-              {"event_id", trigger.str()},
-              {"exception_type", memory ? "MemoryError" : "LuaError"},
-              {"message", bounded_text(failure->message, kMaxErrorTextBytes)},
-              {"traceback", bounded_text(failure->traceback, kMaxErrorTextBytes)},
-              {"error_type", memory ? "memory_error" : failure->error_type()},
-              {"pack", pack.name}},
-         kRuntimeActor, trigger);
+  const auto written =
+      append("behavior.failed",
+             json{{"behavior", name},
+                  {"event_id", trigger.str()},
+                  {"exception_type", memory ? "MemoryError" : "LuaError"},
+                  {"message", bounded_text(failure->message, kMaxErrorTextBytes)},
+                  {"traceback", bounded_text(failure->traceback, kMaxErrorTextBytes)},
+                  {"error_type", memory ? "memory_error" : failure->error_type()},
+                  {"pack", pack.name}},
+             kRuntimeActor, trigger);
+  if (written) ++behavior_failures_;
 }
 
 std::expected<LoadedPack, LoadError> Runtime::load_pack(const std::filesystem::path& dir,

@@ -136,3 +136,29 @@ TEST_CASE("the parent records no more bytes than the write budget", "[trial][bud
   // record's allowance of 4 kB; a fifth does not.
   CHECK(report.events_appended == 4);
 }
+
+TEST_CASE("a behavior the write budget stops is no behavior failure, in the tail as in the store",
+          "[trial][budget]") {
+  TrialFixture f;
+  testing::PackSpec spec;
+  spec.behaviors = {"flood"};
+  spec.pack_lua =
+      R"(local pack = forktrial.pack{ name = "candidate", version = "0.1.0", object_types = {},
+    relation_types = {}, tools = {}, settings_schema = "", capabilities = {} }
+  pack:behavior{ name = "flood", on = {"go"},
+    run = function(event, graph, ctx) while true do graph:emit{ type = "spam" } end end }
+  return pack)";
+  spec.files["scenarios/main.lua"] =
+      "function main(rt) rt:emit{ type = 'go' } rt:run_until_idle() end\n";
+  auto report = f.trial(f.pack(spec), "scenarios/main.lua", small_budget());
+  INFO(report.detail);
+  CHECK(report.outcome == Outcome::limits_exceeded);
+  CHECK(contains(report.detail, "write budget exhausted"));
+  // The behavior's failure record would not fit: none is counted, by the
+  // child's claim or by the store, and they agree.
+  CHECK(report.behavior_failures_after_fork == 0);
+  CHECK_FALSE(contains(report.detail, "tail claimed"));
+  const auto events = f.fork_events(report);
+  CHECK(events.back().type == "runtime.budget_exhausted");
+  for (const auto& e : events) CHECK(e.type != "behavior.failed");
+}
