@@ -19,12 +19,14 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <functional>
 #include <iostream>
 #include <iterator>
@@ -49,6 +51,62 @@ namespace {
 constexpr int kTailFd = 3;
 constexpr int kCannotStart = 70;
 
+// Memory held from the start and given back just before the tail is
+// encoded, so that a child whose address space ran out (RLIMIT_AS) can still
+// write its tail: encoding allocates (Cap'n Proto's segments, the text's
+// copies), and a tail that cannot be written turns any outcome into a crash.
+// More than the largest tail (sandbox/tail.h) several times over.
+constexpr std::size_t kTailReserveBytes = std::size_t{8} << 20;
+void* tail_reserve = nullptr;
+
+// Gives the reserve back; every path to the tail calls it before it
+// allocates anything (a message, a copy of the tail).
+void release_tail_reserve() {
+  std::free(tail_reserve);
+  tail_reserve = nullptr;
+}
+
+// Whether `what`, the message of an exception that ended the trial, says an
+// allocation failed: the runtime's and the store's own (std::bad_alloc),
+// Cap'n Proto's ("Memory allocation failed"), or a system call's or LMDB's
+// ENOMEM. Under RLIMIT_AS, running out of memory anywhere is the memory net.
+bool out_of_memory(std::string_view what) {
+  for (std::string_view sign :
+       {"std::bad_alloc", "Memory allocation failed", "Cannot allocate memory", "ENOMEM"}) {
+    if (what.find(sign) != std::string_view::npos) return true;
+  }
+  return false;
+}
+
+#ifdef FORKTRIAL_CHILD_TEST_SEAMS
+// The test build's switch: $FORKTRIAL_TEST_EXHAUST names the point ("start":
+// before the packs load; "append": before the scratch store appends an event;
+// "tail": before the tail is written) where the child takes every byte of
+// address space RLIMIT_AS leaves it, so that the next allocation anywhere
+// fails.
+void exhaust_memory_at(std::string_view point) {
+  const char* at = std::getenv("FORKTRIAL_TEST_EXHAUST");
+  rlimit cap{};
+  if (at == nullptr || point != at || ::getrlimit(RLIMIT_AS, &cap) != 0 ||
+      cap.rlim_cur == RLIM_INFINITY) {
+    return;  // only under the memory net: without it this would take the host's memory
+  }
+  // Held until the process ends, in a global so no compiler elides them.
+  static void* volatile held[1 << 20];
+  std::size_t count = 0;
+  for (std::size_t size = std::size_t{64} << 20; size >= 64 && count < std::size(held);) {
+    void* block = std::malloc(size);
+    if (block == nullptr) {
+      size /= 2;
+    } else {
+      held[count++] = block;
+    }
+  }
+}
+#else
+void exhaust_memory_at(std::string_view) {}
+#endif
+
 void write_all(int fd, const std::string& bytes) {
   std::size_t done = 0;
   while (done < bytes.size()) {
@@ -70,6 +128,8 @@ void diagnose(std::string_view message) {
 }
 
 [[noreturn]] void finish(ChildTail tail) {
+  exhaust_memory_at("tail");
+  release_tail_reserve();
   write_all(kTailFd, encode_tail(tail));
   ::close(kTailFd);
   std::fflush(stdout);
@@ -85,12 +145,18 @@ std::string with_warnings(std::string detail, const std::vector<std::string>& wa
   return detail;
 }
 
+// The trial's tail and the function that fills its counts, while a trial
+// runs: what on_terminate reports with.
+ChildTail* running_tail = nullptr;
+const std::function<void()>* running_count = nullptr;
+
 // The memory net stopped the child outside Lua: an allocation or the scratch
 // store's map growth failed under RLIMIT_AS.
-[[noreturn]] void finish_out_of_memory(ChildTail tail, const std::string& what) {
+[[noreturn]] void finish_out_of_memory(ChildTail tail, std::string_view what) {
+  release_tail_reserve();
   tail.outcome = Outcome::limits_exceeded;
   tail.net = Net::memory;
-  tail.detail = with_warnings("memory net: " + what, tail.warnings);
+  tail.detail = with_warnings("memory net: " + std::string(what), tail.warnings);
   finish(tail);
 }
 
@@ -100,6 +166,38 @@ std::string with_warnings(std::string detail, const std::vector<std::string>& wa
 // (FORKTRIAL_CHILD_TEST_SEAMS, tests/sandbox) also refuses the nets named in
 // $FORKTRIAL_TEST_REFUSE_NETS ("memory", "cpu") with EPERM, the way some hosts
 // do; the forktrial-child that runs trials has no such switch.
+// std::terminate's handler: an exception that could not propagate (thrown
+// where none may be, or while another was handled) ends the trial. When it
+// says memory ran out, that is the memory net, with a tail, as anywhere
+// else; otherwise the child aborts, as it would have.
+[[noreturn]] void on_terminate() {
+  std::string what;
+  bool memory = false;
+  if (const std::exception_ptr current = std::current_exception()) {
+    try {
+      std::rethrow_exception(current);
+    } catch (const std::bad_alloc&) {
+      memory = true;
+    } catch (const store::StoreOutOfMemory&) {
+      memory = true;
+    } catch (const std::exception& e) {
+      memory = out_of_memory(e.what());
+      if (memory) what = e.what();
+    } catch (...) {
+    }
+  }
+  if (memory) {
+    release_tail_reserve();
+    ChildTail tail = running_tail != nullptr ? *running_tail : ChildTail{};
+    if (running_count != nullptr) (*running_count)();
+    if (running_tail != nullptr) tail = *running_tail;
+    finish_out_of_memory(std::move(tail), "an allocation failed under RLIMIT_AS" +
+                                              (what.empty() ? std::string() : " (" + what + ")") +
+                                              ", where the child could not recover from it");
+  }
+  std::abort();
+}
+
 SetRlimit net_setter() {
   std::vector<std::string> refuse;
 #ifdef FORKTRIAL_SANITIZED
@@ -233,6 +331,8 @@ int run(int, char**) {
     return kCannotStart;
   }
 
+  tail_reserve = std::malloc(kTailReserveBytes);
+  std::set_terminate(on_terminate);
   ChildTail tail;
   if (job->strict) tail.warnings = enter_namespaces(confinement_for(*job));
   for (auto& warning : apply_nets(job->limits, net_setter())) {
@@ -293,6 +393,7 @@ int run(int, char**) {
   }
 
   auto sink = [&](const store::NewEvent& event) {
+    exhaust_memory_at("append");
     auto appended = scratch.append(fork_id, head, event);
     if (!appended) throw store::StoreError(appended.error().message);
     head = *appended;
@@ -307,21 +408,32 @@ int run(int, char**) {
     finish(tail);
   }
   runtime::Runtime& rt = **created;
-  auto count = [&] {
+  const std::function<void()> count = [&] {
     tail.events_appended = rt.events_appended();
     tail.behavior_failures = rt.behavior_failures();
     tail.last_seq = head;
   };
+  running_tail = &tail;
+  running_count = &count;
 
   try {
+    exhaust_memory_at("start");
     run_trial(rt, *packs, spec, config, tail, count);
   } catch (const std::bad_alloc&) {
+    release_tail_reserve();
     count();
     finish_out_of_memory(tail, "an allocation failed under RLIMIT_AS");
   } catch (const store::StoreOutOfMemory& e) {
+    release_tail_reserve();
     count();
     finish_out_of_memory(
         tail, std::string("the scratch store ran out of address space (") + e.what() + ")");
+  } catch (const std::exception& e) {
+    if (!out_of_memory(e.what())) throw;
+    release_tail_reserve();
+    count();
+    finish_out_of_memory(tail,
+                         std::string("an allocation failed under RLIMIT_AS (") + e.what() + ")");
   }
 }
 
@@ -336,9 +448,15 @@ int main(int argc, char** argv) {
     forktrial::sandbox::finish_out_of_memory({}, "an allocation failed under RLIMIT_AS");
   } catch (const forktrial::store::StoreOutOfMemory& e) {
     // The scratch store's map could not grow under RLIMIT_AS.
+    forktrial::sandbox::release_tail_reserve();
     forktrial::sandbox::finish_out_of_memory(
         {}, std::string("the scratch store ran out of address space (") + e.what() + ")");
   } catch (const std::exception& e) {
+    if (forktrial::sandbox::out_of_memory(e.what())) {
+      forktrial::sandbox::release_tail_reserve();
+      forktrial::sandbox::finish_out_of_memory(
+          {}, std::string("an allocation failed under RLIMIT_AS (") + e.what() + ")");
+    }
     forktrial::sandbox::diagnose(e.what());
     return 1;
   }

@@ -364,6 +364,35 @@ TEST_CASE("11. unbounded allocation hits the memory net, and a refused net is on
   }
 }
 
+TEST_CASE("11b. running out of memory anywhere in the child is the memory net, with a tail",
+          "[trial]") {
+  Fixture f;
+  TrialLimits limits;
+  limits.max_rss_bytes = std::uint64_t{256} << 20;
+  ChildOptions options;
+  options.child_path = FORKTRIAL_CHILD_SEAMS;
+  // A scenario that keeps what it writes: memory is only ever taken.
+  const auto hoarder = f.pack(
+      scenario_only("local keep = {}\nfor i = 1, 2000 do keep[i] = string.rep('z', 2000) .. i\n"
+                    "rt:emit{ type = 'bulk', payload = { text = keep[i] } } end"));
+  for (const char* point : {"start", "append"}) {
+    DYNAMIC_SECTION("when memory runs out at " << point << ", whatever allocation fails first") {
+      options.extra_env = {std::string("FORKTRIAL_TEST_EXHAUST=") + point};
+      auto report = f.trial(hoarder, "scenarios/main.lua", limits, {}, options);
+      INFO(report.detail);
+      CHECK(report.outcome == Outcome::limits_exceeded);
+      CHECK(contains(report.detail, "memory net"));
+    }
+  }
+  SECTION("when the tail is written: the memory held back for it lets it be written") {
+    options.extra_env = {"FORKTRIAL_TEST_EXHAUST=tail"};
+    auto report = f.trial(f.pack(greeter()), "scenarios/main.lua", limits, {}, options);
+    INFO(report.detail);
+    CHECK(report.outcome == Outcome::completed);
+    CHECK_FALSE(contains(report.detail, "tail"));
+  }
+}
+
 TEST_CASE("12. a CPU-bound loop under a small CPU limit is the CPU net, not a crash", "[trial]") {
   Fixture f;
   TrialLimits limits;
