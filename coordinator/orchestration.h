@@ -57,6 +57,9 @@ struct JobSubmitted {
   std::string name;
   std::vector<TrialInput> trials;
   Instant at;
+  // The client key that submitted it (Z85), which alone, with the
+  // administrators' keys, may cancel it and read it; "" without keys.
+  std::string owner{};
   friend bool operator==(const JobSubmitted&, const JobSubmitted&) = default;
 };
 

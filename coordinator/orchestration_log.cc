@@ -92,6 +92,7 @@ void encode(const JobSubmitted& r, Json& out) {
     trials.push_back(std::move(trial));
   }
   out["trials"] = std::move(trials);
+  if (!r.owner.empty()) out["owner"] = text_json(r.owner);
 }
 
 void encode(const JobCancelled& r, Json& out) {
@@ -268,6 +269,10 @@ class Fields {
   }
 
   // Fields later builds write; a record without one has `absent`.
+  std::string text_or(std::string_view key, std::string absent) {
+    if (object_ == nullptr || problem_.found() || !object_->contains(key)) return absent;
+    return text(key);
+  }
   Duration duration_or(std::string_view key, Duration absent) {
     if (object_ == nullptr || problem_.found() || !object_->contains(key)) return absent;
     return Duration{integer(key, 0, std::numeric_limits<Duration::rep>::max())};
@@ -431,6 +436,7 @@ void decode(Fields& f, JobSubmitted& r) {
     input.run_limit = trial.duration_or("run_ms", Duration{0});
     trial.finish();
   });
+  r.owner = f.text_or("owner", "");
 }
 
 void decode(Fields& f, JobCancelled& r) {

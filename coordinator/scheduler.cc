@@ -108,6 +108,7 @@ struct Job {
   std::uint64_t failed_attempts = 0;
   std::uint64_t fenced_reports = 0;
   Instant submitted_at{};
+  std::string owner;                   // the submitting client's key; "" without keys
   std::optional<Instant> finished_at;  // when its last trial reached a final status
 };
 
@@ -300,6 +301,7 @@ struct Scheduler::State {
     }
     job.counts[static_cast<std::size_t>(TrialStatus::queued)] = r.trials.size();
     job.submitted_at = r.at;
+    job.owner = r.owner;
     for (std::uint32_t i = 0; i < r.trials.size(); ++i) enqueue({index, i});
     note_finished(index, r.at);
   }
@@ -578,9 +580,9 @@ struct Scheduler::State {
 
   JobStatus status_of(const Job& job) const {
     return JobStatus{
-        job.id,         job.name,     job.priority,        job.cancelled,      job.trials.size(),
-        job.counts,     job.outcomes, job.failed_attempts, job.fenced_reports, job.submitted_at,
-        job.finished_at};
+        job.id,          job.name,     job.priority,        job.cancelled,      job.trials.size(),
+        job.counts,      job.outcomes, job.failed_attempts, job.fenced_reports, job.submitted_at,
+        job.finished_at, job.owner};
   }
 
   // The status of every entry of `table`, in the order of their ids.
@@ -633,7 +635,7 @@ std::expected<Records, Refusal> Scheduler::submit(JobSubmission job, Instant now
   }
   Records out;
   state_->record(out, JobSubmitted{std::move(job.id), job.priority, std::move(job.name),
-                                   std::move(job.trials), now});
+                                   std::move(job.trials), now, std::move(job.owner)});
   return out;
 }
 
@@ -905,10 +907,10 @@ std::string Scheduler::state_text() const {
     std::string counts;
     for (const std::uint64_t count : job.counts) counts += " " + std::to_string(count);
     for (const std::uint64_t count : job.outcomes) counts += " " + std::to_string(count);
-    line("job " + job.id.str() + " name=" + job.name + " priority=" + std::to_string(job.priority) +
-         " cancelled=" + std::to_string(job.cancelled) + " counts" + counts + " failed=" +
-         std::to_string(job.failed_attempts) + " fenced=" + std::to_string(job.fenced_reports) +
-         " submitted=" + millis(job.submitted_at) +
+    line("job " + job.id.str() + " name=" + job.name + " owner=" + job.owner + " priority=" +
+         std::to_string(job.priority) + " cancelled=" + std::to_string(job.cancelled) + " counts" +
+         counts + " failed=" + std::to_string(job.failed_attempts) + " fenced=" +
+         std::to_string(job.fenced_reports) + " submitted=" + millis(job.submitted_at) +
          " finished=" + (job.finished_at ? millis(*job.finished_at) : "-"));
     for (std::size_t i = 0; i < job.trials.size(); ++i) {
       const Trial& t = job.trials[i];

@@ -131,6 +131,7 @@ struct JobSubmission {
   int priority = 0;
   std::string name;
   std::vector<TrialInput> trials;
+  std::string owner{};  // the submitting client's key; "" without keys
 };
 
 struct WorkerHello {
@@ -188,6 +189,7 @@ struct JobStatus {
   std::uint64_t fenced_reports = 0;
   Instant submitted_at{};
   std::optional<Instant> finished_at;  // the time of the record that finished it
+  std::string owner{};                 // the submitting client's key; "" without keys
 
   std::uint64_t count(TrialStatus status) const { return counts[static_cast<std::size_t>(status)]; }
   // Trials that reached a final status (reconciled, cancelled, abandoned).

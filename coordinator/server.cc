@@ -595,6 +595,7 @@ class Server {
     std::string frame;
     std::optional<transport::Role> role;
     bound_id_.reset();
+    client_.reset();
     std::size_t count = 1;
     while (part.more()) {
       if (!socket_->recv(part, zmq::recv_flags::none)) break;
@@ -603,6 +604,7 @@ class Server {
         if (zap_) {
           role = transport::role_of(part);
           bound_id_ = transport::bound_worker_id(part);
+          client_ = transport::client_of(part);
         }
       }
     }
@@ -1424,6 +1426,7 @@ class Server {
     }
     const std::size_t total = inputs.size();
     submission.trials = std::move(inputs);
+    submission.owner = client_ ? client_->key : "";
     auto records = scheduler_.submit(std::move(submission), now);
     if (!records) return reply_error(route, request, WireCode::REFUSED, records.error().message);
     for (const auto& record : *records) {
@@ -1511,17 +1514,21 @@ class Server {
         {"fenced_reports", job.fenced_reports},
         {"submitted_at", timestamp_json(job.submitted_at)},
         {"finished_at", job.finished_at ? timestamp_json(*job.finished_at) : ordered_json(nullptr)},
-        {"throughput", activity_.throughput(job, now)}};
+        {"throughput", activity_.throughput(job, now)},
+        {"owner", job.owner}};
   }
 
   static ordered_json timestamp_json(Instant at) {
     return format_timestamp(at.time_since_epoch().count());
   }
 
-  // What `status` answers: every job, or one.
-  ordered_json jobs_doc(Instant now) const {
+  // What `status` answers: every job, or with `mine` those the client of the
+  // message being handled may read.
+  ordered_json jobs_doc(Instant now, bool mine = false) const {
     ordered_json all = ordered_json::array();
-    for (const auto& status : scheduler_.jobs()) all.push_back(status_json(status, now));
+    for (const auto& status : scheduler_.jobs()) {
+      if (!mine || may_act_on(status)) all.push_back(status_json(status, now));
+    }
     ordered_json doc{{"jobs", all}};
     if (store_full_) doc["store_full"] = *store_full_;
     return doc;
@@ -1544,11 +1551,32 @@ class Server {
     reply(route, wire::encode(message));
   }
 
+  // Whether the client of the message being handled may act on `job`: its
+  // owner, an administrator, or anyone when the coordinator has no keys.
+  bool may_act_on(const JobStatus& job) const {
+    if (!zap_) return true;
+    return client_ && (client_->admin || client_->key == job.owner);
+  }
+
+  // The refusal of a client acting on a job it may not: said the same for a
+  // job of another owner and for none, so a key learns nothing of others'.
+  void refuse_not_theirs(const std::string& route, std::uint64_t request, const std::string& job,
+                         std::string_view what) {
+    reply_error(route, request, WireCode::NOT_FOUND,
+                "no job " + job +
+                    " of this client's key: only the key that submitted a job, "
+                    "or an administrator's (the coordinator's --admin-clients), may " +
+                    std::string(what) + " it");
+  }
+
   void on_status(const std::string& route, Envelope::Reader envelope) {
     const std::string job = wire::text(envelope.getStatusRequest().getJob());
     if (job.empty())
-      return reply_json(route, envelope.getRequestId(), jobs_doc(clock_now()), false);
+      return reply_json(route, envelope.getRequestId(), jobs_doc(clock_now(), true), false);
     auto status = scheduler_.job_status(JobId(job));
+    if (status && !may_act_on(*status)) {
+      return refuse_not_theirs(route, envelope.getRequestId(), job, "read");
+    }
     if (!status) {
       return reply_error(route, envelope.getRequestId(), WireCode::NOT_FOUND, "no job " + job);
     }
@@ -1557,6 +1585,12 @@ class Server {
 
   void on_cancel(const std::string& route, Envelope::Reader envelope, Instant now) {
     const JobId job(wire::text(envelope.getCancelJob().getJob()));
+    if (auto status = scheduler_.job_status(job); status && !may_act_on(*status)) {
+      log_(LogLevel::warn, "refused to cancel job " + job.str() +
+                               " for a client key that "
+                               "neither submitted it nor is an administrator's");
+      return refuse_not_theirs(route, envelope.getRequestId(), job.str(), "cancel");
+    }
     auto cancelled = scheduler_.cancel(job, now);
     if (!cancelled) {
       return reply_error(route, envelope.getRequestId(), WireCode::NOT_FOUND,
@@ -1581,6 +1615,9 @@ class Server {
     auto query = envelope.getResultsRequest();
     const JobId job(wire::text(query.getJob()));
     auto status = scheduler_.job_status(job);
+    if (status && !may_act_on(*status)) {
+      return refuse_not_theirs(route, envelope.getRequestId(), job.str(), "read");
+    }
     if (!status) {
       return reply_error(route, envelope.getRequestId(), WireCode::NOT_FOUND,
                          "no job " + job.str());
@@ -1763,6 +1800,7 @@ class Server {
   std::optional<transport::HttpServer> http_;  // last: it stops before what it reads
   std::set<std::string> bound_ids_;            // worker ids the allow list binds to a key
   std::optional<std::string> bound_id_;        // that of the message being handled
+  std::optional<transport::ClientIdentity> client_;  // that of the message being handled
   // The requests of this turn whose answers depend on its commit: (route, id).
   std::set<std::pair<std::string, std::uint64_t>> turn_writes_;
   std::chrono::steady_clock::time_point next_probe_;

@@ -162,6 +162,7 @@ void add_coordinator(CLI::App& app) {
   auto key = std::make_shared<std::string>();
   auto allow_workers = std::make_shared<std::vector<std::string>>();
   auto allow_clients = std::make_shared<std::vector<std::string>>();
+  auto admin_clients = std::make_shared<std::vector<std::string>>();
   auto insecure = std::make_shared<bool>(false);
   auto http = std::make_shared<std::string>();
   config->listen = kDefaultEndpoint;
@@ -198,7 +199,11 @@ void add_coordinator(CLI::App& app) {
   cmd->add_option("--allow-workers", *allow_workers,
                   "A file of public keys that may join as workers, one a line (cat *.pub)");
   cmd->add_option("--allow-clients", *allow_clients,
-                  "A file of public keys that may submit, cancel and read results, one a line");
+                  "A file of public keys that may submit, and cancel and read the jobs they "
+                  "submitted, one a line");
+  cmd->add_option("--admin-clients", *admin_clients,
+                  "A file of public keys of administrators: clients that may also cancel and "
+                  "read every other client's jobs, one a line");
   cmd->add_flag("--insecure", *insecure,
                 "Listen on a non-loopback endpoint without keys: anyone who reaches it may "
                 "submit code to run, or join as a worker");
@@ -234,15 +239,20 @@ void add_coordinator(CLI::App& app) {
           if (!added) throw CommandFailed(added.error(), kUsageError);
         }
       }
+      for (const auto& file : *admin_clients) {
+        auto added =
+            transport::add_allow_list(config->allowed, file, transport::Role::client, true);
+        if (!added) throw CommandFailed(added.error(), kUsageError);
+      }
       if (config->allowed.empty()) {
         throw CommandFailed(
             "--key admits only listed keys, and none is listed: give "
             "--allow-workers and --allow-clients files of public keys",
             kUsageError);
       }
-    } else if (!allow_workers->empty() || !allow_clients->empty()) {
+    } else if (!allow_workers->empty() || !allow_clients->empty() || !admin_clients->empty()) {
       throw CommandFailed(
-          "--allow-workers and --allow-clients need --key (the coordinator's "
+          "--allow-workers, --allow-clients and --admin-clients need --key (the coordinator's "
           "keypair): without it nothing is authenticated",
           kUsageError);
     } else if (!transport::endpoint_is_local(config->listen)) {

@@ -184,7 +184,7 @@ std::expected<std::string, std::string> read_public_key(const std::string& key_o
 }
 
 std::expected<void, std::string> add_allow_list(AllowList& list, const std::filesystem::path& path,
-                                                Role role) {
+                                                Role role, bool admin) {
   auto text = read_small_file(path);
   if (!text) return std::unexpected(text.error());
   std::istringstream lines(*text);
@@ -206,7 +206,7 @@ std::expected<void, std::string> add_allow_list(AllowList& list, const std::file
                              ": not a public key (40 Z85 characters, or public-key = \"...\")");
     }
     const std::string where = shown(path) + " line " + std::to_string(number);
-    Admitted admitted{role, {}};
+    Admitted admitted{role, {}, admin && role == Role::client};
     if (const auto bound = line.find("worker-id="); bound != std::string::npos) {
       const auto begin = bound + std::string_view("worker-id=").size();
       admitted.worker_id = line.substr(begin, line.find_first_of(" \t\r", begin) - begin);
@@ -239,13 +239,19 @@ std::expected<void, std::string> add_allow_list(AllowList& list, const std::file
     if (!added && it->second.worker_id != admitted.worker_id) {
       return std::unexpected(where + ": key " + key + " is listed again with another worker id");
     }
+    if (!added) it->second.admin = it->second.admin || admitted.admin;
   }
   return {};
 }
 
-std::string user_id_of(const Admitted& admitted) {
+std::string user_id_of(const Admitted& admitted, std::string_view key) {
   std::string user(role_name(admitted.role));
-  if (!admitted.worker_id.empty()) user += ":" + admitted.worker_id;
+  if (admitted.role == Role::client) {
+    user += ":" + std::string(key);
+    if (admitted.admin) user += ":admin";
+  } else if (!admitted.worker_id.empty()) {
+    user += ":" + admitted.worker_id;
+  }
   return user;
 }
 

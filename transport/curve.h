@@ -70,23 +70,30 @@ struct ClientKeys {
 struct Admitted {
   Role role = Role::client;
   std::string worker_id;
+  // A client's key listed as an administrator's (--admin-clients): it may
+  // cancel and read every job, not only those it submitted.
+  bool admin = false;
   friend bool operator==(const Admitted&, const Admitted&) = default;
 };
 
 // The public keys admitted.
 using AllowList = std::map<std::string, Admitted>;
 
-// The ZAP user id of an admitted key ("worker", "worker:NAME", "client"),
-// which ZeroMQ attaches to every message of its connection.
-std::string user_id_of(const Admitted& admitted);
+// The ZAP user id of the admitted key `key` ("worker", "worker:NAME",
+// "client:<key>", "client:<key>:admin"), which ZeroMQ attaches to every
+// message of its connection: a client's messages carry its key, which owns
+// the jobs it submits.
+std::string user_id_of(const Admitted& admitted, std::string_view key);
 
 // Adds the keys of the allow-list file `path` with `role` to `list`: one key
 // a line (or `public-key = "..."`, as a .pub file holds it), then, for a
 // worker's key, optionally `worker-id=NAME`; other words after the key are
 // comments. A key listed with both roles, a worker id bound to two keys, or
-// a worker-id= on a client's list is an error.
+// a worker-id= on a client's list is an error. With `admin` (a list of
+// administrators' keys, Role::client), each key is a client's that may act
+// on every job; a key on the clients' list too is an administrator.
 std::expected<void, std::string> add_allow_list(AllowList& list, const std::filesystem::path& path,
-                                                Role role);
+                                                Role role, bool admin = false);
 
 // Socket options, set before bind/connect: the coordinator's socket serves
 // CURVE with `own` and asks the ZAP handler about every peer (domain

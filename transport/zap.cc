@@ -82,7 +82,7 @@ void ZapHandler::answer(std::vector<zmq::message_t>& request) {
       } else {
         status = "200";
         text = "OK";
-        user = user_id_of(found->second);
+        user = user_id_of(found->second, key);
         log_(LogLevel::debug, "admitted a " + user + " at " + address + " with key " + key);
       }
     }
@@ -105,8 +105,23 @@ std::optional<Role> role_of(const zmq::message_t& message) {
       (name.starts_with(worker) && name.size() > worker.size() && name[worker.size()] == ':')) {
     return Role::worker;
   }
-  if (name == role_name(Role::client)) return Role::client;
+  if (name == role_name(Role::client) || client_of(message)) return Role::client;
   return std::nullopt;
+}
+
+std::optional<ClientIdentity> client_of(const zmq::message_t& message) {
+  const char* user = zmq_msg_gets(const_cast<zmq_msg_t*>(message.handle()), "User-Id");
+  if (user == nullptr) return std::nullopt;
+  const std::string_view name(user);
+  const std::string prefix = std::string(role_name(Role::client)) + ":";
+  // "client:" + the key's 40 characters (Z85 holds ':', so by length) +
+  // optionally ":admin".
+  constexpr std::size_t kKey = 40;
+  if (!name.starts_with(prefix) || name.size() < prefix.size() + kKey) return std::nullopt;
+  const std::string_view key = name.substr(prefix.size(), kKey);
+  const std::string_view rest = name.substr(prefix.size() + kKey);
+  if (!rest.empty() && rest != ":admin") return std::nullopt;
+  return ClientIdentity{std::string(key), rest == ":admin"};
 }
 
 std::optional<std::string> bound_worker_id(const zmq::message_t& message) {

@@ -41,6 +41,14 @@ class ZapHandler {
 // The role a message came with: the User-Id the ZAP handler gave its
 // connection, or nullopt when it has none (no CURVE, or not a role).
 std::optional<Role> role_of(const zmq::message_t& message);
+
+// The client a message came from, when its connection's key is a client's:
+// the key (Z85), and whether it is an administrator's.
+struct ClientIdentity {
+  std::string key;
+  bool admin = false;
+};
+std::optional<ClientIdentity> client_of(const zmq::message_t& message);
 // The worker id the connection's key is bound to (allow list: worker-id=),
 // or nullopt.
 std::optional<std::string> bound_worker_id(const zmq::message_t& message);

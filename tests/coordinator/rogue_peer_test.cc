@@ -237,7 +237,9 @@ void clients_still_read(Cluster& cluster) {
   auto status = cluster.client({"status", "--json"});
   INFO(status.err);
   REQUIRE(status.exit_code == 0);
-  for (const auto& job : json::parse(status.out)["jobs"]) {
+  const json jobs = json::parse(status.out);
+  REQUIRE_FALSE(jobs["jobs"].empty());
+  for (const auto& job : jobs["jobs"]) {
     auto results = cluster.client({"results", job["job"].get<std::string>(), "--json"});
     INFO(results.err);
     CHECK(results.exit_code == 0);
@@ -505,4 +507,67 @@ TEST_CASE("a worker cannot claim the queue with slots, nor hold a trial with hea
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
   }
   clients_still_read(cluster);
+}
+
+TEST_CASE("with keys, a client acts on its own jobs only, and an administrator on every job",
+          "[cluster][rogue][curve]") {
+  Keys keys;
+  for (const char* name : {"other.key", "admin.key"}) {
+    REQUIRE(run_forktrial({"keygen", keys.path(name)}).exit_code == 0);
+  }
+  keys.dir.write("others.allow", forktrial::testing::read_file(keys.path("other.key.pub")));
+  keys.dir.write("admins.allow", forktrial::testing::read_file(keys.path("admin.key.pub")));
+  Cluster cluster;
+  cluster.endpoint = "tcp://127.0.0.1:" + std::to_string(free_tcp_port());
+  cluster.start_coordinator(
+      "30", with(keys.coordinator(), {"--allow-clients", keys.path("others.allow"),
+                                      "--admin-clients", keys.path("admins.allow")}));
+  const std::string batch = cluster.outcome_batch(1, 1);
+  // `args` run as the client with keypair `who`.
+  auto as = [&](const std::string& who, std::vector<std::string> args) {
+    args.insert(args.end(), {"--coordinator", cluster.endpoint, "--timeout", "30"});
+    return run_forktrial(with(args, keys.as(who)));
+  };
+  auto submitted_by = [&](const std::string& who) {
+    auto submitted = as(who, {"submit", batch, "--json"});
+    INFO(submitted.err);
+    REQUIRE(submitted.exit_code == 0);
+    return json::parse(submitted.out)["job"].get<std::string>();
+  };
+  auto jobs_seen_by = [&](const std::string& who) {
+    auto status = as(who, {"status", "--json"});
+    INFO(status.err);
+    REQUIRE(status.exit_code == 0);
+    std::set<std::string> jobs;
+    const json doc = json::parse(status.out);
+    for (const auto& job : doc["jobs"]) jobs.insert(job["job"].get<std::string>());
+    return jobs;
+  };
+  const std::string alices = submitted_by("client");
+  const std::string bobs = submitted_by("other");
+  std::string alice_key = forktrial::testing::read_file(keys.path("client.key.pub"));
+  alice_key = alice_key.substr(alice_key.find('"') + 1, 40);
+
+  // Bob can neither read nor cancel Alice's job, and is told why.
+  for (const char* verb : {"status", "results", "cancel"}) {
+    INFO(verb);
+    auto refused = as("other", {verb, alices});
+    CHECK(refused.exit_code != 0);
+    CHECK_THAT(refused.err, Catch::Contains("only the key that submitted a job") &&
+                                Catch::Contains("--admin-clients"));
+  }
+  CHECK(jobs_seen_by("other") == std::set<std::string>{bobs});
+  CHECK(jobs_seen_by("client") == std::set<std::string>{alices});
+  // Alice's job is untouched, and says whose it is.
+  auto own = as("client", {"status", alices, "--json"});
+  REQUIRE(own.exit_code == 0);
+  CHECK(json::parse(own.out)["cancelled"] == false);
+  CHECK(json::parse(own.out)["owner"] == alice_key);
+  // An administrator sees and acts on both.
+  CHECK(jobs_seen_by("admin") == std::set<std::string>{alices, bobs});
+  CHECK(as("admin", {"results", alices, "--json"}).exit_code == 0);
+  CHECK(as("admin", {"cancel", bobs}).exit_code == 0);
+  // The owner cancels its own.
+  CHECK(as("client", {"cancel", alices}).exit_code == 0);
+  CHECK(cluster.log_text().find("refused to cancel job " + alices) != std::string::npos);
 }

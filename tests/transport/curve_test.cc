@@ -96,7 +96,17 @@ TEST_CASE("an allow list takes keys bare, commented or as public-key lines", "[t
   CHECK(list.at(a.public_key).worker_id.empty());  // "worker-a" is a comment
   CHECK(list.at(b.public_key).role == transport::Role::worker);
   CHECK(list.at(c.public_key).role == transport::Role::client);
-  CHECK(transport::user_id_of(list.at(a.public_key)) == "worker");
+  CHECK(transport::user_id_of(list.at(a.public_key), a.public_key) == "worker");
+  // A client's messages carry its key; an administrator's say so.
+  CHECK(transport::user_id_of(list.at(c.public_key), c.public_key) == "client:" + c.public_key);
+  const transport::Keypair d = transport::generate_keypair();
+  const auto admins = dir.write("admins.allow", c.public_key + "\n" + d.public_key + "\n");
+  REQUIRE(transport::add_allow_list(list, admins, transport::Role::client, true));
+  CHECK(list.at(c.public_key).admin);  // on both lists: an administrator
+  CHECK(list.at(d.public_key) == transport::Admitted{transport::Role::client, "", true});
+  CHECK(transport::user_id_of(list.at(d.public_key), d.public_key) ==
+        "client:" + d.public_key + ":admin");
+  CHECK_FALSE(list.at(a.public_key).admin);
 }
 
 TEST_CASE("a worker's key may be bound to one worker id", "[transport][curve]") {
@@ -107,8 +117,8 @@ TEST_CASE("a worker's key may be bound to one worker id", "[transport][curve]") 
   const auto bound = dir.write(
       "workers.allow", a.public_key + " worker-id=node-1  # rack 4\n" + b.public_key + "\n");
   REQUIRE(transport::add_allow_list(list, bound, transport::Role::worker));
-  CHECK(list.at(a.public_key) == transport::Admitted{transport::Role::worker, "node-1"});
-  CHECK(transport::user_id_of(list.at(a.public_key)) == "worker:node-1");
+  CHECK(list.at(a.public_key) == transport::Admitted{transport::Role::worker, "node-1", false});
+  CHECK(transport::user_id_of(list.at(a.public_key), a.public_key) == "worker:node-1");
   CHECK(list.at(b.public_key).worker_id.empty());
 
   auto refused = [&](const std::string& text, transport::Role role) {
