@@ -81,7 +81,9 @@ bool writes(Envelope::Which which) {
 // commit: one disk flush per commit instead of two. A process crash still
 // loses nothing committed, so nothing acknowledged; a power loss may undo the
 // last commit, whose acknowledged reports then come back as lapsed leases and
-// are run again (docs/decisions.md).
+// are run again (docs/decisions.md). A turn that accepted a submission or a
+// cancel flushes the meta page too before it answers (flush()): a client told
+// "accepted" finds its job after any crash, power loss included.
 store::StoreOptions coordinator_store_options() {
   store::StoreOptions options;
   options.sync_meta = false;
@@ -357,9 +359,11 @@ class Server {
   void flush() {
     try {
       commit_turn();
+      if (turn_durable_) store_.sync();
     } catch (const store::StoreFull& e) {
       store_full(e.what());
     }
+    turn_durable_ = false;
     turn_writes_.clear();
     if (gauges_stale_) {
       metrics_.observe(scheduler_, store_full_.has_value());
@@ -1433,6 +1437,7 @@ class Server {
       if (const auto* submitted = std::get_if<JobSubmitted>(&record)) note_job(*submitted);
     }
     keep(std::move(*records));
+    turn_durable_ = true;
     trim_ = true;
     log_(LogLevel::info,
          std::string("job ") + id + " submitted with " + std::to_string(total) + " trials");
@@ -1597,6 +1602,7 @@ class Server {
                          cancelled.error().message);
     }
     keep(std::move(cancelled->records));
+    turn_durable_ = true;
     std::map<std::string, std::vector<AttemptRef>> stops;
     for (const auto& running : cancelled->running) {
       auto worker_route = worker_routes_.find(running.worker);
@@ -1801,6 +1807,9 @@ class Server {
   std::set<std::string> bound_ids_;            // worker ids the allow list binds to a key
   std::optional<std::string> bound_id_;        // that of the message being handled
   std::optional<transport::ClientIdentity> client_;  // that of the message being handled
+  // The turn accepted a submission or a cancel: its commit is flushed whole,
+  // meta page included, before anything is answered.
+  bool turn_durable_ = false;
   // The requests of this turn whose answers depend on its commit: (route, id).
   std::set<std::pair<std::string, std::uint64_t>> turn_writes_;
   std::chrono::steady_clock::time_point next_probe_;

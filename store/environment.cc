@@ -134,6 +134,10 @@ Environment::Environment(const std::filesystem::path& path, StoreOptions options
   txn.commit();
 }
 
+void Environment::sync() {
+  lmdb::check(mdb_env_sync(env_.get(), 1), "mdb_env_sync(force)");
+}
+
 void Environment::write(const std::function<bool(lmdb::Txn&)>& body) {
   for (;;) {
     const std::size_t size_at_start = map_size_;

@@ -96,6 +96,11 @@ class Environment {
   // cannot change now; whatever `body` throws otherwise propagates.
   void write(const std::function<bool(lmdb::Txn&)>& body);
 
+  // Flushes every committed transaction to disk, the last commit's meta page
+  // included (mdb_env_sync, forced): with sync_meta false, what a commit
+  // must survive a power loss for. Throws LmdbError when the flush fails.
+  void sync();
+
   // Begins a read-only transaction, held by the calling thread, adopting
   // another process's map size first if needed. Throws ResizeBlocked when the
   // map cannot follow it now, StoreError (MDB_READERS_FULL, ...) otherwise.

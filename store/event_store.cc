@@ -78,6 +78,10 @@ const std::filesystem::path& EventStore::path() const {
   return impl_->path();
 }
 
+void EventStore::sync() {
+  impl_->sync();
+}
+
 std::size_t EventStore::map_size() const {
   return impl_->map_size();
 }

@@ -228,6 +228,10 @@ class EventStore {
   EventStore& operator=(const EventStore&) = delete;
 
   const std::filesystem::path& path() const;
+  // Makes every committed transaction durable, the last one's meta page
+  // included, whatever sync_meta says (see StoreOptions). Throws StoreError
+  // when the disk refuses the flush.
+  void sync();
   std::size_t map_size() const;
 
   // Runs `body` in one write transaction, committed when it returns a value
