@@ -21,6 +21,7 @@
 #include "coordinator/metrics.h"
 #include "coordinator/orchestration_log.h"
 #include "coordinator/status_page.h"
+#include "coordinator/upload_spool.h"
 #include "pack/bundle_archive.h"
 #include "sandbox/delta.h"
 #include "sandbox/trial_types.h"
@@ -53,7 +54,6 @@ bool worker_message(Envelope::Which which) {
   }
 }
 constexpr std::size_t kMaxMessagesPerTurn = 256;
-constexpr std::uint64_t kMaxUploadBytes = std::uint64_t{1} << 30;
 constexpr std::size_t kMaxWorkerIdBytes = 256;
 // How long a worker's offer of slots waits for work before it is answered
 // empty (the worker offers again at once).
@@ -219,11 +219,6 @@ struct WorkerInfo {
   ordered_json isolation;             // its guarantees
 };
 
-struct Upload {
-  std::uint64_t total = 0;
-  std::string bytes;
-};
-
 class Server {
  public:
   // Without `listen`, no endpoint: frames come in through take() and the
@@ -234,6 +229,7 @@ class Server {
         stop_(stop),
         log_(log),
         store_(config.store, coordinator_store_options()),
+        uploads_(config.store / "uploads", config.uploads),
         scheduler_(config.scheduler) {
     if (listen) {
       socket_.emplace(context_, zmq::socket_type::router);
@@ -343,8 +339,10 @@ class Server {
     gauges_stale_ = true;
   }
 
-  // Time passes for the scheduler: leases lapse, silent workers are lost.
+  // Time passes for the scheduler: leases lapse, silent workers are lost;
+  // and for the uploads: abandoned ones are dropped.
   void keep_tick(Instant now) {
+    for (const std::string& line : uploads_.expire(now)) log_(LogLevel::warn, line);
     Records records = scheduler_.tick(now);
     metrics_.ticked(records);
     keep(std::move(records));
@@ -698,7 +696,7 @@ class Server {
       case Envelope::FIND_MISSING:
         return on_find_missing(route, envelope);
       case Envelope::PUT_BLOB:
-        return on_put_blob(route, envelope);
+        return on_put_blob(route, envelope, now);
       case Envelope::SUBMIT_JOB:
         return on_submit(route, envelope, now);
       case Envelope::STATUS_REQUEST:
@@ -1278,35 +1276,35 @@ class Server {
     reply(route, wire::encode(message));
   }
 
-  void on_put_blob(const std::string& route, Envelope::Reader envelope) {
+  void on_put_blob(const std::string& route, Envelope::Reader envelope, Instant now) {
     auto chunk = envelope.getPutBlob();
     auto digest = wire::digest_of(chunk.getDigest());
     const std::uint64_t request = envelope.getRequestId();
     if (!digest) return reply_error(route, request, WireCode::MALFORMED, "not a digest");
-    if (chunk.getTotalSize() > kMaxUploadBytes) {
-      return reply_error(route, request, WireCode::TOO_LARGE,
-                         "a blob of " + std::to_string(chunk.getTotalSize()) +
-                             " bytes is over the limit of " + std::to_string(kMaxUploadBytes));
-    }
-    Upload& upload = uploads_[{route, *digest}];
-    if (chunk.getOffset() == 0) upload = Upload{chunk.getTotalSize(), {}};
     auto bytes = chunk.getBytes();
-    if (chunk.getOffset() != upload.bytes.size() || upload.total != chunk.getTotalSize() ||
-        upload.bytes.size() + bytes.size() > upload.total) {
-      uploads_.erase({route, *digest});
-      return reply_error(route, request, WireCode::OUT_OF_ORDER,
-                         "chunks of a blob come in order, from offset 0, within its size");
+    // A client is its key, with keys: a client opening many connections
+    // still has one share of the spool.
+    const std::string client = client_ ? "key " + client_->key : "connection " + route;
+    auto added = uploads_.add(client, *digest, chunk.getTotalSize(), chunk.getOffset(),
+                              std::as_bytes(std::span(bytes.begin(), bytes.size())), now);
+    if (!added) {
+      using Refusal = UploadSpool::Refusal;
+      const Refusal why = added.error().why;
+      const WireCode code = why == Refusal::too_large      ? WireCode::TOO_LARGE
+                            : why == Refusal::out_of_order ? WireCode::OUT_OF_ORDER
+                            : why == Refusal::bad_hash     ? WireCode::REFUSED
+                                                           : WireCode::BUSY;
+      return reply_error(route, request, code, added.error().message);
     }
-    upload.bytes.append(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
     metrics_.blob_bytes(BlobDirection::uploaded, bytes.size());
-    if (upload.bytes.size() == upload.total) {
-      const std::string whole = std::move(upload.bytes);
-      uploads_.erase({route, *digest});
-      if (Sha256::of(whole) != *digest) {
-        return reply_error(route, request, WireCode::REFUSED,
-                           "the blob's bytes do not hash to " + digest->str());
-      }
-      store_.put_blob(std::as_bytes(std::span(whole.data(), whole.size())));
+    if (const auto& whole = *added) {
+      // Stored from its file, never held in memory; the file goes either way.
+      struct Remove {
+        UploadSpool& spool;
+        const std::filesystem::path& file;
+        ~Remove() { spool.done(file); }
+      } remove{uploads_, *whole};
+      store_.put_blob_file(*whole);
     }
     reply_ok(route, request);
   }
@@ -1769,6 +1767,7 @@ class Server {
   const sandbox::Cancellation& stop_;
   const Log& log_;
   store::EventStore store_;
+  UploadSpool uploads_;  // blobs clients are uploading, spilled to disk
   Scheduler scheduler_;
   zmq::context_t context_;
   std::optional<zmq::socket_t> socket_;       // none for a CoordinatorCore
@@ -1792,7 +1791,7 @@ class Server {
   // Each trial's segment and bundles (no payload), by job, in trial order:
   // one lookup of the job's id, then an index.
   std::unordered_map<std::string, std::vector<TrialInput>> digests_;
-  std::map<std::pair<std::string, Digest>, Upload> uploads_;
+
   std::map<std::string, std::map<std::uint32_t, std::string>> results_;  // job -> index -> JSON
   std::uint64_t errors_ = 0;
   std::uint64_t undelivered_ = 0;          // replies ZeroMQ would not take

@@ -22,6 +22,7 @@
 
 #include "base/log.h"
 #include "coordinator/scheduler.h"
+#include "coordinator/upload_spool.h"
 #include "sandbox/cancellation.h"
 #include "transport/curve.h"
 #include "transport/http_server.h"
@@ -48,6 +49,9 @@ struct ServerConfig {
   // The read-only HTTP endpoint (none: not served): /healthz, /readyz
   // (ready while the store takes writes), /metrics (coordinator/metrics.h).
   std::optional<transport::HttpAddress> http;
+  // Blobs clients upload spill to files under store/uploads, within these
+  // limits (coordinator/upload_spool.h).
+  UploadLimits uploads;
 };
 
 // Runs until `stop` is cancelled; returns 0, or throws forktrial::Error when

@@ -85,6 +85,15 @@ class Peer {
     }
   }
 
+  // The next message, whatever it is.
+  wire::Frame next_any() {
+    zmq::message_t reply;
+    REQUIRE(socket_.recv(reply, zmq::recv_flags::none));
+    auto decoded = wire::decode(reply.to_string_view());
+    REQUIRE(decoded);
+    return std::move(*decoded);
+  }
+
   // The error code and message the coordinator answers `frame` with.
   std::pair<wire::ErrorCode, std::string> refusal(const std::string& frame) {
     send(frame);
@@ -232,13 +241,14 @@ void every_run_reads_back(Cluster& cluster) {
   }
 }
 
-// Clients still read everything: status, workers and every job's results.
-void clients_still_read(Cluster& cluster) {
+// Clients still read everything: status, workers and every job's results
+// (of at least one job, unless `jobs_expected` is false).
+void clients_still_read(Cluster& cluster, bool jobs_expected = true) {
   auto status = cluster.client({"status", "--json"});
   INFO(status.err);
   REQUIRE(status.exit_code == 0);
   const json jobs = json::parse(status.out);
-  REQUIRE_FALSE(jobs["jobs"].empty());
+  if (jobs_expected) REQUIRE_FALSE(jobs["jobs"].empty());
   for (const auto& job : jobs["jobs"]) {
     auto results = cluster.client({"results", job["job"].get<std::string>(), "--json"});
     INFO(results.err);
@@ -570,4 +580,70 @@ TEST_CASE("with keys, a client acts on its own jobs only, and an administrator o
   // The owner cancels its own.
   CHECK(as("client", {"cancel", alices}).exit_code == 0);
   CHECK(cluster.log_text().find("refused to cancel job " + alices) != std::string::npos);
+}
+
+TEST_CASE("abandoned partial uploads spill to disk within a client's share and an overall limit",
+          "[cluster][rogue]") {
+  Cluster cluster;
+  cluster.start_coordinator();
+  const std::string chunk(std::size_t{1} << 20, 'u');
+  // Starts an upload of a declared 1 GiB blob with its first 1 MiB; the
+  // coordinator's answer (an error's code and message, or ok).
+  auto start_upload = [&](Peer& peer,
+                          int n) -> std::pair<std::optional<wire::ErrorCode>, std::string> {
+    capnp::MallocMessageBuilder message(1 << 17);
+    auto put = wire::start(message, 100 + n).initPutBlob();
+    wire::set_digest(put.initDigest(), forktrial::Sha256::of("blob " + std::to_string(n)));
+    put.setTotalSize(std::uint64_t{1} << 30);
+    put.setOffset(0);
+    put.setBytes(
+        capnp::Data::Reader(reinterpret_cast<const capnp::byte*>(chunk.data()), chunk.size()));
+    peer.send(wire::encode(message));
+    auto decoded = peer.next_any();
+    if (decoded.envelope().which() == Envelope::ERROR) {
+      return {decoded.envelope().getError().getCode(),
+              wire::text(decoded.envelope().getError().getMessage())};
+    }
+    return {std::nullopt, ""};
+  };
+  auto hello = [&](Peer& peer) {
+    capnp::MallocMessageBuilder message;
+    wire::start(message, 1).setClientHello();
+    peer.send(message);
+    peer.next(Envelope::OK);
+  };
+  // One connection: two blobs of 1 GiB are its share.
+  Peer one(cluster.endpoint, nullptr);
+  hello(one);
+  CHECK_FALSE(start_upload(one, 0).first);
+  CHECK_FALSE(start_upload(one, 1).first);
+  const auto third = start_upload(one, 2);
+  CHECK(third.first == wire::ErrorCode::TOO_LARGE);
+  CHECK_THAT(third.second, Catch::StartsWith("this client has 2 uploads in progress"));
+  // Many connections: together no more than 8 GiB in progress.
+  std::vector<std::unique_ptr<Peer>> many;
+  int accepted = 2;
+  std::optional<std::pair<std::optional<wire::ErrorCode>, std::string>> refused;
+  for (int n = 0; n < 8 && !refused; ++n) {
+    many.push_back(std::make_unique<Peer>(cluster.endpoint, nullptr));
+    hello(*many.back());
+    auto answer = start_upload(*many.back(), 10 + n);
+    if (answer.first) {
+      refused = answer;
+    } else {
+      ++accepted;
+    }
+  }
+  CHECK(accepted == 8);
+  REQUIRE(refused);
+  CHECK(refused->first == wire::ErrorCode::BUSY);
+  CHECK_THAT(refused->second, Catch::Contains("of uploads in progress, its limit"));
+  // What was accepted waits on disk, one file an upload, not in memory.
+  std::size_t spooled = 0;
+  for (const auto& file : std::filesystem::directory_iterator(cluster.store + "/uploads")) {
+    CHECK(file.file_size() == chunk.size());
+    ++spooled;
+  }
+  CHECK(spooled == 8);
+  clients_still_read(cluster, false);
 }
