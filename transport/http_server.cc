@@ -1,39 +1,26 @@
 #include "transport/http_server.h"
 
 #include <arpa/inet.h>
-#include <civetweb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <charconv>
-#include <ctime>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
 #include <exception>
+#include <map>
 #include <mutex>
+#include <thread>
 
 #include "base/error.h"
-
-// civetweb, as Debian builds it (without REENTRANT_TIME), formats the Date
-// header of every response with gmtime(), whose result is one buffer for the
-// whole process: two HTTP threads answering in the same instant write it
-// together, and one may send the other's date, or a torn one. A definition
-// in the executable comes before libc's for every library the process
-// loads, so this one gives each thread a buffer of its own.
-extern "C" struct tm* gmtime(const time_t* when) {
-  thread_local struct tm result;
-  return ::gmtime_r(when, &result);
-}
+#include "base/unique_fd.h"
 
 namespace forktrial::transport {
-namespace {
-
-// What civetweb said while mg_start ran on this thread: the reason it
-// failed, when it did.
-thread_local std::string start_complaint;
-
-void init_civetweb_once() {
-  static std::once_flag once;
-  std::call_once(once, [] { mg_init_library(0); });
-}
-
-}  // namespace
 
 std::string HttpAddress::str() const {
   if (host.find(':') != std::string::npos) return "[" + host + "]:" + std::to_string(port);
@@ -112,11 +99,116 @@ std::optional<std::string> query_parameter(std::string_view query, std::string_v
   return std::nullopt;
 }
 
+namespace {
+
+// A request head may hold this much, its line and headers together; a
+// client sending more is answered 431 and closed.
+constexpr std::size_t kMaxHeadBytes = 16 << 10;
+// Connections open at once. Past it, the one that has waited longest for its
+// request is closed to make room: a flood of idle connections cannot keep a
+// probe out.
+constexpr std::size_t kMaxConnections = 512;
+// Requests waiting for a handler thread; past it the server answers 503.
+constexpr std::size_t kMaxQueued = 64;
+constexpr std::size_t kHandlerThreads = 4;
+// A client has this long to send its request, and to take the answer.
+constexpr auto kClientTimeout = std::chrono::seconds(10);
+// The paths answered on the I/O thread itself, never queued behind other
+// requests: the probes, whose handlers only read atomics (Probes below).
+bool answered_inline(std::string_view path) {
+  return path == "/healthz" || path == "/readyz";
+}
+
+std::string_view reason_of(int status) {
+  switch (status) {
+    case 200:
+      return "OK";
+    case 400:
+      return "Bad Request";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 500:
+      return "Internal Server Error";
+    case 503:
+      return "Service Unavailable";
+    default:
+      return "Status";
+  }
+}
+
+// The percent-decoded path; nullopt when a '%' is not followed by two hex
+// digits or it decodes to a NUL.
+std::optional<std::string> decoded_path(std::string_view raw) {
+  const auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::string path;
+  for (std::size_t i = 0; i < raw.size(); ++i) {
+    if (raw[i] != '%') {
+      path += raw[i];
+    } else if (i + 2 < raw.size() && hex(raw[i + 1]) >= 0 && hex(raw[i + 2]) >= 0) {
+      const char c = static_cast<char>(hex(raw[i + 1]) * 16 + hex(raw[i + 2]));
+      if (c == '\0') return std::nullopt;
+      path += c;
+      i += 2;
+    } else {
+      return std::nullopt;
+    }
+  }
+  return path;
+}
+
+// A parsed request head, or the status to answer a malformed one with.
+std::expected<HttpRequest, int> parse_head(std::string_view head) {
+  const auto line_end = head.find("\r\n");
+  const std::string_view line = head.substr(0, line_end);
+  const auto first = line.find(' ');
+  const auto last = line.rfind(' ');
+  if (first == std::string_view::npos || last == first ||
+      !line.substr(last + 1).starts_with("HTTP/")) {
+    return std::unexpected(400);
+  }
+  HttpRequest request;
+  request.method = std::string(line.substr(0, first));
+  const std::string_view target = line.substr(first + 1, last - first - 1);
+  if (target.empty() || target.front() != '/') return std::unexpected(400);
+  const auto question = target.find('?');
+  auto path = decoded_path(target.substr(0, question));
+  if (!path) return std::unexpected(400);
+  request.path = std::move(*path);
+  if (question != std::string_view::npos) request.query = std::string(target.substr(question + 1));
+  return request;
+}
+
+}  // namespace
+
+// One I/O thread reads every request head and writes every answer, without
+// blocking (poll): a slow or silent client costs a descriptor and a buffer,
+// never a thread. Complete requests go to a few handler threads; the probes
+// are answered on the I/O thread at once, so they answer whatever the status
+// page's clients do.
 struct HttpServer::Impl {
   Routes routes;
   Log log;
-  mg_context* context = nullptr;
   HttpAddress address;
+  UniqueFd listener;
+  UniqueFd wake;  // an eventfd: handlers' answers are ready, or stop
+
+  std::mutex mutex;
+  std::condition_variable work;
+  std::deque<std::pair<std::uint64_t, HttpRequest>> queued;     // guarded by mutex
+  std::vector<std::pair<std::uint64_t, std::string>> answered;  // guarded by mutex
+  bool stopping = false;                                        // guarded by mutex
+
+  std::thread io;
+  std::vector<std::thread> handlers;
 
   const HttpHandler* find(std::string_view path) const {
     for (const auto& [route, handler] : routes) {
@@ -141,71 +233,247 @@ struct HttpServer::Impl {
     }
   }
 
-  static int serve(mg_connection* connection, void* data) {
-    const auto* self = static_cast<const Impl*>(data);
-    const mg_request_info* info = mg_get_request_info(connection);
-    HttpRequest request;
-    request.method = info->request_method != nullptr ? info->request_method : "";
-    request.path = info->local_uri != nullptr ? info->local_uri : "";
-    request.query = info->query_string != nullptr ? info->query_string : "";
-    const HttpResponse response = self->answer(request);
-    std::string head = "HTTP/1.1 " + std::to_string(response.status) + " " +
-                       mg_get_response_code_text(connection, response.status) +
-                       "\r\nContent-Type: " + response.content_type +
-                       "\r\nContent-Length: " + std::to_string(response.body.size()) +
-                       "\r\nCache-Control: no-store\r\nX-Content-Type-Options: nosniff"
-                       "\r\nConnection: close\r\n";
-    for (const auto& [name, value] : response.headers) head += name + ": " + value + "\r\n";
-    head += "\r\n";
-    mg_write(connection, head.data(), head.size());
-    if (request.method != "HEAD") mg_write(connection, response.body.data(), response.body.size());
-    return response.status;
+  static std::string bytes_of(const HttpResponse& response, bool head_only) {
+    std::string out = "HTTP/1.1 " + std::to_string(response.status) + " " +
+                      std::string(reason_of(response.status)) +
+                      "\r\nContent-Type: " + response.content_type +
+                      "\r\nContent-Length: " + std::to_string(response.body.size()) +
+                      "\r\nCache-Control: no-store\r\nX-Content-Type-Options: nosniff"
+                      "\r\nConnection: close\r\n";
+    for (const auto& [name, value] : response.headers) out += name + ": " + value + "\r\n";
+    out += "\r\n";
+    if (!head_only) out += response.body;
+    return out;
   }
 
-  static int complain(const mg_connection* connection, const char* message) {
-    if (connection == nullptr) {
-      start_complaint = message;
-      return 1;
+  void signal() const {
+    const std::uint64_t one = 1;
+    [[maybe_unused]] const auto written = ::write(wake.get(), &one, sizeof one);
+  }
+
+  void handle_requests() {
+    for (;;) {
+      std::pair<std::uint64_t, HttpRequest> job;
+      {
+        std::unique_lock lock(mutex);
+        work.wait(lock, [&] { return stopping || !queued.empty(); });
+        if (stopping) return;
+        job = std::move(queued.front());
+        queued.pop_front();
+      }
+      std::string bytes = bytes_of(answer(job.second), job.second.method == "HEAD");
+      {
+        const std::lock_guard lock(mutex);
+        answered.emplace_back(job.first, std::move(bytes));
+      }
+      signal();
     }
-    const mg_context* context = mg_get_context(connection);
-    const auto* self = static_cast<const Impl*>(mg_get_user_data(context));
-    if (self == nullptr || self->context == nullptr) {
-      start_complaint = message;
-    } else {
-      self->log(LogLevel::debug, std::string("http: ") + message);
+  }
+
+  struct Connection {
+    UniqueFd fd;
+    std::string in;
+    std::string out;
+    std::size_t sent = 0;
+    bool writing = false;  // false: reading its request, or waiting for a handler
+    bool waiting = false;  // its request is with a handler
+    std::chrono::steady_clock::time_point deadline;
+  };
+
+  void serve() {
+    std::map<std::uint64_t, Connection> connections;
+    std::uint64_t next_id = 0;
+    std::vector<pollfd> polled;
+    std::vector<std::uint64_t> ids;
+    for (;;) {
+      {
+        const std::lock_guard lock(mutex);
+        if (stopping) return;
+        for (auto& [id, bytes] : answered) {
+          auto c = connections.find(id);
+          if (c == connections.end()) continue;
+          c->second.out = std::move(bytes);
+          c->second.writing = true;
+          c->second.waiting = false;
+          c->second.deadline = std::chrono::steady_clock::now() + kClientTimeout;
+        }
+        answered.clear();
+      }
+      const auto now = std::chrono::steady_clock::now();
+      for (auto c = connections.begin(); c != connections.end();) {
+        const bool expired = !c->second.waiting && c->second.deadline <= now;
+        c = expired ? connections.erase(c) : std::next(c);
+      }
+      polled.assign({pollfd{listener.get(), POLLIN, 0}, pollfd{wake.get(), POLLIN, 0}});
+      ids.assign({0, 0});
+      for (auto& [id, c] : connections) {
+        if (c.waiting) continue;
+        polled.push_back(pollfd{c.fd.get(), static_cast<short>(c.writing ? POLLOUT : POLLIN), 0});
+        ids.push_back(id);
+      }
+      if (::poll(polled.data(), polled.size(), 1000) < 0 && errno != EINTR) {
+        log(LogLevel::error, std::string("http: poll: ") + std::strerror(errno));
+        return;
+      }
+      if (polled[1].revents != 0) {
+        std::uint64_t count = 0;
+        [[maybe_unused]] const auto read = ::read(wake.get(), &count, sizeof count);
+      }
+      for (std::size_t i = 2; i < polled.size(); ++i) {
+        if (polled[i].revents == 0) continue;
+        auto c = connections.find(ids[i]);
+        if (c == connections.end()) continue;
+        if (!step(ids[i], c->second)) connections.erase(c);
+      }
+      if (polled[0].revents & POLLIN) accept_all(connections, next_id);
     }
-    return 1;
+  }
+
+  void accept_all(std::map<std::uint64_t, Connection>& connections, std::uint64_t& next_id) {
+    for (;;) {
+      const int fd = ::accept4(listener.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) return;
+      if (connections.size() >= kMaxConnections) {
+        // Room for the newcomer: the reader that has waited longest goes.
+        auto oldest = connections.end();
+        for (auto c = connections.begin(); c != connections.end(); ++c) {
+          if (c->second.waiting || c->second.writing) continue;
+          if (oldest == connections.end() || c->second.deadline < oldest->second.deadline) {
+            oldest = c;
+          }
+        }
+        if (oldest == connections.end()) {
+          ::close(fd);
+          continue;
+        }
+        connections.erase(oldest);
+      }
+      Connection c;
+      c.fd.reset(fd);
+      c.deadline = std::chrono::steady_clock::now() + kClientTimeout;
+      connections.emplace(next_id++, std::move(c));
+    }
+  }
+
+  // Reads or writes what the connection can take now; false when it is done.
+  bool step(std::uint64_t id, Connection& c) {
+    if (c.writing) {
+      while (c.sent < c.out.size()) {
+        const ssize_t n = ::send(c.fd.get(), c.out.data() + c.sent, c.out.size() - c.sent,
+                                 MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+        c.sent += static_cast<std::size_t>(n);
+      }
+      return false;  // all sent: closed
+    }
+    char buffer[4096];
+    for (;;) {
+      const ssize_t n = ::recv(c.fd.get(), buffer, sizeof buffer, MSG_DONTWAIT);
+      if (n == 0) return false;
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK) return false;
+        break;
+      }
+      c.in.append(buffer, static_cast<std::size_t>(n));
+      if (c.in.find("\r\n\r\n") != std::string::npos || c.in.size() > kMaxHeadBytes) break;
+    }
+    const auto end = c.in.find("\r\n\r\n");
+    if (end == std::string::npos) {
+      if (c.in.size() <= kMaxHeadBytes) return true;  // more to come
+      respond(c, http_text(431, "the request's head is over 16 KiB"), false);
+      return true;
+    }
+    auto request = parse_head(std::string_view(c.in).substr(0, end));
+    if (!request) {
+      respond(c, http_text(request.error(), "not an HTTP request"), false);
+      return true;
+    }
+    if (answered_inline(request->path)) {
+      respond(c, answer(*request), request->method == "HEAD");
+      return true;
+    }
+    {
+      const std::lock_guard lock(mutex);
+      if (queued.size() < kMaxQueued) {
+        queued.emplace_back(id, std::move(*request));
+        c.waiting = true;
+      }
+    }
+    if (!c.waiting) {
+      respond(c, http_text(503, "busy: too many requests at once; try again"), false);
+      return true;
+    }
+    work.notify_one();
+    return true;
+  }
+
+  static void respond(Connection& c, const HttpResponse& response, bool head_only) {
+    c.out = bytes_of(response, head_only);
+    c.writing = true;
+    c.deadline = std::chrono::steady_clock::now() + kClientTimeout;
   }
 };
 
 HttpServer::HttpServer(const HttpAddress& address, Routes routes, Log log)
     : impl_(std::make_unique<Impl>()) {
-  init_civetweb_once();
   impl_->routes = std::move(routes);
   impl_->log = std::move(log);
-  const std::string ports = address.str();
-  const char* options[] = {
-      "listening_ports", ports.c_str(),       "num_threads", "4",    "request_timeout_ms",
-      "10000",           "enable_keep_alive", "no",          nullptr};
-  mg_callbacks callbacks{};
-  callbacks.log_message = &Impl::complain;
-  start_complaint.clear();
-  impl_->context = mg_start(&callbacks, impl_.get(), options);
-  if (impl_->context == nullptr) {
-    throw Error(
-        ErrorCode::unavailable,
-        "cannot serve HTTP on " + ports + ": " +
-            (start_complaint.empty() ? std::string("civetweb would not start") : start_complaint));
+  const std::string where = address.str();
+  const auto fail = [&](const std::string& what) {
+    throw Error(ErrorCode::unavailable,
+                "cannot serve HTTP on " + where + ": " + what + ": " + std::strerror(errno));
+  };
+  sockaddr_storage storage{};
+  socklen_t size = 0;
+  int family = AF_INET;
+  if (auto* v4 = reinterpret_cast<sockaddr_in*>(&storage);
+      ::inet_pton(AF_INET, address.host.c_str(), &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons(address.port);
+    size = sizeof *v4;
+  } else {
+    auto* v6 = reinterpret_cast<sockaddr_in6*>(&storage);
+    if (::inet_pton(AF_INET6, address.host.c_str(), &v6->sin6_addr) != 1) {
+      errno = EINVAL;
+      fail("not an IP address");
+    }
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons(address.port);
+    size = sizeof *v6;
+    family = AF_INET6;
   }
-  mg_set_request_handler(impl_->context, "/", &Impl::serve, impl_.get());
-  impl_->address = address;
-  mg_server_port bound[4] = {};
-  const int count = mg_get_server_ports(impl_->context, 4, bound);
-  if (count > 0) impl_->address.port = static_cast<std::uint16_t>(bound[0].port);
+  impl_->listener.reset(::socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (impl_->listener.get() < 0) fail("socket");
+  const int on = 1;
+  ::setsockopt(impl_->listener.get(), SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+  if (::bind(impl_->listener.get(), reinterpret_cast<sockaddr*>(&storage), size) != 0) {
+    fail("bind");
+  }
+  if (::listen(impl_->listener.get(), 128) != 0) fail("listen");
+  if (::getsockname(impl_->listener.get(), reinterpret_cast<sockaddr*>(&storage), &size) == 0) {
+    impl_->address = address;
+    impl_->address.port =
+        ntohs(family == AF_INET ? reinterpret_cast<sockaddr_in*>(&storage)->sin_port
+                                : reinterpret_cast<sockaddr_in6*>(&storage)->sin6_port);
+  }
+  impl_->wake.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (impl_->wake.get() < 0) fail("eventfd");
+  for (std::size_t i = 0; i < kHandlerThreads; ++i) {
+    impl_->handlers.emplace_back([impl = impl_.get()] { impl->handle_requests(); });
+  }
+  impl_->io = std::thread([impl = impl_.get()] { impl->serve(); });
 }
 
 HttpServer::~HttpServer() {
-  if (impl_->context != nullptr) mg_stop(impl_->context);
+  {
+    const std::lock_guard lock(impl_->mutex);
+    impl_->stopping = true;
+  }
+  impl_->work.notify_all();
+  impl_->signal();
+  impl_->io.join();
+  for (auto& handler : impl_->handlers) handler.join();
 }
 
 void Probes::turned() {

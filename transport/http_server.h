@@ -1,14 +1,16 @@
-// The daemons' HTTP endpoint: a small read-only server (civetweb underneath)
-// for what watches a process from outside: Prometheus's /metrics, the
-// liveness and readiness probes of an orchestrator, the coordinator's status
-// page and its JSON.
+// The daemons' HTTP endpoint: a small read-only server for what watches a
+// process from outside: Prometheus's /metrics, the liveness and readiness
+// probes of an orchestrator, the coordinator's status page and its JSON.
 //
 // It answers GET and HEAD only (anything else is 405: nothing here changes
-// state), on exact paths given at construction (anything else is 404). A
-// handler runs on one of the server's threads, never the daemon's loop
-// thread, so it reads only what is safe to read from there: a snapshot the
-// loop publishes, atomics, a thread-safe metrics registry. A handler that
-// throws answers 500, and the exception is logged.
+// state), on exact paths given at construction (anything else is 404), one
+// request a connection (Connection: close). One I/O thread reads every
+// request and writes every answer without blocking, so a slow client costs
+// a descriptor, never a thread; /healthz and /readyz are answered on it at
+// once, other paths by one of 4 handler threads. A handler never runs on
+// the daemon's loop thread, so it reads only what is safe to read from
+// there: a snapshot the loop publishes, atomics, a thread-safe metrics
+// registry. A handler that throws answers 500, and the exception is logged.
 #pragma once
 
 #include <atomic>

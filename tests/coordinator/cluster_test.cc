@@ -1979,3 +1979,42 @@ TEST_CASE("HTTP clients that hold their connections never hold the coordinator's
   CHECK(forktrial::testing::http_wait_for(port, "/api/jobs", 200).status == 200);
   CHECK(cluster.wait(job)["reconciled"] == 2);
 }
+
+TEST_CASE("the health probes answer while slow clients hold every connection they can",
+          "[cluster][status]") {
+  Cluster cluster;
+  const auto port = start_with_http(cluster, 1);
+  // Six hundred connections, more than the server keeps open, each sending
+  // half a request and then nothing.
+  std::vector<int> held;
+  for (int i = 0; i < 600; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    REQUIRE(fd >= 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(port);
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0);
+    const std::string half = "GET /api/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\n";
+    REQUIRE(::send(fd, half.data(), half.size(), MSG_NOSIGNAL) ==
+            static_cast<ssize_t>(half.size()));
+    held.push_back(fd);
+  }
+  // Every probe is answered, as an orchestrator's would be: the server never
+  // waits on a client to serve another.
+  for (int i = 0; i < 20; ++i) {
+    CHECK(forktrial::testing::http_get(port, "/healthz").status == 200);
+    CHECK(forktrial::testing::http_get(port, "/readyz").status == 200);
+  }
+  CHECK(forktrial::testing::http_get(port, "/api/jobs").status == 200);
+  // The latest of the slow connections are still held: the probes did not
+  // wait for them to go.
+  for (std::size_t i = held.size() - 100; i < held.size(); ++i) {
+    char byte = 0;
+    const ssize_t got = ::recv(held[i], &byte, 1, MSG_DONTWAIT);
+    const int error = errno;
+    CHECK(got == -1);
+    CHECK(error == EAGAIN);
+  }
+  for (const int fd : held) ::close(fd);
+}

@@ -56,7 +56,7 @@ project_version=$(awk '{ print $2; exit }' <<<"$version")
 [ "$(dpkg-deb -f "$deb" Version)" = "$project_version-1" ] ||
   fail "the package's version is $(dpkg-deb -f "$deb" Version), not $project_version-1 ($version)"
 depends=$(dpkg-deb -f "$deb" Depends)
-for lib in libc6 libstdc++6 libzmq5 liblmdb0 libseccomp2 libcivetweb1; do
+for lib in libc6 libstdc++6 libzmq5 liblmdb0 libseccomp2; do
   grep -q "\b$lib\b" <<<"$depends" || fail "Depends lacks $lib: $depends"
 done
 say "control: forktrial $(dpkg-deb -f "$deb" Version), Depends: $depends"

@@ -1,7 +1,5 @@
 #include "transport/http_server.h"
 
-#include <dlfcn.h>
-
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <ctime>
@@ -150,22 +148,6 @@ TEST_CASE("Probes: healthz follows the loop's turns, readyz what the loop says")
   auto stalled = testing::http_get(server.port(), "/healthz");
   CHECK(stalled.status == 503);
   CHECK(stalled.body.find("stalled") != std::string::npos);
-}
-
-TEST_CASE("the gmtime the HTTP server's library calls gives each thread its own result") {
-  // Looked up as the dynamic linker binds civetweb's call: process-wide.
-  using Gmtime = struct tm* (*)(const time_t*);
-  const auto gmtime_bound = reinterpret_cast<Gmtime>(::dlsym(RTLD_DEFAULT, "gmtime"));
-  REQUIRE(gmtime_bound != nullptr);
-  const time_t epoch = 0;
-  const time_t later = 2'000'000'000;  // 2033
-  struct tm* mine = gmtime_bound(&epoch);
-  struct tm* theirs = nullptr;
-  std::thread([&] { theirs = gmtime_bound(&later); }).join();
-  REQUIRE(theirs != nullptr);
-  CHECK(theirs != mine);
-  CHECK(mine->tm_year == 70);
-  CHECK(theirs->tm_year == 133);
 }
 
 }  // namespace
