@@ -1808,6 +1808,26 @@ json without(json doc, const std::string& key) {
 
 // Starts the cluster's coordinator serving HTTP, and one worker of `slots`;
 // the HTTP port, once it answers.
+// `count` connections to the HTTP server on `port`, each having sent half a
+// request and then nothing.
+std::vector<int> hold_half_requests(std::uint16_t port, int count) {
+  std::vector<int> held;
+  for (int i = 0; i < count; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    REQUIRE(fd >= 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(port);
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0);
+    const std::string half = "GET /api/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\n";
+    REQUIRE(::send(fd, half.data(), half.size(), MSG_NOSIGNAL) ==
+            static_cast<ssize_t>(half.size()));
+    held.push_back(fd);
+  }
+  return held;
+}
+
 std::uint16_t start_with_http(Cluster& cluster, unsigned slots) {
   const auto port = forktrial::testing::free_port();
   cluster.start_coordinator("3", {"--http", std::to_string(port)});
@@ -1948,20 +1968,7 @@ TEST_CASE("HTTP clients that hold their connections never hold the coordinator's
   const auto port = start_with_http(cluster, 2);
   // More connections than the server has threads, each sending half a
   // request and then nothing: every HTTP thread waits on a client.
-  std::vector<int> held;
-  for (int i = 0; i < 8; ++i) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    REQUIRE(fd >= 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_port = htons(port);
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0);
-    const std::string half = "GET /api/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\n";
-    REQUIRE(::send(fd, half.data(), half.size(), MSG_NOSIGNAL) ==
-            static_cast<ssize_t>(half.size()));
-    held.push_back(fd);
-  }
+  const std::vector<int> held = hold_half_requests(port, 8);
   // The loop goes on: a job is uploaded, submitted and reported meanwhile...
   const std::string job = cluster.submit(cluster.outcome_batch(2, 1));
   CHECK(json::parse(cluster.client({"status", job, "--json"}).out)["total"] == 2);
@@ -1986,20 +1993,7 @@ TEST_CASE("the health probes answer while slow clients hold every connection the
   const auto port = start_with_http(cluster, 1);
   // Six hundred connections, more than the server keeps open, each sending
   // half a request and then nothing.
-  std::vector<int> held;
-  for (int i = 0; i < 600; ++i) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    REQUIRE(fd >= 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_port = htons(port);
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0);
-    const std::string half = "GET /api/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\n";
-    REQUIRE(::send(fd, half.data(), half.size(), MSG_NOSIGNAL) ==
-            static_cast<ssize_t>(half.size()));
-    held.push_back(fd);
-  }
+  const std::vector<int> held = hold_half_requests(port, 600);
   // Every probe is answered, as an orchestrator's would be: the server never
   // waits on a client to serve another.
   for (int i = 0; i < 20; ++i) {
