@@ -39,8 +39,8 @@ _forktrial_options() {
     preflight) echo "--help --max-rss --wall-clock --isolation --json" ;;
     keygen) echo "--help --force --json" ;;
     coordinator) echo "--help --store --listen --lease --max-attempts --commit-window" \
-      "--max-queued --key --allow-workers --allow-clients --insecure --http --log-level" \
-      "--log-json" ;;
+      "--max-queued --max-worker-slots --key --allow-workers --allow-clients --admin-clients" \
+      "--insecure --http --log-level --log-json" ;;
     worker) echo "--help --connect --cache --cache-size --slots --prefetch --id --send-queue" \
       "--isolation --http --key --coordinator-key --log-level --log-json" ;;
     submit) echo "--help --wait --max-wait $client" ;;
@@ -120,7 +120,8 @@ _forktrial() {
       --log-level) _forktrial_words "debug info warn error" "$cur" ;;
       --by) _forktrial_words "candidate" "$cur" ;;
       --store | --cache | --pack | --extra-pack) _forktrial_dirs "$cur" ;;
-      --spec | --key | --coordinator-key | --allow-workers | --allow-clients | --output | -o)
+      --spec | --key | --coordinator-key | --allow-workers | --allow-clients | --admin-clients | \
+        --output | -o)
         _forktrial_files "$cur"
         ;;
     esac
