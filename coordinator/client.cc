@@ -179,6 +179,21 @@ SubmittedJob Client::submit(const std::string& name, int priority,
                             const std::vector<BundleBlob>& bundles) {
   // The submission's name: sent again after a lost answer or a coordinator
   // restart, it cannot make a second job.
+  // A submission goes in one message, which the coordinator takes only
+  // within its frame limit: past it ZeroMQ would drop the message unread
+  // and the client would wait for an answer that never comes. Each spec
+  // costs its text, rounded up to words, and its list pointer.
+  std::uint64_t bytes = 1024;
+  for (const std::string& trial : trials) bytes += (trial.size() + 1 + 7) / 8 * 8 + 8;
+  if (bytes > wire::kDefaultMaxFrameBytes) {
+    throw Error(ErrorCode::invalid_argument,
+                "the submission of " + std::to_string(trials.size()) + " trials would be a " +
+                    std::to_string(bytes >> 20) + " MiB message, over the " +
+                    std::to_string(wire::kDefaultMaxFrameBytes >> 20) +
+                    " MiB a coordinator takes in one; nothing was submitted: split the batch "
+                    "into batches of fewer trials (fewer candidates, fork points or repeats "
+                    "each)");
+  }
   std::random_device random;
   char token[17];
   std::snprintf(token, sizeof token, "%08x%08x", random(), random());

@@ -14,6 +14,7 @@
 #include <vector>
 #include <zmq.hpp>
 
+#include "coordinator/client.h"
 #include "schema/outcome.h"
 #include "schema/wire_codec.h"
 #include "tests/coordinator/cluster_support.h"
@@ -646,4 +647,25 @@ TEST_CASE("abandoned partial uploads spill to disk within a client's share and a
   }
   CHECK(spooled == 8);
   clients_still_read(cluster, false);
+}
+
+TEST_CASE("a submission too large for one message is refused before it is sent, saying why",
+          "[cluster][rogue]") {
+  Cluster cluster;
+  cluster.start_coordinator();
+  forktrial::coordinator::Client client(cluster.endpoint, std::chrono::seconds(10));
+  // Two specifications of 130 MiB: 260 MiB, past the 256 MiB frame limit.
+  const std::vector<std::string> trials(2, std::string(std::size_t{130} << 20, ' '));
+  try {
+    client.submit("huge", 0, trials, {});
+    FAIL("a submission past the frame limit was sent");
+  } catch (const forktrial::Error& e) {
+    CHECK_THAT(std::string(e.what()),
+               Catch::Contains("the submission of 2 trials would be a 260 MiB message, over the "
+                               "256 MiB a coordinator takes in one; nothing was submitted"));
+  }
+  // Nothing reached the coordinator, which serves on.
+  auto status = cluster.client({"status", "--json"});
+  REQUIRE(status.exit_code == 0);
+  CHECK(json::parse(status.out)["jobs"].empty());
 }
