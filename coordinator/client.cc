@@ -176,44 +176,67 @@ void Client::put_blob(const Digest& digest, const std::string& bytes) {
 
 SubmittedJob Client::submit(const std::string& name, int priority,
                             const std::vector<std::string>& trials,
-                            const std::vector<BundleBlob>& bundles) {
-  // The submission's name: sent again after a lost answer or a coordinator
-  // restart, it cannot make a second job.
-  // A submission goes in one message, which the coordinator takes only
-  // within its frame limit: past it ZeroMQ would drop the message unread
-  // and the client would wait for an answer that never comes. Each spec
-  // costs its text, rounded up to words, and its list pointer.
-  std::uint64_t bytes = 1024;
-  for (const std::string& trial : trials) bytes += (trial.size() + 1 + 7) / 8 * 8 + 8;
-  if (bytes > wire::kDefaultMaxFrameBytes) {
-    throw Error(ErrorCode::invalid_argument,
-                "the submission of " + std::to_string(trials.size()) + " trials would be a " +
-                    std::to_string(bytes >> 20) + " MiB message, over the " +
-                    std::to_string(wire::kDefaultMaxFrameBytes >> 20) +
-                    " MiB a coordinator takes in one; nothing was submitted: split the batch "
-                    "into batches of fewer trials (fewer candidates, fork points or repeats "
-                    "each)");
+                            const std::vector<BundleBlob>& bundles, std::size_t max_part_bytes) {
+  // What a spec costs in a message: its text, rounded up to words, and its
+  // list pointer. The parts: consecutive runs of specs, each within
+  // max_part_bytes (a part holds one spec at least). A spec larger than a
+  // message can be is refused before anything is sent.
+  const auto cost = [](const std::string& trial) -> std::uint64_t {
+    return (trial.size() + 1 + 7) / 8 * 8 + 8;
+  };
+  std::vector<std::pair<std::size_t, std::size_t>> parts;  // [begin, end)
+  std::uint64_t part_bytes = 0;
+  for (std::size_t i = 0; i < trials.size(); ++i) {
+    if (cost(trials[i]) + (std::uint64_t{1} << 20) > wire::kDefaultMaxFrameBytes) {
+      throw Error(ErrorCode::invalid_argument,
+                  "trial " + std::to_string(i) + "'s specification is " +
+                      std::to_string(trials[i].size() >> 20) +
+                      " MiB, more than one message to "
+                      "the coordinator may hold (" +
+                      std::to_string(wire::kDefaultMaxFrameBytes >> 20) +
+                      " MiB); nothing was submitted");
+    }
+    if (parts.empty() || part_bytes + cost(trials[i]) > max_part_bytes) {
+      parts.emplace_back(i, i);
+      part_bytes = 0;
+    }
+    parts.back().second = i + 1;
+    part_bytes += cost(trials[i]);
   }
+  if (parts.empty()) parts.emplace_back(0, 0);
+  // The submission's name: sent again after a lost answer or a coordinator
+  // restart, it cannot make a second job; in parts, it binds them together.
   std::random_device random;
   char token[17];
   std::snprintf(token, sizeof token, "%08x%08x", random(), random());
-  auto frame = impl_->call(
-      [&](Envelope::Builder envelope) {
-        auto job = envelope.initSubmitJob();
-        job.setToken(token);
-        job.setName(name);
-        job.setPriority(priority);
-        auto specs = job.initSpecs(static_cast<unsigned>(trials.size()));
-        for (unsigned i = 0; i < trials.size(); ++i) specs.set(i, trials[i]);
-        auto list = job.initBundles(static_cast<unsigned>(bundles.size()));
-        for (unsigned i = 0; i < bundles.size(); ++i) {
-          wire::set_digest(list[i].initPin(), bundles[i].pin);
-          wire::set_digest(list[i].initArchive(), bundles[i].archive);
-        }
-      },
-      Impl::kSubmission);
-  auto accepted = frame.envelope().getJobAccepted();
-  return {wire::text(accepted.getJob()), accepted.getTotal()};
+  for (std::size_t p = 0; p < parts.size(); ++p) {
+    const auto [begin, end] = parts[p];
+    auto frame = impl_->call(
+        [&](Envelope::Builder envelope) {
+          auto job = envelope.initSubmitJob();
+          job.setToken(token);
+          job.setName(name);
+          job.setPriority(priority);
+          if (parts.size() > 1) {
+            job.setPart(static_cast<std::uint32_t>(p));
+            job.setParts(static_cast<std::uint32_t>(parts.size()));
+          }
+          auto specs = job.initSpecs(static_cast<unsigned>(end - begin));
+          for (std::size_t i = begin; i < end; ++i) {
+            specs.set(static_cast<unsigned>(i - begin), trials[i]);
+          }
+          auto list = job.initBundles(static_cast<unsigned>(bundles.size()));
+          for (unsigned i = 0; i < bundles.size(); ++i) {
+            wire::set_digest(list[i].initPin(), bundles[i].pin);
+            wire::set_digest(list[i].initArchive(), bundles[i].archive);
+          }
+        },
+        Impl::kSubmission);
+    if (p + 1 < parts.size()) continue;  // answered ok
+    auto accepted = frame.envelope().getJobAccepted();
+    return {wire::text(accepted.getJob()), accepted.getTotal()};
+  }
+  throw Error(ErrorCode::internal, "a submission of no parts");
 }
 
 nlohmann::ordered_json Client::status(const std::string& job) {

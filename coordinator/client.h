@@ -57,8 +57,12 @@ class Client {
   // refused.
   std::vector<Digest> find_missing(const std::vector<Digest>& digests);
   void put_blob(const Digest& digest, const std::string& bytes);
+  // A job whose specifications take more than `max_part_bytes` goes in
+  // parts, each within it, under one token (docs/wire-protocol.md).
+  static constexpr std::size_t kMaxPartBytes = std::size_t{64} << 20;
   SubmittedJob submit(const std::string& name, int priority, const std::vector<std::string>& trials,
-                      const std::vector<BundleBlob>& bundles);
+                      const std::vector<BundleBlob>& bundles,
+                      std::size_t max_part_bytes = kMaxPartBytes);
   nlohmann::ordered_json status(const std::string& job);  // "" for every job
   nlohmann::ordered_json cancel(const std::string& job);
   ResultsPage results(const std::string& job, std::uint32_t after, std::uint32_t limit);

@@ -343,6 +343,16 @@ class Server {
   // and for the uploads: abandoned ones are dropped.
   void keep_tick(Instant now) {
     for (const std::string& line : uploads_.expire(now)) log_(LogLevel::warn, line);
+    for (auto it = pending_jobs_.begin(); it != pending_jobs_.end();) {
+      if (it->second.last + kPendingJobIdle > now) {
+        ++it;
+        continue;
+      }
+      log_(LogLevel::warn, "dropped job " + it->first + ", abandoned after " +
+                               std::to_string(it->second.next) + " of its " +
+                               std::to_string(it->second.parts) + " parts");
+      it = pending_jobs_.erase(it);
+    }
     Records records = scheduler_.tick(now);
     metrics_.ticked(records);
     keep(std::move(records));
@@ -1333,7 +1343,10 @@ class Server {
       }
       std::snprintf(id, sizeof id, "job_%s", token.c_str());
       if (auto existing = scheduler_.job_status(JobId(id))) {
-        if (existing->trials != job.getSpecs().size() || existing->name != submission.name) {
+        // Sent again: in parts, any part of a job already made is answered
+        // as its last was.
+        const bool same_size = job.getParts() > 1 || existing->trials == job.getSpecs().size();
+        if (!same_size || existing->name != submission.name) {
           return reply_error(route, request, WireCode::REFUSED,
                              std::string("token ") + token + " already names job " + id + " (\"" +
                                  existing->name + "\", " + std::to_string(existing->trials) +
@@ -1345,15 +1358,69 @@ class Server {
         accepted.setTotal(existing->trials);
         return reply(route, wire::encode(message));
       }
+    } else if (job.getParts() > 1) {
+      return reply_error(route, request, WireCode::MALFORMED,
+                         "a submission in parts needs a token to name it");
     } else {
       std::random_device random;
       std::snprintf(id, sizeof id, "job_%08x%08x", random(), random());
     }
     submission.id = JobId(id);
+    // A job in parts: each part is checked as it comes and held until the
+    // last, which makes the job (PendingJob).
+    PendingJob* pending = nullptr;
+    if (job.getParts() > 1) {
+      const std::uint32_t part = job.getPart(), parts = job.getParts();
+      auto found = pending_jobs_.find(id);
+      if (part == 0 && found != pending_jobs_.end() && found->second.next > 0) {
+        // Started again from its first part: what came before is dropped.
+        pending_jobs_.erase(found);
+        found = pending_jobs_.end();
+      }
+      if (found == pending_jobs_.end()) {
+        if (part != 0) {
+          return reply_error(route, request, WireCode::OUT_OF_ORDER,
+                             "part " + std::to_string(part) + " of job " + id +
+                                 " came before its part 0 (or after the job was dropped, idle "
+                                 "for 60 s): send the job again from part 0");
+        }
+        if (pending_jobs_.size() >= kMaxPendingJobs) {
+          return reply_error(route, request, WireCode::BUSY,
+                             "too many jobs are being submitted in parts at once; send this "
+                             "again later");
+        }
+        found = pending_jobs_
+                    .emplace(id, PendingJob{submission.name,
+                                            submission.priority,
+                                            parts,
+                                            client_ ? client_->key : "",
+                                            0,
+                                            {},
+                                            now})
+                    .first;
+      }
+      pending = &found->second;
+      if (pending->parts != parts || pending->name != submission.name ||
+          pending->owner != (client_ ? client_->key : "") || part >= parts) {
+        return reply_error(route, request, WireCode::REFUSED,
+                           "part " + std::to_string(part) + " of " + std::to_string(parts) +
+                               " does not belong to job " + id + ", which is being submitted in " +
+                               std::to_string(pending->parts) + " parts under another name or key");
+      }
+      if (part < pending->next) return reply_ok(route, request);  // sent again
+      if (part > pending->next) {
+        return reply_error(route, request, WireCode::OUT_OF_ORDER,
+                           "part " + std::to_string(part) + " of job " + id + " came before part " +
+                               std::to_string(pending->next));
+      }
+      pending->last = now;
+    }
+    const std::size_t held = pending == nullptr ? 0 : pending->inputs.size();
     // A flood of submissions is refused before it is parsed or recorded: the
     // queue, kept in memory and replayed at every start, stays bounded.
-    if (const std::size_t queued = scheduler_.queued_trials();
+    if (const std::size_t queued = scheduler_.queued_trials() + pending_trials();
         queued + job.getSpecs().size() > config_.max_queued) {
+      if (pending != nullptr) pending_jobs_.erase(id);
       return reply_error(route, request, WireCode::REFUSED,
                          "the coordinator's queue is full: it holds " + std::to_string(queued) +
                              " queued trials, and " + std::to_string(job.getSpecs().size()) +
@@ -1375,7 +1442,7 @@ class Server {
     std::map<std::pair<Digest, Digest>, std::optional<std::string>> checked_bundles;
     std::vector<TrialInput> inputs;
     auto snapshot = store_.snapshot();
-    std::size_t index = 0;
+    std::size_t index = held;
     for (auto text : job.getSpecs()) {
       const std::size_t trial = index++;
       auto submitted = read_payload(wire::text(text), specs_);
@@ -1424,7 +1491,15 @@ class Server {
       if (problem_order.size() > kListed) {
         message += "\n  and " + std::to_string(problem_order.size() - kListed) + " more problems";
       }
+      if (pending != nullptr) pending_jobs_.erase(id);
       return reply_error(route, request, WireCode::REFUSED, message);
+    }
+    if (pending != nullptr) {
+      pending->inputs.insert(pending->inputs.end(), std::make_move_iterator(inputs.begin()),
+                             std::make_move_iterator(inputs.end()));
+      if (++pending->next < pending->parts) return reply_ok(route, request);
+      inputs = std::move(pending->inputs);
+      pending_jobs_.erase(id);
     }
     const std::size_t total = inputs.size();
     submission.trials = std::move(inputs);
@@ -1806,6 +1881,26 @@ class Server {
   std::set<std::string> bound_ids_;            // worker ids the allow list binds to a key
   std::optional<std::string> bound_id_;        // that of the message being handled
   std::optional<transport::ClientIdentity> client_;  // that of the message being handled
+  // Jobs being submitted in parts, by id: what their parts so far held.
+  struct PendingJob {
+    std::string name;
+    int priority = 0;
+    std::uint32_t parts = 0;
+    std::string owner;
+    std::uint32_t next = 0;  // the part expected next
+    std::vector<TrialInput> inputs;
+    Instant last;
+  };
+  std::map<std::string, PendingJob> pending_jobs_;
+  static constexpr std::size_t kMaxPendingJobs = 16;
+  static constexpr Duration kPendingJobIdle{60'000};
+
+  std::size_t pending_trials() const {
+    std::size_t trials = 0;
+    for (const auto& [id, job] : pending_jobs_) trials += job.inputs.size();
+    return trials;
+  }
+
   // The turn accepted a submission or a cancel: its commit is flushed whole,
   // meta page included, before anything is answered.
   bool turn_durable_ = false;

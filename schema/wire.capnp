@@ -201,6 +201,8 @@ struct SubmitJob {
   bundles @3 :List(Bundle);    # every pack the specs name
   token @4 :Text;              # optional, 16 lowercase hex digits: the job is job_<token>,
                                # and the same submission sent again is answered with it
+  part @5 :UInt32;             # a job too large for one message comes in `parts` messages
+  parts @6 :UInt32;            # under one token, part 0 first; 0 or 1: the whole job here
 }
 
 struct JobAccepted {

@@ -649,20 +649,81 @@ TEST_CASE("abandoned partial uploads spill to disk within a client's share and a
   clients_still_read(cluster, false);
 }
 
-TEST_CASE("a submission too large for one message is refused before it is sent, saying why",
+TEST_CASE("a job too large for one message goes in parts, and becomes one job with its last",
+          "[cluster][rogue]") {
+  Cluster cluster;
+  cluster.start_coordinator();
+  // Uploaded and pinned by a real submit first: the bundle is in the store.
+  cluster.submit(cluster.outcome_batch(1, 1));
+  auto archive = forktrial::pack::archive_pack(kExamples + "/packs/greeter");
+  REQUIRE(archive);
+  const auto digest = forktrial::Sha256::of(archive->bytes);
+  std::vector<std::string> trials;
+  for (int i = 0; i < 50; ++i) {
+    trials.push_back(bundle_trial("greeter", digest, archive->bundle_hash.str()));
+  }
+  forktrial::coordinator::Client client(cluster.endpoint, std::chrono::seconds(10));
+  // Parts of at most 4 KiB: a few specs each, a dozen parts or more.
+  const auto submitted = client.submit("in parts", 0, trials, {}, 4096);
+  CHECK(submitted.total == 50);
+  auto status = cluster.client({"status", submitted.job, "--json"});
+  REQUIRE(status.exit_code == 0);
+  CHECK(json::parse(status.out)["total"] == 50);
+  CHECK(cluster.results(submitted.job).size() == 50);
+  CHECK(cluster.log_text().find("job " + submitted.job + " submitted with 50 trials") !=
+        std::string::npos);
+
+  // By hand: a part before part 0, a part of another name, a part sent twice.
+  Peer peer(cluster.endpoint, nullptr);
+  {
+    capnp::MallocMessageBuilder hello;
+    wire::start(hello, 1).setClientHello();
+    peer.send(hello);
+    peer.next(Envelope::OK);
+  }
+  auto part = [&](std::uint32_t n, std::uint32_t parts, const std::string& name) {
+    capnp::MallocMessageBuilder message;
+    auto job = wire::start(message, 10 + n).initSubmitJob();
+    job.setName(name);
+    job.setToken("00000000000000aa");
+    job.setPart(n);
+    job.setParts(parts);
+    job.initSpecs(1).set(0, trials[0]);
+    return wire::encode(message);
+  };
+  auto [early, early_text] = peer.refusal(part(1, 3, "x"));
+  CHECK(early == wire::ErrorCode::OUT_OF_ORDER);
+  CHECK_THAT(early_text, Catch::Contains("came before its part 0"));
+  peer.send(part(0, 3, "x"));
+  peer.next(Envelope::OK);
+  peer.send(part(0, 3, "x"));  // sent again: taken once
+  peer.next(Envelope::OK);
+  auto [other, other_text] = peer.refusal(part(1, 3, "y"));
+  CHECK(other == wire::ErrorCode::REFUSED);
+  CHECK_THAT(other_text, Catch::Contains("does not belong to job job_00000000000000aa"));
+  peer.send(part(1, 3, "x"));
+  peer.next(Envelope::OK);
+  peer.send(part(2, 3, "x"));
+  auto accepted = peer.next(Envelope::JOB_ACCEPTED);
+  CHECK(accepted.envelope().getJobAccepted().getTotal() == 3);
+  // The last part sent again is answered with the job.
+  peer.send(part(2, 3, "x"));
+  CHECK(peer.next(Envelope::JOB_ACCEPTED).envelope().getJobAccepted().getTotal() == 3);
+}
+
+TEST_CASE("a trial larger than one message is refused before anything is sent, saying why",
           "[cluster][rogue]") {
   Cluster cluster;
   cluster.start_coordinator();
   forktrial::coordinator::Client client(cluster.endpoint, std::chrono::seconds(10));
-  // Two specifications of 130 MiB: 260 MiB, past the 256 MiB frame limit.
-  const std::vector<std::string> trials(2, std::string(std::size_t{130} << 20, ' '));
+  const std::vector<std::string> trials{"{}", std::string(std::size_t{300} << 20, ' ')};
   try {
     client.submit("huge", 0, trials, {});
-    FAIL("a submission past the frame limit was sent");
+    FAIL("a specification past the frame limit was sent");
   } catch (const forktrial::Error& e) {
     CHECK_THAT(std::string(e.what()),
-               Catch::Contains("the submission of 2 trials would be a 260 MiB message, over the "
-                               "256 MiB a coordinator takes in one; nothing was submitted"));
+               Catch::Contains("trial 1's specification is 300 MiB, more than one message to the "
+                               "coordinator may hold (256 MiB); nothing was submitted"));
   }
   // Nothing reached the coordinator, which serves on.
   auto status = cluster.client({"status", "--json"});
