@@ -329,7 +329,15 @@ std::string message(FuzzedDataProvider& in, Hostile& hostile, int kind, unsigned
     case 9: {
       auto submit = envelope.initSubmitJob();
       submit.setName(as_text(in.ConsumeBool() ? "job" : hostile.text()));
-      if (in.ConsumeIntegralInRange(0, 2) == 0) submit.setToken(as_text(hostile.text()));
+      if (in.ConsumeIntegralInRange(0, 2) == 0) {
+        submit.setToken(as_text(hostile.text()));
+      } else if (in.ConsumeBool()) {
+        // A job in parts, under one of a few tokens, its parts in any order.
+        const std::uint32_t parts = in.ConsumeIntegralInRange(0u, 4u);
+        submit.setToken(std::string(15, '0') + std::to_string(in.ConsumeIntegralInRange(0, 3)));
+        submit.setParts(parts);
+        submit.setPart(in.ConsumeIntegralInRange(0u, parts + 1));
+      }
       auto specs = submit.initSpecs(
           in.ConsumeIntegralInRange(0, 15) == 0 ? 0 : in.ConsumeIntegralInRange(1, 3));
       for (unsigned i = 0; i < specs.size(); ++i) {
