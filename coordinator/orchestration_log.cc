@@ -77,22 +77,38 @@ Json digests_json(const std::vector<Digest>& digests) {
   return array;
 }
 
-void encode(const JobSubmitted& r, Json& out) {
-  out["job"] = text_json(r.job.str());
-  out["priority"] = r.priority;
-  out["name"] = text_json(r.name);
-  Json trials = Json::array();
-  trials.get_ref<Json::array_t&>().reserve(r.trials.size());
-  for (const TrialInput& input : r.trials) {
-    Json trial = Json::object();
-    trial["payload"] = text_json(input.payload);
-    trial["segment"] = input.segment.str();
-    trial["bundles"] = digests_json(input.bundles);
-    if (input.run_limit.count() > 0) trial["run_ms"] = input.run_limit.count();
-    trials.push_back(std::move(trial));
+// One trial of a job.submitted record, as its own JSON text.
+std::string trial_text(const TrialInput& input) {
+  Json trial = Json::object();
+  trial["payload"] = text_json(input.payload);
+  trial["segment"] = input.segment.str();
+  trial["bundles"] = digests_json(input.bundles);
+  if (input.run_limit.count() > 0) trial["run_ms"] = input.run_limit.count();
+  return trial.dump();
+}
+
+// A job.submitted record's payload, written a trial at a time: the bytes
+// one JSON tree of the whole job would dump, without that tree, which for a
+// million trials took gigabytes.
+std::string job_submitted_text(const JobSubmitted& r) {
+  Json head = Json::object();
+  head["job"] = text_json(r.job.str());
+  head["priority"] = r.priority;
+  head["name"] = text_json(r.name);
+  std::string text = head.dump();
+  text.pop_back();  // its '}'
+  text += ",\"trials\":[";
+  for (std::size_t i = 0; i < r.trials.size(); ++i) {
+    if (i > 0) text += ',';
+    text += trial_text(r.trials[i]);
   }
-  out["trials"] = std::move(trials);
-  if (!r.owner.empty()) out["owner"] = text_json(r.owner);
+  text += ']';
+  Json tail = Json::object();
+  if (!r.owner.empty()) tail["owner"] = text_json(r.owner);
+  tail["at"] = instant_json(r.at);
+  text += ',';
+  text += tail.dump().substr(1);  // without its '{'
+  return text;
 }
 
 void encode(const JobCancelled& r, Json& out) {
@@ -530,18 +546,24 @@ std::string event_name(const store::EventView& event) {
 }  // namespace
 
 store::NewEvent to_event(const OrchestrationRecord& record, std::uint64_t event_number) {
-  Json payload = Json::object();
+  std::string text;
   const Instant at = std::visit(
-      [&payload](const auto& r) {
-        encode(r, payload);
-        payload["at"] = instant_json(r.at);
+      [&text](const auto& r) {
+        if constexpr (std::is_same_v<std::decay_t<decltype(r)>, JobSubmitted>) {
+          text = job_submitted_text(r);
+        } else {
+          Json payload = Json::object();
+          encode(r, payload);
+          payload["at"] = instant_json(r.at);
+          text = payload.dump();
+        }
         return r.at;
       },
       record);
   store::NewEvent event;
   event.id = store::numbered_event_id(event_number);
   event.type = std::string(record_type(record));
-  event.payload = payload.dump();
+  event.payload = std::move(text);
   event.timestamp =
       format_timestamp(std::clamp(at.time_since_epoch().count(), kFirstTimestamp, kLastTimestamp));
   event.actor = std::string(kCoordinatorActor);

@@ -1494,7 +1494,19 @@ class Server {
       if (pending != nullptr) pending_jobs_.erase(id);
       return reply_error(route, request, WireCode::REFUSED, message);
     }
+    std::uint64_t record_size = pending == nullptr ? 0 : pending->record_bytes;
+    for (const TrialInput& input : inputs) record_size += record_bytes(input);
+    if (record_size > config_.max_job_record_bytes) {
+      if (pending != nullptr) pending_jobs_.erase(id);
+      return reply_error(route, request, WireCode::REFUSED,
+                         "the job was not submitted: its " + std::to_string(held + inputs.size()) +
+                             " trials so far make a " + std::to_string(record_size >> 20) +
+                             " MiB record, over the " +
+                             std::to_string(config_.max_job_record_bytes >> 20) +
+                             " MiB one job may hold; submit them as several jobs");
+    }
     if (pending != nullptr) {
+      pending->record_bytes = record_size;
       pending->inputs.insert(pending->inputs.end(), std::make_move_iterator(inputs.begin()),
                              std::make_move_iterator(inputs.end()));
       if (++pending->next < pending->parts) return reply_ok(route, request);
@@ -1890,8 +1902,23 @@ class Server {
     std::uint32_t next = 0;  // the part expected next
     std::vector<TrialInput> inputs;
     Instant last;
+    std::uint64_t record_bytes = 0;  // what its trials so far add to its record
   };
   std::map<std::string, PendingJob> pending_jobs_;
+
+  // About what `input` adds to its job's record: its payload as a JSON string
+  // (escapes counted), its digests and field names.
+  static std::uint64_t record_bytes(const TrialInput& input) {
+    std::uint64_t bytes = input.payload.size() + 160 + 80 * input.bundles.size();
+    for (const char c : input.payload) {
+      if (c == '"' || c == '\\') {
+        bytes += 1;
+      } else if (static_cast<unsigned char>(c) < 0x20) {
+        bytes += 5;
+      }
+    }
+    return bytes;
+  }
   static constexpr std::size_t kMaxPendingJobs = 16;
   static constexpr Duration kPendingJobIdle{60'000};
 

@@ -49,6 +49,10 @@ struct ServerConfig {
   // The read-only HTTP endpoint (none: not served): /healthz, /readyz
   // (ready while the store takes writes), /metrics (coordinator/metrics.h).
   std::optional<transport::HttpAddress> http;
+  // A job is one job.submitted record, and the store holds a record's
+  // payload in one Cap'n Proto Text, at most 512 MiB: a job whose record
+  // would pass this is refused rather than fail the commit.
+  std::uint64_t max_job_record_bytes = (std::uint64_t{512} - 16) << 20;
   // Blobs clients upload spill to files under store/uploads, within these
   // limits (coordinator/upload_spool.h).
   UploadLimits uploads;

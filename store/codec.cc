@@ -13,6 +13,15 @@
 namespace forktrial::store::codec {
 namespace {
 
+// Reading a stored value visits each of its words a few times at most, so
+// the traversal limit follows its size (Cap'n Proto's default, 64 MiB, would
+// refuse a larger record the store took, a job of a million trials).
+capnp::ReaderOptions reader_options(std::size_t words) {
+  capnp::ReaderOptions options;
+  options.traversalLimitInWords = words * 4 + 1024;
+  return options;
+}
+
 std::string_view view(capnp::Text::Reader t) {
   return {t.begin(), t.size()};
 }
@@ -199,7 +208,7 @@ namespace {
 RunRecord decode_run_words(std::span<const std::byte> value) {
   kj::Array<capnp::word> aligned;
   kj::ArrayPtr<const capnp::word> segments[1] = {words(value, aligned)};
-  capnp::SegmentArrayMessageReader message(segments);
+  capnp::SegmentArrayMessageReader message(segments, reader_options(segments[0].size()));
   auto r = message.getRoot<schema::RunRecord>();
   RunRecord record;
   record.id = RunId(std::string(view(r.getId())));
@@ -314,7 +323,7 @@ EventView EventDecoder::decode_impl(std::span<const std::byte> value, bool* cano
 
 EventView EventDecoder::decode_words(std::span<const std::byte> value, bool* canonical) {
   kj::ArrayPtr<const capnp::word> segments[1] = {words(value, aligned_)};
-  capnp::SegmentArrayMessageReader message(segments);
+  capnp::SegmentArrayMessageReader message(segments, reader_options(segments[0].size()));
   auto e = message.getRoot<schema::Event>();
   EventView v;
   v.id = view(e.getId());

@@ -110,6 +110,10 @@ std::optional<TextProblem> run_text_problem(const NewRun& run) {
 }
 
 std::optional<std::string> event_problem(const NewEvent& e) {
+  if (e.payload.size() > kMaxPayloadBytes) {
+    return "event " + e.id.str() + " payload is " + std::to_string(e.payload.size()) +
+           " bytes; an event holds at most " + std::to_string(kMaxPayloadBytes);
+  }
   if (auto problem = event_text_problem(e)) {
     return problem->field == "id" ? problem->message
                                   : "event " + e.id.str() + ": " + problem->message;

@@ -21,6 +21,9 @@ namespace forktrial::store {
 // The longest event type, actor, frame id or timestamp, and the longest run
 // label, creation time or frame id, the store accepts (ids: kMaxIdBytes).
 inline constexpr std::size_t kMaxEventTextBytes = 1024;
+// The most bytes an event's payload may hold: a stored event is one Cap'n
+// Proto message, whose texts count their bytes (and a NUL) in 29 bits.
+inline constexpr std::size_t kMaxPayloadBytes = (std::size_t{1} << 29) - 2;
 // The longest run goal (a sentence or a prompt, longer than a label).
 inline constexpr std::size_t kMaxRunGoalBytes = 64 * 1024;
 

@@ -4,10 +4,16 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <span>
 #include <string>
 
 #include "coordinator/server.h"
+#include "import/jsonl.h"
+#include "pack/bundle_archive.h"
 #include "schema/wire_codec.h"
+#include "store/event_store.h"
 #include "tests/support/temp_dir.h"
 
 using namespace forktrial;
@@ -77,4 +83,84 @@ TEST_CASE("the coordinator core refuses bytes that are not a message as malforme
   REQUIRE(error.has_value());
   REQUIRE(error->envelope().isError());
   CHECK(error->envelope().getError().getCode() == wire::ErrorCode::MALFORMED);
+}
+
+namespace {
+
+// A store holding run_chat and the archive of examples/packs/greeter, and a
+// submitted trial of that pack forked at evt_031.
+struct GreeterStore {
+  TempDir dir;
+  std::filesystem::path store = dir.path() / "store";
+  std::string trial;
+  GreeterStore() {
+    const std::filesystem::path source(FORKTRIAL_SOURCE_DIR);
+    store::EventStore events(store);
+    std::ifstream history(source / "examples/runs/chat.jsonl");
+    auto parsed = import::jsonl::parse_events(history);
+    REQUIRE(parsed);
+    REQUIRE(events.import_run({.id = store::RunId("run_chat"), .label = "chat"}, *parsed));
+    auto archive = pack::archive_pack(source / "examples/packs/greeter");
+    REQUIRE(archive);
+    events.put_blob(std::as_bytes(std::span(archive->bytes.data(), archive->bytes.size())));
+    trial = R"({"candidate":"greeter","spec":{"at_event":"evt_031","candidate":{"root_dir":")" +
+            wire::bundle_root(Sha256::of(archive->bytes)) + R"(","expected_bundle_hash":")" +
+            archive->bundle_hash.str() +
+            R"("},"extra_packs":[],"label":"t","limits":{},"parent_run_id":"run_chat",)"
+            R"("scenario":"","schema_version":1}})";
+  }
+};
+
+std::string part_frame(std::uint64_t request, std::uint32_t part, std::uint32_t parts,
+                       const std::string& trial, unsigned trials) {
+  capnp::MallocMessageBuilder message;
+  auto job = wire::start(message, request).initSubmitJob();
+  job.setName("parts");
+  job.setToken("00000000000000b1");
+  job.setPart(part);
+  job.setParts(parts);
+  auto specs = job.initSpecs(trials);
+  for (unsigned i = 0; i < trials; ++i) specs.set(i, trial);
+  return wire::encode(message);
+}
+
+// The one reply of a turn, decoded.
+wire::Frame only_reply(const std::vector<std::pair<std::string, std::string>>& replies) {
+  REQUIRE(replies.size() == 1);
+  auto decoded = wire::decode(replies[0].second);
+  REQUIRE(decoded.has_value());
+  return std::move(*decoded);
+}
+
+}  // namespace
+
+TEST_CASE("a job in parts is dropped when its parts stop coming, and a record too large is refused",
+          "[coordinator][core]") {
+  GreeterStore greeter;
+  ServerConfig config;
+  config.store = greeter.store;
+  config.max_job_record_bytes = 3000;  // about three trials of this size
+  CoordinatorCore core(config, quiet);
+  only_reply(core.turn("c", client_hello(1), kNow));
+  CHECK(only_reply(core.turn("c", part_frame(2, 0, 3, greeter.trial, 1), kNow)).envelope().isOk());
+  // 61 s later (a status asked meanwhile lets time pass): dropped.
+  only_reply(core.turn("c", status_request(3, ""), kNow + std::chrono::seconds(61)));
+  auto late = only_reply(
+      core.turn("c", part_frame(4, 1, 3, greeter.trial, 1), kNow + std::chrono::seconds(62)));
+  REQUIRE(late.envelope().isError());
+  CHECK(late.envelope().getError().getCode() == wire::ErrorCode::OUT_OF_ORDER);
+  CHECK_THAT(wire::text(late.envelope().getError().getMessage()),
+             Catch::Contains("idle for 60 s") && Catch::Contains("send the job again from part 0"));
+  // Sent again from part 0, its parts pass the record a job may hold.
+  const Instant again = kNow + std::chrono::seconds(70);
+  CHECK(only_reply(core.turn("c", part_frame(5, 0, 3, greeter.trial, 2), again)).envelope().isOk());
+  auto big = only_reply(core.turn("c", part_frame(6, 1, 3, greeter.trial, 2), again));
+  REQUIRE(big.envelope().isError());
+  CHECK(big.envelope().getError().getCode() == wire::ErrorCode::REFUSED);
+  CHECK_THAT(wire::text(big.envelope().getError().getMessage()),
+             Catch::StartsWith("the job was not submitted: its 4 trials so far make a") &&
+                 Catch::Contains("submit them as several jobs"));
+  // Nothing of it was kept.
+  auto status = only_reply(core.turn("c", status_request(7, ""), again));
+  CHECK(wire::text(status.envelope().getJobStatus().getText()) == R"({"jobs":[]})");
 }

@@ -59,6 +59,41 @@ TEST_CASE("a new run starts empty and reads back what was appended", "[store]") 
   CHECK_FALSE(snap.find_event(now, EventId("nope")).has_value());
 }
 
+TEST_CASE("an event far larger than Cap'n Proto's default traversal limit reads back", "[store]") {
+  forktrial::testing::TempDir dir;
+  EventStore store(dir.path() / "s", fixed_options());
+  RunInfo run = must(store.create_run({.label = "big"}));
+  // 96 MiB of payload: past the 64 MiB a reader visits by default (a job
+  // of a million trials is one such record in the orchestration log).
+  const std::string payload = R"({"x":")" + std::string(std::size_t{96} << 20, 'a') + R"("})";
+  REQUIRE(store.append(run.id, 0, event("evt_big", "job.submitted", payload)) == 1u);
+  auto snap = store.snapshot();
+  auto history = snap.history(*snap.run(run.id));
+  REQUIRE(history.size() == 1);
+  CHECK(history[0].payload.size() == payload.size());
+  CHECK(history[0].payload == payload);
+  // Read back checked, as a segment is (a fork's history, a replayed log).
+  auto digest = store.write([&](Writer& w) { return w.store_segment(run.id, 1); });
+  REQUIRE(digest);
+  auto blob = store.snapshot().blob(*digest);
+  REQUIRE(blob);
+  EventStore other(dir.path() / "other", fixed_options());
+  auto loaded = other.load_segment(std::span(blob->data(), blob->size()), {.label = "copy"});
+  INFO((loaded ? std::string() : loaded.error().message));
+  REQUIRE(loaded);
+  auto copied = other.snapshot();
+  CHECK(copied.history(*copied.run(loaded->id))[0].payload == payload);
+}
+
+TEST_CASE("a payload past what one stored event can count is refused, not cut", "[store]") {
+  const std::string payload =
+      R"({"x":")" + std::string(kMaxPayloadBytes, 'a') + R"("})";  // past it by 8
+  const auto problem = event_problem(event("evt_huge", "job.submitted", payload));
+  REQUIRE(problem);
+  CHECK(*problem == "event evt_huge payload is " + std::to_string(payload.size()) +
+                        " bytes; an event holds at most 536870910");
+}
+
 TEST_CASE("an empty actor is kept apart from an absent one", "[store]") {
   forktrial::testing::TempDir dir;
   EventStore store(dir.path() / "s", fixed_options());
