@@ -85,9 +85,9 @@ struct Trial {
   Instant lease_expires{};           // while leased
   Instant lease_deadline{};          // while leased: when it ends, renewed or not (epoch: never)
   Duration run_limit{0};
-  WorkerIx worker = kNoWorker;       // the holder of the last lease
-  Attempt attempt = 1;               // the live or next attempt
-  Attempt leased_attempt = 0;        // the last attempt leased; 0: none
+  WorkerIx worker = kNoWorker;  // the holder of the last lease
+  Attempt attempt = 1;          // the live or next attempt
+  Attempt leased_attempt = 0;   // the last attempt leased; 0: none
   TrialStatus status = TrialStatus::queued;
   std::optional<Outcome> outcome;  // once reconciled
 };

@@ -982,9 +982,9 @@ class Server {
       // reports: a report that breaks them comes from a worker that does
       // not. Nothing of it is recorded, and the attempt failed (the trial
       // runs again, on whichever worker asks next).
-      const std::string reason = "worker " + worker.str() +
-                                 "'s report breaks the rules every delta is held to: " +
-                                 reconciliation.error();
+      const std::string reason =
+          "worker " + worker.str() +
+          "'s report breaks the rules every delta is held to: " + reconciliation.error();
       log_(LogLevel::warn, "refused the report of " + trial.str() + " attempt " +
                                std::to_string(attempt) + ": " + reason);
       keep(scheduler_.reconcile_failed(trial, reason, now).value_or(Records{}));
@@ -1026,8 +1026,8 @@ class Server {
   // DeltaRules): the first rule broken is the error, and nothing is copied
   // past it. Prose is repaired and bounded (docs/wire-protocol.md).
   std::expected<Reconciliation, std::string> reconciliation_of(
-      const std::string& route, std::uint64_t request, const WorkerId& worker,
-      const TrialId& trial, Attempt attempt, schema::wire::Report::Reader report, Instant now) {
+      const std::string& route, std::uint64_t request, const WorkerId& worker, const TrialId& trial,
+      Attempt attempt, schema::wire::Report::Reader report, Instant now) {
     Reconciliation r{route,
                      request,
                      worker,
@@ -1888,10 +1888,10 @@ class Server {
   bool gauges_stale_ = true;  // the scheduler changed since metrics_ last observed it
   Activity activity_;         // recent failures and pace, for the status API
   transport::Probes probes_;
-  transport::LoopHandoff api_;                 // the status API's requests, for this thread
-  std::optional<transport::HttpServer> http_;  // last: it stops before what it reads
-  std::set<std::string> bound_ids_;            // worker ids the allow list binds to a key
-  std::optional<std::string> bound_id_;        // that of the message being handled
+  transport::LoopHandoff api_;                       // the status API's requests, for this thread
+  std::optional<transport::HttpServer> http_;        // last: it stops before what it reads
+  std::set<std::string> bound_ids_;                  // worker ids the allow list binds to a key
+  std::optional<std::string> bound_id_;              // that of the message being handled
   std::optional<transport::ClientIdentity> client_;  // that of the message being handled
   // Jobs being submitted in parts, by id: what their parts so far held.
   struct PendingJob {

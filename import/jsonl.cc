@@ -5,8 +5,8 @@
 
 #include "base/text.h"
 #include "base/timestamp.h"
-#include "store/json_text.h"
 #include "store/event_store.h"
+#include "store/json_text.h"
 #include "store/payload.h"
 
 namespace forktrial::import::jsonl {

@@ -1,13 +1,12 @@
 #include "sandbox/delta.h"
 
-#include <nlohmann/json.hpp>
-
 #include <limits>
+#include <nlohmann/json.hpp>
 
 #include "base/text.h"
 #include "base/timestamp.h"
-#include "schema/records.h"
 #include "sandbox/tail.h"
+#include "schema/records.h"
 #include "store/json_text.h"
 
 namespace forktrial::sandbox {
@@ -129,12 +128,12 @@ const std::optional<DeltaCut>& DeltaRules::check(const store::EventView& view) {
   last_ = *parse_timestamp(view.timestamp);
   bytes_ += store::event_text_bytes(view.to_event());
   if (accepted_ + 1 > max_events_ || bytes_ > max_bytes_) {
-    cut_ = DeltaCut{"write budget: " + whose_ + "'s delta goes past max_appended_events = " +
-                        std::to_string(limit_events_) +
-                        " or max_appended_bytes = " + std::to_string(limit_bytes_) + " at " +
-                        which + "; the " + std::to_string(accepted_) +
-                        " events before it were recorded",
-                    true};
+    cut_ =
+        DeltaCut{"write budget: " + whose_ +
+                     "'s delta goes past max_appended_events = " + std::to_string(limit_events_) +
+                     " or max_appended_bytes = " + std::to_string(limit_bytes_) + " at " + which +
+                     "; the " + std::to_string(accepted_) + " events before it were recorded",
+                 true};
     return cut_;
   }
   ++accepted_;

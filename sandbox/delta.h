@@ -100,7 +100,7 @@ class DeltaRules {
   UnixMillis last_;
   std::uint64_t limit_events_;  // the budget as the limits give it (0: none)
   std::uint64_t limit_bytes_;
-  std::uint64_t max_events_;    // what is accepted: the budget and the closing record
+  std::uint64_t max_events_;  // what is accepted: the budget and the closing record
   std::uint64_t max_bytes_;
   std::uint64_t bytes_ = 0;
   std::uint64_t accepted_ = 0;

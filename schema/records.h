@@ -25,9 +25,13 @@ inline constexpr std::uint64_t kClosingRecords = 1;
 inline constexpr std::uint64_t kClosingRecordBytes = 4096;
 
 // "trial.*": records of the trial's parent process.
-constexpr bool is_parent_type(std::string_view type) { return type.starts_with("trial."); }
+constexpr bool is_parent_type(std::string_view type) {
+  return type.starts_with("trial.");
+}
 // "forktrial.*": reserved for forktrial's own records.
-constexpr bool is_forktrial_type(std::string_view type) { return type.starts_with("forktrial."); }
+constexpr bool is_forktrial_type(std::string_view type) {
+  return type.starts_with("forktrial.");
+}
 // Actors starting with "forktrial".
 constexpr bool is_forktrial_actor(std::string_view actor) {
   return actor.starts_with("forktrial");

@@ -65,7 +65,9 @@ std::optional<std::string> struct_text_problem(capnp::DynamicStruct::Reader read
   for (auto field : schema.getNonUnionFields()) {
     if (auto problem = visit(field)) return problem;
   }
-  KJ_IF_MAYBE(active, reader.which()) { return visit(*active); }
+  KJ_IF_MAYBE (active, reader.which()) {
+    return visit(*active);
+  }
   return std::nullopt;
 }
 
@@ -76,9 +78,9 @@ bool is_prose_field(std::string_view struct_name, std::string_view field_name) {
     std::string_view owner;
     std::string_view field;
   };
-  static constexpr Named kProse[] = {{"Error", "message"},         {"Report", "detail"},
-                                     {"Report", "warnings"},       {"Report", "events"},
-                                     {"AttemptFailed", "reason"},  {"WorkerHello", "warnings"}};
+  static constexpr Named kProse[] = {{"Error", "message"},        {"Report", "detail"},
+                                     {"Report", "warnings"},      {"Report", "events"},
+                                     {"AttemptFailed", "reason"}, {"WorkerHello", "warnings"}};
   for (const Named& named : kProse) {
     if (named.owner == struct_name && named.field == field_name) return true;
   }

@@ -914,7 +914,6 @@ TEST_CASE("wait gives up after --max-wait with exit 3, and the job goes on", "[c
 
 namespace {
 
-
 // A TCP relay in front of a loopback `target_port` that keeps every byte
 // each connection carried, each way: what an eavesdropper on the wire would
 // have. Given a network namespace, it runs there (its thread enters it) and

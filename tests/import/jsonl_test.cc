@@ -4,8 +4,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "store/json_text.h"
 #include "store/event_store.h"
+#include "store/json_text.h"
 #include "tests/support/temp_dir.h"
 
 namespace forktrial::import::jsonl {

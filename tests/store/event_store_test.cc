@@ -1,12 +1,12 @@
 #include "store/event_store.h"
 
 #include <fcntl.h>
+#include <lmdb.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
-#include <lmdb.h>
 
-#include <catch2/catch.hpp>
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <map>
 #include <thread>
 

@@ -254,12 +254,11 @@ TEST_CASE("run events, ls and show render control and bidi characters visibly", 
   Cli cli;
   // A type or an actor is a name: one that holds a format character is
   // refused, since it would print as another name.
-  const std::string bidi_type =
-      R"({"id":"evt_001","type":"chat\u202emessage","payload":{},)"
-      R"("actor":"user","timestamp":"2026-01-02T03:04:05Z"})"
-      "\n";
-  auto refused = cli.run({"run", "import", cli.dir.write("bidi-type.jsonl", bidi_type).string(),
-                          "--id", "run_type"});
+  const std::string bidi_type = R"({"id":"evt_001","type":"chat\u202emessage","payload":{},)"
+                                R"("actor":"user","timestamp":"2026-01-02T03:04:05Z"})"
+                                "\n";
+  auto refused = cli.run(
+      {"run", "import", cli.dir.write("bidi-type.jsonl", bidi_type).string(), "--id", "run_type"});
   CHECK(refused.exit_code != 0);
   CHECK_THAT(refused.err, Catch::Contains("holds U+202E, an invisible or format character") &&
                               Catch::Contains("nothing was imported"));
