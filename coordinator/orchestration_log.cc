@@ -87,6 +87,14 @@ std::string trial_text(const TrialInput& input) {
   return trial.dump();
 }
 
+}  // namespace
+
+std::size_t submitted_trial_bytes(const TrialInput& trial) {
+  return trial_text(trial).size() + 1;
+}
+
+namespace {
+
 // A job.submitted record's payload, written a trial at a time: the bytes
 // one JSON tree of the whole job would dump, without that tree, which for a
 // million trials took gigabytes.

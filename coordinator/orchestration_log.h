@@ -53,6 +53,11 @@ inline constexpr std::string_view kCoordinatorActor = "forktrial.coordinator";
 // Costs O(size of the record); a job of 100,000 trials is one event.
 store::NewEvent to_event(const OrchestrationRecord& record, std::uint64_t event_number);
 
+// The bytes `trial` adds to its job's job.submitted payload (its entry and a
+// separating comma), as to_event writes it: what a job may hold is counted
+// with this before the job is recorded.
+std::size_t submitted_trial_bytes(const TrialInput& trial);
+
 // The record `event` holds. An error, naming the event's id and type and the
 // field at fault, when the type is not a record type or the payload is not
 // what to_event writes for it: not JSON, not an object, a field missing,

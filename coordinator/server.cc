@@ -1495,7 +1495,7 @@ class Server {
       return reply_error(route, request, WireCode::REFUSED, message);
     }
     std::uint64_t record_size = pending == nullptr ? 0 : pending->record_bytes;
-    for (const TrialInput& input : inputs) record_size += record_bytes(input);
+    for (const TrialInput& input : inputs) record_size += submitted_trial_bytes(input);
     if (record_size > config_.max_job_record_bytes) {
       if (pending != nullptr) pending_jobs_.erase(id);
       return reply_error(route, request, WireCode::REFUSED,
@@ -1906,19 +1906,6 @@ class Server {
   };
   std::map<std::string, PendingJob> pending_jobs_;
 
-  // About what `input` adds to its job's record: its payload as a JSON string
-  // (escapes counted), its digests and field names.
-  static std::uint64_t record_bytes(const TrialInput& input) {
-    std::uint64_t bytes = input.payload.size() + 160 + 80 * input.bundles.size();
-    for (const char c : input.payload) {
-      if (c == '"' || c == '\\') {
-        bytes += 1;
-      } else if (static_cast<unsigned char>(c) < 0x20) {
-        bytes += 5;
-      }
-    }
-    return bytes;
-  }
   static constexpr std::size_t kMaxPendingJobs = 16;
   static constexpr Duration kPendingJobIdle{60'000};
 

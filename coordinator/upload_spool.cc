@@ -82,8 +82,8 @@ std::expected<std::optional<std::filesystem::path>, UploadSpool::Refused> Upload
         ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0) {
       return std::unexpected(
-          Refused{Refusal::failed,
-                  "cannot spool the upload to " + file.string() + ": " + std::strerror(errno)});
+          Refused{Refusal::failed, "cannot spool the upload to " + file.string() + ": " +
+                                       std::strerror(errno) + "; send it again later"});
     }
     part = parts_.emplace(key, Part{file, fd, total, 0, Sha256(), now}).first;
     declared_ += total;
