@@ -87,18 +87,27 @@ std::string trial_text(const TrialInput& input) {
   return trial.dump();
 }
 
-}  // namespace
-
-std::size_t submitted_trial_bytes(const TrialInput& trial) {
-  return trial_text(trial).size() + 1;
-}
-
-namespace {
-
-// A job.submitted record's payload, written a trial at a time: the bytes
-// one JSON tree of the whole job would dump, without that tree, which for a
-// million trials took gigabytes.
-std::string job_submitted_text(const JobSubmitted& r) {
+// A job.submitted record's events: its payload written a trial at a time
+// (one JSON tree of the whole job took gigabytes for a million trials), cut
+// into a job.submitted event and job.trials events of about `chunk_bytes`
+// each, every one handed to `emit(type, payload)` as soon as it is written,
+// so that only one chunk's text is held at a time. A job that fits in one
+// chunk is one event without "trial_count", as builds before chunking wrote.
+template <typename Emit>
+void job_submitted_texts(const JobSubmitted& r, std::size_t chunk_bytes, Emit&& emit) {
+  // The trials [begin, end) as a JSON array's elements, and where the chunk
+  // that starts at `begin` ends.
+  std::string trials;
+  const auto fill = [&](std::size_t begin) {
+    trials.clear();
+    std::size_t end = begin;
+    while (end < r.trials.size() && (end == begin || trials.size() < chunk_bytes)) {
+      if (end > begin) trials += ',';
+      trials += trial_text(r.trials[end++]);
+    }
+    return end;
+  };
+  std::size_t next = fill(0);
   Json head = Json::object();
   head["job"] = text_json(r.job.str());
   head["priority"] = r.priority;
@@ -106,17 +115,30 @@ std::string job_submitted_text(const JobSubmitted& r) {
   std::string text = head.dump();
   text.pop_back();  // its '}'
   text += ",\"trials\":[";
-  for (std::size_t i = 0; i < r.trials.size(); ++i) {
-    if (i > 0) text += ',';
-    text += trial_text(r.trials[i]);
-  }
+  text += trials;
   text += ']';
   Json tail = Json::object();
+  if (next < r.trials.size()) tail["trial_count"] = r.trials.size();
   if (!r.owner.empty()) tail["owner"] = text_json(r.owner);
   tail["at"] = instant_json(r.at);
   text += ',';
   text += tail.dump().substr(1);  // without its '{'
-  return text;
+  emit(JobSubmitted::kType, std::move(text));
+  while (next < r.trials.size()) {
+    const std::size_t first = next;
+    next = fill(first);
+    Json part = Json::object();
+    part["job"] = text_json(r.job.str());
+    part["first"] = first;
+    text = part.dump();
+    text.pop_back();
+    text += ",\"trials\":[";
+    text += trials;
+    text += "],\"at\":";
+    text += instant_json(r.at).dump();
+    text += '}';
+    emit(kJobTrialsType, std::move(text));
+  }
 }
 
 void encode(const JobCancelled& r, Json& out) {
@@ -446,20 +468,25 @@ class Fields {
   std::vector<std::string_view> taken_;  // the keys read, all string literals
 };
 
-void decode(Fields& f, JobSubmitted& r) {
-  r.job = JobId{f.text("job")};
-  r.priority = static_cast<int>(
-      f.integer("priority", std::numeric_limits<int>::min(), std::numeric_limits<int>::max()));
-  r.name = f.text("name");
+// The "trials" of a job.submitted or job.trials payload, appended to `trials`.
+void decode_trials(Fields& f, std::vector<TrialInput>& trials) {
   f.each("trials", [&](const Json& element, std::string path) {
     Fields trial(element, std::move(path), f.problem());
-    TrialInput& input = r.trials.emplace_back();
+    TrialInput& input = trials.emplace_back();
     input.payload = trial.text("payload");
     input.segment = trial.digest("segment");
     input.bundles = trial.digests("bundles");
     input.run_limit = trial.duration_or("run_ms", Duration{0});
     trial.finish();
   });
+}
+
+void decode(Fields& f, JobSubmitted& r) {
+  r.job = JobId{f.text("job")};
+  r.priority = static_cast<int>(
+      f.integer("priority", std::numeric_limits<int>::min(), std::numeric_limits<int>::max()));
+  r.name = f.text("name");
+  decode_trials(f, r.trials);
   r.owner = f.text_or("owner", "");
 }
 
@@ -553,57 +580,145 @@ std::string event_name(const store::EventView& event) {
 
 }  // namespace
 
-store::NewEvent to_event(const OrchestrationRecord& record, std::uint64_t event_number) {
-  std::string text;
-  const Instant at = std::visit(
-      [&text](const auto& r) {
-        if constexpr (std::is_same_v<std::decay_t<decltype(r)>, JobSubmitted>) {
-          text = job_submitted_text(r);
-        } else {
-          Json payload = Json::object();
-          encode(r, payload);
-          payload["at"] = instant_json(r.at);
-          text = payload.dump();
-        }
-        return r.at;
-      },
-      record);
+namespace {
+
+store::NewEvent record_event(std::string_view type, std::string payload, Instant at,
+                             std::uint64_t event_number) {
   store::NewEvent event;
   event.id = store::numbered_event_id(event_number);
-  event.type = std::string(record_type(record));
-  event.payload = std::move(text);
+  event.type = std::string(type);
+  event.payload = std::move(payload);
   event.timestamp =
       format_timestamp(std::clamp(at.time_since_epoch().count(), kFirstTimestamp, kLastTimestamp));
   event.actor = std::string(kCoordinatorActor);
   return event;
 }
 
-std::expected<OrchestrationRecord, std::string> record_of(const store::EventView& event) {
-  const std::optional<std::size_t> index = record_index(event.type);
-  if (!index) return std::unexpected(event_name(event) + ": not an orchestration record type");
-  Json payload;
+// The payload of a record other than a job.submitted.
+template <typename Record>
+std::string record_text(const Record& r) {
+  Json payload = Json::object();
+  encode(r, payload);
+  payload["at"] = instant_json(r.at);
+  return payload.dump();
+}
+
+}  // namespace
+
+store::NewEvent to_event(const OrchestrationRecord& record, std::uint64_t event_number) {
+  if (const auto* job = std::get_if<JobSubmitted>(&record)) {
+    std::string text;
+    job_submitted_texts(
+        *job, std::numeric_limits<std::size_t>::max(),
+        [&text](std::string_view, std::string payload) { text = std::move(payload); });
+    return record_event(JobSubmitted::kType, std::move(text), job->at, event_number);
+  }
+  return std::visit(
+      [&](const auto& r) {
+        if constexpr (std::is_same_v<std::decay_t<decltype(r)>, JobSubmitted>) {
+          return store::NewEvent{};  // handled above
+        } else {
+          return record_event(r.kType, record_text(r), r.at, event_number);
+        }
+      },
+      record);
+}
+
+namespace {
+
+std::expected<Json, std::string> payload_json(const store::EventView& event) {
   try {
-    payload = Json::parse(event.payload);
+    return Json::parse(event.payload);
   } catch (const Json::exception& error) {  // out_of_range too: a number no double holds
     // The message quotes what it last read of the payload, which may be
     // anything.
     return std::unexpected(event_name(event) +
                            ": payload is not JSON: " + bounded_escaped(error.what(), 512));
   }
+}
+
+// The record `event` holds; with `trial_count`, a job.submitted may be the
+// first of a job's events, and *trial_count is then its "trial_count" (0
+// for a record that is whole).
+std::expected<OrchestrationRecord, std::string> decode_record(const store::EventView& event,
+                                                              std::uint64_t* trial_count) {
+  const std::optional<std::size_t> index = record_index(event.type);
+  if (!index) {
+    return std::unexpected(event_name(event) + (event.type == kJobTrialsType
+                                                    ? ": continues a job.submitted record, and "
+                                                      "is read with it (read_log)"
+                                                    : ": not an orchestration record type"));
+  }
+  std::expected<Json, std::string> payload = payload_json(event);
+  if (!payload) return std::unexpected(std::move(payload.error()));
+  std::uint64_t count = 0;
+  if (event.type == JobSubmitted::kType && payload->is_object() &&
+      payload->contains("trial_count")) {
+    const Json& value = (*payload)["trial_count"];
+    if (trial_count == nullptr) {
+      return std::unexpected(event_name(event) +
+                             ": is the first of a job's events, and is read with the job.trials "
+                             "that follow it (read_log)");
+    }
+    if (!value.is_number_unsigned() || value.get<std::uint64_t>() == 0) {
+      return std::unexpected(event_name(event) + ": field \"trial_count\" is " + value_text(value) +
+                             ", not a positive integer");
+    }
+    count = value.get<std::uint64_t>();
+    payload->erase("trial_count");
+  }
   Problem problem;
-  Fields fields(payload, "", problem);
+  Fields fields(*payload, "", problem);
   OrchestrationRecord record = kRecordDecoders[*index](fields);
   if (problem.found()) return std::unexpected(event_name(event) + ": " + problem.take());
+  if (count != 0 && std::get<JobSubmitted>(record).trials.size() >= count) {
+    return std::unexpected(event_name(event) + ": holds " +
+                           std::to_string(std::get<JobSubmitted>(record).trials.size()) +
+                           " trials of a trial_count of " + std::to_string(count) +
+                           ", and a job cut into events holds fewer in its first");
+  }
+  if (trial_count != nullptr) *trial_count = count;
   return record;
 }
 
+// A job.trials event: the job it continues, the index of its first trial,
+// and its trials.
+struct JobTrials {
+  JobId job;
+  std::uint64_t first = 0;
+  std::vector<TrialInput> trials;
+};
+
+std::expected<JobTrials, std::string> job_trials_of(const store::EventView& event) {
+  std::expected<Json, std::string> payload = payload_json(event);
+  if (!payload) return std::unexpected(std::move(payload.error()));
+  Problem problem;
+  Fields fields(*payload, "", problem);
+  JobTrials part;
+  part.job = JobId{fields.text("job")};
+  part.first = static_cast<std::uint64_t>(
+      fields.integer("first", 0, std::numeric_limits<std::int64_t>::max()));
+  decode_trials(fields, part.trials);
+  fields.instant("at");
+  fields.finish();
+  if (problem.found()) return std::unexpected(event_name(event) + ": " + problem.take());
+  return part;
+}
+
+}  // namespace
+
+std::expected<OrchestrationRecord, std::string> record_of(const store::EventView& event) {
+  return decode_record(event, nullptr);
+}
+
 bool is_record_type(std::string_view type) {
-  return record_index(type).has_value();
+  return record_index(type).has_value() || type == kJobTrialsType;
 }
 
 store::Result<std::uint64_t> append_to_log(store::Writer& writer,
                                            std::span<const OrchestrationRecord> records,
-                                           std::span<const store::NewEvent> extra) {
+                                           std::span<const store::NewEvent> extra,
+                                           std::size_t job_chunk_bytes) {
   std::optional<store::RunInfo> run = writer.run(kOrchestrationRun);
   if (!run) {
     store::Result<store::RunInfo> created = writer.create_run(
@@ -611,39 +726,105 @@ store::Result<std::uint64_t> append_to_log(store::Writer& writer,
     if (!created) return std::unexpected(std::move(created.error()));
     run = std::move(*created);
   }
-  const std::uint64_t head = run->head;
+  std::uint64_t head = run->head;
   if (records.empty() && extra.empty()) return head;
+  // Events are gathered and appended together, but a job's are appended one
+  // by one as they are made, so that a large job's text is never whole.
   std::vector<store::NewEvent> events;
   events.reserve(records.size() + extra.size());
   std::uint64_t number = head;
-  for (const OrchestrationRecord& record : records) events.push_back(to_event(record, ++number));
+  const auto flush = [&]() -> store::Result<void> {
+    if (events.empty()) return {};
+    store::Result<std::uint64_t> appended = writer.append(kOrchestrationRun, head, events);
+    if (!appended) return std::unexpected(std::move(appended.error()));
+    head = *appended;
+    events.clear();
+    return {};
+  };
+  for (const OrchestrationRecord& record : records) {
+    const auto* job = std::get_if<JobSubmitted>(&record);
+    if (job == nullptr) {
+      events.push_back(to_event(record, ++number));
+      continue;
+    }
+    store::Result<void> done = flush();
+    job_submitted_texts(*job, job_chunk_bytes, [&](std::string_view type, std::string text) {
+      if (!done) return;
+      events.push_back(record_event(type, std::move(text), job->at, ++number));
+      done = flush();
+    });
+    if (!done) return std::unexpected(std::move(done.error()));
+  }
   for (const store::NewEvent& event : extra) {
     events.push_back(event);
     events.back().id = store::numbered_event_id(++number);
   }
-  return writer.append(kOrchestrationRun, head, events);
+  if (store::Result<void> done = flush(); !done) return std::unexpected(std::move(done.error()));
+  return head;
 }
 
 std::expected<void, std::string> read_log(
-    const store::Snapshot& snapshot,
-    const std::function<void(const OrchestrationRecord&)>& on_record,
+    const store::Snapshot& snapshot, const std::function<void(OrchestrationRecord&&)>& on_record,
     const std::function<void(const store::EventView&)>& on_other) {
   const std::optional<store::RunInfo> run = snapshot.run(kOrchestrationRun);
   if (!run) return {};
   std::string error;
+  // A job cut into events, while its job.trials are read.
+  std::optional<JobSubmitted> job;
+  std::uint64_t job_trials = 0;
+  const auto job_name = [&job] { return "job " + bounded_escaped(job->job.str(), 256); };
   snapshot.for_each_event(*run, 1, [&](const store::EventView& event) {
+    if (job) {
+      if (event.type != kJobTrialsType) {
+        error = event_name(event) + ": " + job_name() + " has " +
+                std::to_string(job->trials.size()) + " of its " + std::to_string(job_trials) +
+                " trials, and this event does not continue it";
+        return false;
+      }
+      std::expected<JobTrials, std::string> part = job_trials_of(event);
+      if (!part) {
+        error = std::move(part.error());
+        return false;
+      }
+      if (part->job != job->job || part->first != job->trials.size() || part->trials.empty() ||
+          job->trials.size() + part->trials.size() > job_trials) {
+        error = event_name(event) + ": holds trials " + std::to_string(part->first) + ".." +
+                std::to_string(part->first + part->trials.size()) + " of job " +
+                bounded_escaped(part->job.str(), 256) + ", where " + job_name() +
+                " continues at trial " + std::to_string(job->trials.size()) + " of " +
+                std::to_string(job_trials);
+        return false;
+      }
+      job->trials.insert(job->trials.end(), std::make_move_iterator(part->trials.begin()),
+                         std::make_move_iterator(part->trials.end()));
+      if (job->trials.size() == job_trials) {
+        on_record(std::move(*job));
+        job.reset();
+      }
+      return true;
+    }
     if (!is_record_type(event.type)) {
       on_other(event);
       return true;
     }
-    std::expected<OrchestrationRecord, std::string> record = record_of(event);
+    std::uint64_t count = 0;
+    std::expected<OrchestrationRecord, std::string> record = decode_record(event, &count);
     if (!record) {
       error = std::move(record.error());
       return false;
     }
-    on_record(*record);
+    if (count != 0) {
+      job = std::move(std::get<JobSubmitted>(*record));
+      job_trials = count;
+      return true;
+    }
+    on_record(std::move(*record));
     return true;
   });
+  if (error.empty() && job) {
+    error = "the log ends with " + job_name() + " holding " + std::to_string(job->trials.size()) +
+            " of its " + std::to_string(job_trials) + " trials";
+  }
   if (!error.empty()) {
     return std::unexpected("the orchestration log (run " + kOrchestrationRun.str() +
                            ") is corrupt: " + error);

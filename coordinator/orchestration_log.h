@@ -4,7 +4,8 @@
 // read it back for Scheduler::replay. The event format, field by field, is
 // docs/orchestration-log.md.
 //
-// A record is stored as one event: its type is the record's kType, its
+// A record is stored as one event (but for a large job, below): its type is
+// the record's kType, its
 // payload a JSON object holding every field of the record, exactly (a
 // decoded record compares equal to the one encoded), its timestamp the
 // record's `at` and its actor kCoordinatorActor. The payload is the truth;
@@ -15,6 +16,12 @@
 // and need not be valid UTF-8, which JSON text cannot hold: such a value is
 // stored as {"hex": "<its bytes in lowercase hex>"} instead of a string, so
 // every record encodes, and decodes to the same bytes.
+//
+// A job.submitted record whose trials pass kJobChunkBytes of text is stored
+// as a job.submitted event holding the first trials and "trial_count", then
+// job.trials events holding the rest in order, all appended together (one
+// transaction): no event, and no JSON tree read back, grows with the job.
+// read_log joins them into the one record again.
 //
 // The log also holds events of the coordinator's own that are not records
 // (e.g. "trial.result", written in the same transaction as a
@@ -49,14 +56,15 @@ inline constexpr std::string_view kOrchestrationRunLabel = "orchestration log";
 // The actor of every record event.
 inline constexpr std::string_view kCoordinatorActor = "forktrial.coordinator";
 
-// The event `record` is stored as, with id numbered_event_id(event_number).
-// Costs O(size of the record); a job of 100,000 trials is one event.
-store::NewEvent to_event(const OrchestrationRecord& record, std::uint64_t event_number);
+// The type of the events that continue a large job.submitted record.
+inline constexpr std::string_view kJobTrialsType = "job.trials";
+// About the most trial text one event of a job holds (a chunk ends with the
+// first trial that reaches it; a chunk holds at least one trial).
+inline constexpr std::size_t kJobChunkBytes = std::size_t{16} << 20;
 
-// The bytes `trial` adds to its job's job.submitted payload (its entry and a
-// separating comma), as to_event writes it: what a job may hold is counted
-// with this before the job is recorded.
-std::size_t submitted_trial_bytes(const TrialInput& trial);
+// The event `record` is stored as, with id numbered_event_id(event_number),
+// as one event whatever its size (append_to_log cuts a large job).
+store::NewEvent to_event(const OrchestrationRecord& record, std::uint64_t event_number);
 
 // The record `event` holds. An error, naming the event's id and type and the
 // field at fault, when the type is not a record type or the payload is not
@@ -74,23 +82,28 @@ bool is_record_type(std::string_view type);
 // then appends `records` (in order) followed by `extra` (the caller's own
 // events, typed: their id is replaced, every other field is kept), numbering
 // event ids on from the log's head (numbered_event_id(head + 1), ...). Returns
-// the new head. Refused by the store (nothing appended; the caller's body
-// should return the refusal so that the transaction aborts) for an extra
-// event breaking the store's rules, or an event id already in the log (a log
-// that something else appended to with its own numbering).
+// the new head. A job.submitted whose trials pass `job_chunk_bytes` becomes
+// several events (above), each written to the store as it is made. Refused
+// by the store (the caller's body should return the refusal so that the
+// transaction aborts) for an extra event breaking the store's rules, or an
+// event id already in the log (a log that something else appended to with
+// its own numbering).
 store::Result<std::uint64_t> append_to_log(store::Writer& writer,
                                            std::span<const OrchestrationRecord> records,
-                                           std::span<const store::NewEvent> extra = {});
+                                           std::span<const store::NewEvent> extra = {},
+                                           std::size_t job_chunk_bytes = kJobChunkBytes);
 
-// Reads the whole log in order: each record to `on_record`, every other event
-// to `on_other` (its views valid during the call only). A store without the
-// log's run is an empty log. A record event that does not decode means the
-// log is corrupt: reading stops there and the error is returned, the events
+// Reads the whole log in order: each record to `on_record` (to keep: it is
+// not read again), every other event
+// to `on_other` (its views valid during the call only); a job cut into
+// events is handed over once, whole. A store without the log's run is an
+// empty log. A record event that does not decode, or a job's events that do
+// not follow each other and add up to its trial count, mean the log is
+// corrupt: reading stops there and the error is returned, the events
 // before it having been handed over. Exceptions thrown by the callbacks (a
 // Scheduler::replay that finds the state disagreeing) propagate.
 std::expected<void, std::string> read_log(
-    const store::Snapshot& snapshot,
-    const std::function<void(const OrchestrationRecord&)>& on_record,
+    const store::Snapshot& snapshot, const std::function<void(OrchestrationRecord&&)>& on_record,
     const std::function<void(const store::EventView&)>& on_other);
 
 }  // namespace forktrial::coordinator

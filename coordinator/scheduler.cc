@@ -281,8 +281,21 @@ struct Scheduler::State {
   void apply(const OrchestrationRecord& record) {
     std::visit([this](const auto& r) { apply_one(r); }, record);
   }
+  // A record nobody reads after: a job's payloads move into the state.
+  void apply(OrchestrationRecord&& record) {
+    std::visit([this](auto&& r) { apply_one(std::move(r)); }, std::move(record));
+  }
 
   void apply_one(const JobSubmitted& r) {
+    add_job(r, [](const TrialInput& input) { return input.payload; });
+  }
+  void apply_one(JobSubmitted&& r) {
+    add_job(r, [](TrialInput& input) { return std::move(input.payload); });
+  }
+
+  // `payload_of(input)` gives each trial's payload, copied or moved.
+  template <typename Record, typename PayloadOf>
+  void add_job(Record& r, PayloadOf payload_of) {
     if (job_by_id.contains(r.job)) does_not_apply(r, "job " + r.job.str() + " exists");
     const auto index = static_cast<JobIx>(jobs.size());
     Job& job = jobs.emplace_back();
@@ -293,7 +306,7 @@ struct Scheduler::State {
     job.trials.resize(r.trials.size());
     for (std::size_t i = 0; i < r.trials.size(); ++i) {
       Trial& t = job.trials[i];
-      t.payload = r.trials[i].payload;
+      t.payload = payload_of(r.trials[i]);
       t.run_limit = r.trials[i].run_limit;
       t.digests.reserve(1 + r.trials[i].bundles.size());
       t.digests.push_back(intern(r.trials[i].segment));
@@ -822,6 +835,10 @@ std::expected<Records, Refusal> Scheduler::reconcile_failed(const TrialId& trial
 
 void Scheduler::replay(const OrchestrationRecord& record) {
   state_->apply(record);
+}
+
+void Scheduler::replay(OrchestrationRecord&& record) {
+  state_->apply(std::move(record));
 }
 
 Records Scheduler::recover(Instant now) {

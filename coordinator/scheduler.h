@@ -311,8 +311,9 @@ class Scheduler {
 
   // Applies one record of a log this class wrote, as the input that wrote it
   // did. Throws forktrial::Error (internal) when it does not apply to the
-  // state.
+  // state. Given the record to keep, a job's payloads move into the state.
   void replay(const OrchestrationRecord& record);
+  void replay(OrchestrationRecord&& record);
 
   // Called once after the last record is replayed, before any other input.
   // The time the coordinator was down counts against no one: every live

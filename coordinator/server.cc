@@ -390,7 +390,7 @@ class Server {
     }
     if (!pending_.empty()) {
       auto written = store_.write([&](store::Writer& writer) -> store::Result<std::uint64_t> {
-        return append_to_log(writer, pending_);
+        return append_to_log(writer, pending_, {}, config_.job_chunk_bytes);
       });
       if (!written) {
         throw Error(forktrial::ErrorCode::internal,
@@ -561,10 +561,10 @@ class Server {
     activity_.clear();
     auto read = read_log(
         snapshot,
-        [&](const OrchestrationRecord& record) {
-          scheduler_.replay(record);
+        [&](OrchestrationRecord&& record) {
           activity_.note(record);
           if (const auto* job = std::get_if<JobSubmitted>(&record)) note_job(*job);
+          scheduler_.replay(std::move(record));  // after what reads it
           ++records;
         },
         [&](const store::EventView& event) {
@@ -1173,7 +1173,7 @@ class Server {
         auto recorded = record_reconciliation(writer, r, r.verdict, count, records, results);
         if (!recorded) return recorded;
       }
-      return append_to_log(writer, records, results);
+      return append_to_log(writer, records, results, config_.job_chunk_bytes);
     });
     if (!written) return false;
     pending_committed();
@@ -1195,7 +1195,7 @@ class Server {
         results.clear();
         auto recorded = record_reconciliation(writer, r, v, count, records, results);
         if (!recorded) return recorded;
-        return append_to_log(writer, records, results);
+        return append_to_log(writer, records, results, config_.job_chunk_bytes);
       });
       if (written) {
         pending_committed();
@@ -1494,19 +1494,7 @@ class Server {
       if (pending != nullptr) pending_jobs_.erase(id);
       return reply_error(route, request, WireCode::REFUSED, message);
     }
-    std::uint64_t record_size = pending == nullptr ? 0 : pending->record_bytes;
-    for (const TrialInput& input : inputs) record_size += submitted_trial_bytes(input);
-    if (record_size > config_.max_job_record_bytes) {
-      if (pending != nullptr) pending_jobs_.erase(id);
-      return reply_error(route, request, WireCode::REFUSED,
-                         "the job was not submitted: its " + std::to_string(held + inputs.size()) +
-                             " trials so far make a " + std::to_string(record_size >> 20) +
-                             " MiB record, over the " +
-                             std::to_string(config_.max_job_record_bytes >> 20) +
-                             " MiB one job may hold; submit them as several jobs");
-    }
     if (pending != nullptr) {
-      pending->record_bytes = record_size;
       pending->inputs.insert(pending->inputs.end(), std::make_move_iterator(inputs.begin()),
                              std::make_move_iterator(inputs.end()));
       if (++pending->next < pending->parts) return reply_ok(route, request);
@@ -1902,7 +1890,6 @@ class Server {
     std::uint32_t next = 0;  // the part expected next
     std::vector<TrialInput> inputs;
     Instant last;
-    std::uint64_t record_bytes = 0;  // what its trials so far add to its record
   };
   std::map<std::string, PendingJob> pending_jobs_;
 

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "base/log.h"
+#include "coordinator/orchestration_log.h"
 #include "coordinator/scheduler.h"
 #include "coordinator/upload_spool.h"
 #include "sandbox/cancellation.h"
@@ -49,10 +50,9 @@ struct ServerConfig {
   // The read-only HTTP endpoint (none: not served): /healthz, /readyz
   // (ready while the store takes writes), /metrics (coordinator/metrics.h).
   std::optional<transport::HttpAddress> http;
-  // A job is one job.submitted record, and the store holds a record's
-  // payload in one Cap'n Proto Text, at most 512 MiB: a job whose record
-  // would pass this is refused rather than fail the commit.
-  std::uint64_t max_job_record_bytes = (std::uint64_t{512} - 16) << 20;
+  // About the most trial text one event of a job.submitted record holds; a
+  // larger job continues in job.trials events (coordinator/orchestration_log.h).
+  std::size_t job_chunk_bytes = kJobChunkBytes;
   // Blobs clients upload spill to files under store/uploads, within these
   // limits (coordinator/upload_spool.h).
   UploadLimits uploads;

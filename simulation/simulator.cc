@@ -811,7 +811,7 @@ class Simulation {
     Scheduler rebuilt(config_.scheduler);
     auto snapshot = store_.snapshot();
     auto read = read_log(
-        snapshot, [&](const OrchestrationRecord& record) { rebuilt.replay(record); },
+        snapshot, [&](OrchestrationRecord&& record) { rebuilt.replay(std::move(record)); },
         [](const store::EventView&) {});
     if (!read) return fail("the log does not replay: " + read.error());
     scheduler_ = std::move(rebuilt);

@@ -465,9 +465,10 @@ void end_wait(const std::pair<ordered_json, bool>& waited, double max_wait, bool
   if (const int code = wait_status(status); code != 0) throw ExitStatus(code);
 }
 
-// Uploads what the coordinator lacks and submits the batch.
-coordinator::SubmittedJob submit_batch(coordinator::Client& client,
-                                       const coordinator::Batch& batch) {
+// Uploads what the coordinator lacks and submits the batch, whose trials and
+// candidates it empties on the way: each specification is let go as soon as
+// its text is made, so that a million of them are not held twice.
+coordinator::SubmittedJob submit_batch(coordinator::Client& client, coordinator::Batch& batch) {
   std::map<std::string, coordinator::BundleBlob> bundles;  // by directory
   std::map<std::string, std::string> archives;             // digest hex -> bytes
   for (const auto& pack : batch.packs) {
@@ -494,13 +495,18 @@ coordinator::SubmittedJob submit_batch(coordinator::Client& client,
     pack.root_dir = wire::bundle_root(bundles.at(pack.root_dir).archive);
   };
   for (std::size_t i = 0; i < batch.trials.size(); ++i) {
-    sandbox::TrialSpecification spec = batch.trials[i];
+    sandbox::TrialSpecification spec = std::move(batch.trials[i]);
+    batch.trials[i] = {};
     bundle_of(spec.candidate);
     for (auto& extra : spec.extra_packs) bundle_of(extra);
-    trials.push_back(ordered_json{{"candidate", batch.candidates[i]},
+    trials.push_back(ordered_json{{"candidate", std::move(batch.candidates[i])},
                                   {"spec", ordered_json::parse(sandbox::to_canonical_json(spec))}}
                          .dump());
   }
+  batch.trials.clear();
+  batch.trials.shrink_to_fit();
+  batch.candidates.clear();
+  batch.candidates.shrink_to_fit();
   std::vector<coordinator::BundleBlob> list;
   for (const auto& [dir, bundle] : bundles) list.push_back(bundle);
   return client.submit(batch.name, batch.priority, trials, list);
@@ -645,7 +651,7 @@ void add_submit(CLI::App& app) {
       "forktrial submit nightly.toml --json            # {\"job\": ID, \"total\": N}",
   }));
   cmd->callback([=] {
-    const auto batch = read_batch_or_fail(*file);
+    auto batch = read_batch_or_fail(*file);
     auto client = o->connect();
     const auto job = submit_batch(client, batch);
     if (!*wait) {
@@ -880,7 +886,7 @@ void add_batch(CLI::App& app) {
   }));
   cmd->callback([=] {
     if (*workers == 0) throw CommandFailed("--workers: give at least 1", kUsageError);
-    const auto batch = read_batch_or_fail(*file);
+    auto batch = read_batch_or_fail(*file);
     // A private directory (mkdtemp: mode 0700, a name nobody can guess or
     // take first): the endpoint in it has no keys, so only this user may
     // reach it.

@@ -134,33 +134,55 @@ wire::Frame only_reply(const std::vector<std::pair<std::string, std::string>>& r
 
 }  // namespace
 
-TEST_CASE("a job in parts is dropped when its parts stop coming, and a record too large is refused",
+TEST_CASE("a job in parts is dropped when its parts stop coming, and a large one is recorded whole",
           "[coordinator][core]") {
   GreeterStore greeter;
   ServerConfig config;
   config.store = greeter.store;
-  config.max_job_record_bytes = 3000;  // about three trials of this size
-  CoordinatorCore core(config, quiet);
-  only_reply(core.turn("c", client_hello(1), kNow));
-  CHECK(only_reply(core.turn("c", part_frame(2, 0, 3, greeter.trial, 1), kNow)).envelope().isOk());
-  // 61 s later (a status asked meanwhile lets time pass): dropped.
-  only_reply(core.turn("c", status_request(3, ""), kNow + std::chrono::seconds(61)));
-  auto late = only_reply(
-      core.turn("c", part_frame(4, 1, 3, greeter.trial, 1), kNow + std::chrono::seconds(62)));
-  REQUIRE(late.envelope().isError());
-  CHECK(late.envelope().getError().getCode() == wire::ErrorCode::OUT_OF_ORDER);
-  CHECK_THAT(wire::text(late.envelope().getError().getMessage()),
-             Catch::Contains("idle for 60 s") && Catch::Contains("send the job again from part 0"));
-  // Sent again from part 0, its parts pass the record a job may hold.
-  const Instant again = kNow + std::chrono::seconds(70);
-  CHECK(only_reply(core.turn("c", part_frame(5, 0, 3, greeter.trial, 2), again)).envelope().isOk());
-  auto big = only_reply(core.turn("c", part_frame(6, 1, 3, greeter.trial, 2), again));
-  REQUIRE(big.envelope().isError());
-  CHECK(big.envelope().getError().getCode() == wire::ErrorCode::REFUSED);
-  CHECK_THAT(wire::text(big.envelope().getError().getMessage()),
-             Catch::StartsWith("the job was not submitted: its 4 trials so far make a") &&
-                 Catch::Contains("submit them as several jobs"));
-  // Nothing of it was kept.
-  auto status = only_reply(core.turn("c", status_request(7, ""), again));
-  CHECK(wire::text(status.envelope().getJobStatus().getText()) == R"({"jobs":[]})");
+  config.job_chunk_bytes = 1000;  // about a trial of this size to an event of the job
+  {
+    CoordinatorCore core(config, quiet);
+    only_reply(core.turn("c", client_hello(1), kNow));
+    CHECK(
+        only_reply(core.turn("c", part_frame(2, 0, 3, greeter.trial, 1), kNow)).envelope().isOk());
+    // 61 s later (a status asked meanwhile lets time pass): dropped.
+    only_reply(core.turn("c", status_request(3, ""), kNow + std::chrono::seconds(61)));
+    auto late = only_reply(
+        core.turn("c", part_frame(4, 1, 3, greeter.trial, 1), kNow + std::chrono::seconds(62)));
+    REQUIRE(late.envelope().isError());
+    CHECK(late.envelope().getError().getCode() == wire::ErrorCode::OUT_OF_ORDER);
+    CHECK_THAT(
+        wire::text(late.envelope().getError().getMessage()),
+        Catch::Contains("idle for 60 s") && Catch::Contains("send the job again from part 0"));
+    auto status =
+        only_reply(core.turn("c", status_request(5, ""), kNow + std::chrono::seconds(62)));
+    CHECK(wire::text(status.envelope().getJobStatus().getText()) == R"({"jobs":[]})");
+    // Sent again from part 0, it makes a job of several events in the log.
+    const Instant again = kNow + std::chrono::seconds(70);
+    CHECK(
+        only_reply(core.turn("c", part_frame(6, 0, 3, greeter.trial, 2), again)).envelope().isOk());
+    CHECK(
+        only_reply(core.turn("c", part_frame(7, 1, 3, greeter.trial, 2), again)).envelope().isOk());
+    auto accepted = only_reply(core.turn("c", part_frame(8, 2, 3, greeter.trial, 3), again));
+    REQUIRE(accepted.envelope().isJobAccepted());
+    CHECK(accepted.envelope().getJobAccepted().getTotal() == 7);
+  }
+  std::size_t parts = 0;
+  {
+    store::EventStore store(config.store);
+    const auto snapshot = store.snapshot();
+    snapshot.for_each_event(*snapshot.run(kOrchestrationRun), 1, [&](const store::EventView& e) {
+      parts += e.type == kJobTrialsType ? 1 : 0;
+      return true;
+    });
+  }
+  CHECK(parts >= 3);
+  // A restarted coordinator reads the job back whole.
+  CoordinatorCore restarted(config, quiet);
+  only_reply(restarted.turn("c", client_hello(9), kNow + std::chrono::seconds(80)));
+  auto status = only_reply(restarted.turn("c", status_request(10, "job_00000000000000b1"),
+                                          kNow + std::chrono::seconds(80)));
+  REQUIRE(status.envelope().isJobStatus());
+  CHECK_THAT(wire::text(status.envelope().getJobStatus().getText()),
+             Catch::Contains(R"("total":7)"));
 }

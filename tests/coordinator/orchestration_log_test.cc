@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <variant>
@@ -523,6 +524,134 @@ TEST_CASE("a job of 100000 trials round-trips in one event", "[coordinator][orch
   CHECK(back.trials[123].payload == job.trials[123].payload);
   CHECK(back.trials[99'999] == job.trials[99'999]);
   CHECK(back == job);
+}
+
+// A job of `count` trials whose payloads are about `size` bytes each.
+JobSubmitted sized_job(std::string id, std::uint32_t count, std::size_t size) {
+  JobSubmitted job{JobId{std::move(id)}, 2, "sized", {}, at(9), "owner-key"};
+  for (std::uint32_t i = 0; i < count; ++i) {
+    job.trials.push_back(TrialInput{std::to_string(i) + std::string(size, i % 2 ? 'a' : '\xff'),
+                                    digest(static_cast<int>(i % 7)),
+                                    {digest(100)},
+                                    Duration{i}});
+  }
+  return job;
+}
+
+std::uint64_t append_chunked(store::EventStore& store, std::span<const OrchestrationRecord> records,
+                             std::span<const store::NewEvent> extra, std::size_t chunk_bytes) {
+  const auto head = store.write(
+      [&](store::Writer& writer) { return append_to_log(writer, records, extra, chunk_bytes); });
+  if (!head) FAIL(head.error().message);
+  return *head;
+}
+
+TEST_CASE("a large job is cut into job.trials events and read back as one record",
+          "[coordinator][orchestration_log]") {
+  forktrial::testing::TempDir dir;
+  store::EventStore store(dir.path() / "store", quick_options());
+  const JobSubmitted big = sized_job("big", 50, 100);
+  const JobSubmitted small = sized_job("small", 2, 10);
+  const std::vector<OrchestrationRecord> records = {JobCancelled{JobId{"x"}, at(1)}, big, small,
+                                                    JobCancelled{JobId{"big"}, at(2)}};
+  const std::vector<store::NewEvent> extra = {own_event("trial.result", "{}")};
+  // A few trials of text to an event.
+  const std::uint64_t head = append_chunked(store, records, extra, 1000);
+
+  const auto snapshot = store.snapshot();
+  std::vector<store::Event> events;
+  snapshot.for_each_event(*snapshot.run(kOrchestrationRun), 1, [&](const store::EventView& e) {
+    events.push_back(e.to_event());
+    return true;
+  });
+  REQUIRE(events.size() == head);
+  std::size_t parts = 0;
+  for (const store::Event& event : events) {
+    parts += event.type == "job.trials" ? 1 : 0;
+    CHECK(event.payload.size() < 1000 + 500);  // a chunk ends with the trial that reaches it
+  }
+  CHECK(parts >= 10);
+  CHECK(head == 1 + (1 + parts) + 1 + 1 + 1);
+  CHECK(events[1].type == "job.submitted");
+  CHECK(events[2 + parts].type == "job.submitted");
+  // The first of the job's events is not a whole record by itself.
+  CHECK_THAT(record_of(store::view_of(events[1])).error(),
+             Catch::Contains("is the first of a job's events"));
+  // The small job, which fits, is written as builds before chunking wrote it.
+  CHECK(events[2 + parts].payload == to_event(small, 3 + parts).payload);
+
+  const auto read = read_all(store);
+  REQUIRE(read.has_value());
+  CHECK(read->records == records);
+  CHECK(read->order == std::vector<std::string>{"r:job.cancelled", "r:job.submitted",
+                                                "r:job.submitted", "r:job.cancelled",
+                                                "o:trial.result"});
+}
+
+TEST_CASE("a job's events that do not add up make the log corrupt",
+          "[coordinator][orchestration_log]") {
+  // The events of a job of 12 trials, cut to about three a chunk.
+  const JobSubmitted job = sized_job("j", 12, 100);
+  std::vector<store::NewEvent> events;
+  {
+    forktrial::testing::TempDir dir;
+    store::EventStore store(dir.path() / "store", quick_options());
+    const std::vector<OrchestrationRecord> records = {job};
+    append_chunked(store, records, {}, 600);
+    const auto snapshot = store.snapshot();
+    snapshot.for_each_event(*snapshot.run(kOrchestrationRun), 1, [&](const store::EventView& e) {
+      events.push_back(e.to_event());
+      return true;
+    });
+  }
+  REQUIRE(events.size() >= 4);
+  REQUIRE(events[1].type == "job.trials");
+  // Where each of the job's events starts.
+  const auto first = [&](std::size_t event) {
+    return std::to_string(nlohmann::json::parse(events[event].payload)["first"].get<int>());
+  };
+
+  // The error read_log gives for the log of `log`'s events, renumbered.
+  const auto error_of = [](std::vector<store::NewEvent> log) {
+    forktrial::testing::TempDir dir;
+    store::EventStore store(dir.path() / "store", quick_options());
+    REQUIRE(store.create_run(store::NewRun{.id = kOrchestrationRun}).has_value());
+    for (std::size_t i = 0; i < log.size(); ++i) log[i].id = store::numbered_event_id(i + 1);
+    REQUIRE(store.append(kOrchestrationRun, 0, log).has_value());
+    const auto read = read_log(
+        store.snapshot(), [](const OrchestrationRecord&) {}, [](const store::EventView&) {});
+    return read ? std::string("read") : read.error();
+  };
+  CHECK(error_of(events) == "read");
+  // The log ends in the middle of the job.
+  CHECK_THAT(error_of({events[0], events[1]}),
+             Catch::EndsWith("the log ends with job j holding " + first(2) + " of its 12 trials"));
+  // Another record between the job's events.
+  CHECK_THAT(error_of({events[0], to_event(JobCancelled{JobId{"j"}, at(1)}, 2), events[1]}),
+             Catch::Contains("event evt_002 (job.cancelled): job j has " + first(1) +
+                             " of its 12 trials, and this event does not continue it"));
+  // A part out of its place.
+  CHECK_THAT(error_of({events[0], events[2], events[1], events[3]}),
+             Catch::Contains("holds trials " + first(2) + ".." + first(3) +
+                             " of job j, where job j continues at trial " + first(1) + " of 12"));
+  // A part with no job before it.
+  CHECK_THAT(error_of({events[1]}),
+             Catch::Contains("continues a job.submitted record, and is read with it"));
+  // A part of another job.
+  store::NewEvent other = events[1];
+  other.payload.replace(other.payload.find("\"j\""), 3, "\"k\"");
+  CHECK_THAT(error_of({events[0], other}), Catch::Contains("of job k, where job j continues"));
+  // A trial count the first event already holds.
+  store::NewEvent whole = events[0];
+  whole.payload.replace(whole.payload.find("\"trial_count\":12"), 16,
+                        "\"trial_count\":" + first(1));
+  CHECK_THAT(error_of({whole}),
+             Catch::Contains("holds " + first(1) + " trials of a trial_count of " + first(1) +
+                             ", and a job cut into events"));
+  whole.payload.replace(whole.payload.find("\"trial_count\":" + first(1)), 14 + first(1).size(),
+                        "\"trial_count\":-1");
+  CHECK_THAT(error_of({whole}),
+             Catch::Contains("field \"trial_count\" is -1, not a positive integer"));
 }
 
 }  // namespace
