@@ -4,10 +4,10 @@
 // A category says what the caller should do about an error, not where it
 // came from, in the spirit of Abseil's status codes: the store, the sandbox,
 // the command line and (on the wire) the coordinator all speak these. The
-// rule for values and exceptions is in docs/decisions.md: an outcome a caller
-// is expected to handle is a value carrying a category (store::Refusal,
-// pack::PinError); a failure it cannot handle where it happens is an
-// exception derived from Error.
+// rule for values and exceptions is in docs/decisions/0037-error-categories.md:
+// an outcome a caller is expected to handle is a value carrying a category
+// (store::Refusal, pack::PinError); a failure it cannot handle where it
+// happens is an exception derived from Error.
 //
 // Messages say what failed and why, with the values involved; they never say
 // which command to run: the command line adds what to do.

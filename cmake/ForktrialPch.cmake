@@ -1,4 +1,5 @@
-# Quicker compiles, two ways; docs/decisions.md says what each saves.
+# Quicker compiles, two ways; docs/decisions/0074-test-suite-passes.md says what
+# each saves.
 #
 # Unity builds (FORKTRIAL_UNITY, on in the presets scripts/demo and
 # scripts/test build): each library's and command's sources are compiled a few

@@ -81,9 +81,10 @@ bool writes(Envelope::Which which) {
 // commit: one disk flush per commit instead of two. A process crash still
 // loses nothing committed, so nothing acknowledged; a power loss may undo the
 // last commit, whose acknowledged reports then come back as lapsed leases and
-// are run again (docs/decisions.md). A turn that accepted a submission or a
-// cancel flushes the meta page too before it answers (flush()): a client told
-// "accepted" finds its job after any crash, power loss included.
+// are run again (docs/decisions/0061-coordinator-cost-per-trial.md). A turn
+// that accepted a submission or a cancel flushes the meta page too before it
+// answers (flush()): a client told "accepted" finds its job after any crash,
+// power loss included.
 store::StoreOptions coordinator_store_options() {
   store::StoreOptions options;
   options.sync_meta = false;
@@ -288,7 +289,7 @@ class Server {
       }
       flush();
       // Between turns, with everything decided so far committed: the status
-      // API's questions (docs/decisions.md, "The status page asks the loop").
+      // API's questions (docs/decisions/0067-status-page-asks-loop.md).
       api_.serve([this](const transport::HttpRequest& request) { return answer_api(request); });
       if (trim_) {
         // A submission's message, its parse and its record are freed now:

@@ -448,7 +448,7 @@ void Runtime::run_behavior(PackHost& pack, std::size_t behavior, std::size_t eve
   // claims is the store's. A behavior stopped because the write budget ran
   // out did not fail of itself, and its record does not fit the budget: the
   // trial ends limits_exceeded, with runtime.budget_exhausted saying why
-  // (docs/decisions.md).
+  // (docs/decisions/0071-write-budget-stop-not-failure.md).
   const bool memory = memory_cap_hit();
   const auto written =
       append("behavior.failed",

@@ -7,8 +7,7 @@
 // The grammar is RFC 8259, with strict UTF-8 (no overlong forms, surrogates
 // or code points above U+10FFFF) and \u escapes that pair their surrogates.
 // Python's extensions NaN, Infinity and -Infinity are recognised so that they
-// can be named, and are refused (docs/decisions.md, "NaN and Infinity are
-// refused at import").
+// can be named, and are refused (docs/decisions/0042-nan-infinity-refused.md).
 //
 // Pure functions; thread-safe. Nesting is bounded by kMaxPayloadDepth
 // (store/payload.h) before anything recurses.

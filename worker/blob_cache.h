@@ -1,8 +1,8 @@
 // The worker's content-addressed blob cache: pack archives and history
 // segments fetched from the coordinator, kept under the SHA-256 digest of
 // their bytes in an LMDB environment of their own (a directory), bounded by a
-// byte cap and evicted least recently used first (docs/decisions.md, "The
-// worker's blob cache").
+// byte cap and evicted least recently used first
+// (docs/decisions/0052-worker-blob-cache.md).
 //
 // Contents survive restarts: reopening the directory finds every blob, with
 // its recency as last persisted. Every blob read is hashed again, so bytes

@@ -1,7 +1,6 @@
 // Why the worker's cache refused a request: an outcome the caller is expected
 // to handle (fetch again, back off, report to the coordinator), so a value,
-// never an exception (docs/decisions.md, "One set of error categories, values
-// for what callers handle").
+// never an exception (docs/decisions/0037-error-categories.md).
 #pragma once
 
 #include <string>
