@@ -2,7 +2,6 @@
 
 #include <cstdio>
 #include <functional>
-#include <random>
 #include <zmq.hpp>
 
 #include "schema/wire_codec.h"
@@ -19,6 +18,7 @@ struct Client::Impl {
   std::string endpoint;
   bool curve = false;
   std::function<bool()> interrupted;
+  World* world = nullptr;
 
   // How often a call is sent again while no answer comes; it is also sent
   // again, after a new hello, when the coordinator says it does not know
@@ -47,7 +47,7 @@ struct Client::Impl {
       (void)socket.send(zmq::buffer(bytes), zmq::send_flags::dontwait);
     };
     send(frame);
-    auto sent = std::chrono::steady_clock::now();
+    auto sent = world->monotonic_now();
     const auto deadline = sent + timeout;
     auto send_again = [&](bool hello_first) {
       if (hello_first) {
@@ -56,10 +56,10 @@ struct Client::Impl {
         send(wire::encode(hello));
       }
       send(frame);
-      sent = std::chrono::steady_clock::now();
+      sent = world->monotonic_now();
     };
     for (;;) {
-      const auto now = std::chrono::steady_clock::now();
+      const auto now = world->monotonic_now();
       const auto until = resend == kNever ? deadline : std::min(deadline, sent + resend);
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - now);
       zmq::pollitem_t items[] = {{socket.handle(), 0, ZMQ_POLLIN, 0}};
@@ -74,7 +74,7 @@ struct Client::Impl {
         continue;  // a signal the caller does not stop for
       }
       if (ready == 0) {
-        if (resend != kNever && std::chrono::steady_clock::now() < deadline) {
+        if (resend != kNever && world->monotonic_now() < deadline) {
           send_again(false);
           continue;
         }
@@ -99,7 +99,7 @@ struct Client::Impl {
       if (envelope.which() == Envelope::ERROR) {
         const auto code = envelope.getError().getCode();
         if (code == schema::wire::ErrorCode::OUT_OF_ORDER && resend != kNever &&
-            std::chrono::steady_clock::now() < deadline) {
+            world->monotonic_now() < deadline) {
           send_again(true);  // a restarted coordinator: hello again, then ask again
           continue;
         }
@@ -114,8 +114,9 @@ struct Client::Impl {
 };
 
 Client::Client(const std::string& endpoint, std::chrono::milliseconds timeout,
-               const std::optional<transport::ClientKeys>& keys)
+               const std::optional<transport::ClientKeys>& keys, World& world)
     : impl_(std::make_unique<Impl>()) {
+  impl_->world = &world;
   impl_->timeout = timeout;
   impl_->endpoint = endpoint;
   if (keys) {
@@ -206,9 +207,9 @@ SubmittedJob Client::submit(const std::string& name, int priority,
   if (parts.empty()) parts.emplace_back(0, 0);
   // The submission's name: sent again after a lost answer or a coordinator
   // restart, it cannot make a second job; in parts, it binds them together.
-  std::random_device random;
   char token[17];
-  std::snprintf(token, sizeof token, "%08x%08x", random(), random());
+  std::snprintf(token, sizeof token, "%016llx",
+                static_cast<unsigned long long>(impl_->world->random64()));
   for (std::size_t p = 0; p < parts.size(); ++p) {
     const auto [begin, end] = parts[p];
     auto frame = impl_->call(

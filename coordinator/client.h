@@ -16,6 +16,7 @@
 
 #include "base/digest.h"
 #include "base/error.h"
+#include "base/world.h"
 #include "transport/curve.h"
 
 namespace forktrial::coordinator {
@@ -42,8 +43,11 @@ class Client {
   // Connects to `endpoint` (with CURVE when `keys` are given) and says
   // hello. Throws Error (unavailable) when the coordinator does not answer
   // within `timeout`, Error (internal) for an endpoint ZeroMQ refuses.
+  // Its waits and resends follow `world`'s monotonic clock, its submission
+  // tokens its randomness (base/world.h).
   Client(const std::string& endpoint, std::chrono::milliseconds timeout,
-         const std::optional<transport::ClientKeys>& keys = std::nullopt);
+         const std::optional<transport::ClientKeys>& keys = std::nullopt,
+         World& world = real_world());
   ~Client();
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;

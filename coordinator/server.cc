@@ -1,6 +1,5 @@
 #include "coordinator/server.h"
 
-#include <sys/statvfs.h>
 
 #include <algorithm>
 #include <cmath>
@@ -8,7 +7,6 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <random>
 #include <set>
 #include <unordered_map>
 #include <zmq.hpp>
@@ -89,10 +87,6 @@ store::StoreOptions coordinator_store_options() {
   store::StoreOptions options;
   options.sync_meta = false;
   return options;
-}
-
-Instant clock_now() {
-  return std::chrono::time_point_cast<Duration>(std::chrono::system_clock::now());
 }
 
 // The run a trial's attempt is recorded as: one per attempt, so a superseded
@@ -227,6 +221,7 @@ class Server {
   Server(const ServerConfig& config, const sandbox::Cancellation& stop, const Log& log,
          bool listen = true)
       : config_(config),
+        world_(config.world != nullptr ? *config.world : real_world()),
         stop_(stop),
         log_(log),
         store_(config.store, coordinator_store_options()),
@@ -263,6 +258,9 @@ class Server {
   ~Server() { api_.close(); }
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
+
+  // The wall clock, to the millisecond the records keep.
+  Instant clock_now() { return std::chrono::time_point_cast<Duration>(world_.wall_now()); }
 
   int run() {
     log_(LogLevel::info, "coordinator listening on " + config_.listen);
@@ -314,10 +312,10 @@ class Server {
   // rather than one per message.
   void gather() {
     if (!uncommitted() || config_.commit_window.count() <= 0) return;
-    const auto until = std::chrono::steady_clock::now() + config_.commit_window;
+    const auto until = world_.monotonic_now() + config_.commit_window;
     for (;;) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-          until - std::chrono::steady_clock::now() + std::chrono::microseconds(999));
+          until - world_.monotonic_now() + std::chrono::microseconds(999));
       if (left.count() <= 0 || stop_.cancelled()) break;
       zmq::pollitem_t items[] = {{nullptr, stop_.fd(), ZMQ_POLLIN, 0}};
       try {
@@ -448,8 +446,8 @@ class Server {
     parked_.clear();
     for (const auto& [worker, route] : worker_routes_) peers_.erase(route);
     worker_routes_.clear();
-    next_probe_ = std::chrono::steady_clock::now() + probe_wait_;
-    last_full_log_ = std::chrono::steady_clock::now();
+    next_probe_ = world_.monotonic_now() + probe_wait_;
+    last_full_log_ = world_.monotonic_now();
     log_(LogLevel::error,
          std::string(already ? "the store is still full" : "the store is full") + ": " + why +
              ". Paused: no leases, reconciliations or submissions until the disk holding " +
@@ -461,12 +459,9 @@ class Server {
   // worker's leases renewed, as after a restart); when it fails again the
   // next try waits twice as long.
   void probe_store() {
-    const auto steady = std::chrono::steady_clock::now();
+    const auto steady = world_.monotonic_now();
     if (steady < next_probe_) return;
-    struct statvfs disk {};
-    const std::uint64_t free = ::statvfs(config_.store.c_str(), &disk) == 0
-                                   ? static_cast<std::uint64_t>(disk.f_bavail) * disk.f_frsize
-                                   : kResumeFreeBytes;
+    const std::uint64_t free = world_.free_bytes(config_.store).value_or(kResumeFreeBytes);
     if (free < kResumeFreeBytes) {
       next_probe_ = steady + std::chrono::seconds(1);
       if (steady - last_full_log_ >= kStillFullLog) {
@@ -826,7 +821,7 @@ class Server {
       // Nothing to give: the offer waits here (long poll) until there is,
       // rather than the worker asking again and again.
       parked_[route] =
-          Parked{worker, free, envelope.getRequestId(), std::chrono::steady_clock::now()};
+          Parked{worker, free, envelope.getRequestId(), world_.monotonic_now()};
       return;
     }
     assign(route, worker, free, envelope.getRequestId(), now);
@@ -835,7 +830,7 @@ class Server {
   // Offers waiting for work are answered when there is some, and answered
   // empty after kParkLimit, well inside the worker's patience.
   void serve_parked(Instant now) {
-    const auto steady = std::chrono::steady_clock::now();
+    const auto steady = world_.monotonic_now();
     for (auto it = parked_.begin(); it != parked_.end();) {
       const Parked& p = it->second;
       if (scheduler_.queued_trials() > 0 || steady - p.since >= kParkLimit) {
@@ -910,14 +905,30 @@ class Server {
     reply(route, wire::encode(message));
   }
 
+  using WireVerdict = schema::wire::ReportVerdict;
+
+  static WireVerdict wire_verdict(ReportVerdict verdict) {
+    switch (verdict) {
+      case ReportVerdict::accepted:
+        return WireVerdict::ACCEPTED;
+      case ReportVerdict::fenced:
+        return WireVerdict::FENCED;
+      case ReportVerdict::duplicate:
+        return WireVerdict::DUPLICATE;
+      case ReportVerdict::unknown:
+        return WireVerdict::UNKNOWN;
+    }
+    return WireVerdict::UNKNOWN;
+  }
+
   void ack(const std::string& route, std::uint64_t request, schema::wire::TrialRef::Reader ref,
-           const std::string& verdict) {
+           WireVerdict verdict, std::string_view reason = {}) {
     ack(route, request, TrialId{JobId(wire::text(ref.getJob())), ref.getIndex()}, ref.getAttempt(),
-        verdict);
+        verdict, reason);
   }
 
   void ack(const std::string& route, std::uint64_t request, const TrialId& trial, Attempt attempt,
-           const std::string& verdict) {
+           WireVerdict verdict, std::string_view reason = {}) {
     capnp::MallocMessageBuilder message;
     auto out = wire::start(message, request).initReportAck();
     auto ref = out.initTrial();
@@ -925,6 +936,7 @@ class Server {
     ref.setIndex(trial.index);
     ref.setAttempt(attempt);
     out.setVerdict(verdict);
+    out.setReason(bounded_text(reason, 1024));
     reply(route, wire::encode(message));
   }
 
@@ -956,8 +968,8 @@ class Server {
     keep(std::move(result.records));
     log_(LogLevel::warn, "trial " + trial.str() + " attempt " +
                              std::to_string(failed.getTrial().getAttempt()) + " failed: " + reason);
-    ack(route, envelope.getRequestId(), failed.getTrial(),
-        std::string(report_verdict_name(result.verdict)));
+    ack(route, envelope.getRequestId(), failed.getTrial(), wire_verdict(result.verdict),
+        result.reason);
   }
 
   void on_report(const std::string& route, const WorkerId& worker, Envelope::Reader envelope,
@@ -973,8 +985,8 @@ class Server {
         log_(LogLevel::info, "fenced a report of " + trial.str() + " attempt " +
                                  std::to_string(attempt) + ": " + judged.reason);
       }
-      return ack(route, envelope.getRequestId(), report.getTrial(),
-                 std::string(report_verdict_name(judged.verdict)));
+      return ack(route, envelope.getRequestId(), report.getTrial(), wire_verdict(judged.verdict),
+                 judged.reason);
     }
     auto reconciliation =
         reconciliation_of(route, envelope.getRequestId(), worker, trial, attempt, report, now);
@@ -990,8 +1002,7 @@ class Server {
                                std::to_string(attempt) + ": " + reason);
       keep(scheduler_.reconcile_failed(trial, reason, now).value_or(Records{}));
       submitted_.erase(trial);
-      return ack(route, envelope.getRequestId(), report.getTrial(),
-                 "refused: " + bounded_text(reason, 1024) + "; the attempt failed");
+      return ack(route, envelope.getRequestId(), report.getTrial(), WireVerdict::REFUSED, reason);
     }
     // Reconciled with the rest of this turn, in its one transaction; the
     // acknowledgement goes after the commit, saying how it went.
@@ -1038,23 +1049,28 @@ class Server {
                      {},
                      {},
                      report.getDurationMillis(),
-                     std::chrono::steady_clock::now()};
+                     world_.monotonic_now()};
     sandbox::TrialVerdict& verdict = r.verdict;
-    auto outcome = outcome_from_ordinal(report.getOutcome());
+    // An enum holds whatever number the peer wrote.
+    const auto outcome_ordinal = static_cast<std::uint16_t>(report.getOutcome());
+    auto outcome = outcome_from_ordinal(outcome_ordinal);
     if (!outcome) {
-      return std::unexpected("outcome " + std::to_string(report.getOutcome()) +
+      return std::unexpected("outcome " + std::to_string(outcome_ordinal) +
                              " is not one forktrial has");
     }
     verdict.outcome = *outcome;
-    // Reports from before the field say nothing: the level every worker had.
-    const std::string level = wire::text(report.getIsolation());
-    const auto isolation =
-        level.empty() ? sandbox::Isolation::standard : sandbox::parse_isolation(level);
-    if (!isolation) {
-      return std::unexpected("its isolation \"" + bounded_text(level, 64) +
-                             "\" is neither standard nor strict");
+    switch (report.getIsolation()) {
+      case schema::wire::IsolationLevel::STANDARD:
+        r.isolation = sandbox::Isolation::standard;
+        break;
+      case schema::wire::IsolationLevel::STRICT:
+        r.isolation = sandbox::Isolation::strict;
+        break;
+      default:
+        return std::unexpected(
+            "its isolation " + std::to_string(static_cast<std::uint16_t>(report.getIsolation())) +
+            " is neither standard nor strict");
     }
-    r.isolation = *isolation;
     verdict.detail = wire::prose(report.getDetail(), sandbox::kMaxVerdictDetailBytes);
     const auto warnings = report.getWarnings();
     for (unsigned i = 0; i < warnings.size() && i < sandbox::kMaxVerdictWarnings; ++i) {
@@ -1149,7 +1165,7 @@ class Server {
   void reconciled(const Reconciliation& r, const sandbox::TrialVerdict& v,
                   const std::string& result) {
     remember_result(r.trial, result);
-    metrics_.reconciled(v.outcome, std::chrono::steady_clock::now() - r.received,
+    metrics_.reconciled(v.outcome, world_.monotonic_now() - r.received,
                         std::chrono::milliseconds(r.duration_ms));
     // Its record is in the log already (record_reconciliation wrote it).
     if (auto applied = scheduler_.reconciled(r.trial, v.outcome, r.at)) {
@@ -1157,7 +1173,7 @@ class Server {
     }
     gauges_stale_ = true;
     submitted_.erase(r.trial);
-    ack(r.route, r.request, r.trial, r.attempt, "accepted");
+    ack(r.route, r.request, r.trial, r.attempt, WireVerdict::ACCEPTED);
   }
 
   // The turn's one transaction: every record kept so far and every report
@@ -1219,7 +1235,8 @@ class Server {
                                  "the store refused the report: " + written.error().message, r.at)
                .value_or(Records{}));
       submitted_.erase(r.trial);
-      ack(r.route, r.request, r.trial, r.attempt, "refused by the store; the attempt failed");
+      ack(r.route, r.request, r.trial, r.attempt, WireVerdict::REFUSED,
+          "the store refused the report: " + written.error().message);
     }
   }
 
@@ -1363,8 +1380,8 @@ class Server {
       return reply_error(route, request, WireCode::MALFORMED,
                          "a submission in parts needs a token to name it");
     } else {
-      std::random_device random;
-      std::snprintf(id, sizeof id, "job_%08x%08x", random(), random());
+      std::snprintf(id, sizeof id, "job_%016llx",
+                    static_cast<unsigned long long>(world_.random64()));
     }
     submission.id = JobId(id);
     // A job in parts: each part is checked as it comes and held until the
@@ -1840,6 +1857,7 @@ class Server {
   }
 
   const ServerConfig& config_;
+  World& world_;  // every clock, random number and free-space reading
   const sandbox::Cancellation& stop_;
   const Log& log_;
   store::EventStore store_;

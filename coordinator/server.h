@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "base/log.h"
+#include "base/world.h"
 #include "coordinator/orchestration_log.h"
 #include "coordinator/scheduler.h"
 #include "coordinator/upload_spool.h"
@@ -53,6 +54,10 @@ struct ServerConfig {
   // About the most trial text one event of a job.submitted record holds; a
   // larger job continues in job.trials events (coordinator/orchestration_log.h).
   std::size_t job_chunk_bytes = kJobChunkBytes;
+  // The clocks, randomness and free disk space the coordinator reads
+  // (base/world.h); nullptr: real_world(). Not owned; outlives the
+  // coordinator.
+  World* world = nullptr;
   // Blobs clients upload spill to files under store/uploads, within these
   // limits (coordinator/upload_spool.h).
   UploadLimits uploads;

@@ -205,8 +205,12 @@ void check_reply(const std::string& frame, Leases& leased) {
       for (auto line : envelope.getResults().getLines()) json_ok(line);
       break;
     case Envelope::REPORT_ACK: {
-      const auto verdict = envelope.getReportAck().getVerdict();
-      FUZZ_CHECK(!forktrial::first_invalid_utf8(std::string_view(verdict.begin(), verdict.size())));
+      // A verdict the protocol names, with text a worker can read.
+      const auto ack = envelope.getReportAck();
+      FUZZ_CHECK(static_cast<std::uint16_t>(ack.getVerdict()) <=
+                 static_cast<std::uint16_t>(forktrial::schema::wire::ReportVerdict::REFUSED));
+      const auto reason = ack.getReason();
+      FUZZ_CHECK(!forktrial::first_invalid_utf8(std::string_view(reason.begin(), reason.size())));
       break;
     }
     case Envelope::ASSIGNMENTS:
@@ -273,8 +277,12 @@ std::string message(FuzzedDataProvider& in, Hostile& hostile, int kind, unsigned
     case 5: {
       auto report = envelope.initReport();
       set_ref(report.initTrial(), in, hostile, leased);
-      report.setOutcome(in.ConsumeIntegralInRange(0, 7) != 0 ? in.ConsumeIntegralInRange(0, 4)
-                                                             : in.ConsumeIntegral<std::uint8_t>());
+      report.setOutcome(static_cast<forktrial::schema::TrialOutcome>(
+          in.ConsumeIntegralInRange(0, 7) != 0 ? in.ConsumeIntegralInRange(0, 4)
+                                               : in.ConsumeIntegral<std::uint16_t>()));
+      report.setIsolation(static_cast<forktrial::schema::wire::IsolationLevel>(
+          in.ConsumeIntegralInRange(0, 7) != 0 ? in.ConsumeIntegralInRange(0, 1)
+                                               : in.ConsumeIntegral<std::uint16_t>()));
       const std::string detail = hostile.text();
       report.setDetail(as_text(detail));
       auto warnings = report.initWarnings(in.ConsumeIntegralInRange(0, 70));
@@ -455,8 +463,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
           std::fprintf(stderr, "%s <- arm %u %s\n", to.c_str(),
                        static_cast<unsigned>(envelope.which()),
                        envelope.isError()       ? envelope.getError().getMessage().cStr()
-                       : envelope.isReportAck() ? envelope.getReportAck().getVerdict().cStr()
-                                                : "");
+                       : envelope.isReportAck()
+                           ? wire::verdict_name(envelope.getReportAck().getVerdict()).c_str()
+                           : "");
         }
         if (decoded->envelope().which() == Envelope::JOB_ACCEPTED) {
           jobs.push_back(wire::text(decoded->envelope().getJobAccepted().getJob()));

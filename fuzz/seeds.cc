@@ -143,7 +143,7 @@ int main(int argc, char** argv) {
                        [&](Envelope::Builder e) {
                          auto r = e.initReport();
                          trial_ref(r.initTrial(), 1);
-                         r.setOutcome(0);
+                         r.setOutcome(forktrial::schema::TrialOutcome::COMPLETED);
                          r.setDetail("ok");
                          r.setExitCode(0);
                          r.setHasClaim(true);

@@ -132,7 +132,7 @@ const std::optional<DeltaCut>& DeltaRules::check(const store::EventView& view) {
         DeltaCut{"write budget: " + whose_ +
                      "'s delta goes past max_appended_events = " + std::to_string(limit_events_) +
                      " or max_appended_bytes = " + std::to_string(limit_bytes_) + " at " + which +
-                     "; the " + std::to_string(accepted_) + " events before it were recorded",
+                     "; the " + std::to_string(accepted_) + " events before it fit",
                  true};
     return cut_;
   }

@@ -10,7 +10,11 @@
 
 $import "/capnp/c++.capnp".namespace("forktrial::schema::wire");
 
-const kProtocolVersion :UInt32 = 1;
+using Trial = import "trial.capnp";
+
+# 2: every field with a closed set of values is an enum (Report.outcome and
+# isolation, ReportAck.verdict), and ReportAck says why it refused.
+const kProtocolVersion :UInt32 = 2;
 
 # The most bytes a blob chunk carries.
 const kMaxChunkBytes :UInt32 = 1048576;
@@ -169,7 +173,7 @@ struct Event {
 
 struct Report {
   trial @0 :TrialRef;
-  outcome @1 :UInt8;           # schema/outcome.h Outcome
+  outcome @1 :Trial.TrialOutcome;
   detail @2 :Text;
   warnings @3 :List(Text);
   exitCode @4 :Int32;
@@ -181,12 +185,27 @@ struct Report {
   forkSeq @10 :UInt64;
   events @11 :List(Event);     # the accepted delta, oldest first
   durationMillis @12 :UInt64;
-  isolation @13 :Text;         # the level the trial ran at: "standard" or "strict"
+  isolation @13 :IsolationLevel;  # the level the trial ran at
+}
+
+enum IsolationLevel {
+  standard @0;
+  strict @1;
+}
+
+# What the coordinator made of a report or an attemptFailed.
+enum ReportVerdict {
+  accepted @0;   # recorded: reconciled (a report) or requeued / abandoned (a failure)
+  fenced @1;     # not the live lease of this worker (superseded, cancelled): nothing recorded
+  duplicate @2;  # accepted before; nothing changes
+  unknown @3;    # that attempt of that trial was never leased
+  refused @4;    # breaks a rule every delta is held to, or the store refused it: the attempt failed
 }
 
 struct ReportAck {
   trial @0 :TrialRef;
-  verdict @1 :Text;            # accepted, fenced, duplicate, unknown
+  verdict @1 :ReportVerdict;
+  reason @2 :Text;             # why, for fenced, unknown and refused; "" otherwise
 }
 
 struct AttemptFailed {

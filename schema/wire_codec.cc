@@ -73,6 +73,23 @@ std::optional<std::string> struct_text_problem(capnp::DynamicStruct::Reader read
 
 }  // namespace
 
+std::string verdict_name(schema::wire::ReportVerdict verdict) {
+  using V = schema::wire::ReportVerdict;
+  switch (verdict) {
+    case V::ACCEPTED:
+      return "accepted";
+    case V::FENCED:
+      return "fenced";
+    case V::DUPLICATE:
+      return "duplicate";
+    case V::UNKNOWN:
+      return "unknown";
+    case V::REFUSED:
+      return "refused";
+  }
+  return "verdict " + std::to_string(static_cast<std::uint16_t>(verdict));
+}
+
 bool is_prose_field(std::string_view struct_name, std::string_view field_name) {
   struct Named {
     std::string_view owner;
@@ -80,7 +97,8 @@ bool is_prose_field(std::string_view struct_name, std::string_view field_name) {
   };
   static constexpr Named kProse[] = {{"Error", "message"},        {"Report", "detail"},
                                      {"Report", "warnings"},      {"Report", "events"},
-                                     {"AttemptFailed", "reason"}, {"WorkerHello", "warnings"}};
+                                     {"AttemptFailed", "reason"}, {"WorkerHello", "warnings"},
+                                     {"ReportAck", "reason"}};
   for (const Named& named : kProse) {
     if (named.owner == struct_name && named.field == field_name) return true;
   }

@@ -56,8 +56,8 @@ std::expected<Frame, WireError> decode(std::string_view frame,
                                        std::size_t max_bytes = kDefaultMaxFrameBytes);
 
 // The Text fields a peer's prose travels in, repaired rather than refused:
-// Error.message, Report.detail, Report.warnings, AttemptFailed.reason and
-// WorkerHello.warnings, named "Struct.field". Report.events is named too: its
+// Error.message, Report.detail, Report.warnings, AttemptFailed.reason,
+// WorkerHello.warnings and ReportAck.reason, named "Struct.field". Report.events is named too: its
 // Text is the trial's delta, which the store's rules judge event by event.
 bool is_prose_field(std::string_view struct_name, std::string_view field_name);
 // The frame of a built message.
@@ -97,6 +97,10 @@ inline std::string text(capnp::Text::Reader reader) {
 
 // The most of an Error's message a receiver keeps.
 inline constexpr std::size_t kMaxErrorMessageBytes = std::size_t{64} << 10;
+
+// A report verdict's name as docs/wire-protocol.md spells it ("accepted",
+// "fenced", ...); "verdict <n>" for a number past the enum's last value.
+std::string verdict_name(schema::wire::ReportVerdict verdict);
 
 // A prose field (is_prose_field) made fit to keep and show: invalid UTF-8
 // repaired (U+FFFD) and cut to `max_bytes` with a marker saying how much was

@@ -18,7 +18,6 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <random>
 #include <zmq.hpp>
 
 #include "base/unique_fd.h"
@@ -106,9 +105,11 @@ std::string report_frame(const AttemptKey& key, const sandbox::ExecutedTrial& ex
   capnp::MallocMessageBuilder message;
   auto report = wire::start(message, 0).initReport();
   set_ref(report.initTrial(), key);
-  report.setIsolation(std::string(sandbox::isolation_name(isolation)));
+  report.setIsolation(isolation == sandbox::Isolation::strict
+                          ? schema::wire::IsolationLevel::STRICT
+                          : schema::wire::IsolationLevel::STANDARD);
   const auto& verdict = executed.verdict;
-  report.setOutcome(static_cast<std::uint8_t>(verdict.outcome));
+  report.setOutcome(static_cast<schema::TrialOutcome>(std::to_underlying(verdict.outcome)));
   report.setDetail(verdict.detail);
   auto warnings = report.initWarnings(static_cast<unsigned>(verdict.warnings.size()));
   for (unsigned i = 0; i < verdict.warnings.size(); ++i) warnings.set(i, verdict.warnings[i]);
@@ -139,6 +140,7 @@ class Worker {
  public:
   Worker(const WorkerConfig& config, const sandbox::Cancellation& stop, const Log& log)
       : config_(config),
+        world_(config.world != nullptr ? *config.world : real_world()),
         stop_(stop),
         log_(log),
         cache_(config.cache_dir / "blobs",
@@ -154,9 +156,8 @@ class Worker {
         arena_(static_cast<int>(config.slots), 0) {
     // A fresh routing id per incarnation, so a restarted worker is never
     // mistaken for the connection it replaces.
-    std::random_device random;
     socket_.set(zmq::sockopt::routing_id, config.worker_id + "/" + std::to_string(::getpid()) +
-                                              "/" + std::to_string(random()));
+                                              "/" + std::to_string(world_.random64() >> 32));
     socket_.set(zmq::sockopt::linger, 0);
     socket_.set(zmq::sockopt::sndhwm, static_cast<int>(config.send_queue));
     // Reconnects start at 10 ms (ZeroMQ's default is 100 ms), so a worker
@@ -197,7 +198,7 @@ class Worker {
                                                    " has not welcomed this worker (unreachable, "
                                                    "or it refused it: see the log)");
       send_finished();
-      const auto now = Clock::now();
+      const auto now = world_.monotonic_now();
       // Well inside the lease, whatever the configured interval.
       if (welcomed_ && now - last_heartbeat_ >= std::min(config_.heartbeat, lease_ / 3)) {
         send_heartbeat();
@@ -289,13 +290,13 @@ class Worker {
     auto cached = hello.initCached(static_cast<unsigned>(held.size()));
     for (unsigned i = 0; i < held.size(); ++i) wire::set_digest(cached[i], held[i]);
     send(wire::encode(message));
-    last_hello_ = Clock::now();
+    last_hello_ = world_.monotonic_now();
   }
 
   bool receive_one() {
     zmq::message_t frame;
     if (!socket_.recv(frame, zmq::recv_flags::dontwait)) return false;
-    last_heard_ = Clock::now();
+    last_heard_ = world_.monotonic_now();
     auto decoded = wire::decode(frame.to_string_view());
     if (!decoded) {
       metrics_.unreadable();
@@ -337,9 +338,18 @@ class Worker {
       case Envelope::BLOB_CHUNK:
         on_chunk(envelope.getBlobChunk());
         return;
-      case Envelope::REPORT_ACK:
-        unacked_.erase(key_of(envelope.getReportAck().getTrial()));
+      case Envelope::REPORT_ACK: {
+        const auto ack = envelope.getReportAck();
+        const AttemptKey key = key_of(ack.getTrial());
+        unacked_.erase(key);
+        // Nothing to send again either way; a refusal says what this
+        // worker sent that the coordinator would not take.
+        if (ack.getVerdict() == schema::wire::ReportVerdict::REFUSED) {
+          log_(LogLevel::warn, "the coordinator refused the report of " + key.str() + ": " +
+                                   wire::prose(ack.getReason(), 1024));
+        }
         return;
+      }
       case Envelope::STOP_TRIALS:
         for (auto ref : envelope.getStopTrials().getTrials()) {
           auto it = trials_.find(key_of(ref));
@@ -370,8 +380,8 @@ class Worker {
           if (!busy_) log_(LogLevel::warn, message + "; trying again every second");
           busy_ = true;
           work_requested_ = false;
-          next_request_ = Clock::now() + kBusyRetry;
-          resend_at_ = Clock::now() + kBusyRetry;
+          next_request_ = world_.monotonic_now() + kBusyRetry;
+          resend_at_ = world_.monotonic_now() + kBusyRetry;
           return;
         }
         if (!welcomed_ && error.getCode() == ErrorCode::REFUSED) {
@@ -432,7 +442,7 @@ class Worker {
   }
 
   void request_fetches() {
-    const auto now = Clock::now();
+    const auto now = world_.monotonic_now();
     for (auto& [digest, fetch] : fetches_) {
       // A chunk not answered in time was lost (or the coordinator
       // restarted): ask again; a late answer still counts.
@@ -601,7 +611,7 @@ class Worker {
 
   // On a slot thread: materialize, run, and hand the frame back.
   void execute(const Trial& trial) {
-    const auto started = Clock::now();
+    const auto started = world_.monotonic_now();
     std::string frame;
     std::optional<Outcome> outcome;
     try {
@@ -640,7 +650,7 @@ class Worker {
       } else {
         frame = report_frame(
             trial.key, executed, options.isolation,
-            std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started));
+            std::chrono::duration_cast<std::chrono::milliseconds>(world_.monotonic_now() - started));
         outcome = executed.verdict.outcome;
       }
     } catch (const sandbox::Cancelled&) {
@@ -649,7 +659,7 @@ class Worker {
       frame = failure_frame(trial.key, e.what());
     }
     std::lock_guard lock(finished_mutex_);
-    finished_.push_back({trial.key, std::move(frame), Clock::now() - started, outcome});
+    finished_.push_back({trial.key, std::move(frame), world_.monotonic_now() - started, outcome});
     --in_slots_;
     idle_.notify_all();
     wake();
@@ -707,11 +717,11 @@ class Worker {
     unsigned i = 0;
     for (const auto& [key, trial] : trials_) set_ref(running[i++], key);
     send(wire::encode(message));
-    last_heartbeat_ = Clock::now();
+    last_heartbeat_ = world_.monotonic_now();
   }
 
   void ask_for_work() {
-    const auto now = Clock::now();
+    const auto now = world_.monotonic_now();
     // An offer of slots not answered in time was lost: offer again.
     if (work_requested_ && now - work_requested_at_ >= config_.coordinator_timeout) {
       work_requested_ = false;
@@ -732,6 +742,7 @@ class Worker {
   }
 
   const WorkerConfig& config_;
+  World& world_;  // every clock and random number
   const sandbox::Cancellation& stop_;
   const Log& log_;
   WorkerMetrics metrics_;  // before cache_, whose evictions it counts
@@ -749,14 +760,14 @@ class Worker {
   std::uint64_t unsent_ = 0;  // messages ZeroMQ would not queue since the last it did
   bool welcomed_ = false;
   bool work_requested_ = false;
-  Clock::time_point work_requested_at_ = Clock::now();
+  Clock::time_point work_requested_at_ = world_.monotonic_now();
   std::chrono::milliseconds lease_{30000};
-  Clock::time_point last_heard_ = Clock::now();
+  Clock::time_point last_heard_ = world_.monotonic_now();
   bool busy_ = false;                           // the coordinator said its store is full
   std::optional<Clock::time_point> resend_at_;  // of what it refused as busy
-  Clock::time_point last_hello_ = Clock::now();
-  Clock::time_point last_heartbeat_ = Clock::now();
-  Clock::time_point next_request_ = Clock::now();
+  Clock::time_point last_hello_ = world_.monotonic_now();
+  Clock::time_point last_heartbeat_ = world_.monotonic_now();
+  Clock::time_point next_request_ = world_.monotonic_now();
   // Owned by the loop thread; a slot reads only its own Trial, which stays
   // in the map (std::map nodes do not move) until its result is drained.
   std::map<AttemptKey, Trial> trials_;

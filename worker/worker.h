@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "base/log.h"
+#include "base/world.h"
 #include "sandbox/cancellation.h"
 #include "sandbox/trial.h"
 #include "transport/curve.h"
@@ -55,6 +56,9 @@ struct WorkerConfig {
   // (ready while the coordinator has welcomed this worker), /metrics
   // (worker/metrics.h).
   std::optional<transport::HttpAddress> http;
+  // The clocks and randomness the worker reads (base/world.h); nullptr:
+  // real_world(). Not owned; outlives the worker.
+  World* world = nullptr;
 };
 
 // Runs until `stop` is cancelled; returns 0, or non-zero when the worker

@@ -740,7 +740,7 @@ TEST_CASE("a report the store refuses costs only its own delta when it shares a 
     capnp::MallocMessageBuilder message;
     auto report = forktrial::wire::start(message, 10 + i).initReport();
     report.setTrial(assignments[i].getTrial());
-    report.setOutcome(static_cast<std::uint8_t>(forktrial::Outcome::completed));
+    report.setOutcome(forktrial::schema::TrialOutcome::COMPLETED);
     report.setForkSeq(31);
     if (i == 1) {
       auto event = report.initEvents(1)[0];
@@ -755,7 +755,8 @@ TEST_CASE("a report the store refuses costs only its own delta when it shares a 
     const auto ack_frame = next(Envelope::REPORT_ACK);
     auto ack = forktrial::wire::decode(ack_frame.to_string_view());
     REQUIRE(ack);
-    CHECK(forktrial::wire::text(ack->envelope().getReportAck().getVerdict()) == "accepted");
+    CHECK(ack->envelope().getReportAck().getVerdict() ==
+          forktrial::schema::wire::ReportVerdict::ACCEPTED);
   }
   const auto results = cluster.results(job);
   REQUIRE(results.size() == 3);

@@ -1,0 +1,86 @@
+#include "base/world.h"
+
+#include <sys/statvfs.h>
+
+#include <mutex>
+#include <random>
+
+namespace forktrial {
+namespace {
+
+class RealWorld final : public World {
+ public:
+  std::chrono::system_clock::time_point wall_now() override {
+    return std::chrono::system_clock::now();
+  }
+  std::chrono::steady_clock::time_point monotonic_now() override {
+    return std::chrono::steady_clock::now();
+  }
+  std::uint64_t random64() override {
+    const std::lock_guard lock(mutex_);
+    return std::uint64_t{device_()} << 32 | device_();
+  }
+  std::optional<std::uint64_t> free_bytes(const std::filesystem::path& path) override {
+    struct statvfs disk {};
+    if (::statvfs(path.c_str(), &disk) != 0) return std::nullopt;
+    return static_cast<std::uint64_t>(disk.f_bavail) * disk.f_frsize;
+  }
+
+ private:
+  std::mutex mutex_;  // std::random_device is not safe to share
+  std::random_device device_;
+};
+
+// SplitMix64: a full-period sequence, good enough for ids and schedules.
+std::uint64_t split_mix(std::uint64_t& state) {
+  std::uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+World& real_world() {
+  static RealWorld world;
+  return world;
+}
+
+VirtualWorld::VirtualWorld(std::uint64_t seed, std::chrono::system_clock::time_point wall,
+                           std::uint64_t free)
+    : wall_(wall),
+      monotonic_(std::chrono::steady_clock::time_point(
+          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+              wall.time_since_epoch()))),
+      state_(seed),
+      free_(free) {}
+
+std::uint64_t VirtualWorld::random64() {
+  return split_mix(state_);
+}
+
+void VirtualWorld::advance(std::chrono::nanoseconds step) {
+  if (step.count() <= 0) return;
+  wall_ += std::chrono::duration_cast<std::chrono::system_clock::duration>(step);
+  monotonic_ += std::chrono::duration_cast<std::chrono::steady_clock::duration>(step);
+}
+
+void VirtualWorld::set_free_bytes(const std::filesystem::path& path,
+                                  std::optional<std::uint64_t> free) {
+  free_by_path_[path.lexically_normal()] = free;
+}
+
+std::optional<std::uint64_t> VirtualWorld::free_bytes(const std::filesystem::path& path) {
+  // The longest set path that `path` is under.
+  std::filesystem::path at = path.lexically_normal();
+  for (;;) {
+    if (auto found = free_by_path_.find(at); found != free_by_path_.end()) return found->second;
+    if (!at.has_relative_path()) break;
+    const std::filesystem::path parent = at.parent_path();
+    if (parent == at) break;
+    at = parent;
+  }
+  return free_;
+}
+
+}  // namespace forktrial
