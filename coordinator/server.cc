@@ -277,24 +277,10 @@ class Server {
       for (std::size_t i = 0; i < kMaxMessagesPerTurn && receive_one(now); ++i) {
       }
       gather();
-      probes_.turned();
-      probes_.set_ready(!store_full_, store_full_ ? "the store is full: " + *store_full_ : "");
-      if (store_full_) {
-        probe_store();
-      } else {
-        keep_tick(clock_now());
-        serve_parked(clock_now());
-      }
-      flush();
+      end_turn();
       // Between turns, with everything decided so far committed: the status
       // API's questions (docs/decisions/0067-status-page-asks-loop.md).
       api_.serve([this](const transport::HttpRequest& request) { return answer_api(request); });
-      if (trim_) {
-        // A submission's message, its parse and its record are freed now:
-        // give the memory back rather than keep it as the high water.
-        give_back_freed_memory();
-        trim_ = false;
-      }
     }
     api_.close();
     log_(LogLevel::info, "coordinator stopping");
@@ -305,6 +291,29 @@ class Server {
   // ---- persistence: every record is in the store before a peer hears of it.
 
   bool uncommitted() const { return !pending_.empty() || !reconciling_.empty(); }
+
+  // What follows a turn's frames, in the daemon and in the core alike: the
+  // probes learn the loop turned; time passes for the scheduler and the
+  // parked offers (or, with the store full, the disk is looked at);
+  // everything decided is committed and answered; a large submission's
+  // memory goes back to the system.
+  void end_turn() {
+    probes_.turned();
+    probes_.set_ready(!store_full_, store_full_ ? "the store is full: " + *store_full_ : "");
+    if (store_full_) {
+      probe_store();
+    } else {
+      keep_tick(clock_now());
+      serve_parked(clock_now());
+    }
+    flush();
+    if (trim_) {
+      // A submission's message, its parse and its record are freed now:
+      // give the memory back rather than keep it as the high water.
+      give_back_freed_memory();
+      trim_ = false;
+    }
+  }
 
   // Group commit: with something to commit, the messages that arrive within
   // the commit window are taken into the same transaction. The window is
@@ -488,12 +497,12 @@ class Server {
  public:
   // One turn of the loop without the socket: `frame` from `route`, then time
   // passing to `now`, then the commit. Returns the turn's replies.
+  // CoordinatorCore's turn: one frame, taken as run() takes what its socket
+  // gives, then the same end of turn. The time is the world's.
   std::vector<std::pair<std::string, std::string>> turn(const std::string& route,
-                                                        std::string_view frame, Instant now) {
-    take(route, frame, std::nullopt, now);
-    keep_tick(now);
-    serve_parked(now);
-    flush();
+                                                        std::string_view frame) {
+    take(route, frame, std::nullopt, clock_now());
+    end_turn();
     return std::exchange(outbox_, {});
   }
 
@@ -1939,19 +1948,34 @@ int run_coordinator(const ServerConfig& config, const sandbox::Cancellation& sto
 }
 
 struct CoordinatorCore::Impl {
-  Impl(const ServerConfig& config, const Log& log) : server(config, stop, log, false) {}
+  Impl(const ServerConfig& given, const Log& log, std::uint64_t seed)
+      : world(seed, std::chrono::system_clock::time_point{}),
+        config(with_world(given, world)),
+        server(config, stop, log, false) {}
+  static ServerConfig with_world(ServerConfig config, World& world) {
+    config.world = &world;
+    return config;
+  }
+  VirtualWorld world;
+  const ServerConfig config;   // the caller's, with `world`
   sandbox::Cancellation stop;  // never cancelled: the caller stops by destroying
   Server server;
 };
 
-CoordinatorCore::CoordinatorCore(const ServerConfig& config, const Log& log)
-    : impl_(std::make_unique<Impl>(config, log)) {}
+CoordinatorCore::CoordinatorCore(const ServerConfig& config, const Log& log, std::uint64_t seed)
+    : impl_(std::make_unique<Impl>(config, log, seed)) {}
 CoordinatorCore::~CoordinatorCore() = default;
 
 std::vector<std::pair<std::string, std::string>> CoordinatorCore::turn(const std::string& route,
                                                                        std::string_view frame,
                                                                        Instant now) {
-  return impl_->server.turn(route, frame, now);
+  const auto wall = impl_->world.wall_now();
+  if (now > wall) impl_->world.advance(now - wall);
+  return impl_->server.turn(route, frame);
+}
+
+VirtualWorld& CoordinatorCore::world() {
+  return impl_->world;
 }
 
 }  // namespace forktrial::coordinator

@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -67,26 +68,34 @@ struct ServerConfig {
 // the store or the endpoint cannot be opened, or the log does not replay.
 int run_coordinator(const ServerConfig& config, const sandbox::Cancellation& stop, const Log& log);
 
-// The coordinator without its endpoint or its clock: run_coordinator's
-// handling of peers' frames, fed by the caller (the fuzz targets, tests)
-// instead of a socket. It opens the store and replays its log as
-// run_coordinator does; config.listen and the CURVE settings are not used, so
-// every frame is taken as if its connection's key had the role its message
-// needs. Not thread-safe: one owner makes every call. Throws as
+// The coordinator without its endpoint, in virtual time: run_coordinator's
+// handling of peers' frames and its end of turn (one code path), fed by the
+// caller (the fuzz targets, tests) instead of a socket. Its clocks,
+// randomness and free disk space are a VirtualWorld of its own (seeded with
+// `seed`; both clocks start at the Unix epoch; config.world is not used),
+// which each turn moves to its `now`, and which world() lets a test change
+// (the disk filling, say). It opens the store and replays its log as
+// run_coordinator does; config.listen and the CURVE settings are not used,
+// so every frame is taken as if its connection's key had the role its
+// message needs. Not thread-safe: one owner makes every call. Throws as
 // run_coordinator does.
 class CoordinatorCore {
  public:
-  CoordinatorCore(const ServerConfig& config, const Log& log);
+  CoordinatorCore(const ServerConfig& config, const Log& log, std::uint64_t seed = 0);
   ~CoordinatorCore();
   CoordinatorCore(const CoordinatorCore&) = delete;
   CoordinatorCore& operator=(const CoordinatorCore&) = delete;
 
   // One turn of the coordinator's loop with one frame from the peer whose
-  // routing id is `route`: the frame is handled (an error reply if it is not
-  // a message), time passes to `now`, and what changed is committed. Returns
-  // the turn's replies, (routing id, frame) each, in the order sent.
+  // routing id is `route`: time passes to `now` (never back), the frame is
+  // handled (an error reply if it is not a message), time passes for the
+  // scheduler, and what changed is committed, as a daemon's turn does.
+  // Returns the turn's replies, (routing id, frame) each, in the order sent.
   std::vector<std::pair<std::string, std::string>> turn(const std::string& route,
                                                         std::string_view frame, Instant now);
+
+  // The core's world.
+  VirtualWorld& world();
 
  private:
   struct Impl;

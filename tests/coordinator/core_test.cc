@@ -186,3 +186,51 @@ TEST_CASE("a job in parts is dropped when its parts stop coming, and a large one
   CHECK_THAT(wire::text(status.envelope().getJobStatus().getText()),
              Catch::Contains(R"("total":7)"));
 }
+
+namespace {
+
+// A submission of `trials` copies of `trial`, without a token: the
+// coordinator draws the job's id.
+std::string untokened_submission(std::uint64_t request, const std::string& trial, unsigned trials) {
+  capnp::MallocMessageBuilder message;
+  auto job = wire::start(message, request).initSubmitJob();
+  job.setName("drawn");
+  auto specs = job.initSpecs(trials);
+  for (unsigned i = 0; i < trials; ++i) specs.set(i, trial);
+  return wire::encode(message);
+}
+
+// Every reply of a short session with a core of `seed` on a store like
+// `greeter`'s: a hello, a job without a token, its status a minute later.
+std::vector<std::pair<std::string, std::string>> session(std::uint64_t seed) {
+  GreeterStore greeter;
+  ServerConfig config;
+  config.store = greeter.store;
+  CoordinatorCore core(config, quiet, seed);
+  std::vector<std::pair<std::string, std::string>> replies;
+  for (auto [frame, at] : {std::pair{client_hello(1), kNow},
+                           std::pair{untokened_submission(2, greeter.trial, 3), kNow},
+                           std::pair{status_request(3, ""), kNow + std::chrono::minutes(1)}}) {
+    for (auto& reply : core.turn("c", frame, at)) replies.push_back(std::move(reply));
+  }
+  return replies;
+}
+
+}  // namespace
+
+TEST_CASE("the core is its seed's: the same frames give the same replies, byte for byte",
+          "[coordinator][core]") {
+  const auto first = session(42);
+  REQUIRE(first.size() == 3);
+  auto accepted = wire::decode(first[1].second);
+  REQUIRE(accepted.has_value());
+  REQUIRE(accepted->envelope().isJobAccepted());
+  const std::string job = wire::text(accepted->envelope().getJobAccepted().getJob());
+  CHECK_THAT(job, Catch::Matches("job_[0-9a-f]{16}"));
+  // The job's id is drawn from the core's world, and its status is read at
+  // the core's time: a second run is the same to the byte.
+  CHECK(session(42) == first);
+  const auto other = session(43);
+  REQUIRE(other.size() == 3);
+  CHECK(other[1].second != first[1].second);
+}
