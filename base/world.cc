@@ -25,6 +25,9 @@ class RealWorld final : public World {
     if (::statvfs(path.c_str(), &disk) != 0) return std::nullopt;
     return static_cast<std::uint64_t>(disk.f_bavail) * disk.f_frsize;
   }
+  std::optional<std::string> write_refused(const std::filesystem::path&) override {
+    return std::nullopt;
+  }
 
  private:
   std::mutex mutex_;  // std::random_device is not safe to share
@@ -81,6 +84,11 @@ std::optional<std::uint64_t> VirtualWorld::free_bytes(const std::filesystem::pat
     at = parent;
   }
   return free_;
+}
+
+std::optional<std::string> VirtualWorld::write_refused(const std::filesystem::path& path) {
+  if (free_bytes(path) != std::uint64_t{0}) return std::nullopt;
+  return "no space left on the device holding " + path.string() + " (the world's disk is full)";
 }
 
 }  // namespace forktrial

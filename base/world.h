@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <string>
 
 namespace forktrial {
 
@@ -31,13 +32,19 @@ class World {
   // The bytes an unprivileged writer may still write on the filesystem
   // holding `path`; nullopt when it cannot be told.
   virtual std::optional<std::uint64_t> free_bytes(const std::filesystem::path& path) = 0;
+  // Why a write to the filesystem holding `path` fails now as a full disk
+  // fails it, or nullopt. The real world says nullopt: a real disk tells a
+  // writer so itself. A store a component writes through its world asks
+  // before each commit (store::StoreOptions::before_commit).
+  virtual std::optional<std::string> write_refused(const std::filesystem::path& path) = 0;
 };
 
 // The machine's clocks, std::random_device and statvfs(3).
 World& real_world();
 
 // A world whose time moves only when told and whose randomness is a seeded
-// sequence: the same seed and the same calls give the same answers.
+// sequence: the same seed and the same calls give the same answers. Its
+// disk fills when told (set_free_bytes to 0), and writes then fail.
 class VirtualWorld final : public World {
  public:
   // Both clocks start at `wall` (the monotonic one at the same count since
@@ -51,6 +58,8 @@ class VirtualWorld final : public World {
   std::chrono::steady_clock::time_point monotonic_now() override { return monotonic_; }
   std::uint64_t random64() override;
   std::optional<std::uint64_t> free_bytes(const std::filesystem::path& path) override;
+  // A write is refused where free_bytes says 0: the disk is full.
+  std::optional<std::string> write_refused(const std::filesystem::path& path) override;
 
   // Moves both clocks forward by `step` (never back).
   void advance(std::chrono::nanoseconds step);

@@ -83,9 +83,13 @@ bool writes(Envelope::Which which) {
 // that accepted a submission or a cancel flushes the meta page too before it
 // answers (flush()): a client told "accepted" finds its job after any crash,
 // power loss included.
-store::StoreOptions coordinator_store_options() {
+store::StoreOptions coordinator_store_options(World& world, const std::filesystem::path& store) {
   store::StoreOptions options;
   options.sync_meta = false;
+  // A world whose disk is full refuses the commit, as a real full disk does.
+  options.before_commit = [&world, store] {
+    if (auto why = world.write_refused(store)) throw store::StoreFull(*why);
+  };
   return options;
 }
 
@@ -224,7 +228,7 @@ class Server {
         world_(config.world != nullptr ? *config.world : real_world()),
         stop_(stop),
         log_(log),
-        store_(config.store, coordinator_store_options()),
+        store_(config.store, coordinator_store_options(world_, config.store)),
         uploads_(config.store / "uploads", config.uploads),
         scheduler_(config.scheduler) {
     if (listen) {

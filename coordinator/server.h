@@ -32,12 +32,16 @@
 
 namespace forktrial::coordinator {
 
+// How often time passes for the scheduler when no message comes (it passes
+// at every turn too).
+inline constexpr std::chrono::milliseconds kDefaultTick{100};
+
 struct ServerConfig {
   std::filesystem::path store;
   std::string listen;  // a ZeroMQ endpoint to bind: tcp://0.0.0.0:7600, ipc:///run/ft.sock
   SchedulerConfig scheduler;
   std::size_t max_frame_bytes = std::size_t{256} << 20;
-  std::chrono::milliseconds tick{100};  // how often time passes for the scheduler
+  std::chrono::milliseconds tick = kDefaultTick;  // how often time passes for the scheduler
   // Group commit: what changed waits up to this long for more to share its
   // durable commit (and its replies wait with it). 0 commits every turn.
   std::chrono::microseconds commit_window{8000};

@@ -14,6 +14,7 @@
 #include "base/error.h"
 #include "base/timestamp.h"
 #include "coordinator/orchestration_log.h"
+#include "coordinator/server.h"
 #include "simulation/invariants.h"
 #include "store/event_store.h"
 
@@ -43,7 +44,9 @@ constexpr std::int64_t kCoordinatorTimeout = 5'000;
 constexpr std::int64_t kBusyBackoff = 1'000;  // a peer told "busy" tries again after this
 // The real coordinator's (coordinator/server.cc).
 constexpr std::int64_t kCommitWindow = 8;
-constexpr std::int64_t kTick = 250;
+// Time passes for the scheduler at every turn and, with no message, every
+// ServerConfig::tick (the daemon's poll timeout).
+constexpr std::int64_t kTick = coordinator::kDefaultTick.count();
 constexpr std::int64_t kParkLimit = 1'000;
 constexpr std::uint32_t kReconcileFailures = 10;  // per thousand: the store refuses a delta
 constexpr std::uint32_t kAttemptFailures = 20;    // per thousand: the worker cannot run it
@@ -434,6 +437,8 @@ class Simulation {
     for (Message& message : inbox_) receive(message);
     inbox_.clear();
     client_requests();
+    // The daemon's end of turn: time passes, then parked offers are served.
+    if (!full_) keep(scheduler_.tick(instant(now_)));
     serve_parked();
     flush();
   }

@@ -147,7 +147,10 @@ void Environment::write(const std::function<bool(lmdb::Txn&)>& body) {
       lmdb::Txn txn;
       rc = txn.try_begin(env_.get(), 0);
       if (rc == MDB_SUCCESS) {
-        if (body(txn)) txn.commit();
+        if (body(txn)) {
+          if (options_.before_commit) options_.before_commit();
+          txn.commit();
+        }
         return;
       }
     } catch (const lmdb::LmdbError& e) {

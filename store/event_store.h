@@ -169,6 +169,11 @@ struct StoreOptions {
   // thread, so a replacement must be thread-safe where that is used.
   std::function<std::string()> clock;
   std::function<RunId()> new_run_id;
+  // Called in each write transaction just before it commits (not for the
+  // store's own creation). It may throw StoreFull, which aborts the
+  // transaction as a full disk would: the seam through which a simulated
+  // world (base/world.h) fills the disk. Default: none.
+  std::function<void()> before_commit;
 };
 
 // The canonical serialization of a run's history prefix (docs/store-format.md,

@@ -51,6 +51,11 @@ TEST_CASE("a virtual world's free space is set per path, the most specific winni
   CHECK(world.free_bytes("/data/store/uploads") == std::nullopt);
   CHECK(world.free_bytes("/data/./store/../x") == 10u);
   CHECK(world.free_bytes("/other") == 1000u);
+  // A write is refused where the disk is full, and only there.
+  world.set_free_bytes("/full", 0);
+  CHECK_THAT(world.write_refused("/full/store").value_or(""), Catch::Contains("full"));
+  CHECK_FALSE(world.write_refused("/data/file").has_value());
+  CHECK_FALSE(world.write_refused("/data/store").has_value());  // cannot be told: not refused
 }
 
 TEST_CASE("the real world reads the machine", "[base][world]") {
@@ -64,6 +69,7 @@ TEST_CASE("the real world reads the machine", "[base][world]") {
   forktrial::testing::TempDir dir;
   CHECK(world.free_bytes(dir.path()).has_value());
   CHECK_FALSE(world.free_bytes(dir.path() / "missing" / "deeper").has_value());
+  CHECK_FALSE(world.write_refused(dir.path()).has_value());
 }
 
 }  // namespace

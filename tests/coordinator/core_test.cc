@@ -234,3 +234,40 @@ TEST_CASE("the core is its seed's: the same frames give the same replies, byte f
   REQUIRE(other.size() == 3);
   CHECK(other[1].second != first[1].second);
 }
+
+TEST_CASE("the core pauses when its world's disk fills and resumes when there is room again",
+          "[coordinator][core]") {
+  GreeterStore greeter;
+  ServerConfig config;
+  config.store = greeter.store;
+  CoordinatorCore core(config, quiet);
+  only_reply(core.turn("c", client_hello(1), kNow));
+  const auto code_of = [](const wire::Frame& frame) {
+    REQUIRE(frame.envelope().isError());
+    return frame.envelope().getError().getCode();
+  };
+
+  // The disk fills: the submission's commit fails, so its answer is busy
+  // and nothing of it is recorded.
+  core.world().set_free_bytes(greeter.store, 0);
+  CHECK(code_of(only_reply(core.turn("c", untokened_submission(2, greeter.trial, 2), kNow))) ==
+        wire::ErrorCode::BUSY);
+  auto status = only_reply(core.turn("c", status_request(3, ""), kNow + std::chrono::seconds(1)));
+  CHECK_THAT(wire::text(status.envelope().getJobStatus().getText()),
+             Catch::Contains(R"("jobs":[])") && Catch::Contains(R"("store_full")") &&
+                 Catch::Contains("the world's disk is full"));
+  // Still full at the next probes: still paused.
+  CHECK(code_of(only_reply(core.turn("c", untokened_submission(4, greeter.trial, 2),
+                                     kNow + std::chrono::seconds(5)))) == wire::ErrorCode::BUSY);
+
+  // Room again: the next probe resumes, and the submission goes through.
+  core.world().set_free_bytes(greeter.store, std::uint64_t{1} << 30);
+  only_reply(core.turn("c", status_request(5, ""), kNow + std::chrono::seconds(70)));
+  auto accepted = only_reply(
+      core.turn("c", untokened_submission(6, greeter.trial, 2), kNow + std::chrono::seconds(71)));
+  REQUIRE(accepted.envelope().isJobAccepted());
+  CHECK(accepted.envelope().getJobAccepted().getTotal() == 2);
+  status = only_reply(core.turn("c", status_request(7, ""), kNow + std::chrono::seconds(72)));
+  CHECK_THAT(wire::text(status.envelope().getJobStatus().getText()),
+             !Catch::Contains("store_full") && Catch::Contains(R"("total":2)"));
+}

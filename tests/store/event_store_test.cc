@@ -108,6 +108,27 @@ TEST_CASE("an empty actor is kept apart from an absent one", "[store]") {
   CHECK_FALSE(history.at(0).caused_by.has_value());
 }
 
+TEST_CASE("a commit that the world refuses keeps nothing, and the store writes on after",
+          "[store]") {
+  forktrial::testing::TempDir dir;
+  StoreOptions options = fixed_options();
+  bool full = false;
+  options.before_commit = [&full] {
+    if (full) throw StoreFull("the disk is full");
+  };
+  EventStore store(dir.path() / "s", options);
+  RunInfo run = must(store.create_run({}));
+  REQUIRE(store.append(run.id, 0, events("a", 2)) == 2u);
+  full = true;
+  CHECK_THROWS_AS(store.append(run.id, 2, events("x", 3)), StoreFull);
+  CHECK_THROWS_AS(store.create_run({}), StoreFull);
+  full = false;
+  REQUIRE(store.append(run.id, 2, events("b", 1)) == 3u);
+  auto snap = store.snapshot();
+  CHECK(ids_of(snap.history(*snap.run(run.id))) == Strings{"a1", "a2", "b1"});
+  CHECK_FALSE(snap.run(RunId("run_002")).has_value());  // the refused run was not made
+}
+
 TEST_CASE("an append that expects a stale head is refused and writes nothing", "[store]") {
   forktrial::testing::TempDir dir;
   EventStore store(dir.path() / "s", fixed_options());
