@@ -1,6 +1,5 @@
 #include "coordinator/server.h"
 
-
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -833,8 +832,7 @@ class Server {
     if (free > 0 && scheduler_.queued_trials() == 0 && status && status->alive) {
       // Nothing to give: the offer waits here (long poll) until there is,
       // rather than the worker asking again and again.
-      parked_[route] =
-          Parked{worker, free, envelope.getRequestId(), world_.monotonic_now()};
+      parked_[route] = Parked{worker, free, envelope.getRequestId(), world_.monotonic_now()};
       return;
     }
     assign(route, worker, free, envelope.getRequestId(), now);
@@ -1080,9 +1078,9 @@ class Server {
         r.isolation = sandbox::Isolation::strict;
         break;
       default:
-        return std::unexpected(
-            "its isolation " + std::to_string(static_cast<std::uint16_t>(report.getIsolation())) +
-            " is neither standard nor strict");
+        return std::unexpected("its isolation " +
+                               std::to_string(static_cast<std::uint16_t>(report.getIsolation())) +
+                               " is neither standard nor strict");
     }
     verdict.detail = wire::prose(report.getDetail(), sandbox::kMaxVerdictDetailBytes);
     const auto warnings = report.getWarnings();

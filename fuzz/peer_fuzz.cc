@@ -462,7 +462,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
           const auto envelope = decoded->envelope();
           std::fprintf(stderr, "%s <- arm %u %s\n", to.c_str(),
                        static_cast<unsigned>(envelope.which()),
-                       envelope.isError()       ? envelope.getError().getMessage().cStr()
+                       envelope.isError() ? envelope.getError().getMessage().cStr()
                        : envelope.isReportAck()
                            ? wire::verdict_name(envelope.getReportAck().getVerdict()).c_str()
                            : "");

@@ -648,9 +648,9 @@ class Worker {
                                              std::string(::sigabbrev_np(signal)) +
                                              " from outside the worker, not by the trial");
       } else {
-        frame = report_frame(
-            trial.key, executed, options.isolation,
-            std::chrono::duration_cast<std::chrono::milliseconds>(world_.monotonic_now() - started));
+        frame = report_frame(trial.key, executed, options.isolation,
+                             std::chrono::duration_cast<std::chrono::milliseconds>(
+                                 world_.monotonic_now() - started));
         outcome = executed.verdict.outcome;
       }
     } catch (const sandbox::Cancelled&) {

@@ -61,10 +61,10 @@ std::string code_only(std::string_view code) {
 
 // What reads the world by itself.
 constexpr std::string_view kReadings[] = {
-    "steady_clock::now",  "system_clock::now", "high_resolution_clock::now",
-    "random_device",      "statvfs",           "clock_gettime",
-    "gettimeofday",       "time(nullptr)",     "time(NULL)",
-    "std::rand(",         "getrandom",         "utc_clock::now",
+    "steady_clock::now", "system_clock::now", "high_resolution_clock::now",
+    "random_device",     "statvfs",           "clock_gettime",
+    "gettimeofday",      "time(nullptr)",     "time(NULL)",
+    "std::rand(",        "getrandom",         "utc_clock::now",
 };
 
 std::vector<std::string> readings_in(const fs::path& file) {
@@ -116,9 +116,10 @@ TEST_CASE("the search sees through comments and literals, and finds a reading",
   CHECK(plain.find("system_clock::now") != std::string::npos);
 }
 
-TEST_CASE("the coordinator and the worker read clocks, randomness and disk space only "
-          "through the World seam",
-          "[layering][world]") {
+TEST_CASE(
+    "the coordinator and the worker read clocks, randomness and disk space only "
+    "through the World seam",
+    "[layering][world]") {
   for (const char* component : {"coordinator", "worker"}) {
     INFO(component);
     const fs::path dir = fs::path(FORKTRIAL_SOURCE_DIR) / component;
