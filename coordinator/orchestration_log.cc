@@ -606,20 +606,17 @@ std::string record_text(const Record& r) {
 }  // namespace
 
 store::NewEvent to_event(const OrchestrationRecord& record, std::uint64_t event_number) {
-  if (const auto* job = std::get_if<JobSubmitted>(&record)) {
-    std::string text;
-    job_submitted_texts(
-        *job, std::numeric_limits<std::size_t>::max(),
-        [&text](std::string_view, std::string payload) { text = std::move(payload); });
-    return record_event(JobSubmitted::kType, std::move(text), job->at, event_number);
-  }
   return std::visit(
       [&](const auto& r) {
+        std::string text;
         if constexpr (std::is_same_v<std::decay_t<decltype(r)>, JobSubmitted>) {
-          return store::NewEvent{};  // handled above
+          job_submitted_texts(
+              r, std::numeric_limits<std::size_t>::max(),
+              [&text](std::string_view, std::string payload) { text = std::move(payload); });
         } else {
-          return record_event(r.kType, record_text(r), r.at, event_number);
+          text = record_text(r);
         }
+        return record_event(r.kType, std::move(text), r.at, event_number);
       },
       record);
 }
