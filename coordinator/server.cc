@@ -82,12 +82,19 @@ bool writes(Envelope::Which which) {
 // that accepted a submission or a cancel flushes the meta page too before it
 // answers (flush()): a client told "accepted" finds its job after any crash,
 // power loss included.
-store::StoreOptions coordinator_store_options(World& world, const std::filesystem::path& store) {
+store::StoreOptions coordinator_store_options(World& world, const ServerConfig& config) {
   store::StoreOptions options;
+  options.sync = config.durable;
   options.sync_meta = false;
   // A world whose disk is full refuses the commit, as a real full disk does.
-  options.before_commit = [&world, store] {
+  options.before_commit = [&world, store = config.store] {
     if (auto why = world.write_refused(store)) throw store::StoreFull(*why);
+  };
+  // Runs are stamped with the world's time.
+  options.clock = [&world] {
+    return format_timestamp(
+        std::chrono::duration_cast<std::chrono::milliseconds>(world.wall_now().time_since_epoch())
+            .count());
   };
   return options;
 }
@@ -227,7 +234,7 @@ class Server {
         world_(config.world != nullptr ? *config.world : real_world()),
         stop_(stop),
         log_(log),
-        store_(config.store, coordinator_store_options(world_, config.store)),
+        store_(config.store, coordinator_store_options(world_, config)),
         uploads_(config.store / "uploads", config.uploads),
         scheduler_(config.scheduler) {
     if (listen) {
@@ -407,6 +414,7 @@ class Server {
         throw Error(forktrial::ErrorCode::internal,
                     "cannot write the orchestration log: " + written.error().message);
       }
+      if (config_.committed) config_.committed(pending_);
       pending_committed();
     }
   }
@@ -502,12 +510,14 @@ class Server {
   // passing to `now`, then the commit. Returns the turn's replies.
   // CoordinatorCore's turn: one frame, taken as run() takes what its socket
   // gives, then the same end of turn. The time is the world's.
-  std::vector<std::pair<std::string, std::string>> turn(const std::string& route,
-                                                        std::string_view frame) {
-    take(route, frame, std::nullopt, clock_now());
+  std::vector<std::pair<std::string, std::string>> turn(
+      std::span<const CoordinatorCore::Frame> frames) {
+    for (const auto& frame : frames) take(frame.route, frame.bytes, std::nullopt, clock_now());
     end_turn();
     return std::exchange(outbox_, {});
   }
+
+  const Scheduler& scheduler() const { return scheduler_; }
 
  private:
   // A reply that cannot be delivered (the peer is gone: ROUTER_MANDATORY;
@@ -1193,8 +1203,9 @@ class Server {
   // report costs only its own delta.
   bool write_turn() {
     std::vector<store::NewEvent> results;
+    Records records;
     auto written = store_.write([&](store::Writer& writer) -> store::Result<std::uint64_t> {
-      Records records = pending_;
+      records = pending_;
       results.clear();
       for (const Reconciliation& r : reconciling_) {
         const std::uint64_t count = r.events.size();
@@ -1204,6 +1215,7 @@ class Server {
       return append_to_log(writer, records, results, config_.job_chunk_bytes);
     });
     if (!written) return false;
+    if (config_.committed) config_.committed(records);
     pending_committed();
     for (std::size_t i = 0; i < reconciling_.size(); ++i) {
       reconciled(reconciling_[i], reconciling_[i].verdict, results[i].payload);
@@ -1218,14 +1230,16 @@ class Server {
   void reconcile_alone(Reconciliation& r) {
     auto write = [&](const sandbox::TrialVerdict& v, std::uint64_t count) {
       std::vector<store::NewEvent> results;
+      Records records;
       auto written = store_.write([&](store::Writer& writer) -> store::Result<std::uint64_t> {
-        Records records = pending_;
+        records = pending_;
         results.clear();
         auto recorded = record_reconciliation(writer, r, v, count, records, results);
         if (!recorded) return recorded;
         return append_to_log(writer, records, results, config_.job_chunk_bytes);
       });
       if (written) {
+        if (config_.committed) config_.committed(records);
         pending_committed();
         reconciled(r, v, results.front().payload);
       }
@@ -1950,8 +1964,8 @@ int run_coordinator(const ServerConfig& config, const sandbox::Cancellation& sto
 }
 
 struct CoordinatorCore::Impl {
-  Impl(const ServerConfig& given, const Log& log, std::uint64_t seed)
-      : world(seed, std::chrono::system_clock::time_point{}),
+  Impl(const ServerConfig& given, const Log& log, std::uint64_t seed, Instant start)
+      : world(seed, std::chrono::system_clock::time_point{start.time_since_epoch()}),
         config(with_world(given, world)),
         server(config, stop, log, false) {}
   static ServerConfig with_world(ServerConfig config, World& world) {
@@ -1964,16 +1978,27 @@ struct CoordinatorCore::Impl {
   Server server;
 };
 
-CoordinatorCore::CoordinatorCore(const ServerConfig& config, const Log& log, std::uint64_t seed)
-    : impl_(std::make_unique<Impl>(config, log, seed)) {}
+CoordinatorCore::CoordinatorCore(const ServerConfig& config, const Log& log, std::uint64_t seed,
+                                 Instant start)
+    : impl_(std::make_unique<Impl>(config, log, seed, start)) {}
 CoordinatorCore::~CoordinatorCore() = default;
 
 std::vector<std::pair<std::string, std::string>> CoordinatorCore::turn(const std::string& route,
                                                                        std::string_view frame,
                                                                        Instant now) {
+  const Frame one{route, std::string(frame)};
+  return turn(std::span(&one, 1), now);
+}
+
+std::vector<std::pair<std::string, std::string>> CoordinatorCore::turn(
+    std::span<const Frame> frames, Instant now) {
   const auto wall = impl_->world.wall_now();
   if (now > wall) impl_->world.advance(now - wall);
-  return impl_->server.turn(route, frame);
+  return impl_->server.turn(frames);
+}
+
+const Scheduler& CoordinatorCore::scheduler() const {
+  return impl_->server.scheduler();
 }
 
 VirtualWorld& CoordinatorCore::world() {

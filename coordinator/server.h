@@ -14,8 +14,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -66,6 +68,14 @@ struct ServerConfig {
   // Blobs clients upload spill to files under store/uploads, within these
   // limits (coordinator/upload_spool.h).
   UploadLimits uploads;
+  // false: the store's commits are not flushed to the disk (MDB_NOSYNC). A
+  // process crash still loses nothing committed; a power loss may. For
+  // simulations and tests, whose machine does not lose power.
+  bool durable = true;
+  // Called after each commit with the orchestration records it made
+  // durable, in their order (the simulation's referee reads them); none:
+  // not called.
+  std::function<void(std::span<const OrchestrationRecord>)> committed;
 };
 
 // Runs until `stop` is cancelled; returns 0, or throws forktrial::Error when
@@ -74,9 +84,10 @@ int run_coordinator(const ServerConfig& config, const sandbox::Cancellation& sto
 
 // The coordinator without its endpoint, in virtual time: run_coordinator's
 // handling of peers' frames and its end of turn (one code path), fed by the
-// caller (the fuzz targets, tests) instead of a socket. Its clocks,
-// randomness and free disk space are a VirtualWorld of its own (seeded with
-// `seed`; both clocks start at the Unix epoch; config.world is not used),
+// caller (the simulation, the fuzz targets, tests) instead of a socket. Its
+// clocks, randomness and free disk space are a VirtualWorld of its own
+// (seeded with `seed`; the wall clock starts at `start`; config.world is not
+// used),
 // which each turn moves to its `now`, and which world() lets a test change
 // (the disk filling, say). It opens the store and replays its log as
 // run_coordinator does; config.listen and the CURVE settings are not used,
@@ -85,7 +96,8 @@ int run_coordinator(const ServerConfig& config, const sandbox::Cancellation& sto
 // run_coordinator does.
 class CoordinatorCore {
  public:
-  CoordinatorCore(const ServerConfig& config, const Log& log, std::uint64_t seed = 0);
+  CoordinatorCore(const ServerConfig& config, const Log& log, std::uint64_t seed = 0,
+                  Instant start = {});
   ~CoordinatorCore();
   CoordinatorCore(const CoordinatorCore&) = delete;
   CoordinatorCore& operator=(const CoordinatorCore&) = delete;
@@ -97,6 +109,20 @@ class CoordinatorCore {
   // Returns the turn's replies, (routing id, frame) each, in the order sent.
   std::vector<std::pair<std::string, std::string>> turn(const std::string& route,
                                                         std::string_view frame, Instant now);
+
+  // One turn with every frame that came in it (the daemon takes up to 256 a
+  // turn, and the ones its commit window gathers): each handled in order,
+  // then one end of turn. No frame: time passes only, as when the daemon's
+  // poll times out.
+  struct Frame {
+    std::string route;
+    std::string bytes;
+  };
+  std::vector<std::pair<std::string, std::string>> turn(std::span<const Frame> frames, Instant now);
+
+  // The scheduler as committed (between turns, everything decided is in the
+  // store): for a referee to compare with what it was told.
+  const Scheduler& scheduler() const;
 
   // The core's world.
   VirtualWorld& world();

@@ -122,13 +122,13 @@ long peak_rss_kib() {
 
 int main(int argc, char** argv) {
   CLI::App app{
-      "Runs the forktrial cluster in virtual time: the coordinator's scheduler and orchestration\n"
-      "log (the production code, with a real store) against simulated workers and a simulated\n"
+      "Runs the forktrial cluster in virtual time: the shipped coordinator core, on a real\n"
+      "store, fed real wire frames by simulated workers, a simulated client and a simulated\n"
       "network, with message loss, duplication and reordering, worker crashes and stalls,\n"
-      "coordinator crashes with log replay, and a full store. Every step is checked against\n"
-      "the cluster's promises (each trial ends exactly once, nothing acknowledged is lost, no\n"
-      "job starves, leases never overlap). One seed gives one run: a failing seed replays the\n"
-      "same run.",
+      "coordinator crashes with log replay, a full disk, and deltas the store refuses. Every\n"
+      "step is checked against the cluster's promises (each trial ends exactly once, nothing\n"
+      "acknowledged is lost, no job starves, leases never overlap). One seed gives one run: a\n"
+      "failing seed replays the same run.",
       "forktrial-simulate"};
   Config config;
   std::uint64_t seeds = 1;
@@ -282,6 +282,8 @@ int main(int argc, char** argv) {
           {"requeued", report.requeued},
           {"fenced", report.fenced},
           {"duplicates", report.duplicates},
+          {"refused", report.refused},
+          {"deltas_refused", report.deltas_refused},
           {"workers_lost", report.workers_lost},
           {"worker_crashes", report.worker_crashes},
           {"worker_stalls", report.worker_stalls},
@@ -309,9 +311,11 @@ int main(int argc, char** argv) {
                 << mib(peak_rss_kib() * 1024) << "\n  " << report.messages << " messages ("
                 << report.lost << " lost, " << report.duplicated << " duplicated), "
                 << report.requeued << " requeued, " << report.fenced << " fenced, "
-                << report.duplicates << " duplicate reports, " << report.worker_crashes
-                << " worker crashes, " << report.worker_stalls << " stalls, " << report.workers_lost
-                << " workers lost, " << report.coordinator_restarts << " coordinator restarts, "
+                << report.duplicates << " duplicate reports, " << report.deltas_refused
+                << " deltas the store refused, " << report.refused << " reports refused, "
+                << report.worker_crashes << " worker crashes, " << report.worker_stalls
+                << " stalls, " << report.workers_lost << " workers lost, "
+                << report.coordinator_restarts << " coordinator restarts, "
                 << report.store_full_episodes << " store-full episodes (" << report.busy_replies
                 << " busy replies); trace " << report.trace << std::endl;
     }

@@ -1,11 +1,18 @@
 #include "simulation/simulator.h"
 
+#include <capnp/message.h>
+
 #include <algorithm>
+#include <charconv>
 #include <chrono>
+#include <fstream>
 #include <map>
+#include <memory>
 #include <queue>
 #include <random>
 #include <set>
+#include <span>
+#include <string>
 #include <unordered_map>
 #include <utility>
 #include <variant>
@@ -15,6 +22,8 @@
 #include "base/timestamp.h"
 #include "coordinator/orchestration_log.h"
 #include "coordinator/server.h"
+#include "pack/bundle_archive.h"
+#include "schema/wire_codec.h"
 #include "simulation/invariants.h"
 #include "store/event_store.h"
 
@@ -38,46 +47,45 @@ Faults every_fault() {
 
 namespace {
 
+using schema::wire::Envelope;
+using WireVerdict = schema::wire::ReportVerdict;
+using Frames = std::vector<std::pair<std::string, std::string>>;
+
 // The real worker's timings (worker/worker.cc, tools/cluster_command.cc).
 constexpr std::int64_t kHeartbeat = 1'000;
 constexpr std::int64_t kCoordinatorTimeout = 5'000;
 constexpr std::int64_t kBusyBackoff = 1'000;  // a peer told "busy" tries again after this
-// The real coordinator's (coordinator/server.cc).
+// The daemon's (coordinator/server.h): a message waits out the commit
+// window before its turn; with no message, time passes every tick (the
+// poll's timeout).
 constexpr std::int64_t kCommitWindow = 8;
-// Time passes for the scheduler at every turn and, with no message, every
-// ServerConfig::tick (the daemon's poll timeout).
 constexpr std::int64_t kTick = coordinator::kDefaultTick.count();
-constexpr std::int64_t kParkLimit = 1'000;
-constexpr std::uint32_t kReconcileFailures = 10;  // per thousand: the store refuses a delta
-constexpr std::uint32_t kAttemptFailures = 20;    // per thousand: the worker cannot run it
-constexpr int kSegments = 100;
-constexpr int kBundles = 10;
+// Per thousand reports: a delta the store refuses (an event id the fork's
+// history holds already), which the coordinator records without it.
+constexpr std::uint32_t kRefusedDeltas = 10;
+constexpr std::uint32_t kAttemptFailures = 20;  // per thousand: the worker cannot run it
+// The client submits a large job in parts of this many trials, as
+// `forktrial submit` does.
+constexpr std::uint32_t kPartTrials = 10'000;
+// The parent run's events; each job forks at one of them.
+constexpr int kForkPoints = 8;
+const std::string kParentRun = "run_sim";
+const std::string kClientRoute = "client";
 
-enum class Kind : std::uint8_t {
-  // to the coordinator
-  hello,
-  heartbeat,
-  offer,
-  report,
-  failed,
-  // to a worker
-  welcome,
-  assignments,
-  ok,
-  stop,
-  ack,
-  out_of_order,
-  busy,
-};
+// What a request asked, in the low bits of its id: the reply says which
+// request it answers, so the peer knows what a "busy" refused.
+enum class Asked : std::uint8_t { hello, heartbeat, offer, report, failed, submit, cancel, greet };
+constexpr int kAskedBits = 4;
 
-struct Message {
-  Kind kind = Kind::ok;
-  Kind refused = Kind::ok;  // for busy: what was refused
+Asked asked_of(std::uint64_t request) {
+  return static_cast<Asked>(request & ((1u << kAskedBits) - 1));
+}
+
+// A frame on the simulated network.
+struct Packet {
   std::uint32_t worker = 0;
   std::uint64_t route = 0;  // the worker's connection it comes from or goes to
-  std::uint32_t count = 0;  // an offer's free room
-  ReportVerdict verdict = ReportVerdict::unknown;
-  std::vector<AttemptRef> refs;
+  std::string frame;
 };
 
 enum class EventKind : std::uint8_t {
@@ -92,6 +100,7 @@ enum class EventKind : std::uint8_t {
   coordinator_crash,
   coordinator_restart,
   store_full,
+  store_room,
   submit,
   cancel,
 };
@@ -102,7 +111,7 @@ struct Event {
   EventKind kind = EventKind::tick;
   std::uint32_t who = 0;      // a worker's or a job's index
   std::uint64_t tag = 0;      // a wake's generation
-  std::uint32_t message = 0;  // index in the message pool
+  std::uint32_t message = 0;  // index in the packet pool
   friend bool operator>(const Event& a, const Event& b) {
     return a.at != b.at ? a.at > b.at : a.seq > b.seq;
   }
@@ -110,6 +119,13 @@ struct Event {
 
 struct Held {
   std::int64_t finish = -1;  // -1 while waiting for a slot
+};
+
+// A report or failure sent and not yet acknowledged: sent again, the same.
+struct Unacked {
+  bool failure = false;
+  bool refused_delta = false;  // its delta holds an event id the store refuses
+  Outcome outcome = Outcome::completed;
 };
 
 struct Worker {
@@ -130,34 +146,26 @@ struct Worker {
   std::int64_t resend_at = -1;  // unacknowledged reports go again then
   std::uint32_t started = 0;
   std::map<AttemptRef, Held> held;
-  std::map<AttemptRef, bool> unacked;  // value: a failure rather than a report
-  std::uint64_t generation = 0;        // of its pending wake
+  std::map<AttemptRef, Unacked> unacked;
+  std::uint64_t generation = 0;  // of its pending wake
   std::int64_t wake_at = -1;
 };
 
+// A job of the plan, and its client's view of it.
 struct JobPlan {
   JobId id;
+  std::string token;
   int priority = 0;
   std::uint32_t size = 0;
+  int fork_point = 1;
   std::int64_t submit_at = 0;
   std::int64_t cancel_at = -1;
-  bool submitted = false;  // acknowledged
-  bool cancelled = false;
-};
-
-struct Reconciling {
-  std::uint64_t route = 0;
-  std::uint32_t worker = 0;
-  TrialId trial;
-  Attempt attempt = 0;
-  bool refused = false;
-  Outcome outcome = Outcome::completed;
-};
-
-struct Parked {
-  std::uint32_t worker = 0;
-  std::uint32_t free = 0;
-  std::int64_t since = 0;
+  bool submit_due = false;
+  std::int64_t submit_next = 0;  // asked again then, when unanswered or refused
+  bool submitted = false;        // acknowledged
+  bool cancel_due = false;
+  std::int64_t cancel_next = 0;
+  bool cancelled = false;  // acknowledged
 };
 
 class Scope {
@@ -179,18 +187,80 @@ Instant instant(std::int64_t ms) {
   return Instant{Duration{ms}};
 }
 
+std::string event_id(int n) {
+  char id[16];
+  std::snprintf(id, sizeof id, "evt_%03d", n);
+  return id;
+}
+
+// The parent's events are stamped in the simulation's first hour; a delta's
+// after them.
+constexpr std::string_view kParentTime = "1970-01-01T00:00:00.000Z";
+constexpr std::string_view kDeltaTime = "1970-01-01T01:00:00.000Z";
+
+void set_ref(schema::wire::TrialRef::Builder out, const AttemptRef& ref) {
+  out.setJob(ref.trial.job.str());
+  out.setIndex(ref.trial.index);
+  out.setAttempt(ref.attempt);
+}
+
+AttemptRef ref_of(schema::wire::TrialRef::Reader ref) {
+  return {TrialId{JobId(wire::text(ref.getJob())), ref.getIndex()}, ref.getAttempt()};
+}
+
+// The store the simulated coordinator starts from: the parent run, and the
+// archive of the pack every trial proposes. Returns a trial's submitted text
+// for each fork point (index 1..kForkPoints).
+std::vector<std::string> prepare_store(const std::filesystem::path& dir,
+                                       const std::filesystem::path& store_path) {
+  const std::filesystem::path pack_dir = dir / "pack";
+  std::filesystem::create_directories(pack_dir);
+  std::ofstream(pack_dir / "pack.lua") << "-- a candidate the simulated workers never run\n";
+  auto archive = pack::archive_pack(pack_dir);
+  if (!archive) {
+    throw Error(ErrorCode::internal,
+                "cannot archive the simulation's pack: " + archive.error().message);
+  }
+  store::EventStore store(store_path);
+  std::vector<store::NewEvent> history;
+  for (int i = 1; i <= kForkPoints; ++i) {
+    store::NewEvent event;
+    event.id = store::EventId(event_id(i));
+    event.type = "sim.step";
+    event.payload = "{\"step\":" + std::to_string(i) + "}";
+    event.timestamp = std::string(kParentTime);
+    history.push_back(std::move(event));
+  }
+  auto imported = store.import_run({.id = store::RunId(kParentRun), .label = "sim"}, history);
+  if (!imported) {
+    throw Error(ErrorCode::internal,
+                "cannot import the simulation's parent run: " + imported.error().message);
+  }
+  const Digest blob =
+      store.put_blob(std::as_bytes(std::span(archive->bytes.data(), archive->bytes.size())));
+  std::vector<std::string> trials(kForkPoints + 1);
+  for (int i = 1; i <= kForkPoints; ++i) {
+    trials[i] = R"({"candidate":"sim","spec":{"at_event":")" + event_id(i) +
+                R"(","candidate":{"root_dir":")" + wire::bundle_root(blob) +
+                R"(","expected_bundle_hash":")" + archive->bundle_hash.str() +
+                R"("},"extra_packs":[],"label":"sim","limits":{},"parent_run_id":")" + kParentRun +
+                R"(","scenario":"","schema_version":1}})";
+  }
+  return trials;
+}
+
 class Simulation {
  public:
   explicit Simulation(const Config& config)
-      : config_(config),
-        rng_(config.seed),
-        scheduler_(config.scheduler),
-        store_(open_store(config)) {
+      : config_(config), rng_(config.seed), store_path_(config.store_dir / "store") {
     report_.seed = config.seed;
-    for (int i = 0; i < kSegments; ++i)
-      segments_.push_back(Sha256::of("segment " + std::to_string(i)));
-    for (int i = 0; i < kBundles; ++i)
-      bundles_.push_back(Sha256::of("bundle " + std::to_string(i)));
+    trials_ = prepare_store(config.store_dir, store_path_);
+    core_config_.store = store_path_;
+    core_config_.scheduler = config.scheduler;
+    core_config_.durable = false;
+    core_config_.committed = [this](std::span<const OrchestrationRecord> records) {
+      committed(records);
+    };
     plan_jobs();
     for (std::uint32_t i = 0; i < config.workers; ++i) {
       Worker& w = workers_.emplace_back();
@@ -201,8 +271,9 @@ class Simulation {
       // Workers start over the first seconds, as a fleet does.
       push({static_cast<std::int64_t>(roll(2'000)), 0, EventKind::worker_restart, i});
     }
-    push({kTick, 0, EventKind::tick});
     plan_faults();
+    start_coordinator();
+    push({kTick, 0, EventKind::tick});
   }
 
   Report run() {
@@ -230,10 +301,16 @@ class Simulation {
     }
     if (!violation_ && !finished_) fail("the simulation ran out of events before the run finished");
     if (config_.progress) config_.progress(invariants_.ended(), Duration{now_});  // the last sample
-    for (const JobStatus& job : scheduler_.jobs()) {
-      report_.reconciled += job.count(TrialStatus::reconciled);
-      report_.abandoned += job.count(TrialStatus::abandoned);
-      report_.cancelled += job.count(TrialStatus::cancelled);
+    if (core_) {
+      for (const JobStatus& job : core_->scheduler().jobs()) {
+        report_.reconciled += job.count(TrialStatus::reconciled);
+        report_.abandoned += job.count(TrialStatus::abandoned);
+        report_.cancelled += job.count(TrialStatus::cancelled);
+      }
+    }
+    {
+      Scope scope(config_.coordinator_scope);
+      core_.reset();
     }
     report_.virtual_time = Duration{now_};
     report_.wall_seconds =
@@ -246,15 +323,6 @@ class Simulation {
   }
 
  private:
-  static store::EventStore open_store(const Config& config) {
-    store::StoreOptions options;
-    options.sync = false;
-    options.sync_meta = false;
-    options.initial_map_size = std::size_t{1} << 30;
-    options.clock = [] { return std::string("2027-01-15T08:00:00.000Z"); };
-    return store::EventStore(config.store_dir, options);
-  }
-
   // ---- randomness and bookkeeping
 
   std::uint64_t roll(std::uint64_t n) { return n == 0 ? 0 : rng_() % n; }
@@ -264,6 +332,10 @@ class Simulation {
   void mix(std::uint64_t value) {
     trace_ ^= value;
     trace_ *= 0x100000001b3ULL;
+  }
+
+  void mix(std::string_view bytes) {
+    for (const char c : bytes) mix(static_cast<unsigned char>(c));
   }
 
   void push(Event event) {
@@ -279,27 +351,32 @@ class Simulation {
     if (broken) fail(std::move(*broken));
   }
 
-  std::uint32_t store_message(Message message) {
+  std::uint32_t store_packet(Packet packet) {
     if (!free_.empty()) {
       const std::uint32_t index = free_.back();
       free_.pop_back();
-      pool_[index] = std::move(message);
+      pool_[index] = std::move(packet);
       return index;
     }
-    pool_.push_back(std::move(message));
+    pool_.push_back(std::move(packet));
     return static_cast<std::uint32_t>(pool_.size() - 1);
   }
 
-  Message take_message(std::uint32_t index) {
-    Message message = std::move(pool_[index]);
-    pool_[index].refs.clear();
+  Packet take_packet(std::uint32_t index) {
+    Packet packet = std::move(pool_[index]);
+    pool_[index].frame.clear();
+    pool_[index].frame.shrink_to_fit();
     free_.push_back(index);
-    return message;
+    return packet;
   }
 
-  // A message on the network: lost, delivered once or twice, each after its
+  std::uint64_t request_id(Asked asked, std::uint64_t extra = 0) {
+    return (++requests_ << 24 | extra << kAskedBits) | static_cast<std::uint64_t>(asked);
+  }
+
+  // A frame on the network: lost, delivered once or twice, each after its
   // own delay.
-  void send(EventKind direction, const Message& message) {
+  void send(EventKind direction, const Packet& packet) {
     ++report_.messages;
     const bool faulty = chaos();
     if (faulty && chance(config_.faults.loss)) {
@@ -313,7 +390,7 @@ class Simulation {
     for (int i = 0; i < copies; ++i) {
       const std::int64_t delay =
           config_.faults.min_delay.count() + static_cast<std::int64_t>(roll(span));
-      push({now_ + delay, 0, direction, message.worker, 0, store_message(message)});
+      push({now_ + delay, 0, direction, packet.worker, 0, store_packet(packet)});
     }
   }
 
@@ -326,10 +403,12 @@ class Simulation {
     std::uint64_t given = 0;
     for (std::uint32_t j = 0; j < config_.jobs; ++j) {
       JobPlan& job = jobs_.emplace_back();
-      char id[16];
-      std::snprintf(id, sizeof id, "j%03u", j);
-      job.id = JobId{id};
+      char token[17];
+      std::snprintf(token, sizeof token, "%016x", j + 1);
+      job.token = token;
+      job.id = JobId{"job_" + job.token};
       job.priority = static_cast<int>(roll(3));
+      job.fork_point = static_cast<int>(1 + roll(kForkPoints));
       const std::uint64_t size =
           j + 1 == config_.jobs ? config_.trials - given
                                 : std::max<std::uint64_t>(1, config_.trials * weights[j] / total);
@@ -374,9 +453,10 @@ class Simulation {
   void handle(const Event& event) {
     switch (event.kind) {
       case EventKind::to_coordinator: {
-        Message message = take_message(event.message);
-        if (!up_) return;  // nobody listens
-        inbox_.push_back(std::move(message));
+        Packet packet = take_packet(event.message);
+        if (!core_) return;  // nobody listens
+        inbox_.push_back({"w" + std::to_string(packet.worker) + "." + std::to_string(packet.route),
+                          std::move(packet.frame)});
         schedule_turn();
         return;
       }
@@ -410,81 +490,119 @@ class Simulation {
         return coordinator_crash();
       case EventKind::coordinator_restart:
         return coordinator_restart();
-      case EventKind::store_full:
+      case EventKind::store_full: {
+        // The coordinator's disk fills, then has room again: its commits
+        // fail meanwhile, as a real full disk's do.
         ++report_.store_full_episodes;
-        full_until_ = now_ + 2'000 + static_cast<std::int64_t>(roll(15'000));
+        const std::int64_t until = now_ + 2'000 + static_cast<std::int64_t>(roll(15'000));
+        full_until_ = std::max(full_until_, until);
+        if (core_) core_->world().set_free_bytes(store_path_, 0);
+        push({until, 0, EventKind::store_room});
+        return;
+      }
+      case EventKind::store_room:
+        if (now_ >= full_until_ && core_) {
+          core_->world().set_free_bytes(store_path_, std::uint64_t{1} << 40);
+        }
         return;
       case EventKind::submit:
-        submissions_.push_back(event.who);
+        jobs_[event.who].submit_due = true;
         return schedule_turn();
       case EventKind::cancel:
-        cancellations_.push_back(event.who);
+        jobs_[event.who].cancel_due = true;
         return schedule_turn();
     }
   }
 
-  // ---- the coordinator: the real one's loop, message for message
+  // ---- the coordinator: the shipped core, fed frames in virtual time
 
+  void start_coordinator() {
+    Scope scope(config_.coordinator_scope);
+    static const Log quiet = [](LogLevel, const std::string&) {};
+    core_ = std::make_unique<CoordinatorCore>(
+        core_config_, quiet, config_.seed * 1'000 + report_.coordinator_restarts, instant(now_));
+    if (now_ < full_until_) core_->world().set_free_bytes(store_path_, 0);
+  }
+
+  // The daemon's loop: a message wakes it, the commit window gathers what
+  // follows, and the turn takes them all; with none, its poll times out
+  // and time passes.
   void schedule_turn() {
-    if (turn_scheduled_ || !up_) return;
+    if (turn_scheduled_ || !core_) return;
     turn_scheduled_ = true;
     push({now_ + kCommitWindow, 0, EventKind::turn});
   }
 
   void turn() {
-    if (!up_) return;
-    Scope scope(config_.coordinator_scope);
-    for (Message& message : inbox_) receive(message);
+    if (!core_) return;
+    std::vector<CoordinatorCore::Frame> frames = std::move(inbox_);
     inbox_.clear();
-    client_requests();
-    // The daemon's end of turn: time passes, then parked offers are served.
-    if (!full_) keep(scheduler_.tick(instant(now_)));
-    serve_parked();
-    flush();
+    client_requests(frames);
+    run_turn(frames);
   }
 
   void tick() {
     push({now_ + kTick, 0, EventKind::tick});
-    if (up_) {
-      Scope scope(config_.coordinator_scope);
-      if (full_ && now_ >= full_until_) resume();
-      if (!full_) {
-        keep(scheduler_.tick(instant(now_)));
-        client_requests();
-        serve_parked();
-        flush();
-      }
+    if (core_) {
+      std::vector<CoordinatorCore::Frame> frames;
+      client_requests(frames);
+      run_turn(frames);
     }
     if (violation_) return;
     check_counters();
-    if (!chaos() && up_ && !full_ && all_finished()) {
-      check(invariants_.at_end(scheduler_));
+    if (!chaos() && core_ && all_finished()) {
+      check(invariants_.at_end(core_->scheduler()));
       finished_ = true;
     }
+  }
+
+  void run_turn(std::span<const CoordinatorCore::Frame> frames) {
+    Frames replies;
+    {
+      Scope scope(config_.coordinator_scope);
+      for (const auto& frame : frames) mix(frame.bytes);
+      replies = core_->turn(frames, instant(now_));
+    }
+    for (auto& [route, frame] : replies) {
+      mix(frame);
+      deliver(route, std::move(frame));
+    }
+  }
+
+  // Records one commit made durable, for the referee.
+  void committed(std::span<const OrchestrationRecord> records) {
+    ++report_.commits;
+    report_.records += records.size();
+    for (const OrchestrationRecord& record : records) {
+      if (std::holds_alternative<TrialRequeued>(record)) ++report_.requeued;
+      if (std::holds_alternative<WorkerLost>(record)) ++report_.workers_lost;
+    }
+    check(invariants_.committed(records));
   }
 
   bool all_finished() const {
     for (const JobPlan& job : jobs_) {
       if (job.size == 0) continue;
       if (!job.submitted) return false;
-      const auto status = scheduler_.job_status(job.id);
+      const auto status = core_->scheduler().job_status(job.id);
       if (!status || !status->finished()) return false;
     }
-    return reconciling_.empty() && pending_.empty();
+    return true;
   }
 
   // The scheduler's counters agree with each other.
   void check_counters() {
-    if (!up_) return;
+    if (!core_) return;
+    const Scheduler& scheduler = core_->scheduler();
     std::uint64_t leased = 0;
-    for (const JobStatus& job : scheduler_.jobs()) {
+    for (const JobStatus& job : scheduler.jobs()) {
       std::uint64_t total = 0;
       for (const std::uint64_t count : job.counts) total += count;
       if (total != job.trials) return fail("job " + job.id.str() + "'s counts do not add up");
       leased += job.count(TrialStatus::leased);
     }
     std::uint64_t held = 0;
-    for (const WorkerStatus& worker : scheduler_.workers()) {
+    for (const WorkerStatus& worker : scheduler.workers()) {
       if (!worker.alive && worker.running > 0) {
         return fail("lost worker " + worker.id.str() + " holds leases");
       }
@@ -498,365 +616,172 @@ class Simulation {
            std::to_string(leased));
   }
 
-  void keep(Records records) {
-    for (auto& record : records) pending_.push_back(std::move(record));
-  }
-
-  void reply(std::uint64_t route, std::uint32_t worker, Message message) {
-    message.worker = worker;
-    message.route = route;
-    outbox_.push_back(std::move(message));
-  }
-
-  void reply_kind(std::uint64_t route, std::uint32_t worker, Kind kind) {
-    Message message;
-    message.kind = kind;
-    reply(route, worker, std::move(message));
-  }
-
-  void reply_ack(std::uint64_t route, std::uint32_t worker, const AttemptRef& ref,
-                 ReportVerdict verdict) {
-    Message message;
-    message.kind = Kind::ack;
-    message.verdict = verdict;
-    message.refs.push_back(ref);
-    reply(route, worker, std::move(message));
-  }
-
-  void reply_busy(const Message& refused) {
-    ++report_.busy_replies;
-    Message message;
-    message.kind = Kind::busy;
-    message.refused = refused.kind;
-    message.refs = refused.refs;
-    reply(refused.route, refused.worker, std::move(message));
-  }
-
-  void receive(const Message& m) {
-    mix(static_cast<std::uint64_t>(m.kind) << 40 | m.worker);
-    if (m.kind == Kind::hello) return on_hello(m);
-    auto peer = peers_.find(m.route);
-    if (peer == peers_.end()) return reply_kind(m.route, m.worker, Kind::out_of_order);
-    // While the store is full nothing can be recorded: a peer is told to
-    // come back, apart from a heartbeat, which is answered (no lease lapses
-    // meanwhile; they are all renewed on resuming).
-    if (full_) {
-      if (m.kind == Kind::heartbeat) return reply_kind(m.route, m.worker, Kind::ok);
-      return reply_busy(m);
+  // A reply of the coordinator: the referee reads it, then the network
+  // carries it to its worker (the client's go straight to the client).
+  void deliver(const std::string& route, std::string frame) {
+    auto decoded = wire::decode(frame);
+    if (!decoded) return fail("the coordinator sent a frame that does not decode");
+    const auto envelope = decoded->envelope();
+    if (envelope.isError() && envelope.getError().getCode() == wire::ErrorCode::BUSY) {
+      ++report_.busy_replies;
     }
-    const WorkerId& id = workers_[m.worker].id;
-    switch (m.kind) {
-      case Kind::offer:
-        return on_offer(m);
-      case Kind::heartbeat: {
-        auto beat = scheduler_.heartbeat(id, m.refs, instant(now_));
-        if (!beat) return reply_kind(m.route, m.worker, Kind::out_of_order);
-        keep(std::move(beat->records));
-        if (beat->stale.empty()) return reply_kind(m.route, m.worker, Kind::ok);
-        Message stop;
-        stop.kind = Kind::stop;
-        stop.refs = std::move(beat->stale);
-        return reply(m.route, m.worker, std::move(stop));
+    if (route == kClientRoute) return client_hears(envelope);
+    if (envelope.isReportAck() && asked_of(envelope.getRequestId()) == Asked::report) {
+      const auto ack = envelope.getReportAck();
+      const AttemptRef ref = ref_of(ack.getTrial());
+      switch (ack.getVerdict()) {
+        case WireVerdict::ACCEPTED:
+          check(invariants_.report_acknowledged(ref.trial, ref.attempt));
+          break;
+        case WireVerdict::FENCED:
+          ++report_.fenced;
+          break;
+        case WireVerdict::DUPLICATE:
+          ++report_.duplicates;
+          break;
+        case WireVerdict::REFUSED:
+          ++report_.refused;
+          break;
+        default:
+          break;
       }
-      case Kind::failed: {
-        const AttemptRef& ref = m.refs.front();
-        auto result =
-            scheduler_.attempt_failed(id, ref.trial, ref.attempt, "could not run", instant(now_));
-        keep(std::move(result.records));
-        return reply_ack(m.route, m.worker, ref, result.verdict);
-      }
-      case Kind::report: {
-        const AttemptRef& ref = m.refs.front();
-        auto judged = scheduler_.on_report(id, ref.trial, ref.attempt, instant(now_));
-        keep(std::move(judged.records));
-        if (judged.verdict == ReportVerdict::fenced) ++report_.fenced;
-        if (judged.verdict == ReportVerdict::duplicate) ++report_.duplicates;
-        if (judged.verdict != ReportVerdict::accepted) {
-          return reply_ack(m.route, m.worker, ref, judged.verdict);
+    }
+    // "w<index>.<connection>"
+    std::uint32_t worker = 0;
+    std::uint64_t connection = 0;
+    const auto dot = route.find('.');
+    if (route.size() < 2 || route[0] != 'w' || dot == std::string::npos ||
+        std::from_chars(route.data() + 1, route.data() + dot, worker).ec != std::errc() ||
+        std::from_chars(route.data() + dot + 1, route.data() + route.size(), connection).ec !=
+            std::errc() ||
+        worker >= workers_.size()) {
+      return fail("the coordinator replied to a route no peer has: " + route);
+    }
+    send(EventKind::to_worker, Packet{worker, connection, std::move(frame)});
+  }
+
+  // ---- the client: submits the plan's jobs (in parts), cancels one
+
+  void client_requests(std::vector<CoordinatorCore::Frame>& frames) {
+    bool greeted = false;
+    auto greet = [&] {
+      if (greeted) return;
+      greeted = true;
+      capnp::MallocMessageBuilder message;
+      wire::start(message, request_id(Asked::greet)).setClientHello();
+      frames.push_back({kClientRoute, wire::encode(message)});
+    };
+    for (std::uint32_t j = 0; j < jobs_.size(); ++j) {
+      JobPlan& job = jobs_[j];
+      if (job.submit_due && !job.submitted && now_ >= job.submit_next) {
+        greet();
+        const std::uint32_t parts =
+            std::max<std::uint32_t>(1, (job.size + kPartTrials - 1) / kPartTrials);
+        for (std::uint32_t part = 0; part < parts; ++part) {
+          const std::uint32_t first = part * kPartTrials;
+          const std::uint32_t count = std::min(kPartTrials, job.size - first);
+          capnp::MallocMessageBuilder message;
+          auto submit = wire::start(message, request_id(Asked::submit, j)).initSubmitJob();
+          submit.setName("job " + std::to_string(j));
+          submit.setPriority(job.priority);
+          submit.setToken(job.token);
+          submit.setPart(part);
+          submit.setParts(parts);
+          auto specs = submit.initSpecs(count);
+          const std::string& trial = trials_[job.fork_point];
+          for (std::uint32_t i = 0; i < count; ++i) specs.set(i, trial);
+          frames.push_back({kClientRoute, wire::encode(message)});
         }
-        Reconciling r{m.route, m.worker, ref.trial, ref.attempt, false, Outcome::completed};
-        r.refused = chance(kReconcileFailures);
-        r.outcome = kOutcomes[roll(kOutcomes.size())];
-        reconciling_.push_back(std::move(r));
-        return;
+        // Asked again if no answer comes (the coordinator went down).
+        job.submit_next = now_ + kCoordinatorTimeout;
       }
-      default:
-        return;
+      if (job.cancel_due && job.submitted && !job.cancelled && now_ >= job.cancel_next) {
+        greet();
+        capnp::MallocMessageBuilder message;
+        wire::start(message, request_id(Asked::cancel, j)).initCancelJob().setJob(job.id.str());
+        frames.push_back({kClientRoute, wire::encode(message)});
+        job.cancel_next = now_ + kCoordinatorTimeout;
+      }
     }
   }
 
-  void on_hello(const Message& m) {
-    Worker& w = workers_[m.worker];
-    const auto known = scheduler_.worker_status(w.id);
-    const bool reconnected = known && known->alive && !routes_.contains(m.worker);
-    if (!reconnected) {
-      if (full_) return reply_busy(m);
-      WorkerHello hello{w.id, w.slots, w.prefetch, {}};
-      auto joined = scheduler_.worker_joined(std::move(hello), instant(now_));
-      if (!joined) return fail("a hello was refused: " + joined.error().message);
-      keep(std::move(*joined));
-    }
-    if (auto old = routes_.find(m.worker); old != routes_.end()) peers_.erase(old->second);
-    peers_[m.route] = m.worker;
-    routes_[m.worker] = m.route;
-    std::erase_if(parked_, [&](const auto& entry) { return entry.second.worker == m.worker; });
-    reply_kind(m.route, m.worker, Kind::welcome);
-  }
-
-  void on_offer(const Message& m) {
-    parked_.erase(m.route);
-    const auto status = scheduler_.worker_status(workers_[m.worker].id);
-    if (m.count > 0 && scheduler_.queued_trials() == 0 && status && status->alive) {
-      parked_[m.route] = Parked{m.worker, m.count, now_};
+  void client_hears(Envelope::Reader envelope) {
+    const std::uint64_t request = envelope.getRequestId();
+    const Asked asked = asked_of(request);
+    if (asked == Asked::greet) {
+      if (!envelope.isOk()) fail("the client's hello was not answered ok");
       return;
     }
-    assign(m.route, m.worker, m.count);
-  }
-
-  void serve_parked() {
-    if (full_) return;
-    for (auto it = parked_.begin(); it != parked_.end();) {
-      if (scheduler_.queued_trials() > 0 || now_ - it->second.since >= kParkLimit) {
-        assign(it->first, it->second.worker, it->second.free);
-        it = parked_.erase(it);
-      } else {
-        ++it;
+    const auto j = static_cast<std::uint32_t>((request >> kAskedBits) & 0xfffff);
+    if (j >= jobs_.size()) return fail("a reply to the client names no request of it");
+    JobPlan& job = jobs_[j];
+    if (envelope.isError()) {
+      const auto error = envelope.getError();
+      if (error.getCode() != wire::ErrorCode::BUSY) {
+        return fail("the client's request for " + job.id.str() +
+                    " was refused: " + wire::text(error.getMessage()));
       }
+      if (asked == Asked::submit) job.submit_next = now_ + kBusyBackoff;
+      if (asked == Asked::cancel) job.cancel_next = now_ + kBusyBackoff;
+      return;
     }
-  }
-
-  void assign(std::uint64_t route, std::uint32_t worker, std::uint32_t free) {
-    auto work = scheduler_.request_work(workers_[worker].id, free, instant(now_));
-    if (!work) return reply_kind(route, worker, Kind::out_of_order);
-    keep(std::move(work->records));
-    Message message;
-    message.kind = Kind::assignments;
-    for (const Assignment& a : work->assignments) message.refs.push_back({a.trial, a.attempt});
-    reply(route, worker, std::move(message));
-  }
-
-  // Submissions and cancellations from clients, taken in the turn.
-  void client_requests() {
-    if (full_) return;  // they ask again
-    for (auto it = submissions_.begin(); it != submissions_.end();) {
-      JobPlan& plan = jobs_[*it];
-      JobSubmission job{plan.id, plan.priority, "job " + plan.id.str(), {}};
-      job.trials.reserve(plan.size);
-      for (std::uint32_t i = 0; i < plan.size; ++i) {
-        job.trials.push_back(
-            TrialInput{"{\"scenario\":\"sim\",\"candidate\":" + std::to_string(i % 97) +
-                           ",\"trial\":" + std::to_string(i) + "}",
-                       segments_[roll(kSegments)],
-                       {bundles_[roll(kBundles)]}});
+    if (asked == Asked::submit && envelope.isJobAccepted()) {
+      if (wire::text(envelope.getJobAccepted().getJob()) != job.id.str() ||
+          envelope.getJobAccepted().getTotal() != job.size) {
+        return fail("job " + job.id.str() + " was accepted under another id or size");
       }
-      auto submitted = scheduler_.submit(std::move(job), instant(now_));
-      if (!submitted) {
-        fail("the submission of " + plan.id.str() + " was refused: " + submitted.error().message);
-        return;
+      if (!job.submitted) {
+        job.submitted = true;
+        invariants_.job_acknowledged(job.id);
       }
-      keep(std::move(*submitted));
-      acknowledging_jobs_.push_back(*it);
-      it = submissions_.erase(it);
-    }
-    for (auto it = cancellations_.begin(); it != cancellations_.end();) {
-      JobPlan& plan = jobs_[*it];
-      if (!plan.submitted) {
-        ++it;  // not accepted yet: the client cancels once it is
-        continue;
-      }
-      auto cancelled = scheduler_.cancel(plan.id, instant(now_));
-      if (!cancelled) return fail("cancel refused: " + cancelled.error().message);
-      keep(std::move(cancelled->records));
-      std::map<std::uint32_t, Message> stops;
-      for (const RunningTrial& running : cancelled->running) {
-        const std::uint32_t w = worker_index(running.worker);
-        auto route = routes_.find(w);
-        if (route == routes_.end()) continue;
-        Message& stop = stops[w];
-        stop.kind = Kind::stop;
-        stop.route = route->second;
-        stop.refs.push_back({running.trial, running.attempt});
-      }
-      for (auto& [w, stop] : stops) reply(stop.route, w, std::move(stop));
-      plan.cancelled = true;
-      acknowledging_cancels_.push_back(*it);
-      it = cancellations_.erase(it);
+    } else if (asked == Asked::cancel && envelope.isJobStatus()) {
+      job.cancelled = true;
     }
   }
 
-  static std::uint32_t worker_index(const WorkerId& id) {
-    return static_cast<std::uint32_t>(std::stoul(id.str().substr(1)));
-  }
-
-  // The turn's one transaction, then the replies.
-  void flush() {
-    if (pending_.empty() && reconciling_.empty()) return send_outbox();
-    for (Reconciling& r : reconciling_) {
-      if (!r.refused) continue;
-      auto failed =
-          scheduler_.reconcile_failed(r.trial, "the store refused the report", instant(now_));
-      if (!failed) return fail("reconcile_failed refused: " + failed.error().message);
-      keep(std::move(*failed));
-    }
-    Records records = pending_;
-    std::vector<store::NewEvent> results;
-    for (const Reconciling& r : reconciling_) {
-      if (r.refused) continue;
-      records.push_back(TrialReconciled{r.trial, r.attempt, r.outcome, instant(now_)});
-      store::NewEvent result;
-      result.type = "trial.result";
-      result.payload = "{\"trial\":\"" + r.trial.str() +
-                       "\",\"attempt\":" + std::to_string(r.attempt) + ",\"outcome\":\"" +
-                       std::string(outcome_name(r.outcome)) + "\"}";
-      result.timestamp = format_timestamp(instant(now_).time_since_epoch().count());
-      result.actor = std::string(kCoordinatorActor);
-      results.push_back(std::move(result));
-    }
-    if (now_ < full_until_) return store_full();
-    auto written = store_.write(
-        [&](store::Writer& writer) { return append_to_log(writer, records, results); });
-    if (!written) return fail("the store refused the log: " + written.error().message);
-    ++report_.commits;
-    report_.records += records.size();
-    count_records(records);
-    check(invariants_.committed(records));
-    pending_.clear();
-    for (const Reconciling& r : reconciling_) {
-      if (r.refused) {  // the attempt failed; nothing to send again
-        reply_ack(r.route, r.worker, {r.trial, r.attempt}, ReportVerdict::fenced);
-        continue;
-      }
-      auto done = scheduler_.reconciled(r.trial, r.outcome, instant(now_));
-      if (!done) return fail("reconciled refused: " + done.error().message);
-      check(invariants_.report_acknowledged(r.trial, r.attempt));
-      reply_ack(r.route, r.worker, {r.trial, r.attempt}, ReportVerdict::accepted);
-    }
-    reconciling_.clear();
-    for (const std::uint32_t j : acknowledging_jobs_) {
-      jobs_[j].submitted = true;
-      invariants_.job_acknowledged(jobs_[j].id);
-    }
-    acknowledging_jobs_.clear();
-    acknowledging_cancels_.clear();
-    send_outbox();
-  }
-
-  void count_records(const Records& records) {
-    for (const OrchestrationRecord& record : records) {
-      if (std::holds_alternative<TrialRequeued>(record)) ++report_.requeued;
-      if (std::holds_alternative<WorkerLost>(record)) ++report_.workers_lost;
-    }
-  }
-
-  void send_outbox() {
-    for (Message& message : outbox_) send(EventKind::to_worker, message);
-    outbox_.clear();
-  }
-
-  // A commit failed for want of room: what was not committed never
-  // happened. The scheduler is rebuilt from the log, every reply of the turn
-  // becomes "busy", and the coordinator waits for room.
-  void store_full() {
-    full_ = true;
-    pending_.clear();
-    std::vector<Message> answered = std::move(outbox_);
-    outbox_.clear();
-    for (const Reconciling& r : reconciling_) {
-      Message refused;
-      refused.kind = Kind::report;
-      refused.worker = r.worker;
-      refused.route = r.route;
-      refused.refs.push_back({r.trial, r.attempt});
-      reply_busy(refused);
-    }
-    reconciling_.clear();
-    // Replies that told of a decision now undone become "busy"; the others
-    // decided nothing the log lacks. A stale trial is named again at the
-    // next heartbeat.
-    for (Message& m : answered) {
-      if (m.kind == Kind::stop) continue;
-      if (m.kind == Kind::assignments || m.kind == Kind::ack || m.kind == Kind::welcome) {
-        m.refused = m.kind == Kind::assignments ? Kind::offer
-                    : m.kind == Kind::ack       ? Kind::report
-                                                : Kind::hello;
-        m.kind = Kind::busy;
-        m.refs.clear();
-        ++report_.busy_replies;
-      }
-      outbox_.push_back(std::move(m));
-    }
-    requests_undone();
-    rebuild_from_log();
-    // Every worker's next hello is a reconnection, as after a restart.
-    routes_.clear();
-    peers_.clear();
-    parked_.clear();
-    send_outbox();
-  }
-
-  // The clients' requests of a turn that did not commit were not answered:
-  // they ask again.
-  void requests_undone() {
-    for (const std::uint32_t j : acknowledging_jobs_) submissions_.push_back(j);
-    acknowledging_jobs_.clear();
-    for (const std::uint32_t j : acknowledging_cancels_) {
-      jobs_[j].cancelled = false;
-      cancellations_.push_back(j);
-    }
-    acknowledging_cancels_.clear();
-  }
-
-  void resume() {
-    full_ = false;
-    keep(scheduler_.recover(instant(now_)));
-    flush();
-  }
-
-  void rebuild_from_log() {
-    Scheduler rebuilt(config_.scheduler);
-    auto snapshot = store_.snapshot();
-    auto read = read_log(
-        snapshot, [&](OrchestrationRecord&& record) { rebuilt.replay(std::move(record)); },
-        [](const store::EventView&) {});
-    if (!read) return fail("the log does not replay: " + read.error());
-    scheduler_ = std::move(rebuilt);
-    check(invariants_.after_restart(scheduler_));
-  }
+  // ---- crashes and restarts of the coordinator
 
   void coordinator_crash() {
-    if (!up_) return;
-    Scope scope(config_.coordinator_scope);
+    if (!core_) return;
     ++report_.coordinator_restarts;
-    up_ = false;
-    if (config_.compare_replay && !full_) crashed_state_ = scheduler_.state_text();
-    scheduler_ = Scheduler(config_.scheduler);
+    {
+      Scope scope(config_.coordinator_scope);
+      if (config_.compare_replay) crashed_state_ = core_->scheduler().state_text();
+      core_.reset();
+    }
     inbox_.clear();
-    pending_.clear();
-    reconciling_.clear();
-    outbox_.clear();
-    parked_.clear();
-    peers_.clear();
-    routes_.clear();
-    requests_undone();
-    full_ = false;
+    turn_scheduled_ = false;
     push(
         {now_ + 1'000 + static_cast<std::int64_t>(roll(4'000)), 0, EventKind::coordinator_restart});
   }
 
+  // The coordinator starts again from its log, as the daemon does. Before
+  // it does, the log is replayed apart and compared with the state that
+  // crashed: everything decided was committed before the crash.
   void coordinator_restart() {
-    Scope scope(config_.coordinator_scope);
-    up_ = true;
-    rebuild_from_log();
-    if (!crashed_state_.empty() && scheduler_.state_text() != crashed_state_) {
-      fail("the scheduler replayed from the log differs from the one that crashed");
+    if (core_) return;
+    if (!crashed_state_.empty()) {
+      Scope scope(config_.coordinator_scope);
+      Scheduler replayed(config_.scheduler);
+      {
+        store::EventStore store(store_path_);
+        auto snapshot = store.snapshot();
+        auto read = read_log(
+            snapshot, [&](OrchestrationRecord&& record) { replayed.replay(std::move(record)); },
+            [](const store::EventView&) {});
+        if (!read) return fail("the log does not replay: " + read.error());
+      }
+      if (replayed.state_text() != crashed_state_) {
+        fail("the scheduler replayed from the log differs from the one that crashed");
+      }
+      crashed_state_.clear();
+      crashed_state_.shrink_to_fit();
     }
-    crashed_state_.clear();
-    crashed_state_.shrink_to_fit();
-    keep(scheduler_.recover(instant(now_)));
-    flush();
+    start_coordinator();
+    check(invariants_.after_restart(core_->scheduler()));
   }
 
-  // ---- the workers: the real one's loop
+  // ---- the workers: the real one's loop, speaking the real protocol
 
   void worker_restart(Worker& w) {
     if (w.up) return;
@@ -884,74 +809,114 @@ class Simulation {
           w.index});
   }
 
-  void to_coordinator(Worker& w, Kind kind, std::vector<AttemptRef> refs = {},
-                      std::uint32_t count = 0) {
-    Message message;
-    message.kind = kind;
-    message.worker = w.index;
-    message.route = w.route;
-    message.count = count;
-    message.refs = std::move(refs);
-    send(EventKind::to_coordinator, message);
+  void to_coordinator(Worker& w, capnp::MallocMessageBuilder& message) {
+    send(EventKind::to_coordinator, Packet{w.index, w.route, wire::encode(message)});
   }
 
   void say_hello(Worker& w) {
     w.last_hello = now_;
-    to_coordinator(w, Kind::hello);
+    capnp::MallocMessageBuilder message;
+    auto hello = wire::start(message, request_id(Asked::hello)).initWorkerHello();
+    hello.setWorkerId(w.id.str());
+    hello.setSlots(w.slots);
+    hello.setPrefetch(w.prefetch);
+    hello.setIsolation("{}");
+    to_coordinator(w, message);
+  }
+
+  void send_result(Worker& w, const AttemptRef& ref, const Unacked& result) {
+    capnp::MallocMessageBuilder message;
+    if (result.failure) {
+      auto failed = wire::start(message, request_id(Asked::failed)).initAttemptFailed();
+      set_ref(failed.initTrial(), ref);
+      failed.setReason("could not run");
+      return to_coordinator(w, message);
+    }
+    auto report = wire::start(message, request_id(Asked::report)).initReport();
+    set_ref(report.initTrial(), ref);
+    report.setOutcome(static_cast<schema::TrialOutcome>(std::to_underlying(result.outcome)));
+    report.setIsolation(schema::wire::IsolationLevel::STANDARD);
+    report.setDurationMillis(1);
+    // One event, as a trivial trial appends. A refused delta reuses the id
+    // of the parent's first event, which every fork's history holds.
+    auto event = report.initEvents(1)[0];
+    event.setId(result.refused_delta ? event_id(1) : "evt_sim");
+    event.setType("sim.done");
+    event.setPayload("{}");
+    event.setTimestamp(std::string(kDeltaTime));
+    event.getActor().setActorName("sim");
+    to_coordinator(w, message);
   }
 
   void send_unacked(Worker& w) {
-    for (const auto& [ref, failure] : w.unacked) {
-      to_coordinator(w, failure ? Kind::failed : Kind::report, {ref});
-    }
+    for (const auto& [ref, result] : w.unacked) send_result(w, ref, result);
   }
 
   void worker_receives(const Event& event) {
     Worker& w = workers_[event.who];
     if (!w.up || pool_[event.message].route != w.route) {
-      take_message(event.message);  // its connection is gone
+      take_packet(event.message);  // its connection is gone
       return;
     }
     if (now_ < w.stalled_until) {
       push({w.stalled_until, 0, EventKind::to_worker, w.index, 0, event.message});
       return;
     }
-    const Message m = take_message(event.message);
+    const Packet packet = take_packet(event.message);
+    auto decoded = wire::decode(packet.frame);
+    if (!decoded) return fail("worker " + w.id.str() + " got a frame that does not decode");
+    const auto envelope = decoded->envelope();
     w.last_heard = now_;
-    switch (m.kind) {
-      case Kind::welcome:
+    switch (envelope.which()) {
+      case Envelope::WELCOME:
         w.welcomed = true;
         send_unacked(w);
         break;
-      case Kind::assignments:
+      case Envelope::ASSIGNMENTS:
         w.offer_out = false;
-        for (const AttemptRef& ref : m.refs) w.held.try_emplace(ref);
+        for (auto a : envelope.getAssignments().getAssignments()) {
+          w.held.try_emplace(ref_of(a.getTrial()));
+        }
         break;
-      case Kind::stop:
-        for (const AttemptRef& ref : m.refs) {
-          auto it = w.held.find(ref);
+      case Envelope::STOP_TRIALS:
+        for (auto stopped : envelope.getStopTrials().getTrials()) {
+          auto it = w.held.find(ref_of(stopped));
           if (it == w.held.end()) continue;
           if (it->second.finish >= 0) --w.started;
           w.held.erase(it);
         }
         break;
-      case Kind::ack:
-        w.unacked.erase(m.refs.front());
+      case Envelope::REPORT_ACK: {
+        const auto ack = envelope.getReportAck();
+        auto it = w.unacked.find(ref_of(ack.getTrial()));
+        if (it == w.unacked.end()) break;
+        if (it->second.refused_delta && ack.getVerdict() == WireVerdict::ACCEPTED) {
+          ++report_.deltas_refused;
+        }
+        w.unacked.erase(it);
         break;
-      case Kind::out_of_order:
-        w.welcomed = false;
-        say_hello(w);
-        break;
-      case Kind::busy:
-        if (m.refused == Kind::hello) {
-          w.last_hello = now_ - kHeartbeat + kBusyBackoff;
-        } else if (m.refused == Kind::offer) {
-          w.offer_out = false;
-          w.next_offer = now_ + kBusyBackoff;
+      }
+      case Envelope::ERROR: {
+        const auto code = envelope.getError().getCode();
+        const Asked asked = asked_of(envelope.getRequestId());
+        if (code == wire::ErrorCode::OUT_OF_ORDER) {
+          w.welcomed = false;
+          say_hello(w);
+        } else if (code == wire::ErrorCode::BUSY) {
+          if (asked == Asked::hello) {
+            w.last_hello = now_ - kHeartbeat + kBusyBackoff;
+          } else if (asked == Asked::offer) {
+            w.offer_out = false;
+            w.next_offer = now_ + kBusyBackoff;
+          } else if (asked == Asked::report || asked == Asked::failed) {
+            w.resend_at = now_ + kBusyBackoff;
+          }
         } else {
-          w.resend_at = now_ + kBusyBackoff;
+          return fail("worker " + w.id.str() +
+                      "'s message was refused: " + wire::text(envelope.getError().getMessage()));
         }
         break;
+      }
       default:
         break;
     }
@@ -967,9 +932,12 @@ class Simulation {
         ++it;
         continue;
       }
-      const bool failure = chance(kAttemptFailures);
-      w.unacked[it->first] = failure;
-      to_coordinator(w, failure ? Kind::failed : Kind::report, {it->first});
+      Unacked result;
+      result.failure = chance(kAttemptFailures);
+      result.refused_delta = !result.failure && chance(kRefusedDeltas);
+      result.outcome = kOutcomes[roll(kOutcomes.size())];
+      w.unacked[it->first] = result;
+      send_result(w, it->first, result);
       --w.started;
       it = w.held.erase(it);
     }
@@ -987,9 +955,13 @@ class Simulation {
       send_unacked(w);
     }
     if (w.welcomed && now_ - w.last_heartbeat >= kHeartbeat) {
-      std::vector<AttemptRef> running;
-      for (const auto& [ref, held] : w.held) running.push_back(ref);
-      to_coordinator(w, Kind::heartbeat, std::move(running));
+      capnp::MallocMessageBuilder message;
+      auto running = wire::start(message, request_id(Asked::heartbeat))
+                         .initHeartbeat()
+                         .initRunning(static_cast<unsigned>(w.held.size()));
+      unsigned i = 0;
+      for (const auto& [ref, held] : w.held) set_ref(running[i++], ref);
+      to_coordinator(w, message);
       w.last_heartbeat = now_;
     }
     if (now_ - w.last_heard >= kCoordinatorTimeout && now_ - w.last_hello >= kHeartbeat) {
@@ -999,7 +971,11 @@ class Simulation {
     if (w.offer_out && now_ - w.offer_at >= kCoordinatorTimeout) w.offer_out = false;
     const std::size_t room = std::size_t{w.slots} + w.prefetch;
     if (w.welcomed && !w.offer_out && now_ >= w.next_offer && w.held.size() < room) {
-      to_coordinator(w, Kind::offer, {}, static_cast<std::uint32_t>(room - w.held.size()));
+      capnp::MallocMessageBuilder message;
+      wire::start(message, request_id(Asked::offer))
+          .initRequestWork()
+          .setFreeSlots(static_cast<std::uint32_t>(room - w.held.size()));
+      to_coordinator(w, message);
       w.offer_out = true;
       w.offer_at = now_;
     }
@@ -1039,41 +1015,30 @@ class Simulation {
 
   const Config& config_;
   std::mt19937_64 rng_;
+  std::filesystem::path store_path_;
+  std::vector<std::string> trials_;  // a trial's submitted text, by fork point
   Invariants invariants_;
-  Scheduler scheduler_;
-  store::EventStore store_;
   Report report_;
   std::optional<std::string> violation_;
   bool finished_ = false;
   std::int64_t now_ = 0;
   std::int64_t give_up_ = 0;
   std::uint64_t seq_ = 0;
+  std::uint64_t requests_ = 0;
   std::uint64_t trace_ = 0xcbf29ce484222325ULL;
   std::priority_queue<Event, std::vector<Event>, std::greater<>> queue_;
-  std::vector<Message> pool_;
+  std::vector<Packet> pool_;
   std::vector<std::uint32_t> free_;
-  std::vector<Digest> segments_;
-  std::vector<Digest> bundles_;
   std::vector<JobPlan> jobs_;
   std::vector<Worker> workers_;
   std::uint64_t routes_made_ = 0;
 
-  // The coordinator's memory (the store is its disk).
-  bool up_ = true;
-  bool full_ = false;
+  // The coordinator: the shipped core on the store (its disk).
+  ServerConfig core_config_;
+  std::unique_ptr<CoordinatorCore> core_;
   std::int64_t full_until_ = -1;
   bool turn_scheduled_ = false;
-  std::vector<Message> inbox_;
-  std::vector<Message> outbox_;
-  Records pending_;
-  std::vector<Reconciling> reconciling_;
-  std::unordered_map<std::uint64_t, std::uint32_t> peers_;   // route -> worker
-  std::unordered_map<std::uint32_t, std::uint64_t> routes_;  // worker -> route
-  std::map<std::uint64_t, Parked> parked_;                   // by route
-  std::vector<std::uint32_t> submissions_;
-  std::vector<std::uint32_t> cancellations_;
-  std::vector<std::uint32_t> acknowledging_jobs_;
-  std::vector<std::uint32_t> acknowledging_cancels_;
+  std::vector<CoordinatorCore::Frame> inbox_;
   std::string crashed_state_;
 };
 

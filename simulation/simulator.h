@@ -1,19 +1,19 @@
-// A whole cluster in virtual time, from one seed: the coordinator's scheduler
-// (coordinator/scheduler.h) and its orchestration log in a real store
-// (coordinator/orchestration_log.h, store/event_store.h) are the production
-// code; the network, the workers, the clock and the faults are simulated.
+// A whole cluster in virtual time, from one seed. The coordinator is the
+// shipped one: CoordinatorCore (coordinator/server.h), the daemon's handling
+// of frames and its end of turn, on a real store, in a VirtualWorld
+// (base/world.h) that the simulation moves. The network, the workers, the
+// client and the faults are simulated, and they speak the real protocol:
+// every message is a wire frame (schema/wire.capnp), encoded and decoded.
 //
-// The simulated coordinator follows the real one's loop (coordinator/
-// server.cc) message for message: a worker's hello starts an incarnation or,
-// after a restart, reconnects keeping its leases; an offer of slots is
-// answered with assignments, or parked while nothing is queued; a report is
-// judged by the scheduler and reconciled in the turn's one store transaction,
-// and acknowledged after the commit; a heartbeat renews leases and names the
-// stale ones. Records are committed before any reply of the turn is sent. The
-// simulated workers follow the real worker's (worker/worker.cc): hello until
-// welcomed, heartbeats listing what they hold, offers of their free room, a
-// report kept until acknowledged and sent again after the next welcome, a
-// hello again when the coordinator is silent or does not know them.
+// The coordinator is driven as the daemon's loop drives it: a frame that
+// arrives wakes it, the commit window (8 ms) gathers what follows, and one
+// turn takes them all; with no frame, its poll times out every tick (100 ms)
+// and time passes. The simulated workers follow the real worker's loop
+// (worker/worker.cc): hello until welcomed, heartbeats listing what they
+// hold, offers of their free room, a report kept until acknowledged and sent
+// again after the next welcome, a hello again when the coordinator is silent
+// or does not know them. The client submits each job in parts under a token,
+// as `forktrial submit` does, and asks again when it hears nothing.
 //
 // The faults, each drawn from the seed:
 //   - messages lost, duplicated, and delayed by a random time each, which
@@ -21,13 +21,13 @@
 //   - workers that crash (and come back as a new incarnation after a while)
 //     and workers that stall (every action of theirs waits, longer than a
 //     lease);
-//   - coordinator crashes: it is down for a while (messages to it are lost),
-//     then starts again from its log, as the real one does;
-//   - the store full: a commit fails. The coordinator then drops what it had
-//     not committed (it rebuilds its scheduler from the log), answers every
-//     peer "busy" while the store stays full (no leases, no reconciliations,
-//     no lease lapses), and resumes when a commit succeeds again, renewing
-//     every live lease as after a restart.
+//   - coordinator crashes: the core is destroyed (messages to it are lost),
+//     then a new one starts on the same store and replays its log, as the
+//     daemon does;
+//   - the store's disk full for a while: the world refuses every commit, and
+//     the core pauses and resumes as the daemon does;
+//   - reports whose delta the store refuses (an event id the fork's history
+//     holds), which the coordinator records without their delta.
 // Faults happen during the first `Faults::chaos` of virtual time; then the
 // network and the workers behave and the run must finish.
 //
@@ -47,7 +47,7 @@
 // The first violation ends the run and is reported with the virtual time and
 // the trial or job involved. The same configuration (seed included) gives the
 // same run, event for event: Report::trace is a digest of every event
-// handled, in order.
+// handled and every frame the coordinator took and sent, in order.
 //
 // Not thread-safe: one simulation per thread; several may run at once.
 #pragma once
@@ -97,7 +97,8 @@ struct Config {
   // Compare the whole replayed state with the crashed one at each restart
   // (costs O(state) per restart).
   bool compare_replay = true;
-  // The store's directory (created, and removed when the run ends).
+  // The run's directory, for the coordinator's store (created, and removed
+  // when the run ends).
   std::filesystem::path store_dir;
   // Called with true when the simulation enters the coordinator's code, false
   // when it leaves: a caller can account the coordinator's allocations apart.
@@ -122,6 +123,10 @@ struct Report {
   std::uint64_t fenced = 0;
   std::uint64_t requeued = 0;
   std::uint64_t duplicates = 0;  // reports acknowledged again
+  std::uint64_t refused = 0;     // reports acknowledged "refused": the attempt failed
+  // Reports whose delta the store refused, recorded (and acknowledged)
+  // without it.
+  std::uint64_t deltas_refused = 0;
   std::uint64_t workers_lost = 0;
   std::uint64_t worker_crashes = 0;
   std::uint64_t worker_stalls = 0;

@@ -235,13 +235,26 @@ TEST_CASE("the core is its seed's: the same frames give the same replies, byte f
   CHECK(other[1].second != first[1].second);
 }
 
+namespace {
+
+// A core on a GreeterStore, which client "c" said hello to.
+struct GreeterCore {
+  GreeterStore greeter;
+  ServerConfig config = [this] {
+    ServerConfig c;
+    c.store = greeter.store;
+    return c;
+  }();
+  CoordinatorCore core{config, quiet};
+  GreeterCore() { only_reply(core.turn("c", client_hello(1), kNow)); }
+};
+
+}  // namespace
+
 TEST_CASE("the core pauses when its world's disk fills and resumes when there is room again",
           "[coordinator][core]") {
-  GreeterStore greeter;
-  ServerConfig config;
-  config.store = greeter.store;
-  CoordinatorCore core(config, quiet);
-  only_reply(core.turn("c", client_hello(1), kNow));
+  GreeterCore fixture;
+  auto& [greeter, config, core] = fixture;
   const auto code_of = [](const wire::Frame& frame) {
     REQUIRE(frame.envelope().isError());
     return frame.envelope().getError().getCode();
@@ -270,4 +283,80 @@ TEST_CASE("the core pauses when its world's disk fills and resumes when there is
   status = only_reply(core.turn("c", status_request(7, ""), kNow + std::chrono::seconds(72)));
   CHECK_THAT(wire::text(status.envelope().getJobStatus().getText()),
              !Catch::Contains("store_full") && Catch::Contains(R"("total":2)"));
+}
+
+namespace {
+
+std::string worker_hello(std::uint64_t request, const std::string& id) {
+  capnp::MallocMessageBuilder message;
+  auto hello = wire::start(message, request).initWorkerHello();
+  hello.setWorkerId(id);
+  hello.setSlots(1);
+  hello.setIsolation("{}");
+  return wire::encode(message);
+}
+
+std::string request_work(std::uint64_t request) {
+  capnp::MallocMessageBuilder message;
+  wire::start(message, request).initRequestWork().setFreeSlots(1);
+  return wire::encode(message);
+}
+
+// A report of `trial` whose one event has the id `event_id`.
+std::string report_with_event(std::uint64_t request, schema::wire::TrialRef::Reader trial,
+                              const std::string& event_id) {
+  capnp::MallocMessageBuilder message;
+  auto report = wire::start(message, request).initReport();
+  report.setTrial(trial);
+  report.setOutcome(schema::TrialOutcome::COMPLETED);
+  report.setDetail("ran");
+  auto event = report.initEvents(1)[0];
+  event.setId(event_id);
+  event.setType("note.added");
+  event.setPayload("{}");
+  event.setTimestamp("2026-01-05T10:00:00Z");
+  event.getActor().setActorName("candidate");
+  return wire::encode(message);
+}
+
+std::string results_request(std::uint64_t request, const std::string& job) {
+  capnp::MallocMessageBuilder message;
+  auto results = wire::start(message, request).initResultsRequest();
+  results.setJob(job);
+  results.setLimit(10);
+  return wire::encode(message);
+}
+
+}  // namespace
+
+// The path the simulation takes for a share of its reports
+// (simulation/simulator.cc, kRefusedDeltas): the same code, so the same
+// answer.
+TEST_CASE("a report whose delta the store refuses is recorded without it and acknowledged",
+          "[coordinator][core]") {
+  GreeterCore fixture;
+  auto& [greeter, config, core] = fixture;
+  auto accepted = only_reply(core.turn("c", untokened_submission(2, greeter.trial, 1), kNow));
+  REQUIRE(accepted.envelope().isJobAccepted());
+  const std::string job = wire::text(accepted.envelope().getJobAccepted().getJob());
+  REQUIRE(only_reply(core.turn("w", worker_hello(3, "w1"), kNow)).envelope().isWelcome());
+  auto work = only_reply(core.turn("w", request_work(4), kNow));
+  REQUIRE(work.envelope().isAssignments());
+  REQUIRE(work.envelope().getAssignments().getAssignments().size() == 1);
+  const auto trial = work.envelope().getAssignments().getAssignments()[0].getTrial();
+
+  // evt_001 is in the fork's inherited history: the rules every delta is
+  // held to pass it, and the store refuses it.
+  auto ack = only_reply(core.turn("w", report_with_event(5, trial, "evt_001"), kNow));
+  REQUIRE(ack.envelope().isReportAck());
+  CHECK(ack.envelope().getReportAck().getVerdict() == schema::wire::ReportVerdict::ACCEPTED);
+
+  auto results = only_reply(core.turn("c", results_request(6, job), kNow));
+  REQUIRE(results.envelope().isResults());
+  REQUIRE(results.envelope().getResults().getLines().size() == 1);
+  const std::string line = wire::text(results.envelope().getResults().getLines()[0]);
+  CHECK_THAT(line, Catch::Contains(R"("status":"reconciled")") &&
+                       Catch::Contains(R"("outcome":"crashed")") &&
+                       Catch::Contains("the store refused the child's delta") &&
+                       Catch::Contains(R"("events_appended":0)"));
 }
