@@ -586,7 +586,7 @@ class Server {
           ++records;
         },
         [&](const store::EventView& event) {
-          if (event.type == kResultType) remember_result(std::string(event.payload));
+          if (event.type == kResultType) remember_result(event);
         });
     if (!read)
       throw Error(forktrial::ErrorCode::internal,
@@ -603,16 +603,43 @@ class Server {
     for (const TrialInput& trial : job.trials) {
       inputs.push_back(TrialInput{{}, trial.segment, trial.bundles});
     }
+    result_seqs_[job.job.str()].assign(job.trials.size(), 0);
   }
 
-  void remember_result(const std::string& payload) {
-    auto doc = ordered_json::parse(payload, nullptr, false);
+  // Where a trial's result is in the log: its results are read from the
+  // store when asked for, not held (a million results would be a gigabyte).
+  void remember_result(const store::EventView& event) {
+    auto doc = ordered_json::parse(event.payload, nullptr, false);
     if (!doc.is_object() || !doc["job"].is_string() || !doc["index"].is_number_unsigned()) return;
-    results_[doc["job"].get<std::string>()][doc["index"].get<std::uint32_t>()] = payload;
+    remember_result(
+        TrialId{JobId(doc["job"].get<std::string>()), doc["index"].get<std::uint32_t>()},
+        event.seq);
   }
 
-  void remember_result(const TrialId& trial, std::string payload) {
-    results_[trial.job.str()][trial.index] = std::move(payload);
+  void remember_result(const TrialId& trial, std::uint64_t seq) {
+    auto job = result_seqs_.find(trial.job.str());
+    if (job != result_seqs_.end() && trial.index < job->second.size()) {
+      job->second[trial.index] = seq;
+    }
+  }
+
+  // The trial.result event of `trial`, if it has one.
+  std::optional<std::string> stored_result(const TrialId& trial) {
+    auto job = result_seqs_.find(trial.job.str());
+    if (job == result_seqs_.end() || trial.index >= job->second.size() ||
+        job->second[trial.index] == 0) {
+      return std::nullopt;
+    }
+    const std::uint64_t seq = job->second[trial.index];
+    auto snapshot = store_.snapshot();
+    auto run = snapshot.run(kOrchestrationRun);
+    if (!run) return std::nullopt;
+    std::optional<std::string> payload;
+    snapshot.for_each_event(*run, seq, [&](const store::EventView& event) {
+      if (event.seq == seq && event.type == kResultType) payload = std::string(event.payload);
+      return false;
+    });
+    return payload;
   }
 
   // ---- receiving
@@ -1184,8 +1211,8 @@ class Server {
   // After the commit that recorded `r` (with `v`): the scheduler, the
   // results and the worker hear of it.
   void reconciled(const Reconciliation& r, const sandbox::TrialVerdict& v,
-                  const std::string& result) {
-    remember_result(r.trial, result);
+                  std::uint64_t result_seq) {
+    remember_result(r.trial, result_seq);
     metrics_.reconciled(v.outcome, world_.monotonic_now() - r.received,
                         std::chrono::milliseconds(r.duration_ms));
     // Its record is in the log already (record_reconciliation wrote it).
@@ -1217,8 +1244,10 @@ class Server {
     if (!written) return false;
     if (config_.committed) config_.committed(records);
     pending_committed();
+    // The results are the log's last events.
+    const std::uint64_t first_result = *written - results.size() + 1;
     for (std::size_t i = 0; i < reconciling_.size(); ++i) {
-      reconciled(reconciling_[i], reconciling_[i].verdict, results[i].payload);
+      reconciled(reconciling_[i], reconciling_[i].verdict, first_result + i);
     }
     reconciling_.clear();
     return true;
@@ -1241,7 +1270,7 @@ class Server {
       if (written) {
         if (config_.committed) config_.committed(records);
         pending_committed();
-        reconciled(r, v, results.front().payload);
+        reconciled(r, v, *written);  // its result is the log's last event
       }
       return written;
     };
@@ -1760,11 +1789,7 @@ class Server {
   // The trial's line of `results`: its result once reconciled; before, what
   // is known (its status, and the reasons of its failed attempts).
   std::string result_line(const TrialId& trial) {
-    if (auto known = results_.find(trial.job.str()); known != results_.end()) {
-      if (auto found = known->second.find(trial.index); found != known->second.end()) {
-        return found->second;
-      }
-    }
+    if (auto stored = stored_result(trial)) return std::move(*stored);
     auto state = scheduler_.trial_state(trial);
     auto submitted = read_payload(*scheduler_.payload(trial), specs_);
     ordered_json line =
@@ -1911,7 +1936,9 @@ class Server {
   // one lookup of the job's id, then an index.
   std::unordered_map<std::string, std::vector<TrialInput>> digests_;
 
-  std::map<std::string, std::map<std::uint32_t, std::string>> results_;  // job -> index -> JSON
+  // Each trial's trial.result event in the log (its seq; 0: none yet), by
+  // job, in trial order.
+  std::unordered_map<std::string, std::vector<std::uint64_t>> result_seqs_;
   std::uint64_t errors_ = 0;
   std::uint64_t undelivered_ = 0;          // replies ZeroMQ would not take
   bool trim_ = false;                      // a submission was handled this turn
