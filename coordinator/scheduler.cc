@@ -71,6 +71,8 @@ using JobIx = std::uint32_t;
 using WorkerIx = std::uint32_t;
 using DigestIx = std::uint32_t;
 constexpr WorkerIx kNoWorker = std::numeric_limits<WorkerIx>::max();
+// The most distinct payloads of a job looked up at once for sharing.
+constexpr std::size_t kSharedPayloads = 4096;
 
 struct TrialKey {
   JobIx job = 0;
@@ -79,7 +81,9 @@ struct TrialKey {
 };
 
 struct Trial {
-  std::string payload;
+  // As submitted. Trials of a job with the same payload (a matrix's repeats)
+  // share one copy.
+  std::shared_ptr<const std::string> payload;
   std::vector<DigestIx> digests;     // the segment's, then the bundles'
   std::vector<std::string> reasons;  // of each failed attempt
   Instant lease_expires{};           // while leased
@@ -304,9 +308,18 @@ struct Scheduler::State {
     job.name = r.name;
     job.priority = r.priority;
     job.trials.resize(r.trials.size());
+    std::unordered_map<std::string_view, std::shared_ptr<const std::string>> shared;
     for (std::size_t i = 0; i < r.trials.size(); ++i) {
       Trial& t = job.trials[i];
-      t.payload = payload_of(r.trials[i]);
+      if (auto same = shared.find(r.trials[i].payload); same != shared.end()) {
+        t.payload = same->second;
+      } else {
+        // Bounded: a job of distinct payloads shares nothing, and keeps no
+        // table of them.
+        if (shared.size() >= kSharedPayloads) shared.clear();
+        t.payload = std::make_shared<const std::string>(payload_of(r.trials[i]));
+        shared.emplace(*t.payload, t.payload);
+      }
       t.run_limit = r.trials[i].run_limit;
       t.digests.reserve(1 + r.trials[i].bundles.size());
       t.digests.push_back(intern(r.trials[i].segment));
@@ -896,14 +909,28 @@ bool Scheduler::visit_trials(const JobId& job,
   const Job& j = state_->jobs[found->second];
   for (std::uint32_t i = 0; i < j.trials.size(); ++i) {
     const Trial& t = j.trials[i];
-    visit(TrialSummary{i, t.status, t.outcome, t.payload});
+    visit(TrialSummary{i, t.status, t.outcome, *t.payload});
   }
   return true;
 }
 
+std::optional<TrialInput> Scheduler::inputs(const TrialId& trial) const {
+  const auto key = state_->find(trial);
+  if (!key) return std::nullopt;
+  const Trial& t = state_->trial(*key);
+  TrialInput input;
+  input.segment = state_->digests[t.digests.front()];
+  input.bundles.reserve(t.digests.size() - 1);
+  for (std::size_t i = 1; i < t.digests.size(); ++i) {
+    input.bundles.push_back(state_->digests[t.digests[i]]);
+  }
+  input.run_limit = t.run_limit;
+  return input;
+}
+
 const std::string* Scheduler::payload(const TrialId& trial) const {
   const auto key = state_->find(trial);
-  return key ? &state_->trial(*key).payload : nullptr;
+  return key ? state_->trial(*key).payload.get() : nullptr;
 }
 
 std::size_t Scheduler::queued_trials() const {
@@ -940,7 +967,7 @@ std::string Scheduler::state_text() const {
            " worker=" + (t.worker == kNoWorker ? "-" : s.workers[t.worker].id.str()) +
            " expires=" + millis(t.lease_expires) + " deadline=" + millis(t.lease_deadline) +
            " run_limit=" + std::to_string(t.run_limit.count()) + " digests" + digests +
-           " payload=" + t.payload + " reasons" + reasons +
+           " payload=" + *t.payload + " reasons" + reasons +
            " outcome=" + (t.outcome ? std::string(outcome_name(*t.outcome)) : "-"));
     }
     std::string queue;

@@ -594,15 +594,8 @@ class Server {
     return records;
   }
 
-  // The digests each trial of a job needs (the scheduler keeps only its
-  // payload), for assignments.
+  // A job's trials have no result yet.
   void note_job(const JobSubmitted& job) {
-    std::vector<TrialInput>& inputs = digests_[job.job.str()];
-    inputs.clear();
-    inputs.reserve(job.trials.size());
-    for (const TrialInput& trial : job.trials) {
-      inputs.push_back(TrialInput{{}, trial.segment, trial.bundles});
-    }
     result_seqs_[job.job.str()].assign(job.trials.size(), 0);
   }
 
@@ -910,8 +903,7 @@ class Server {
       const std::string& spec = submitted.spec_json();
       out.setSpec(capnp::Text::Reader(spec.data(), spec.size()));
       out.setForkRunId(fork_run_of(a.trial, a.attempt).str());
-      const TrialInput& input = inputs_of(a.trial);
-      wire::set_digest(out.initSegment(), input.segment);
+      wire::set_digest(out.initSegment(), scheduler_.inputs(a.trial)->segment);
       auto packs = sandbox::packs_in_load_order(submitted.spec());
       auto bundles = out.initBundles(static_cast<unsigned>(packs.size()));
       for (unsigned p = 0; p < packs.size(); ++p) {
@@ -998,10 +990,6 @@ class Server {
                   "trial " + trial.str() + " was recorded unreadable: " + parsed.error());
     }
     return submitted_.emplace(trial, std::move(*parsed)).first->second;
-  }
-
-  const TrialInput& inputs_of(const TrialId& trial) {
-    return digests_.at(trial.job.str()).at(trial.index);
   }
 
   void on_attempt_failed(const std::string& route, const WorkerId& worker,
@@ -1932,9 +1920,6 @@ class Server {
   std::map<std::string, Peer> peers_;                        // by routing id
   std::map<WorkerId, std::string> worker_routes_;
   std::map<WorkerId, WorkerInfo> worker_info_;
-  // Each trial's segment and bundles (no payload), by job, in trial order:
-  // one lookup of the job's id, then an index.
-  std::unordered_map<std::string, std::vector<TrialInput>> digests_;
 
   // Each trial's trial.result event in the log (its seq; 0: none yet), by
   // job, in trial order.
