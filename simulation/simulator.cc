@@ -26,6 +26,7 @@
 #include "schema/wire_codec.h"
 #include "simulation/invariants.h"
 #include "store/event_store.h"
+#include "worker/session.h"
 
 namespace forktrial::simulation {
 
@@ -72,10 +73,13 @@ constexpr int kForkPoints = 8;
 const std::string kParentRun = "run_sim";
 const std::string kClientRoute = "client";
 
-// What a request asked, in the low bits of its id: the reply says which
-// request it answers, so the peer knows what a "busy" refused.
-enum class Asked : std::uint8_t { hello, heartbeat, offer, report, failed, submit, cancel, greet };
+// What a client's request asked, in the low bits of its id: the reply says
+// which request it answers.
+enum class Asked : std::uint8_t { submit, cancel, greet };
 constexpr int kAskedBits = 4;
+// The request id of a simulated worker's report (a failure's is 0, as the
+// worker's): its acknowledgement is told apart by it.
+constexpr std::uint64_t kReportRequest = 1;
 
 Asked asked_of(std::uint64_t request) {
   return static_cast<Asked>(request & ((1u << kAskedBits) - 1));
@@ -117,17 +121,25 @@ struct Event {
   }
 };
 
+using worker::AttemptKey;
+using worker::WorkerSession;
+using SessionTime = WorkerSession::Clock::time_point;
+
+SessionTime session_time(std::int64_t ms) {
+  return SessionTime{std::chrono::milliseconds(ms)};
+}
+
+std::int64_t ms_of(SessionTime at) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(at.time_since_epoch()).count();
+}
+
 struct Held {
-  std::int64_t finish = -1;  // -1 while waiting for a slot
+  std::int64_t start = -1;  // -1 while waiting for a slot
+  std::int64_t finish = -1;
 };
 
-// A report or failure sent and not yet acknowledged: sent again, the same.
-struct Unacked {
-  bool failure = false;
-  bool refused_delta = false;  // its delta holds an event id the store refuses
-  Outcome outcome = Outcome::completed;
-};
-
+// A simulated worker: the real worker's session (worker/session.h), with
+// trials that take a drawn time in its slots instead of running.
 struct Worker {
   std::uint32_t index = 0;
   WorkerId id;
@@ -136,18 +148,11 @@ struct Worker {
   bool up = false;
   std::uint64_t route = 0;
   std::int64_t stalled_until = 0;
-  bool welcomed = false;
-  std::int64_t last_heard = 0;
-  std::int64_t last_hello = 0;
-  std::int64_t last_heartbeat = 0;
-  bool offer_out = false;
-  std::int64_t offer_at = 0;
-  std::int64_t next_offer = 0;
-  std::int64_t resend_at = -1;  // unacknowledged reports go again then
+  std::unique_ptr<WorkerSession> session;
   std::uint32_t started = 0;
-  std::map<AttemptRef, Held> held;
-  std::map<AttemptRef, Unacked> unacked;
-  std::uint64_t generation = 0;  // of its pending wake
+  std::map<AttemptKey, Held> held;
+  std::set<AttemptKey> refused_deltas;  // reports sent whose delta the store will refuse
+  std::uint64_t generation = 0;         // of its pending wake
   std::int64_t wake_at = -1;
 };
 
@@ -197,12 +202,6 @@ std::string event_id(int n) {
 // after them.
 constexpr std::string_view kParentTime = "1970-01-01T00:00:00.000Z";
 constexpr std::string_view kDeltaTime = "1970-01-01T01:00:00.000Z";
-
-void set_ref(schema::wire::TrialRef::Builder out, const AttemptRef& ref) {
-  out.setJob(ref.trial.job.str());
-  out.setIndex(ref.trial.index);
-  out.setAttempt(ref.attempt);
-}
 
 AttemptRef ref_of(schema::wire::TrialRef::Reader ref) {
   return {TrialId{JobId(wire::text(ref.getJob())), ref.getIndex()}, ref.getAttempt()};
@@ -518,9 +517,8 @@ class Simulation {
 
   void start_coordinator() {
     Scope scope(config_.coordinator_scope);
-    static const Log quiet = [](LogLevel, const std::string&) {};
     core_ = std::make_unique<CoordinatorCore>(
-        core_config_, quiet, config_.seed * 1'000 + report_.coordinator_restarts, instant(now_));
+        core_config_, quiet_, config_.seed * 1'000 + report_.coordinator_restarts, instant(now_));
     if (now_ < full_until_) core_->world().set_free_bytes(store_path_, 0);
   }
 
@@ -626,7 +624,7 @@ class Simulation {
       ++report_.busy_replies;
     }
     if (route == kClientRoute) return client_hears(envelope);
-    if (envelope.isReportAck() && asked_of(envelope.getRequestId()) == Asked::report) {
+    if (envelope.isReportAck() && envelope.getRequestId() == kReportRequest) {
       const auto ack = envelope.getReportAck();
       const AttemptRef ref = ref_of(ack.getTrial());
       switch (ack.getVerdict()) {
@@ -781,22 +779,31 @@ class Simulation {
     check(invariants_.after_restart(core_->scheduler()));
   }
 
-  // ---- the workers: the real one's loop, speaking the real protocol
+  // ---- the workers: the real worker's session, with simulated trials
 
   void worker_restart(Worker& w) {
     if (w.up) return;
     w.up = true;
     w.route = ++routes_made_;
     w.stalled_until = 0;
-    w.welcomed = false;
     w.held.clear();
-    w.unacked.clear();
+    w.refused_deltas.clear();
     w.started = 0;
-    w.offer_out = false;
-    w.next_offer = 0;
-    w.resend_at = -1;
-    w.last_heard = now_;
-    say_hello(w);
+    worker::SessionConfig session;
+    session.worker_id = w.id.str();
+    session.slots = w.slots;
+    session.prefetch = w.prefetch;
+    session.heartbeat = std::chrono::milliseconds(kHeartbeat);
+    session.coordinator_timeout = std::chrono::milliseconds(kCoordinatorTimeout);
+    const std::uint32_t index = w.index;
+    w.session = std::make_unique<WorkerSession>(
+        std::move(session),
+        [this, index](const std::string& frame) {
+          send(EventKind::to_coordinator, Packet{index, workers_[index].route, frame});
+          return true;
+        },
+        quiet_, session_time(now_));
+    w.session->start(session_time(now_));
     schedule_wake(w);
   }
 
@@ -804,52 +811,30 @@ class Simulation {
     if (!w.up) return;
     ++report_.worker_crashes;
     w.up = false;
+    w.session.reset();
     ++w.generation;
     push({now_ + 1'000 + static_cast<std::int64_t>(roll(9'000)), 0, EventKind::worker_restart,
           w.index});
   }
 
-  void to_coordinator(Worker& w, capnp::MallocMessageBuilder& message) {
-    send(EventKind::to_coordinator, Packet{w.index, w.route, wire::encode(message)});
-  }
-
-  void say_hello(Worker& w) {
-    w.last_hello = now_;
+  // What a trial of the simulation reports: one event, as a trivial trial
+  // appends, or, for a share of them, an event id the fork's history holds
+  // (the parent's first), which the store refuses.
+  static std::string report_frame(const AttemptKey& key, Outcome outcome, bool refused_delta,
+                                  std::int64_t took) {
     capnp::MallocMessageBuilder message;
-    auto hello = wire::start(message, request_id(Asked::hello)).initWorkerHello();
-    hello.setWorkerId(w.id.str());
-    hello.setSlots(w.slots);
-    hello.setPrefetch(w.prefetch);
-    hello.setIsolation("{}");
-    to_coordinator(w, message);
-  }
-
-  void send_result(Worker& w, const AttemptRef& ref, const Unacked& result) {
-    capnp::MallocMessageBuilder message;
-    if (result.failure) {
-      auto failed = wire::start(message, request_id(Asked::failed)).initAttemptFailed();
-      set_ref(failed.initTrial(), ref);
-      failed.setReason("could not run");
-      return to_coordinator(w, message);
-    }
-    auto report = wire::start(message, request_id(Asked::report)).initReport();
-    set_ref(report.initTrial(), ref);
-    report.setOutcome(static_cast<schema::TrialOutcome>(std::to_underlying(result.outcome)));
+    auto report = wire::start(message, kReportRequest).initReport();
+    worker::set_ref(report.initTrial(), key);
+    report.setOutcome(static_cast<schema::TrialOutcome>(std::to_underlying(outcome)));
     report.setIsolation(schema::wire::IsolationLevel::STANDARD);
-    report.setDurationMillis(1);
-    // One event, as a trivial trial appends. A refused delta reuses the id
-    // of the parent's first event, which every fork's history holds.
+    report.setDurationMillis(static_cast<std::uint64_t>(took));
     auto event = report.initEvents(1)[0];
-    event.setId(result.refused_delta ? event_id(1) : "evt_sim");
+    event.setId(refused_delta ? event_id(1) : "evt_sim");
     event.setType("sim.done");
     event.setPayload("{}");
     event.setTimestamp(std::string(kDeltaTime));
     event.getActor().setActorName("sim");
-    to_coordinator(w, message);
-  }
-
-  void send_unacked(Worker& w) {
-    for (const auto& [ref, result] : w.unacked) send_result(w, ref, result);
+    return wire::encode(message);
   }
 
   void worker_receives(const Event& event) {
@@ -866,59 +851,43 @@ class Simulation {
     auto decoded = wire::decode(packet.frame);
     if (!decoded) return fail("worker " + w.id.str() + " got a frame that does not decode");
     const auto envelope = decoded->envelope();
-    w.last_heard = now_;
-    switch (envelope.which()) {
-      case Envelope::WELCOME:
-        w.welcomed = true;
-        send_unacked(w);
+    if (envelope.isReportAck()) {
+      const auto ack = envelope.getReportAck();
+      auto bad = w.refused_deltas.find(worker::key_of(ack.getTrial()));
+      if (bad != w.refused_deltas.end()) {
+        if (ack.getVerdict() == WireVerdict::ACCEPTED) ++report_.deltas_refused;
+        w.refused_deltas.erase(bad);
+      }
+    }
+    switch (w.session->receive(envelope, session_time(now_))) {
+      case worker::Received::done:
         break;
-      case Envelope::ASSIGNMENTS:
-        w.offer_out = false;
+      case worker::Received::assignments:
         for (auto a : envelope.getAssignments().getAssignments()) {
-          w.held.try_emplace(ref_of(a.getTrial()));
+          const AttemptKey key = worker::key_of(a.getTrial());
+          if (w.session->holds(key)) continue;  // sent again
+          w.session->hold(key);
+          w.held.try_emplace(key);
         }
         break;
-      case Envelope::STOP_TRIALS:
+      case worker::Received::stop:
         for (auto stopped : envelope.getStopTrials().getTrials()) {
-          auto it = w.held.find(ref_of(stopped));
+          const AttemptKey key = worker::key_of(stopped);
+          auto it = w.held.find(key);
           if (it == w.held.end()) continue;
-          if (it->second.finish >= 0) --w.started;
+          if (it->second.start >= 0) --w.started;
           w.held.erase(it);
+          w.session->release(key);
         }
         break;
-      case Envelope::REPORT_ACK: {
-        const auto ack = envelope.getReportAck();
-        auto it = w.unacked.find(ref_of(ack.getTrial()));
-        if (it == w.unacked.end()) break;
-        if (it->second.refused_delta && ack.getVerdict() == WireVerdict::ACCEPTED) {
-          ++report_.deltas_refused;
-        }
-        w.unacked.erase(it);
-        break;
-      }
-      case Envelope::ERROR: {
-        const auto code = envelope.getError().getCode();
-        const Asked asked = asked_of(envelope.getRequestId());
-        if (code == wire::ErrorCode::OUT_OF_ORDER) {
-          w.welcomed = false;
-          say_hello(w);
-        } else if (code == wire::ErrorCode::BUSY) {
-          if (asked == Asked::hello) {
-            w.last_hello = now_ - kHeartbeat + kBusyBackoff;
-          } else if (asked == Asked::offer) {
-            w.offer_out = false;
-            w.next_offer = now_ + kBusyBackoff;
-          } else if (asked == Asked::report || asked == Asked::failed) {
-            w.resend_at = now_ + kBusyBackoff;
-          }
-        } else {
-          return fail("worker " + w.id.str() +
-                      "'s message was refused: " + wire::text(envelope.getError().getMessage()));
-        }
-        break;
-      }
-      default:
-        break;
+      case worker::Received::refused:
+        return fail("worker " + w.id.str() + " was refused: " + *w.session->refusal());
+      case worker::Received::error:
+        return fail("worker " + w.id.str() + "'s message was answered with an error: " +
+                    wire::text(envelope.getError().getMessage()));
+      case worker::Received::blob_chunk:
+      case worker::Received::unknown:
+        return fail("worker " + w.id.str() + " got a message it never asked for");
     }
     worker_step(w);
   }
@@ -932,66 +901,40 @@ class Simulation {
         ++it;
         continue;
       }
-      Unacked result;
-      result.failure = chance(kAttemptFailures);
-      result.refused_delta = !result.failure && chance(kRefusedDeltas);
-      result.outcome = kOutcomes[roll(kOutcomes.size())];
-      w.unacked[it->first] = result;
-      send_result(w, it->first, result);
+      const AttemptKey& key = it->first;
+      const std::int64_t took = it->second.finish - it->second.start;
+      std::string frame;
+      if (chance(kAttemptFailures)) {
+        frame = worker::failure_frame(key, "could not run");
+      } else {
+        const bool refused_delta = chance(kRefusedDeltas);
+        if (refused_delta) w.refused_deltas.insert(key);
+        frame = report_frame(key, kOutcomes[roll(kOutcomes.size())], refused_delta, took);
+      }
+      w.session->finished(key, std::move(frame), std::chrono::milliseconds(took));
       --w.started;
       it = w.held.erase(it);
     }
     // Held assignments start as slots free up, the first to arrive first.
     for (auto& [ref, held] : w.held) {
       if (w.started >= w.slots) break;
-      if (held.finish >= 0) continue;
+      if (held.start >= 0) continue;
       const auto span =
           static_cast<std::uint64_t>(config_.trial_max.count() - config_.trial_min.count() + 1);
+      held.start = now_;
       held.finish = now_ + config_.trial_min.count() + static_cast<std::int64_t>(roll(span));
       ++w.started;
     }
-    if (w.resend_at >= 0 && now_ >= w.resend_at) {
-      w.resend_at = -1;
-      send_unacked(w);
-    }
-    if (w.welcomed && now_ - w.last_heartbeat >= kHeartbeat) {
-      capnp::MallocMessageBuilder message;
-      auto running = wire::start(message, request_id(Asked::heartbeat))
-                         .initHeartbeat()
-                         .initRunning(static_cast<unsigned>(w.held.size()));
-      unsigned i = 0;
-      for (const auto& [ref, held] : w.held) set_ref(running[i++], ref);
-      to_coordinator(w, message);
-      w.last_heartbeat = now_;
-    }
-    if (now_ - w.last_heard >= kCoordinatorTimeout && now_ - w.last_hello >= kHeartbeat) {
-      w.welcomed = false;
-      say_hello(w);
-    }
-    if (w.offer_out && now_ - w.offer_at >= kCoordinatorTimeout) w.offer_out = false;
-    const std::size_t room = std::size_t{w.slots} + w.prefetch;
-    if (w.welcomed && !w.offer_out && now_ >= w.next_offer && w.held.size() < room) {
-      capnp::MallocMessageBuilder message;
-      wire::start(message, request_id(Asked::offer))
-          .initRequestWork()
-          .setFreeSlots(static_cast<std::uint32_t>(room - w.held.size()));
-      to_coordinator(w, message);
-      w.offer_out = true;
-      w.offer_at = now_;
-    }
+    w.session->step(session_time(now_));
     schedule_wake(w);
   }
 
-  // The worker's next timer: a trial finishing, a heartbeat, a silence to
-  // notice, an offer to repeat.
+  // The worker's next timer: a trial finishing, or its session's next step
+  // (a heartbeat, a silence to notice, an offer to make or repeat).
   void schedule_wake(Worker& w) {
     std::int64_t at = std::max(now_ + 1, w.stalled_until);
     if (now_ >= w.stalled_until) {
-      std::int64_t next = w.last_heard + kCoordinatorTimeout;
-      if (w.welcomed) next = std::min(next, w.last_heartbeat + kHeartbeat);
-      if (w.offer_out) next = std::min(next, w.offer_at + kCoordinatorTimeout);
-      if (!w.offer_out && w.next_offer > now_) next = std::min(next, w.next_offer);
-      if (w.resend_at >= 0) next = std::min(next, w.resend_at);
+      std::int64_t next = ms_of(w.session->next_step());
       for (const auto& [ref, held] : w.held) {
         if (held.finish >= 0) next = std::min(next, held.finish);
       }
@@ -1014,6 +957,7 @@ class Simulation {
   }
 
   const Config& config_;
+  const Log quiet_ = [](LogLevel, const std::string&) {};
   std::mt19937_64 rng_;
   std::filesystem::path store_path_;
   std::vector<std::string> trials_;  // a trial's submitted text, by fork point

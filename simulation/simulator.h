@@ -8,12 +8,12 @@
 // The coordinator is driven as the daemon's loop drives it: a frame that
 // arrives wakes it, the commit window (8 ms) gathers what follows, and one
 // turn takes them all; with no frame, its poll times out every tick (100 ms)
-// and time passes. The simulated workers follow the real worker's loop
-// (worker/worker.cc): hello until welcomed, heartbeats listing what they
-// hold, offers of their free room, a report kept until acknowledged and sent
-// again after the next welcome, a hello again when the coordinator is silent
-// or does not know them. The client submits each job in parts under a token,
-// as `forktrial submit` does, and asks again when it hears nothing.
+// and time passes. Each simulated worker runs the real worker's session
+// (worker/session.h: hellos, heartbeats, offers with the adaptive prefetch,
+// reports kept until acknowledged); only its trials are simulated, each a
+// drawn time in a slot, and it fetches nothing. The client submits each job
+// in parts under a token, as `forktrial submit` does, and asks again when it
+// hears nothing.
 //
 // The faults, each drawn from the seed:
 //   - messages lost, duplicated, and delayed by a random time each, which

@@ -27,6 +27,7 @@
 #include "worker/blob_assembly.h"
 #include "worker/blob_cache.h"
 #include "worker/metrics.h"
+#include "worker/session.h"
 
 namespace forktrial::worker {
 namespace {
@@ -34,19 +35,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using schema::wire::Envelope;
 using wire::ErrorCode;
-
-// What the coordinator refused as busy (its store is full) goes again after this.
-constexpr auto kBusyRetry = std::chrono::seconds(1);
-
-struct AttemptKey {
-  std::string job;
-  std::uint32_t index = 0;
-  std::uint32_t attempt = 0;
-  friend auto operator<=>(const AttemptKey&, const AttemptKey&) = default;
-  std::string str() const {
-    return job + "#" + std::to_string(index) + " attempt " + std::to_string(attempt);
-  }
-};
 
 struct BundleRef {
   Digest pin;
@@ -81,24 +69,6 @@ struct Finished {
   Clock::duration took{};            // in its slot; zero when it never ran
   std::optional<Outcome> outcome{};  // the report's; none for a failure or a stop
 };
-
-void set_ref(schema::wire::TrialRef::Builder ref, const AttemptKey& key) {
-  ref.setJob(key.job);
-  ref.setIndex(key.index);
-  ref.setAttempt(key.attempt);
-}
-
-AttemptKey key_of(schema::wire::TrialRef::Reader ref) {
-  return {wire::text(ref.getJob()), ref.getIndex(), ref.getAttempt()};
-}
-
-std::string failure_frame(const AttemptKey& key, const std::string& reason) {
-  capnp::MallocMessageBuilder message;
-  auto failed = wire::start(message, 0).initAttemptFailed();
-  set_ref(failed.initTrial(), key);
-  failed.setReason(reason);
-  return wire::encode(message);
-}
 
 std::string report_frame(const AttemptKey& key, const sandbox::ExecutedTrial& executed,
                          sandbox::Isolation isolation, std::chrono::milliseconds duration) {
@@ -185,41 +155,43 @@ class Worker {
     }
   }
 
+  SessionConfig session_config() {
+    SessionConfig session;
+    session.worker_id = config_.worker_id;
+    session.slots = config_.slots;
+    session.prefetch = config_.prefetch;
+    session.heartbeat = config_.heartbeat;
+    session.coordinator_timeout = config_.coordinator_timeout;
+    session.warnings = config_.preflight_warnings;
+    session.isolation = config_.isolation;
+    session.cached = [this] { return cache_.summary(); };
+    // A hello starts over: the chunks asked of the coordinator before it
+    // are asked again.
+    session.said_hello = [this] {
+      for (auto& [digest, fetch] : fetches_) fetch.in_flight = false;
+    };
+    return session;
+  }
+
   int run() {
-    say_hello();
+    session_.start(world_.monotonic_now());
     while (!stop_.cancelled() && exit_code_ < 0) {
       wait_for_input(std::chrono::milliseconds(20));
       while (receive_one()) {
       }
       probes_.turned();
       observe();
-      probes_.set_ready(welcomed_, welcomed_ ? std::string()
-                                             : "the coordinator at " + config_.coordinator +
-                                                   " has not welcomed this worker (unreachable, "
-                                                   "or it refused it: see the log)");
+      probes_.set_ready(session_.welcomed(),
+                        session_.welcomed()
+                            ? std::string()
+                            : "the coordinator at " + config_.coordinator +
+                                  " has not welcomed this worker (unreachable, or it refused it: "
+                                  "see the log)");
       send_finished();
-      const auto now = world_.monotonic_now();
-      // Well inside the lease, whatever the configured interval.
-      if (welcomed_ && now - last_heartbeat_ >= std::min(config_.heartbeat, lease_ / 3)) {
-        send_heartbeat();
-      }
-      if (now - last_heard_ >= config_.coordinator_timeout &&
-          now - last_hello_ >= config_.heartbeat) {
-        if (welcomed_) log_(LogLevel::warn, "the coordinator is silent; saying hello again");
-        welcomed_ = false;
-        say_hello();
-      }
-      if (resend_at_ && now >= *resend_at_) {
-        resend_at_.reset();
-        if (welcomed_) {
-          for (const auto& [key, frame] : unacked_) send(frame);
-        } else {
-          say_hello();  // the hello was refused; the reports follow the welcome
-        }
-      }
       request_fetches();
       start_ready_trials();
-      ask_for_work();
+      // Heartbeats, a hello after silence, what `busy` refused, the offer.
+      session_.step(world_.monotonic_now());
     }
     for (auto& [key, trial] : trials_) trial.cancel->cancel();
     std::unique_lock lock(finished_mutex_);
@@ -271,32 +243,9 @@ class Worker {
     [[maybe_unused]] auto written = ::write(wake_.get(), &one, sizeof one);
   }
 
-  void say_hello() {
-    work_requested_ = false;
-    for (auto& [digest, fetch] : fetches_) fetch.in_flight = false;
-    capnp::MallocMessageBuilder message;
-    auto hello = wire::start(message, ++request_id_).initWorkerHello();
-    hello.setWorkerId(config_.worker_id);
-    hello.setSlots(config_.slots);
-    hello.setPrefetch(config_.prefetch);
-    auto warnings = hello.initWarnings(static_cast<unsigned>(config_.preflight_warnings.size()));
-    for (unsigned i = 0; i < config_.preflight_warnings.size(); ++i) {
-      warnings.set(i, config_.preflight_warnings[i]);
-    }
-    hello.setIsolation(config_.isolation);
-    // A bounded summary: the coordinator only uses it to prefer this worker.
-    auto held = cache_.summary();
-    if (held.size() > 4096) held.resize(4096);
-    auto cached = hello.initCached(static_cast<unsigned>(held.size()));
-    for (unsigned i = 0; i < held.size(); ++i) wire::set_digest(cached[i], held[i]);
-    send(wire::encode(message));
-    last_hello_ = world_.monotonic_now();
-  }
-
   bool receive_one() {
     zmq::message_t frame;
     if (!socket_.recv(frame, zmq::recv_flags::dontwait)) return false;
-    last_heard_ = world_.monotonic_now();
     auto decoded = wire::decode(frame.to_string_view());
     if (!decoded) {
       metrics_.unreadable();
@@ -314,43 +263,24 @@ class Worker {
     return true;
   }
 
+  // The session takes the frame first (worker/session.h); what is left
+  // here is the trials' and the cache's.
   void handle(Envelope::Reader envelope) {
-    switch (envelope.which()) {
-      case Envelope::WELCOME:
-        if (!welcomed_) log_(LogLevel::info, "joined the coordinator at " + config_.coordinator);
-        welcomed_ = true;
-        lease_ = std::chrono::milliseconds(envelope.getWelcome().getLeaseMillis());
-        work_requested_ = false;
-        for (const auto& [key, frame] : unacked_) send(frame);
-        return;
-      case Envelope::ASSIGNMENTS:
-        if (busy_) log_(LogLevel::info, "the coordinator takes work again");
-        busy_ = false;
-        work_requested_ = false;
-        // An empty answer that waited at the coordinator (it holds an offer
-        // until there is work) is followed by the next offer at once; one
-        // that came straight back, 100 ms later.
-        if (envelope.getAssignments().getAssignments().size() == 0) {
-          next_request_ = work_requested_at_ + std::chrono::milliseconds(100);
+    if (envelope.isError()) metrics_.rejected(envelope.getError().getCode());
+    const bool was_welcomed = session_.welcomed();
+    switch (session_.receive(envelope, world_.monotonic_now())) {
+      case Received::done:
+        if (!was_welcomed && session_.welcomed()) {
+          log_(LogLevel::info, "joined the coordinator at " + config_.coordinator);
         }
+        return;
+      case Received::assignments:
         for (auto assignment : envelope.getAssignments().getAssignments()) accept(assignment);
         return;
-      case Envelope::BLOB_CHUNK:
+      case Received::blob_chunk:
         on_chunk(envelope.getBlobChunk());
         return;
-      case Envelope::REPORT_ACK: {
-        const auto ack = envelope.getReportAck();
-        const AttemptKey key = key_of(ack.getTrial());
-        unacked_.erase(key);
-        // Nothing to send again either way; a refusal says what this
-        // worker sent that the coordinator would not take.
-        if (ack.getVerdict() == schema::wire::ReportVerdict::REFUSED) {
-          log_(LogLevel::warn, "the coordinator refused the report of " + key.str() + ": " +
-                                   wire::prose(ack.getReason(), 1024));
-        }
-        return;
-      }
-      case Envelope::STOP_TRIALS:
+      case Received::stop:
         for (auto ref : envelope.getStopTrials().getTrials()) {
           auto it = trials_.find(key_of(ref));
           if (it == trials_.end() || it->second.cancel->cancelled()) continue;
@@ -358,37 +288,18 @@ class Worker {
           it->second.cancel->cancel();
           if (!it->second.started) {
             metrics_.trial_stopped();  // a started one counts when its slot hands it back
+            session_.release(it->first);
             trials_.erase(it);
           }
         }
         return;
-      case Envelope::OK:
+      case Received::refused:
+        log_(LogLevel::error, "the coordinator refused this worker: " + *session_.refusal());
+        exit_code_ = 1;
         return;
-      case Envelope::ERROR: {
-        auto error = envelope.getError();
-        const std::string message = wire::prose(error.getMessage(), wire::kMaxErrorMessageBytes);
-        metrics_.rejected(error.getCode());
-        if (error.getCode() == ErrorCode::OUT_OF_ORDER) {
-          // The coordinator does not know this worker (it restarted).
-          welcomed_ = false;
-          say_hello();
-          return;
-        }
-        if (error.getCode() == ErrorCode::BUSY) {
-          // Its store is full: what it refused (a hello, an offer, a report)
-          // goes again a second later; reports wait unacknowledged.
-          if (!busy_) log_(LogLevel::warn, message + "; trying again every second");
-          busy_ = true;
-          work_requested_ = false;
-          next_request_ = world_.monotonic_now() + kBusyRetry;
-          resend_at_ = world_.monotonic_now() + kBusyRetry;
-          return;
-        }
-        if (!welcomed_ && error.getCode() == ErrorCode::REFUSED) {
-          log_(LogLevel::error, "the coordinator refused this worker: " + message);
-          exit_code_ = 1;
-          return;
-        }
+      case Received::error: {
+        const std::string message =
+            wire::prose(envelope.getError().getMessage(), wire::kMaxErrorMessageBytes);
         for (auto& [digest, fetch] : fetches_) {
           if (fetch.in_flight && fetch.request == envelope.getRequestId()) {
             const Digest failed = digest;
@@ -397,11 +308,11 @@ class Worker {
           }
         }
         log_(LogLevel::warn, "the coordinator answered with an error: " + message);
-        work_requested_ = false;
         return;
       }
-      default:
+      case Received::unknown:
         log_(LogLevel::warn, "the coordinator sent a message not meant for a worker");
+        return;
     }
   }
 
@@ -438,6 +349,7 @@ class Worker {
       metrics_.cache_lookup(held);
       if (!held) fetches_.try_emplace(digest);
     }
+    session_.hold(trial.key);
     trials_.insert_or_assign(trial.key, std::move(trial));
   }
 
@@ -448,14 +360,15 @@ class Worker {
       // restarted): ask again; a late answer still counts.
       if (fetch.in_flight && now - fetch.sent < config_.coordinator_timeout) continue;
       capnp::MallocMessageBuilder message;
-      auto request = wire::start(message, ++request_id_).initFetchBlob();
+      const std::uint64_t id = session_.next_request_id();
+      auto request = wire::start(message, id).initFetchBlob();
       wire::set_digest(request.initDigest(), digest);
       const std::uint64_t offset = fetch.assembly ? fetch.assembly->received() : 0;
       request.setOffset(offset);
       request.setLength(schema::wire::K_MAX_CHUNK_BYTES);
       send(wire::encode(message));
       fetch.in_flight = true;
-      fetch.request = request_id_;
+      fetch.request = id;
       fetch.sent = now;
     }
   }
@@ -678,10 +591,6 @@ class Worker {
     }
     for (auto& item : done) {
       trials_.erase(item.key);
-      if (item.took > Clock::duration::zero()) {
-        const double took = std::chrono::duration<double, std::micro>(item.took).count();
-        mean_trial_us_ = mean_trial_us_ <= 0 ? took : 0.8 * mean_trial_us_ + 0.2 * took;
-      }
       if (item.outcome) {
         metrics_.trial_reported(*item.outcome, item.took);
       } else if (item.frame.empty()) {
@@ -689,9 +598,8 @@ class Worker {
       } else {
         metrics_.attempt_failed();
       }
-      if (item.frame.empty()) continue;
-      send(item.frame);
-      unacked_[item.key] = std::move(item.frame);
+      // Sent, and kept until acknowledged; a stop's empty frame says nothing.
+      session_.finished(item.key, std::move(item.frame), item.took);
     }
   }
 
@@ -710,37 +618,6 @@ class Worker {
     metrics_.observe(now);
   }
 
-  void send_heartbeat() {
-    capnp::MallocMessageBuilder message;
-    auto heartbeat = wire::start(message, ++request_id_).initHeartbeat();
-    auto running = heartbeat.initRunning(static_cast<unsigned>(trials_.size()));
-    unsigned i = 0;
-    for (const auto& [key, trial] : trials_) set_ref(running[i++], key);
-    send(wire::encode(message));
-    last_heartbeat_ = world_.monotonic_now();
-  }
-
-  void ask_for_work() {
-    const auto now = world_.monotonic_now();
-    // An offer of slots not answered in time was lost: offer again.
-    if (work_requested_ && now - work_requested_at_ >= config_.coordinator_timeout) {
-      work_requested_ = false;
-    }
-    if (!welcomed_ || work_requested_ || now < next_request_) return;
-    // Room for running trials and prefetched ones alike.
-    const std::size_t held = trials_.size();
-    const std::size_t room = std::size_t{config_.slots} +
-                             prefetch_wanted(config_.prefetch, config_.slots, mean_trial_us_);
-    if (held >= room) return;
-    capnp::MallocMessageBuilder message;
-    wire::start(message, ++request_id_)
-        .initRequestWork()
-        .setFreeSlots(static_cast<std::uint32_t>(room - held));
-    if (!send(wire::encode(message))) return;  // offered again at the next turn
-    work_requested_ = true;
-    work_requested_at_ = now;
-  }
-
   const WorkerConfig& config_;
   World& world_;  // every clock and random number
   const sandbox::Cancellation& stop_;
@@ -754,26 +631,17 @@ class Worker {
   tbb::global_control parallelism_;
   tbb::task_arena arena_;
   int exit_code_ = -1;
-  std::uint64_t request_id_ = 0;
   std::uint64_t arrivals_ = 0;
-  double mean_trial_us_ = 0;  // moving average of slot time per trial; 0: none yet
   std::uint64_t unsent_ = 0;  // messages ZeroMQ would not queue since the last it did
-  bool welcomed_ = false;
-  bool work_requested_ = false;
-  Clock::time_point work_requested_at_ = world_.monotonic_now();
-  std::chrono::milliseconds lease_{30000};
-  Clock::time_point last_heard_ = world_.monotonic_now();
-  bool busy_ = false;                           // the coordinator said its store is full
-  std::optional<Clock::time_point> resend_at_;  // of what it refused as busy
-  Clock::time_point last_hello_ = world_.monotonic_now();
-  Clock::time_point last_heartbeat_ = world_.monotonic_now();
-  Clock::time_point next_request_ = world_.monotonic_now();
+  // The protocol's side of the worker: hellos, heartbeats, offers, reports
+  // until acknowledged (after the socket and the cache it uses).
+  WorkerSession session_{session_config(), [this](const std::string& frame) { return send(frame); },
+                         log_, world_.monotonic_now()};
   // Owned by the loop thread; a slot reads only its own Trial, which stays
   // in the map (std::map nodes do not move) until its result is drained.
   std::map<AttemptKey, Trial> trials_;
   std::map<Digest, Fetch> fetches_;
-  std::map<Digest, Digest> pin_of_archive_;    // pack archive -> its pin, as assignments said
-  std::map<AttemptKey, std::string> unacked_;  // reports sent, not yet acknowledged
+  std::map<Digest, Digest> pin_of_archive_;  // pack archive -> its pin, as assignments said
   std::mutex finished_mutex_;
   std::deque<Finished> finished_;  // guarded by finished_mutex_
   std::size_t in_slots_ = 0;       // trials in the arena; guarded by finished_mutex_
@@ -783,16 +651,6 @@ class Worker {
 };
 
 }  // namespace
-
-std::size_t prefetch_wanted(unsigned prefetch, unsigned slots, double mean_trial_us) {
-  if (prefetch == 0) return 0;
-  if (!(mean_trial_us > 0)) return 1;
-  // The trials the slots get through in kPrefetchCover, rounded up; the
-  // clamp comes before the conversion, which a huge quotient would overflow.
-  const double cover = std::chrono::duration<double, std::micro>(kPrefetchCover).count() *
-                       std::max(slots, 1u) / mean_trial_us;
-  return static_cast<std::size_t>(std::clamp(std::ceil(cover), 1.0, double(prefetch)));
-}
 
 int stopped_from_outside(const sandbox::TrialVerdict& verdict) {
   if (verdict.stopped_by_net || verdict.exit_code >= 0) return 0;

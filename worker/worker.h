@@ -64,14 +64,6 @@ struct WorkerConfig {
 // Runs until `stop` is cancelled; returns 0, or non-zero when the worker
 // cannot go on (the coordinator refused it, the cache cannot be opened).
 // Running trials are killed on stop.
-// Assignments a worker holds beyond its `slots`: as many as cover
-// kPrefetchCover at `mean_trial_us` (the recent slot time of a trial; 0 when
-// none has been timed yet, which wants one), at least one, at most
-// `prefetch`, and none when `prefetch` is 0. Long trials want one ready at
-// most: more would only wait on this worker while another had nothing to do.
-inline constexpr std::chrono::milliseconds kPrefetchCover{50};
-std::size_t prefetch_wanted(unsigned prefetch, unsigned slots, double mean_trial_us);
-
 // The signal that stopped a trial's child from outside the worker, or 0. The
 // sandbox ends a child only with SIGKILL (its nets, a cancel) or SIGXCPU (its
 // CPU net), and a child never signals itself; SIGTERM, SIGINT, SIGHUP or

@@ -1,7 +1,7 @@
 // How many assignments a worker holds beyond its slots.
 #include <catch2/catch.hpp>
 
-#include "worker/worker.h"
+#include "worker/session.h"
 
 using forktrial::worker::prefetch_wanted;
 

@@ -1,0 +1,198 @@
+// The worker's side of the protocol (worker/session.h), in virtual time:
+// frames in, frames out, the clock given.
+#include "worker/session.h"
+
+#include <capnp/message.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace forktrial::worker {
+namespace {
+
+using schema::wire::Envelope;
+using namespace std::chrono_literals;
+
+const Log quiet = [](LogLevel, const std::string&) {};
+
+// A session whose frames are kept, decoded, in the order sent.
+struct Harness {
+  WorkerSession::Clock::time_point now{};
+  std::vector<std::string> sent;
+  WorkerSession session;
+  explicit Harness(SessionConfig config = defaults())
+      : session(
+            std::move(config),
+            [this](const std::string& frame) {
+              sent.push_back(frame);
+              return true;
+            },
+            quiet, now) {}
+
+  static SessionConfig defaults() {
+    SessionConfig config;
+    config.worker_id = "w1";
+    config.slots = 2;
+    config.prefetch = 0;
+    return config;
+  }
+
+  // The kinds of the frames sent since the last call.
+  std::vector<Envelope::Which> taken() {
+    std::vector<Envelope::Which> kinds;
+    for (const auto& frame : sent) {
+      auto decoded = wire::decode(frame);
+      REQUIRE(decoded.has_value());
+      kinds.push_back(decoded->envelope().which());
+    }
+    sent.clear();
+    return kinds;
+  }
+
+  Received hear(capnp::MallocMessageBuilder& message) {
+    const std::string frame = wire::encode(message);
+    auto decoded = wire::decode(frame);
+    REQUIRE(decoded.has_value());
+    return session.receive(decoded->envelope(), now);
+  }
+
+  Received welcome() {
+    capnp::MallocMessageBuilder message;
+    wire::start(message, 0).initWelcome().setLeaseMillis(30'000);
+    return hear(message);
+  }
+
+  Received error(wire::ErrorCode code) {
+    capnp::MallocMessageBuilder message;
+    auto error = wire::start(message, 0).initError();
+    error.setCode(code);
+    error.setMessage("said so");
+    return hear(message);
+  }
+
+  Received assignments(std::vector<AttemptKey> keys) {
+    capnp::MallocMessageBuilder message;
+    auto list = wire::start(message, 0)
+                    .initAssignments()
+                    .initAssignments(static_cast<unsigned>(keys.size()));
+    for (unsigned i = 0; i < keys.size(); ++i) set_ref(list[i].initTrial(), keys[i]);
+    return hear(message);
+  }
+
+  Received ack(const AttemptKey& key) {
+    capnp::MallocMessageBuilder message;
+    auto ack = wire::start(message, 0).initReportAck();
+    set_ref(ack.initTrial(), key);
+    ack.setVerdict(schema::wire::ReportVerdict::ACCEPTED);
+    return hear(message);
+  }
+};
+
+using W = Envelope::Which;
+
+}  // namespace
+
+TEST_CASE("a session says hello, offers its slots once welcomed, and heartbeats what it holds",
+          "[worker][session]") {
+  Harness h;
+  h.session.start(h.now);
+  CHECK(h.taken() == std::vector{W::WORKER_HELLO});
+  h.session.step(h.now);
+  CHECK(h.taken().empty());  // not welcomed: no offer
+
+  CHECK(h.welcome() == Received::done);
+  h.session.step(h.now);
+  CHECK(h.taken() == std::vector{W::REQUEST_WORK});
+  h.session.step(h.now);
+  CHECK(h.taken().empty());  // one offer at a time
+
+  const AttemptKey a{"job_1", 0, 1};
+  CHECK(h.assignments({a}) == Received::assignments);
+  h.session.hold(a);
+  h.now += 1s;
+  h.session.step(h.now);
+  auto sent = h.sent;
+  CHECK(h.taken() == std::vector{W::HEARTBEAT, W::REQUEST_WORK});
+  auto beat = wire::decode(sent[0]);
+  REQUIRE(beat->envelope().getHeartbeat().getRunning().size() == 1);
+  CHECK(key_of(beat->envelope().getHeartbeat().getRunning()[0]) == a);
+}
+
+TEST_CASE("a report is kept until acknowledged and sent again after the next welcome",
+          "[worker][session]") {
+  Harness h;
+  h.session.start(h.now);
+  h.welcome();
+  const AttemptKey a{"job_1", 3, 2};
+  h.session.hold(a);
+  h.taken();
+  h.session.finished(a, failure_frame(a, "could not run"), 0s);
+  CHECK(h.taken() == std::vector{W::ATTEMPT_FAILED});
+  CHECK(h.session.held() == 0);
+  CHECK(h.session.unacknowledged() == 1);
+
+  // The coordinator restarted: it does not know this worker.
+  CHECK(h.error(wire::ErrorCode::OUT_OF_ORDER) == Received::done);
+  CHECK_FALSE(h.session.welcomed());
+  CHECK(h.taken() == std::vector{W::WORKER_HELLO});
+  h.welcome();
+  CHECK(h.taken() == std::vector{W::ATTEMPT_FAILED});
+  h.ack(a);
+  CHECK(h.session.unacknowledged() == 0);
+  h.welcome();
+  CHECK(h.taken().empty());
+}
+
+TEST_CASE("busy sends what was refused again a second later", "[worker][session]") {
+  Harness h;
+  h.session.start(h.now);
+  h.welcome();
+  const AttemptKey a{"job_1", 0, 1};
+  h.session.hold(a);
+  h.session.finished(a, failure_frame(a, "x"), 0s);
+  h.taken();
+  CHECK(h.error(wire::ErrorCode::BUSY) == Received::done);
+  h.now += 999ms;
+  h.session.step(h.now);
+  CHECK(h.taken().empty());  // neither the report nor an offer yet
+  CHECK(h.session.next_step() == WorkerSession::Clock::time_point{} + 1s);
+  h.now += 1ms;
+  h.session.step(h.now);
+  CHECK(h.taken() == std::vector{W::HEARTBEAT, W::ATTEMPT_FAILED, W::REQUEST_WORK});
+}
+
+TEST_CASE("a silent coordinator is greeted again, and an empty answer paces the next offer",
+          "[worker][session]") {
+  Harness h;
+  h.session.start(h.now);
+  h.welcome();
+  h.session.step(h.now);
+  CHECK(h.taken() == std::vector{W::WORKER_HELLO, W::REQUEST_WORK});
+  // An empty answer that came straight back: the next offer 100 ms after.
+  h.now += 10ms;
+  h.assignments({});
+  h.session.step(h.now);
+  CHECK(h.taken().empty());
+  CHECK(h.session.next_step() == WorkerSession::Clock::time_point{} + 100ms);
+  h.now += 90ms;
+  h.session.step(h.now);
+  CHECK(h.taken() == std::vector{W::REQUEST_WORK});
+  // Then nothing for the coordinator timeout: a hello.
+  h.now += 5s;
+  h.session.step(h.now);
+  const auto kinds = h.taken();
+  CHECK(std::find(kinds.begin(), kinds.end(), W::WORKER_HELLO) != kinds.end());
+  CHECK_FALSE(h.session.welcomed());
+}
+
+TEST_CASE("a worker refused before its welcome stops, with the reason", "[worker][session]") {
+  Harness h;
+  h.session.start(h.now);
+  CHECK(h.error(wire::ErrorCode::REFUSED) == Received::refused);
+  REQUIRE(h.session.refusal().has_value());
+  CHECK(*h.session.refusal() == "said so");
+}
+
+}  // namespace forktrial::worker
