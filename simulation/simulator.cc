@@ -742,9 +742,10 @@ class Simulation {
   void coordinator_crash() {
     if (!core_) return;
     ++report_.coordinator_restarts;
+    // The referee's copy of the state, charged to the simulation.
+    if (config_.compare_replay) crashed_state_ = core_->scheduler().state_text();
     {
       Scope scope(config_.coordinator_scope);
-      if (config_.compare_replay) crashed_state_ = core_->scheduler().state_text();
       core_.reset();
     }
     inbox_.clear();
@@ -759,7 +760,7 @@ class Simulation {
   void coordinator_restart() {
     if (core_) return;
     if (!crashed_state_.empty()) {
-      Scope scope(config_.coordinator_scope);
+      // The referee's own replay, charged to the simulation.
       Scheduler replayed(config_.scheduler);
       {
         store::EventStore store(store_path_);

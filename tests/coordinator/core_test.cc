@@ -287,18 +287,18 @@ TEST_CASE("the core pauses when its world's disk fills and resumes when there is
 
 namespace {
 
-std::string worker_hello(std::uint64_t request, const std::string& id) {
+std::string worker_hello(std::uint64_t request, const std::string& id, std::uint32_t slots) {
   capnp::MallocMessageBuilder message;
   auto hello = wire::start(message, request).initWorkerHello();
   hello.setWorkerId(id);
-  hello.setSlots(1);
+  hello.setSlots(slots);
   hello.setIsolation("{}");
   return wire::encode(message);
 }
 
-std::string request_work(std::uint64_t request) {
+std::string request_work(std::uint64_t request, std::uint32_t free = 1) {
   capnp::MallocMessageBuilder message;
-  wire::start(message, request).initRequestWork().setFreeSlots(1);
+  wire::start(message, request).initRequestWork().setFreeSlots(free);
   return wire::encode(message);
 }
 
@@ -331,32 +331,78 @@ std::string results_request(std::uint64_t request, const std::string& job) {
 
 // The path the simulation takes for a share of its reports
 // (simulation/simulator.cc, kRefusedDeltas): the same code, so the same
-// answer.
-TEST_CASE("a report whose delta the store refuses is recorded without it and acknowledged",
+// answer. The three reports arrive in one turn, as a daemon's commit window
+// gathers them, and share its transaction until the store refuses it.
+TEST_CASE("reports sharing a turn: the one whose delta the store refuses costs only its delta",
           "[coordinator][core]") {
   GreeterCore fixture;
   auto& [greeter, config, core] = fixture;
-  auto accepted = only_reply(core.turn("c", untokened_submission(2, greeter.trial, 1), kNow));
+  auto accepted = only_reply(core.turn("c", untokened_submission(2, greeter.trial, 3), kNow));
   REQUIRE(accepted.envelope().isJobAccepted());
   const std::string job = wire::text(accepted.envelope().getJobAccepted().getJob());
-  REQUIRE(only_reply(core.turn("w", worker_hello(3, "w1"), kNow)).envelope().isWelcome());
-  auto work = only_reply(core.turn("w", request_work(4), kNow));
+  REQUIRE(only_reply(core.turn("w", worker_hello(3, "w1", 3), kNow)).envelope().isWelcome());
+  auto work = only_reply(core.turn("w", request_work(4, 3), kNow));
   REQUIRE(work.envelope().isAssignments());
-  REQUIRE(work.envelope().getAssignments().getAssignments().size() == 1);
-  const auto trial = work.envelope().getAssignments().getAssignments()[0].getTrial();
+  const auto assignments = work.envelope().getAssignments().getAssignments();
+  REQUIRE(assignments.size() == 3);
 
-  // evt_001 is in the fork's inherited history: the rules every delta is
+  // evt_001 is in every fork's inherited history: the rules every delta is
   // held to pass it, and the store refuses it.
-  auto ack = only_reply(core.turn("w", report_with_event(5, trial, "evt_001"), kNow));
-  REQUIRE(ack.envelope().isReportAck());
-  CHECK(ack.envelope().getReportAck().getVerdict() == schema::wire::ReportVerdict::ACCEPTED);
+  std::vector<CoordinatorCore::Frame> reports;
+  for (unsigned i = 0; i < 3; ++i) {
+    reports.push_back({"w", report_with_event(10 + i, assignments[i].getTrial(),
+                                              i == 1 ? "evt_001" : "evt_new")});
+  }
+  const auto acks = core.turn(reports, kNow);
+  REQUIRE(acks.size() == 3);
+  for (const auto& [route, frame] : acks) {
+    auto ack = wire::decode(frame);
+    REQUIRE(ack.has_value());
+    REQUIRE(ack->envelope().isReportAck());
+    CHECK(ack->envelope().getReportAck().getVerdict() == schema::wire::ReportVerdict::ACCEPTED);
+  }
 
   auto results = only_reply(core.turn("c", results_request(6, job), kNow));
   REQUIRE(results.envelope().isResults());
-  REQUIRE(results.envelope().getResults().getLines().size() == 1);
-  const std::string line = wire::text(results.envelope().getResults().getLines()[0]);
-  CHECK_THAT(line, Catch::Contains(R"("status":"reconciled")") &&
-                       Catch::Contains(R"("outcome":"crashed")") &&
-                       Catch::Contains("the store refused the child's delta") &&
-                       Catch::Contains(R"("events_appended":0)"));
+  const auto lines = results.envelope().getResults().getLines();
+  REQUIRE(lines.size() == 3);
+  for (unsigned i = 0; i < 3; ++i) {
+    const std::string line = wire::text(lines[i]);
+    INFO(line);
+    CHECK_THAT(line, Catch::Contains(R"("status":"reconciled")"));
+    if (i == 1) {
+      CHECK_THAT(line, Catch::Contains(R"("outcome":"crashed")") &&
+                           Catch::Contains("the store refused the child's delta") &&
+                           Catch::Contains(R"("events_appended":0)"));
+    } else {
+      CHECK_THAT(line, Catch::Contains(R"("outcome":"completed")") &&
+                           Catch::Contains(R"("events_appended":1)"));
+    }
+  }
+}
+
+TEST_CASE("an offer of slots with no work waits at the coordinator until work comes",
+          "[coordinator][core]") {
+  GreeterCore fixture;
+  auto& [greeter, config, core] = fixture;
+  REQUIRE(only_reply(core.turn("w", worker_hello(1, "waiting", 2), kNow)).envelope().isWelcome());
+  // With no job, the offer is held, then answered empty after a second.
+  CHECK(core.turn("w", request_work(2, 2), kNow).empty());
+  CHECK(core.turn({}, kNow + std::chrono::milliseconds(999)).empty());
+  auto empty = only_reply(core.turn({}, kNow + std::chrono::seconds(1)));
+  REQUIRE(empty.envelope().isAssignments());
+  CHECK(empty.envelope().getRequestId() == 2);
+  CHECK(empty.envelope().getAssignments().getAssignments().size() == 0);
+  // Offered again, it is answered in the turn a job comes.
+  const Instant later = kNow + std::chrono::seconds(2);
+  CHECK(core.turn("w", request_work(3, 2), later).empty());
+  const auto replies = core.turn("c", untokened_submission(4, greeter.trial, 3), later);
+  REQUIRE(replies.size() == 2);
+  CHECK(replies[0].first == "c");
+  CHECK(replies[1].first == "w");
+  auto work = wire::decode(replies[1].second);
+  REQUIRE(work.has_value());
+  REQUIRE(work->envelope().isAssignments());
+  CHECK(work->envelope().getRequestId() == 3);
+  CHECK(work->envelope().getAssignments().getAssignments().size() == 2);
 }
