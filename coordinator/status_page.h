@@ -8,7 +8,7 @@
 //   /api/jobs, /api/job?id=J, /api/candidates?job=J, /api/workers,
 //   /api/failures[?job=J]       JSON built by the coordinator's loop thread
 //                               from its own state, reached through a
-//                               transport::LoopHandoff (coordinator/server.cc
+//                               transport::LoopHandoff (coordinator/server_status.cc
 //                               answers them)
 //
 // Every answer carries a Content-Security-Policy of `default-src 'self'`:

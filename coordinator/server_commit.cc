@@ -1,0 +1,204 @@
+// The coordinator's persistence: every record is in the store before a peer
+// hears of it; a full store stops it, loses nothing and resumes; a restart
+// replays the log.
+#include "coordinator/server_impl.h"
+
+namespace forktrial::coordinator::detail {
+
+void Server::end_turn() {
+  probes_.turned();
+  probes_.set_ready(!store_full_, store_full_ ? "the store is full: " + *store_full_ : "");
+  if (store_full_) {
+    probe_store();
+  } else {
+    keep_tick(clock_now());
+    serve_parked(clock_now());
+  }
+  flush();
+  if (trim_) {
+    // A submission's message, its parse and its record are freed now:
+    // give the memory back rather than keep it as the high water.
+    give_back_freed_memory();
+    trim_ = false;
+  }
+}
+
+void Server::keep(Records records) {
+  for (auto& record : records) {
+    activity_.note(record);
+    pending_.push_back(std::move(record));
+  }
+  gauges_stale_ = true;
+}
+
+void Server::keep_tick(Instant now) {
+  for (const std::string& line : uploads_.expire(now)) log_(LogLevel::warn, line);
+  for (auto it = pending_jobs_.begin(); it != pending_jobs_.end();) {
+    if (it->second.last + kPendingJobIdle > now) {
+      ++it;
+      continue;
+    }
+    log_(LogLevel::warn, "dropped job " + it->first + ", abandoned after " +
+                             std::to_string(it->second.next) + " of its " +
+                             std::to_string(it->second.parts) + " parts");
+    it = pending_jobs_.erase(it);
+  }
+  Records records = scheduler_.tick(now);
+  metrics_.ticked(records);
+  keep(std::move(records));
+}
+
+void Server::pending_committed() {
+  metrics_.committed(pending_);
+  pending_.clear();
+}
+
+void Server::flush() {
+  try {
+    commit_turn();
+    if (turn_durable_) store_.sync();
+  } catch (const store::StoreFull& e) {
+    store_full(e.what());
+  }
+  turn_durable_ = false;
+  turn_writes_.clear();
+  if (gauges_stale_) {
+    metrics_.observe(scheduler_, store_full_.has_value());
+    gauges_stale_ = false;
+  }
+  if (!socket_) return;  // the replies are the caller's (turn)
+  for (auto& [route, frame] : outbox_) send_to(route, frame);
+  outbox_.clear();
+}
+
+void Server::commit_turn() {
+  if (!reconciling_.empty() && !write_turn()) {
+    std::vector<Reconciliation> alone;
+    alone.swap(reconciling_);
+    for (Reconciliation& r : alone) reconcile_alone(r);
+  }
+  if (!pending_.empty()) {
+    auto written = store_.write([&](store::Writer& writer) -> store::Result<std::uint64_t> {
+      return append_to_log(writer, pending_, {}, config_.job_chunk_bytes);
+    });
+    if (!written) {
+      throw Error(forktrial::ErrorCode::internal,
+                  "cannot write the orchestration log: " + written.error().message);
+    }
+    if (config_.committed) config_.committed(pending_);
+    pending_committed();
+  }
+}
+
+std::string Server::busy_message() const {
+  return "the coordinator's store is full (" + store_full_.value_or("") +
+         "); it takes no writes until its disk has room: send this again later";
+}
+
+void Server::reply_busy(const std::string& route, std::uint64_t request) {
+  reply_error(route, request, WireCode::BUSY, busy_message());
+}
+
+void Server::store_full(const std::string& why) {
+  const bool already = store_full_.has_value();
+  store_full_ = why;
+  pending_.clear();
+  for (const Reconciliation& r : reconciling_) reply_busy(r.route, r.request);
+  reconciling_.clear();
+  std::vector<std::pair<std::string, std::string>> told;
+  told.swap(outbox_);
+  for (auto& [route, frame] : told) {
+    auto decoded = wire::decode(frame, config_.max_frame_bytes);
+    if (!decoded) continue;
+    const auto envelope = decoded->envelope();
+    const std::uint64_t request = envelope.getRequestId();
+    if (envelope.which() != Envelope::ERROR && turn_writes_.contains({route, request})) {
+      reply_busy(route, request);  // its answer told of a decision now undone
+    } else if (request != 0 || envelope.which() == Envelope::ERROR) {
+      outbox_.emplace_back(std::move(route), std::move(frame));  // a read, or an error
+    }
+    // A message of the coordinator's own (stop a trial) goes: the next
+    // heartbeat names the stale trials again.
+  }
+  scheduler_ = Scheduler(config_.scheduler);
+  replay_log();
+  metrics_.undone();
+  metrics_.resync(scheduler_);
+  gauges_stale_ = true;
+  // Every worker says hello again and keeps its leases, as after a restart.
+  parked_.clear();
+  for (const auto& [worker, route] : worker_routes_) peers_.erase(route);
+  worker_routes_.clear();
+  next_probe_ = world_.monotonic_now() + probe_wait_;
+  last_full_log_ = world_.monotonic_now();
+  log_(LogLevel::error,
+       std::string(already ? "the store is still full" : "the store is full") + ": " + why +
+           ". Paused: no leases, reconciliations or submissions until the disk holding " +
+           config_.store.string() +
+           " has room; nothing committed is lost, and running trials keep their leases");
+}
+
+void Server::probe_store() {
+  const auto steady = world_.monotonic_now();
+  if (steady < next_probe_) return;
+  const std::uint64_t free = world_.free_bytes(config_.store).value_or(kResumeFreeBytes);
+  if (free < kResumeFreeBytes) {
+    next_probe_ = steady + std::chrono::seconds(1);
+    if (steady - last_full_log_ >= kStillFullLog) {
+      last_full_log_ = steady;
+      log_(LogLevel::warn, "the store is still full (" + std::to_string(free) +
+                               " bytes free on its disk); still paused");
+    }
+    return;
+  }
+  const std::string why = *store_full_;
+  store_full_.reset();
+  keep(scheduler_.recover(clock_now()));
+  flush();
+  if (store_full_) {
+    probe_wait_ = std::min<std::chrono::seconds>(probe_wait_ * 2, kLongestProbe);
+    next_probe_ = steady + probe_wait_;
+    return;
+  }
+  probe_wait_ = std::chrono::seconds(1);
+  log_(LogLevel::info, "the store has room again (" + std::to_string(free) +
+                           " bytes free on its disk); resumed, every live lease renewed");
+}
+
+void Server::recover() {
+  const std::uint64_t records = replay_log();
+  metrics_.resync(scheduler_);
+  keep(scheduler_.recover(clock_now()));
+  flush();
+  give_back_freed_memory();  // the log's text, read and decoded, is garbage now
+  if (records > 0) {
+    log_(LogLevel::info, "replayed " + std::to_string(records) + " orchestration records");
+  }
+}
+
+std::uint64_t Server::replay_log() {
+  auto snapshot = store_.snapshot();
+  std::uint64_t records = 0;
+  activity_.clear();
+  auto read = read_log(
+      snapshot,
+      [&](OrchestrationRecord&& record) {
+        activity_.note(record);
+        if (const auto* job = std::get_if<JobSubmitted>(&record)) note_job(*job);
+        scheduler_.replay(std::move(record));  // after what reads it
+        ++records;
+      },
+      [&](const store::EventView& event) {
+        if (event.type == kResultType) remember_result(event);
+      });
+  if (!read)
+    throw Error(forktrial::ErrorCode::internal,
+                "the orchestration log does not replay: " + read.error());
+  return records;
+}
+
+void Server::note_job(const JobSubmitted& job) {
+  result_seqs_[job.job.str()].assign(job.trials.size(), 0);
+}
+
+}  // namespace forktrial::coordinator::detail

@@ -1,0 +1,358 @@
+// The coordinator's clients' writes: submissions (whole or in parts),
+// cancellations, and the blobs they upload or workers fetch.
+#include "coordinator/server_impl.h"
+
+namespace forktrial::coordinator::detail {
+
+void Server::on_fetch(const std::string& route, Envelope::Reader envelope) {
+  auto fetch = envelope.getFetchBlob();
+  auto digest = wire::digest_of(fetch.getDigest());
+  if (!digest) {
+    return reply_error(route, envelope.getRequestId(), WireCode::MALFORMED, "not a digest");
+  }
+  auto snapshot = store_.snapshot();
+  auto blob = snapshot.blob(*digest);
+  if (!blob) {
+    return reply_error(route, envelope.getRequestId(), WireCode::NOT_FOUND,
+                       "no blob " + digest->str() + " in the coordinator's store");
+  }
+  const std::uint64_t offset = std::min<std::uint64_t>(fetch.getOffset(), blob->size());
+  const std::uint64_t length = std::min<std::uint64_t>(
+      {fetch.getLength(), schema::wire::K_MAX_CHUNK_BYTES, blob->size() - offset});
+  capnp::MallocMessageBuilder message;
+  auto chunk = wire::start(message, envelope.getRequestId()).initBlobChunk();
+  wire::set_digest(chunk.initDigest(), *digest);
+  chunk.setTotalSize(blob->size());
+  chunk.setOffset(offset);
+  metrics_.blob_bytes(BlobDirection::served, length);
+  chunk.setBytes(
+      capnp::Data::Reader(reinterpret_cast<const capnp::byte*>(blob->data()) + offset, length));
+  reply(route, wire::encode(message));
+}
+
+void Server::on_find_missing(const std::string& route, Envelope::Reader envelope) {
+  std::vector<Digest> wanted;
+  for (auto d : envelope.getFindMissing().getDigests()) {
+    if (auto digest = wire::digest_of(d)) wanted.push_back(*digest);
+  }
+  auto missing = store_.snapshot().missing_blobs(wanted);
+  capnp::MallocMessageBuilder message;
+  auto list = wire::start(message, envelope.getRequestId())
+                  .initMissing()
+                  .initDigests(static_cast<unsigned>(missing.size()));
+  for (unsigned i = 0; i < missing.size(); ++i) wire::set_digest(list[i], missing[i]);
+  reply(route, wire::encode(message));
+}
+
+void Server::on_put_blob(const std::string& route, Envelope::Reader envelope, Instant now) {
+  auto chunk = envelope.getPutBlob();
+  auto digest = wire::digest_of(chunk.getDigest());
+  const std::uint64_t request = envelope.getRequestId();
+  if (!digest) return reply_error(route, request, WireCode::MALFORMED, "not a digest");
+  auto bytes = chunk.getBytes();
+  // A client is its key, with keys: a client opening many connections
+  // still has one share of the spool.
+  const std::string client = client_ ? "key " + client_->key : "connection " + route;
+  auto added = uploads_.add(client, *digest, chunk.getTotalSize(), chunk.getOffset(),
+                            std::as_bytes(std::span(bytes.begin(), bytes.size())), now);
+  if (!added) {
+    using Refusal = UploadSpool::Refusal;
+    const Refusal why = added.error().why;
+    const WireCode code = why == Refusal::too_large      ? WireCode::TOO_LARGE
+                          : why == Refusal::out_of_order ? WireCode::OUT_OF_ORDER
+                          : why == Refusal::bad_hash     ? WireCode::REFUSED
+                                                         : WireCode::BUSY;
+    return reply_error(route, request, code, added.error().message);
+  }
+  metrics_.blob_bytes(BlobDirection::uploaded, bytes.size());
+  if (const auto& whole = *added) {
+    // Stored from its file, never held in memory; the file goes either way.
+    struct Remove {
+      UploadSpool& spool;
+      const std::filesystem::path& file;
+      ~Remove() { spool.done(file); }
+    } remove{uploads_, *whole};
+    store_.put_blob_file(*whole);
+  }
+  reply_ok(route, request);
+}
+
+void Server::on_submit(const std::string& route, Envelope::Reader envelope, Instant now) {
+  auto job = envelope.getSubmitJob();
+  const std::uint64_t request = envelope.getRequestId();
+  JobSubmission submission;
+  submission.priority = job.getPriority();
+  submission.name = wire::text(job.getName());
+  // The name is shown to every client and on the status page.
+  if (auto bad = named_text_problem("the job's name", submission.name, kMaxJobNameBytes)) {
+    return reply_error(route, request, WireCode::REFUSED, *bad + "; name the job with plain text");
+  }
+  char id[32];
+  if (const std::string token = wire::text(job.getToken()); !token.empty()) {
+    // The client named the submission: sent again (its answer was lost),
+    // it is answered with the job it made, which is not made twice.
+    const bool hex = token.size() == 16 && std::all_of(token.begin(), token.end(), [](char c) {
+                       return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+                     });
+    if (!hex) {
+      return reply_error(route, request, WireCode::MALFORMED,
+                         "a submission token is 16 lowercase hex digits");
+    }
+    std::snprintf(id, sizeof id, "job_%s", token.c_str());
+    if (auto existing = scheduler_.job_status(JobId(id))) {
+      // Sent again: in parts, any part of a job already made is answered
+      // as its last was.
+      const bool same_size = job.getParts() > 1 || existing->trials == job.getSpecs().size();
+      if (!same_size || existing->name != submission.name) {
+        return reply_error(route, request, WireCode::REFUSED,
+                           std::string("token ") + token + " already names job " + id + " (\"" +
+                               existing->name + "\", " + std::to_string(existing->trials) +
+                               " trials); a new submission needs a new token");
+      }
+      capnp::MallocMessageBuilder message;
+      auto accepted = wire::start(message, request).initJobAccepted();
+      accepted.setJob(id);
+      accepted.setTotal(existing->trials);
+      return reply(route, wire::encode(message));
+    }
+  } else if (job.getParts() > 1) {
+    return reply_error(route, request, WireCode::MALFORMED,
+                       "a submission in parts needs a token to name it");
+  } else {
+    std::snprintf(id, sizeof id, "job_%016llx", static_cast<unsigned long long>(world_.random64()));
+  }
+  submission.id = JobId(id);
+  // A job in parts: each part is checked as it comes and held until the
+  // last, which makes the job (PendingJob).
+  PendingJob* pending = nullptr;
+  if (job.getParts() > 1) {
+    const std::uint32_t part = job.getPart(), parts = job.getParts();
+    auto found = pending_jobs_.find(id);
+    if (part == 0 && found != pending_jobs_.end() && found->second.next > 0) {
+      // Started again from its first part: what came before is dropped.
+      pending_jobs_.erase(found);
+      found = pending_jobs_.end();
+    }
+    if (found == pending_jobs_.end()) {
+      if (part != 0) {
+        return reply_error(route, request, WireCode::OUT_OF_ORDER,
+                           "part " + std::to_string(part) + " of job " + id +
+                               " came before its part 0 (or after the job was dropped, idle "
+                               "for 60 s): send the job again from part 0");
+      }
+      if (pending_jobs_.size() >= kMaxPendingJobs) {
+        return reply_error(route, request, WireCode::BUSY,
+                           "too many jobs are being submitted in parts at once; send this "
+                           "again later");
+      }
+      found = pending_jobs_
+                  .emplace(id, PendingJob{submission.name,
+                                          submission.priority,
+                                          parts,
+                                          client_ ? client_->key : "",
+                                          0,
+                                          {},
+                                          now})
+                  .first;
+    }
+    pending = &found->second;
+    if (pending->parts != parts || pending->name != submission.name ||
+        pending->owner != (client_ ? client_->key : "") || part >= parts) {
+      return reply_error(route, request, WireCode::REFUSED,
+                         "part " + std::to_string(part) + " of " + std::to_string(parts) +
+                             " does not belong to job " + id + ", which is being submitted in " +
+                             std::to_string(pending->parts) + " parts under another name or key");
+    }
+    if (part < pending->next) return reply_ok(route, request);  // sent again
+    if (part > pending->next) {
+      return reply_error(route, request, WireCode::OUT_OF_ORDER,
+                         "part " + std::to_string(part) + " of job " + id + " came before part " +
+                             std::to_string(pending->next));
+    }
+    pending->last = now;
+  }
+  const std::size_t held = pending == nullptr ? 0 : pending->inputs.size();
+  // A flood of submissions is refused before it is parsed or recorded: the
+  // queue, kept in memory and replayed at every start, stays bounded.
+  if (const std::size_t queued = scheduler_.queued_trials() + pending_trials();
+      queued + job.getSpecs().size() > config_.max_queued) {
+    if (pending != nullptr) pending_jobs_.erase(id);
+    return reply_error(route, request, WireCode::REFUSED,
+                       "the coordinator's queue is full: it holds " + std::to_string(queued) +
+                           " queued trials, and " + std::to_string(job.getSpecs().size()) +
+                           " more would pass its limit of " + std::to_string(config_.max_queued) +
+                           " (--max-queued); submit again when some have run, or in smaller "
+                           "jobs");
+  }
+  // Each distinct problem once, with the first trial it was found in and
+  // how many trials share it (a bad bundle or parent would otherwise be
+  // listed once per trial of the matrix).
+  std::map<std::string, std::pair<std::size_t, std::size_t>> problems;  // -> (first, count)
+  std::vector<std::string> problem_order;
+  auto problem = [&](std::size_t index, const std::string& message) {
+    auto [it, added] = problems.try_emplace(message, index, 0);
+    ++it->second.second;
+    if (added) problem_order.push_back(message);
+  };
+  std::map<std::pair<std::string, std::string>, std::expected<Digest, std::string>> segments;
+  std::map<std::pair<Digest, Digest>, std::optional<std::string>> checked_bundles;
+  std::vector<TrialInput> inputs;
+  auto snapshot = store_.snapshot();
+  std::size_t index = held;
+  for (auto text : job.getSpecs()) {
+    const std::size_t trial = index++;
+    auto submitted = read_payload(wire::text(text), specs_);
+    if (!submitted) {
+      problem(trial, submitted.error());
+      continue;
+    }
+    TrialInput input;
+    const auto& spec = submitted->spec();
+    // The wall clock bounds an attempt's lease (Scheduler::request_work).
+    input.run_limit =
+        Duration{static_cast<Duration::rep>(std::ceil(spec.limits.wall_clock_seconds * 1000))};
+    for (const auto* pack : sandbox::packs_in_load_order(spec)) {
+      auto archive = wire::archive_of_root(pack->root_dir);
+      if (!archive || !pack->expected_bundle_hash) {
+        problem(trial, "pack " + pack->root_dir + " is not a pinned bundle");
+        continue;
+      }
+      if (auto bad =
+              bundle_problem(snapshot, *archive, *pack->expected_bundle_hash, checked_bundles)) {
+        problem(trial, *bad);
+      }
+      input.bundles.push_back(*archive);
+    }
+    const auto key = std::make_pair(spec.parent_run_id.str(), spec.at_event.str());
+    auto segment = segments.find(key);
+    if (segment == segments.end())
+      segment = segments.emplace(key, segment_of(snapshot, spec)).first;
+    if (!segment->second) {
+      problem(trial, segment->second.error());
+      continue;
+    }
+    input.segment = *segment->second;
+    input.payload = payload_of(submitted->candidate, submitted->spec_json());
+    inputs.push_back(std::move(input));
+  }
+  if (!problems.empty()) {
+    constexpr std::size_t kListed = 20;
+    std::string message = "the job was not submitted:";
+    for (std::size_t n = 0; n < problem_order.size() && n < kListed; ++n) {
+      const auto& [first, count] = problems[problem_order[n]];
+      message += "\n  trial " + std::to_string(first) +
+                 (count > 1 ? " (and " + std::to_string(count - 1) + " more)" : "") + ": " +
+                 problem_order[n];
+    }
+    if (problem_order.size() > kListed) {
+      message += "\n  and " + std::to_string(problem_order.size() - kListed) + " more problems";
+    }
+    if (pending != nullptr) pending_jobs_.erase(id);
+    return reply_error(route, request, WireCode::REFUSED, message);
+  }
+  if (pending != nullptr) {
+    pending->inputs.insert(pending->inputs.end(), std::make_move_iterator(inputs.begin()),
+                           std::make_move_iterator(inputs.end()));
+    if (++pending->next < pending->parts) return reply_ok(route, request);
+    inputs = std::move(pending->inputs);
+    pending_jobs_.erase(id);
+  }
+  const std::size_t total = inputs.size();
+  submission.trials = std::move(inputs);
+  submission.owner = client_ ? client_->key : "";
+  auto records = scheduler_.submit(std::move(submission), now);
+  if (!records) return reply_error(route, request, WireCode::REFUSED, records.error().message);
+  for (const auto& record : *records) {
+    if (const auto* submitted = std::get_if<JobSubmitted>(&record)) note_job(*submitted);
+  }
+  keep(std::move(*records));
+  turn_durable_ = true;
+  trim_ = true;
+  log_(LogLevel::info,
+       std::string("job ") + id + " submitted with " + std::to_string(total) + " trials");
+  capnp::MallocMessageBuilder message;
+  auto accepted = wire::start(message, request).initJobAccepted();
+  accepted.setJob(id);
+  accepted.setTotal(total);
+  reply(route, wire::encode(message));
+}
+
+std::optional<std::string> Server::bundle_problem(
+    const store::Snapshot& snapshot, const Digest& archive, const Digest& pin,
+    std::map<std::pair<Digest, Digest>, std::optional<std::string>>& checked) {
+  const auto key = std::make_pair(archive, pin);
+  if (auto done = checked.find(key); done != checked.end()) return done->second;
+  std::optional<std::string> problem;
+  auto blob = snapshot.blob(archive);
+  if (!blob) {
+    problem = "bundle " + archive.str() + " was not uploaded";
+  } else {
+    auto summary = pack::check_archive(
+        std::string_view(reinterpret_cast<const char*>(blob->data()), blob->size()));
+    if (!summary) {
+      problem = "bundle " + archive.str() + " is not a pack archive: " + summary.error().message;
+    } else if (summary->bundle_hash != pin) {
+      problem = "bundle " + archive.str() + " holds a pack that hashes to " +
+                summary->bundle_hash.str() + ", not to its pin " + pin.str();
+    }
+  }
+  checked.emplace(key, problem);
+  return problem;
+}
+
+std::expected<Digest, std::string> Server::segment_of(const store::Snapshot& snapshot,
+                                                      const sandbox::TrialSpecification& spec) {
+  auto parent = snapshot.run(spec.parent_run_id);
+  if (!parent) {
+    return std::unexpected("no run " + spec.parent_run_id.str() + " in the coordinator's store " +
+                           config_.store.string() + "; import it there first (forktrial run " +
+                           "import FILE --store " + config_.store.string() + " --id " +
+                           spec.parent_run_id.str() + ")");
+  }
+  auto point = snapshot.find_event(*parent, spec.at_event);
+  if (!point) {
+    return std::unexpected("no event " + spec.at_event.str() + " in the history of run " +
+                           spec.parent_run_id.str());
+  }
+  auto stored = store_.write(
+      [&](store::Writer& writer) { return writer.store_segment(spec.parent_run_id, point->seq); });
+  if (!stored) return std::unexpected(stored.error().message);
+  return *stored;
+}
+
+void Server::on_cancel(const std::string& route, Envelope::Reader envelope, Instant now) {
+  const JobId job(wire::text(envelope.getCancelJob().getJob()));
+  if (auto status = scheduler_.job_status(job); status && !may_act_on(*status)) {
+    log_(LogLevel::warn, "refused to cancel job " + job.str() +
+                             " for a client key that "
+                             "neither submitted it nor is an administrator's");
+    return refuse_not_theirs(route, envelope.getRequestId(), job.str(), "cancel");
+  }
+  auto cancelled = scheduler_.cancel(job, now);
+  if (!cancelled) {
+    return reply_error(route, envelope.getRequestId(), WireCode::NOT_FOUND,
+                       cancelled.error().message);
+  }
+  keep(std::move(cancelled->records));
+  turn_durable_ = true;
+  std::map<std::string, std::vector<AttemptRef>> stops;
+  for (const auto& running : cancelled->running) {
+    auto worker_route = worker_routes_.find(running.worker);
+    if (worker_route == worker_routes_.end()) continue;
+    stops[worker_route->second].push_back({running.trial, running.attempt});
+  }
+  for (const auto& [worker_route, trials] : stops) send_stop(worker_route, trials);
+  log_(LogLevel::info, "job " + job.str() + " cancelled; " +
+                           std::to_string(cancelled->running.size()) +
+                           " running trials told to stop");
+  reply_json(route, envelope.getRequestId(), status_json(*scheduler_.job_status(job), clock_now()),
+             false);
+}
+
+std::size_t Server::pending_trials() const {
+  std::size_t trials = 0;
+  for (const auto& [id, job] : pending_jobs_) trials += job.inputs.size();
+  return trials;
+}
+
+}  // namespace forktrial::coordinator::detail

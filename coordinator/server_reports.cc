@@ -1,0 +1,335 @@
+// The coordinator's reports: judged, held to the rules every delta is held
+// to, reconciled in the turn's one transaction, and acknowledged after it.
+#include "coordinator/server_impl.h"
+
+namespace forktrial::coordinator::detail {
+
+void Server::remember_result(const store::EventView& event) {
+  auto doc = ordered_json::parse(event.payload, nullptr, false);
+  if (!doc.is_object() || !doc["job"].is_string() || !doc["index"].is_number_unsigned()) return;
+  remember_result(TrialId{JobId(doc["job"].get<std::string>()), doc["index"].get<std::uint32_t>()},
+                  event.seq);
+}
+
+void Server::remember_result(const TrialId& trial, std::uint64_t seq) {
+  auto job = result_seqs_.find(trial.job.str());
+  if (job != result_seqs_.end() && trial.index < job->second.size()) {
+    job->second[trial.index] = seq;
+  }
+}
+
+std::optional<std::string> Server::stored_result(const TrialId& trial) {
+  auto job = result_seqs_.find(trial.job.str());
+  if (job == result_seqs_.end() || trial.index >= job->second.size() ||
+      job->second[trial.index] == 0) {
+    return std::nullopt;
+  }
+  const std::uint64_t seq = job->second[trial.index];
+  auto snapshot = store_.snapshot();
+  auto run = snapshot.run(kOrchestrationRun);
+  if (!run) return std::nullopt;
+  std::optional<std::string> payload;
+  snapshot.for_each_event(*run, seq, [&](const store::EventView& event) {
+    if (event.seq == seq && event.type == kResultType) payload = std::string(event.payload);
+    return false;
+  });
+  return payload;
+}
+
+Server::WireVerdict Server::wire_verdict(ReportVerdict verdict) {
+  switch (verdict) {
+    case ReportVerdict::accepted:
+      return WireVerdict::ACCEPTED;
+    case ReportVerdict::fenced:
+      return WireVerdict::FENCED;
+    case ReportVerdict::duplicate:
+      return WireVerdict::DUPLICATE;
+    case ReportVerdict::unknown:
+      return WireVerdict::UNKNOWN;
+  }
+  return WireVerdict::UNKNOWN;
+}
+
+void Server::ack(const std::string& route, std::uint64_t request,
+                 schema::wire::TrialRef::Reader ref, WireVerdict verdict, std::string_view reason) {
+  ack(route, request, TrialId{JobId(wire::text(ref.getJob())), ref.getIndex()}, ref.getAttempt(),
+      verdict, reason);
+}
+
+void Server::ack(const std::string& route, std::uint64_t request, const TrialId& trial,
+                 Attempt attempt, WireVerdict verdict, std::string_view reason) {
+  capnp::MallocMessageBuilder message;
+  auto out = wire::start(message, request).initReportAck();
+  auto ref = out.initTrial();
+  ref.setJob(trial.job.str());
+  ref.setIndex(trial.index);
+  ref.setAttempt(attempt);
+  out.setVerdict(verdict);
+  out.setReason(bounded_text(reason, 1024));
+  reply(route, wire::encode(message));
+}
+
+void Server::on_report(const std::string& route, const WorkerId& worker, Envelope::Reader envelope,
+                       Instant now) {
+  auto report = envelope.getReport();
+  const TrialId trial{JobId(wire::text(report.getTrial().getJob())), report.getTrial().getIndex()};
+  const Attempt attempt = report.getTrial().getAttempt();
+  auto judged = scheduler_.on_report(worker, trial, attempt, now);
+  keep(std::move(judged.records));
+  if (judged.verdict != ReportVerdict::accepted) {
+    if (judged.verdict == ReportVerdict::fenced) {
+      log_(LogLevel::info, "fenced a report of " + trial.str() + " attempt " +
+                               std::to_string(attempt) + ": " + judged.reason);
+    }
+    return ack(route, envelope.getRequestId(), report.getTrial(), wire_verdict(judged.verdict),
+               judged.reason);
+  }
+  auto reconciliation =
+      reconciliation_of(route, envelope.getRequestId(), worker, trial, attempt, report, now);
+  if (!reconciliation) {
+    // The worker's parent holds its child to these rules before it
+    // reports: a report that breaks them comes from a worker that does
+    // not. Nothing of it is recorded, and the attempt failed (the trial
+    // runs again, on whichever worker asks next).
+    const std::string reason =
+        "worker " + worker.str() +
+        "'s report breaks the rules every delta is held to: " + reconciliation.error();
+    log_(LogLevel::warn, "refused the report of " + trial.str() + " attempt " +
+                             std::to_string(attempt) + ": " + reason);
+    keep(scheduler_.reconcile_failed(trial, reason, now).value_or(Records{}));
+    submitted_.erase(trial);
+    return ack(route, envelope.getRequestId(), report.getTrial(), WireVerdict::REFUSED, reason);
+  }
+  // Reconciled with the rest of this turn, in its one transaction; the
+  // acknowledgement goes after the commit, saying how it went.
+  reconciling_.push_back(std::move(*reconciliation));
+}
+
+UnixMillis Server::fork_point_time(const sandbox::TrialSpecification& spec) {
+  auto snapshot = store_.snapshot();
+  auto parent = snapshot.run(spec.parent_run_id);
+  if (!parent) return 0;
+  auto point = snapshot.find_event(*parent, spec.at_event);
+  return point ? parse_timestamp(point->timestamp).value_or(0) : 0;
+}
+
+std::expected<Server::Reconciliation, std::string> Server::reconciliation_of(
+    const std::string& route, std::uint64_t request, const WorkerId& worker, const TrialId& trial,
+    Attempt attempt, schema::wire::Report::Reader report, Instant now) {
+  Reconciliation r{route,
+                   request,
+                   worker,
+                   trial,
+                   attempt,
+                   now,
+                   {},
+                   {},
+                   report.getDurationMillis(),
+                   world_.monotonic_now()};
+  sandbox::TrialVerdict& verdict = r.verdict;
+  // An enum holds whatever number the peer wrote.
+  const auto outcome_ordinal = static_cast<std::uint16_t>(report.getOutcome());
+  auto outcome = outcome_from_ordinal(outcome_ordinal);
+  if (!outcome) {
+    return std::unexpected("outcome " + std::to_string(outcome_ordinal) +
+                           " is not one forktrial has");
+  }
+  verdict.outcome = *outcome;
+  switch (report.getIsolation()) {
+    case schema::wire::IsolationLevel::STANDARD:
+      r.isolation = sandbox::Isolation::standard;
+      break;
+    case schema::wire::IsolationLevel::STRICT:
+      r.isolation = sandbox::Isolation::strict;
+      break;
+    default:
+      return std::unexpected("its isolation " +
+                             std::to_string(static_cast<std::uint16_t>(report.getIsolation())) +
+                             " is neither standard nor strict");
+  }
+  verdict.detail = wire::prose(report.getDetail(), sandbox::kMaxVerdictDetailBytes);
+  const auto warnings = report.getWarnings();
+  for (unsigned i = 0; i < warnings.size() && i < sandbox::kMaxVerdictWarnings; ++i) {
+    verdict.warnings.push_back(wire::prose(warnings[i], sandbox::kMaxVerdictWarningBytes));
+  }
+  if (warnings.size() > sandbox::kMaxVerdictWarnings) {
+    verdict.warnings.push_back(std::to_string(warnings.size() - sandbox::kMaxVerdictWarnings) +
+                               " more warnings were cut");
+  }
+  verdict.exit_code = report.getExitCode();
+  verdict.stopped_by_net = report.getStoppedByNet();
+  verdict.wall_clock_killed = report.getWallClockKilled();
+  if (verdict.wall_clock_killed &&
+      (verdict.outcome != Outcome::limits_exceeded || !verdict.stopped_by_net)) {
+    return std::unexpected(
+        "it says the wall clock killed the child, but its outcome is " +
+        std::string(outcome_name(verdict.outcome)) +
+        (verdict.stopped_by_net ? "" : " and no net stopped it") +
+        "; a parent that kills the child on the wall clock reports limits_exceeded");
+  }
+  if (report.getHasClaim()) {
+    verdict.claimed_events = report.getClaimedEvents();
+    verdict.claimed_failures = report.getClaimedFailures();
+  }
+  const sandbox::TrialSpecification& spec = submitted_trial(trial).spec();
+  sandbox::DeltaRules rules("worker " + worker.str(), fork_point_time(spec), spec.limits);
+  const auto events = report.getEvents();
+  r.events.reserve(std::min<std::size_t>(events.size(), 4096));
+  auto view_text = [](capnp::Text::Reader text) {
+    return std::string_view(text.begin(), text.size());
+  };
+  for (auto e : events) {
+    store::EventView view;
+    view.id = view_text(e.getId());
+    view.type = view_text(e.getType());
+    view.payload = view_text(e.getPayload());
+    view.timestamp = view_text(e.getTimestamp());
+    if (e.getActor().isActorName()) view.actor = view_text(e.getActor().getActorName());
+    if (e.getFrame().isFrameId()) view.frame_id = view_text(e.getFrame().getFrameId());
+    if (e.getCause().isCausedBy()) view.caused_by = view_text(e.getCause().getCausedBy());
+    if (const auto& cut = rules.check(view)) return std::unexpected(cut->reason);
+    r.events.push_back(static_cast<store::NewEvent>(view.to_event()));
+  }
+  return r;
+}
+
+store::Result<std::uint64_t> Server::record_reconciliation(store::Writer& writer,
+                                                           const Reconciliation& r,
+                                                           const sandbox::TrialVerdict& v,
+                                                           std::uint64_t count, Records& records,
+                                                           std::vector<store::NewEvent>& results) {
+  const SubmittedTrial& submitted = submitted_trial(r.trial);
+  const store::RunId fork_id = fork_run_of(r.trial, r.attempt);
+  const store::NewRun fork{.id = fork_id, .label = submitted.spec().label};
+  auto recorded =
+      sandbox::record_trial(writer, submitted.spec(), fork, count, sandbox::delta_of(r.events), v);
+  if (!recorded) return recorded;
+  records.push_back(TrialReconciled{r.trial, r.attempt, v.outcome, r.at});
+  auto run = writer.run(fork_id);
+  const std::uint64_t fork_seq = run->fork_of ? run->fork_of->seq : 0;
+  ordered_json result = result_json(r.trial, r.attempt, submitted, v, r.worker);
+  result["fork_run_id"] = fork_id.str();
+  result["events_appended"] = run->head - fork_seq;
+  result["behavior_failures"] = writer.events_of_type(*run, "behavior.failed").size();
+  result["behavior_failures_after_fork"] =
+      writer.events_of_type(*run, "behavior.failed", fork_seq).size();
+  result["duration_ms"] = r.duration_ms;
+  // What isolation the trial had, as its worker ran it and its warnings say.
+  result["isolation"] = ordered_json::parse(sandbox::isolation_json(
+      sandbox::trial_isolation(r.isolation, submitted.spec().limits, v.warnings)));
+  // The store is the record: say when the child claimed otherwise.
+  std::string detail = result["detail"];
+  sandbox::append_detail_line(detail,
+                              sandbox::claim_disagreement(v, result["events_appended"],
+                                                          result["behavior_failures_after_fork"]));
+  result["detail"] = detail;
+  store::NewEvent event;
+  event.type = kResultType;
+  event.payload = result.dump();
+  event.timestamp = format_timestamp(r.at.time_since_epoch().count());
+  event.actor = std::string(kCoordinatorActor);
+  results.push_back(std::move(event));
+  return recorded;
+}
+
+void Server::reconciled(const Reconciliation& r, const sandbox::TrialVerdict& v,
+                        std::uint64_t result_seq) {
+  remember_result(r.trial, result_seq);
+  metrics_.reconciled(v.outcome, world_.monotonic_now() - r.received,
+                      std::chrono::milliseconds(r.duration_ms));
+  // Its record is in the log already (record_reconciliation wrote it).
+  if (auto applied = scheduler_.reconciled(r.trial, v.outcome, r.at)) {
+    for (const auto& record : *applied) activity_.note(record);
+  }
+  gauges_stale_ = true;
+  submitted_.erase(r.trial);
+  ack(r.route, r.request, r.trial, r.attempt, WireVerdict::ACCEPTED);
+}
+
+bool Server::write_turn() {
+  std::vector<store::NewEvent> results;
+  Records records;
+  auto written = store_.write([&](store::Writer& writer) -> store::Result<std::uint64_t> {
+    records = pending_;
+    results.clear();
+    for (const Reconciliation& r : reconciling_) {
+      const std::uint64_t count = r.events.size();
+      auto recorded = record_reconciliation(writer, r, r.verdict, count, records, results);
+      if (!recorded) return recorded;
+    }
+    return append_to_log(writer, records, results, config_.job_chunk_bytes);
+  });
+  if (!written) return false;
+  if (config_.committed) config_.committed(records);
+  pending_committed();
+  // The results are the log's last events.
+  const std::uint64_t first_result = *written - results.size() + 1;
+  for (std::size_t i = 0; i < reconciling_.size(); ++i) {
+    reconciled(reconciling_[i], reconciling_[i].verdict, first_result + i);
+  }
+  reconciling_.clear();
+  return true;
+}
+
+void Server::reconcile_alone(Reconciliation& r) {
+  auto write = [&](const sandbox::TrialVerdict& v, std::uint64_t count) {
+    std::vector<store::NewEvent> results;
+    Records records;
+    auto written = store_.write([&](store::Writer& writer) -> store::Result<std::uint64_t> {
+      records = pending_;
+      results.clear();
+      auto recorded = record_reconciliation(writer, r, v, count, records, results);
+      if (!recorded) return recorded;
+      return append_to_log(writer, records, results, config_.job_chunk_bytes);
+    });
+    if (written) {
+      if (config_.committed) config_.committed(records);
+      pending_committed();
+      reconciled(r, v, *written);  // its result is the log's last event
+    }
+    return written;
+  };
+  auto written = write(r.verdict, r.events.size());
+  if (!written && !r.events.empty()) {
+    log_(LogLevel::warn,
+         "the store refused the delta of " + r.trial.str() + ": " + written.error().message);
+    written = write(sandbox::without_delta(r.verdict, written.error().message), 0);
+  }
+  if (!written) {
+    // Nothing of the report is recorded: the attempt failed. A report the
+    // store refused is over too: the trial was requeued (or abandoned);
+    // the worker has nothing to resend.
+    keep(scheduler_
+             .reconcile_failed(r.trial, "the store refused the report: " + written.error().message,
+                               r.at)
+             .value_or(Records{}));
+    submitted_.erase(r.trial);
+    ack(r.route, r.request, r.trial, r.attempt, WireVerdict::REFUSED,
+        "the store refused the report: " + written.error().message);
+  }
+}
+
+ordered_json Server::result_json(const TrialId& trial, Attempt attempts,
+                                 const SubmittedTrial& submitted,
+                                 const sandbox::TrialVerdict& verdict, const WorkerId& worker) {
+  ordered_json out;
+  out["trial"] = trial.str();
+  out["job"] = trial.job.str();
+  out["index"] = trial.index;
+  out["candidate"] = submitted.candidate;
+  out["pin"] = submitted.spec().candidate.expected_bundle_hash
+                   ? submitted.spec().candidate.expected_bundle_hash->str()
+                   : "";
+  out["scenario"] = submitted.spec().scenario;
+  out["at"] = submitted.spec().at_event.str();
+  out["status"] = "reconciled";
+  out["outcome"] = std::string(outcome_name(verdict.outcome));
+  out["exit_code"] = verdict.exit_code;
+  out["detail"] = verdict.detail;
+  out["warnings"] = verdict.warnings;
+  out["worker"] = worker.str();
+  out["attempts"] = attempts;
+  return out;
+}
+
+}  // namespace forktrial::coordinator::detail

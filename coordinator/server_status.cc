@@ -1,0 +1,228 @@
+// What the coordinator tells: job status, results, workers, and the status
+// page's JSON API.
+#include "coordinator/server_impl.h"
+
+namespace forktrial::coordinator::detail {
+
+ordered_json Server::status_json(const JobStatus& job, Instant now) const {
+  ordered_json counts = ordered_json::object();
+  for (std::size_t s = 0; s < kTrialStatusCount; ++s) {
+    counts[std::string(trial_status_name(static_cast<TrialStatus>(s)))] = job.counts[s];
+  }
+  ordered_json outcomes = ordered_json::object();
+  for (std::size_t o = 0; o < kOutcomes.size(); ++o) {
+    outcomes[std::string(outcome_name(kOutcomes[o]))] = job.outcomes[o];
+  }
+  return ordered_json{
+      {"job", job.id.str()},
+      {"name", job.name},
+      {"priority", job.priority},
+      {"cancelled", job.cancelled},
+      {"total", job.trials},
+      {"done", job.done()},
+      {"finished", job.finished()},
+      {"status", counts},
+      {"outcomes", outcomes},
+      {"failed_attempts", job.failed_attempts},
+      {"fenced_reports", job.fenced_reports},
+      {"submitted_at", timestamp_json(job.submitted_at)},
+      {"finished_at", job.finished_at ? timestamp_json(*job.finished_at) : ordered_json(nullptr)},
+      {"throughput", activity_.throughput(job, now)},
+      {"owner", job.owner}};
+}
+
+ordered_json Server::timestamp_json(Instant at) {
+  return format_timestamp(at.time_since_epoch().count());
+}
+
+ordered_json Server::jobs_doc(Instant now, bool mine) const {
+  ordered_json all = ordered_json::array();
+  for (const auto& status : scheduler_.jobs()) {
+    if (!mine || may_act_on(status)) all.push_back(status_json(status, now));
+  }
+  ordered_json doc{{"jobs", all}};
+  if (store_full_) doc["store_full"] = *store_full_;
+  return doc;
+}
+
+ordered_json Server::job_doc(const JobStatus& status, Instant now) const {
+  ordered_json doc = status_json(status, now);
+  if (store_full_) doc["store_full"] = *store_full_;
+  return doc;
+}
+
+void Server::reply_json(const std::string& route, std::uint64_t request, const ordered_json& doc,
+                        bool workers) {
+  capnp::MallocMessageBuilder message;
+  auto envelope = wire::start(message, request);
+  if (workers) {
+    envelope.initWorkers().setText(doc.dump());
+  } else {
+    envelope.initJobStatus().setText(doc.dump());
+  }
+  reply(route, wire::encode(message));
+}
+
+bool Server::may_act_on(const JobStatus& job) const {
+  if (!zap_) return true;
+  return client_ && (client_->admin || client_->key == job.owner);
+}
+
+void Server::refuse_not_theirs(const std::string& route, std::uint64_t request,
+                               const std::string& job, std::string_view what) {
+  reply_error(route, request, WireCode::NOT_FOUND,
+              "no job " + job +
+                  " of this client's key: only the key that submitted a job, "
+                  "or an administrator's (the coordinator's --admin-clients), may " +
+                  std::string(what) + " it");
+}
+
+void Server::on_status(const std::string& route, Envelope::Reader envelope) {
+  const std::string job = wire::text(envelope.getStatusRequest().getJob());
+  if (job.empty())
+    return reply_json(route, envelope.getRequestId(), jobs_doc(clock_now(), true), false);
+  auto status = scheduler_.job_status(JobId(job));
+  if (status && !may_act_on(*status)) {
+    return refuse_not_theirs(route, envelope.getRequestId(), job, "read");
+  }
+  if (!status) {
+    return reply_error(route, envelope.getRequestId(), WireCode::NOT_FOUND, "no job " + job);
+  }
+  reply_json(route, envelope.getRequestId(), job_doc(*status, clock_now()), false);
+}
+
+void Server::on_results(const std::string& route, Envelope::Reader envelope) {
+  auto query = envelope.getResultsRequest();
+  const JobId job(wire::text(query.getJob()));
+  auto status = scheduler_.job_status(job);
+  if (status && !may_act_on(*status)) {
+    return refuse_not_theirs(route, envelope.getRequestId(), job.str(), "read");
+  }
+  if (!status) {
+    return reply_error(route, envelope.getRequestId(), WireCode::NOT_FOUND, "no job " + job.str());
+  }
+  const auto total = static_cast<std::uint32_t>(status->trials);
+  const std::uint32_t from = std::min(query.getAfter(), total);
+  const std::uint32_t limit = std::clamp<std::uint32_t>(query.getLimit(), 1, 2000);
+  const std::uint32_t to = std::min<std::uint64_t>(total, std::uint64_t{from} + limit);
+  capnp::MallocMessageBuilder message;
+  auto results = wire::start(message, envelope.getRequestId()).initResults();
+  auto lines = results.initLines(to - from);
+  for (std::uint32_t i = from; i < to; ++i) lines.set(i - from, result_line(TrialId{job, i}));
+  results.setNext(to);
+  results.setTotal(total);
+  reply(route, wire::encode(message));
+}
+
+std::string Server::result_line(const TrialId& trial) {
+  if (auto stored = stored_result(trial)) return std::move(*stored);
+  auto state = scheduler_.trial_state(trial);
+  auto submitted = read_payload(*scheduler_.payload(trial), specs_);
+  ordered_json line =
+      result_json(trial, state->attempt, *submitted, {}, state->worker.value_or(WorkerId("")));
+  line["status"] = std::string(trial_status_name(state->status));
+  line["outcome"] = nullptr;
+  line["exit_code"] = nullptr;
+  line["detail"] = "";
+  for (const auto& reason : state->reasons) {
+    line["detail"] = line["detail"].get<std::string>() +
+                     (line["detail"].get<std::string>().empty() ? "" : "\n") + reason;
+  }
+  line["fork_run_id"] = nullptr;
+  line["events_appended"] = nullptr;
+  line["behavior_failures"] = nullptr;
+  line["duration_ms"] = nullptr;
+  line["isolation"] = nullptr;
+  return line.dump();
+}
+
+void Server::on_workers(const std::string& route, std::uint64_t request) {
+  reply_json(route, request, workers_doc(), true);
+}
+
+ordered_json Server::workers_doc() const {
+  ordered_json list = ordered_json::array();
+  for (const auto& w : scheduler_.workers()) {
+    list.push_back({{"worker", w.id.str()},
+                    {"alive", w.alive},
+                    {"slots", w.slots},
+                    {"prefetch", w.prefetch},
+                    {"running", w.running},
+                    {"last_seen", format_timestamp(w.last_seen.time_since_epoch().count())},
+                    {"cached_digests", w.cached_digests}});
+    // What its hello said of its host, when this process heard it.
+    if (auto info = worker_info_.find(w.id); info != worker_info_.end()) {
+      list.back()["degraded_nets"] = info->second.warnings;
+      list.back()["isolation"] = info->second.isolation;
+    }
+  }
+  ordered_json doc{
+      {"workers", list}, {"errors_answered", errors_}, {"replies_undelivered", undelivered_}};
+  if (store_full_) doc["store_full"] = *store_full_;
+  return doc;
+}
+
+transport::HttpResponse Server::answer_api(const transport::HttpRequest& request) {
+  const Instant now = clock_now();
+  if (request.path == "/api/jobs") return status_json_response(200, jobs_doc(now));
+  if (request.path == "/api/workers") return status_json_response(200, workers_doc());
+  const auto unknown_job = [](const std::string& id) {
+    return status_json_response(
+        404, ordered_json{{"error", "no job " + id + ": /api/jobs lists the jobs it knows"}});
+  };
+  const auto no_job_given = [&](const std::string& parameter) {
+    return status_json_response(
+        400, ordered_json{{"error", "give the job: " + request.path + "?" + parameter + "=JOB"}});
+  };
+  if (request.path == "/api/failures") {
+    // Without job=, every job's failures.
+    const auto job = transport::query_parameter(request.query, "job");
+    if (job && job->empty()) return no_job_given("job");
+    if (job && !scheduler_.job_status(JobId(*job))) return unknown_job(*job);
+    return status_json_response(200, failures_doc(job));
+  }
+  const bool one_job = request.path == "/api/job";
+  if (!one_job && request.path != "/api/candidates") {
+    return status_json_response(404, ordered_json{{"error", "no such page: " + request.path}});
+  }
+  const std::string parameter = one_job ? "id" : "job";
+  const auto id = transport::query_parameter(request.query, parameter);
+  if (!id || id->empty()) return no_job_given(parameter);
+  const auto status = scheduler_.job_status(JobId(*id));
+  if (!status) return unknown_job(*id);
+  if (one_job) return status_json_response(200, job_doc(*status, now));
+  return status_json_response(200, candidates_doc(*status));
+}
+
+ordered_json Server::candidates_doc(const JobStatus& job) const {
+  constexpr std::size_t kRankedShown = 1000;
+  CandidateTally tally;
+  scheduler_.visit_trials(job.id, [&](const TrialSummary& trial) {
+    tally.add(payload_candidate(trial.payload),
+              trial.outcome ? outcome_name(*trial.outcome) : trial_status_name(trial.status));
+  });
+  const auto ranked = tally.ranked();
+  ordered_json list = ordered_json::array();
+  for (std::size_t i = 0; i < ranked.size() && i < kRankedShown; ++i) {
+    list.push_back(candidate_rank_json(ranked[i]));
+  }
+  return ordered_json{{"job", job.id.str()},
+                      {"name", job.name},
+                      {"total", job.trials},
+                      {"candidates_total", ranked.size()},
+                      {"candidates", list}};
+}
+
+ordered_json Server::failures_doc(const std::optional<std::string>& job) {
+  ordered_json list = ordered_json::array();
+  for (const Activity::Failure& failure : activity_.failures()) {
+    if (job && failure.trial.job.str() != *job) continue;
+    ordered_json line = ordered_json::parse(result_line(failure.trial), nullptr, false);
+    if (line.is_discarded()) continue;
+    line["ended_at"] = timestamp_json(failure.at);
+    list.push_back(std::move(line));
+  }
+  return ordered_json{{"failures", list}, {"kept", Activity::kFailuresKept}};
+}
+
+}  // namespace forktrial::coordinator::detail

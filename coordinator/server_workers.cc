@@ -1,0 +1,205 @@
+// The coordinator's workers: hellos, offers (parked while nothing is
+// queued), assignments, heartbeats and failed attempts.
+#include "coordinator/server_impl.h"
+
+namespace forktrial::coordinator::detail {
+
+void Server::on_worker_hello(const std::string& route, Envelope::Reader envelope, Instant now) {
+  auto hello = envelope.getWorkerHello();
+  // The id goes into the log and into every result: plain and short.
+  const std::string id = wire::text(hello.getWorkerId());
+  if (auto bad = named_text_problem("worker id", id, kMaxWorkerIdBytes)) {
+    return reply_error(route, envelope.getRequestId(), WireCode::REFUSED,
+                       *bad + "; start the worker with a plain --id");
+  }
+  // A key bound to a worker id joins under that id only, and a bound id
+  // is taken by its key only: an admitted key cannot take over another
+  // worker's leases by naming it.
+  if (bound_id_ && *bound_id_ != id) {
+    return reply_error(route, envelope.getRequestId(), WireCode::REFUSED,
+                       "this worker's key may join only as worker " + *bound_id_ +
+                           " (the coordinator's --allow-workers binds it); start the worker "
+                           "with --id " +
+                           *bound_id_);
+  }
+  if (!bound_id_ && bound_ids_.contains(id)) {
+    return reply_error(route, envelope.getRequestId(), WireCode::REFUSED,
+                       "worker id " + id +
+                           " is bound to another key on the coordinator's --allow-workers; "
+                           "start this worker with another --id");
+  }
+  WorkerHello input;
+  input.id = WorkerId(id);
+  input.slots = hello.getSlots();
+  input.prefetch = hello.getPrefetch();
+  for (auto digest : hello.getCached()) {
+    if (auto d = wire::digest_of(digest)) input.cached.push_back(*d);
+  }
+  // A live worker this process has not heard from yet is one that was
+  // connected before this coordinator restarted: it keeps the leases
+  // `recover` renewed, and its next heartbeat says which it still runs.
+  // Otherwise a hello starts a new incarnation, ending the old one's.
+  const auto known = scheduler_.worker_status(input.id);
+  const bool reconnected = known && known->alive && !worker_routes_.contains(input.id);
+  if (!reconnected) {
+    if (store_full_) return reply_busy(route, envelope.getRequestId());
+    auto joined = scheduler_.worker_joined(input, now);
+    if (!joined) {
+      return reply_error(route, envelope.getRequestId(), WireCode::REFUSED, joined.error().message);
+    }
+    keep(std::move(*joined));
+  }
+  // A worker that joins again from a new connection leaves its old one.
+  if (auto old = worker_routes_.find(input.id); old != worker_routes_.end()) {
+    peers_.erase(old->second);
+  }
+  peers_[route] = Peer{Peer::Role::worker, input.id};
+  worker_routes_[input.id] = route;
+  // An offer the previous connection left waiting must not lease trials
+  // to a route nobody reads.
+  std::erase_if(parked_, [&](const auto& entry) { return entry.second.worker == input.id; });
+  log_(LogLevel::info, "worker " + input.id.str() +
+                           (reconnected ? " reconnected, keeping its leases," : " joined") +
+                           " with " + std::to_string(input.slots) + " slots");
+  WorkerInfo& info = worker_info_[input.id];
+  info.warnings.clear();
+  const auto warnings = hello.getWarnings();
+  for (unsigned i = 0; i < warnings.size() && i < sandbox::kMaxVerdictWarnings; ++i) {
+    info.warnings.push_back(wire::prose(warnings[i], sandbox::kMaxVerdictWarningBytes));
+    log_(LogLevel::warn, "worker " + input.id.str() + ": " + info.warnings.back());
+  }
+  if (warnings.size() > sandbox::kMaxVerdictWarnings) {
+    info.warnings.push_back(std::to_string(warnings.size() - sandbox::kMaxVerdictWarnings) +
+                            " more warnings were cut");
+  }
+  // Its guarantees, as JSON: kept when they are a small object, else
+  // shown as unknown.
+  const auto isolation = hello.getIsolation();
+  info.isolation = isolation.size() <= kMaxIsolationBytes
+                       ? ordered_json::parse(wire::text(isolation), nullptr, false)
+                       : ordered_json();
+  if (!info.isolation.is_object()) info.isolation = nullptr;
+  capnp::MallocMessageBuilder message;
+  wire::start(message, envelope.getRequestId())
+      .initWelcome()
+      .setLeaseMillis(static_cast<std::uint64_t>(config_.scheduler.lease_duration.count()));
+  reply(route, wire::encode(message));
+}
+
+void Server::on_request_work(const std::string& route, const WorkerId& worker,
+                             Envelope::Reader envelope, Instant now) {
+  parked_.erase(route);
+  const std::uint32_t free = envelope.getRequestWork().getFreeSlots();
+  // A worker the scheduler does not hold alive is answered at once (with
+  // outOfOrder, by assign), so that it says hello again.
+  const auto status = scheduler_.worker_status(worker);
+  if (free > 0 && scheduler_.queued_trials() == 0 && status && status->alive) {
+    // Nothing to give: the offer waits here (long poll) until there is,
+    // rather than the worker asking again and again.
+    parked_[route] = Parked{worker, free, envelope.getRequestId(), world_.monotonic_now()};
+    return;
+  }
+  assign(route, worker, free, envelope.getRequestId(), now);
+}
+
+void Server::serve_parked(Instant now) {
+  const auto steady = world_.monotonic_now();
+  for (auto it = parked_.begin(); it != parked_.end();) {
+    const Parked& p = it->second;
+    if (scheduler_.queued_trials() > 0 || steady - p.since >= kParkLimit) {
+      assign(it->first, p.worker, p.free, p.request, now);
+      it = parked_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void Server::assign(const std::string& route, const WorkerId& worker, std::uint32_t free,
+                    std::uint64_t request, Instant now) {
+  auto work = scheduler_.request_work(worker, free, now);
+  if (!work) return reply_error(route, request, WireCode::OUT_OF_ORDER, work.error().message);
+  keep(std::move(work->records));
+  capnp::MallocMessageBuilder message;
+  auto list = wire::start(message, request)
+                  .initAssignments()
+                  .initAssignments(static_cast<unsigned>(work->assignments.size()));
+  for (unsigned i = 0; i < work->assignments.size(); ++i) {
+    const Assignment& a = work->assignments[i];
+    auto out = list[i];
+    auto ref = out.initTrial();
+    ref.setJob(a.trial.job.str());
+    ref.setIndex(a.trial.index);
+    ref.setAttempt(a.attempt);
+    const SubmittedTrial& submitted = submitted_trial(a.trial);
+    const std::string& spec = submitted.spec_json();
+    out.setSpec(capnp::Text::Reader(spec.data(), spec.size()));
+    out.setForkRunId(fork_run_of(a.trial, a.attempt).str());
+    wire::set_digest(out.initSegment(), scheduler_.inputs(a.trial)->segment);
+    auto packs = sandbox::packs_in_load_order(submitted.spec());
+    auto bundles = out.initBundles(static_cast<unsigned>(packs.size()));
+    for (unsigned p = 0; p < packs.size(); ++p) {
+      wire::set_digest(bundles[p].initPin(), *packs[p]->expected_bundle_hash);
+      wire::set_digest(bundles[p].initArchive(), *wire::archive_of_root(packs[p]->root_dir));
+    }
+    out.setLeaseExpiresMillis(a.expires.time_since_epoch().count());
+  }
+  reply(route, wire::encode(message));
+}
+
+void Server::on_heartbeat(const std::string& route, const WorkerId& worker,
+                          Envelope::Reader envelope, Instant now) {
+  std::vector<AttemptRef> running;
+  for (auto ref : envelope.getHeartbeat().getRunning()) {
+    running.push_back({TrialId{JobId(wire::text(ref.getJob())), ref.getIndex()}, ref.getAttempt()});
+  }
+  auto beat = scheduler_.heartbeat(worker, running, now);
+  if (!beat) {
+    return reply_error(route, envelope.getRequestId(), WireCode::OUT_OF_ORDER,
+                       beat.error().message);
+  }
+  keep(std::move(beat->records));
+  // Always answered: a worker that hears nothing presumes a restart.
+  if (beat->stale.empty()) return reply_ok(route, envelope.getRequestId());
+  send_stop(route, beat->stale);
+}
+
+void Server::send_stop(const std::string& route, const std::vector<AttemptRef>& trials) {
+  capnp::MallocMessageBuilder message;
+  auto list =
+      wire::start(message, 0).initStopTrials().initTrials(static_cast<unsigned>(trials.size()));
+  for (unsigned i = 0; i < trials.size(); ++i) {
+    list[i].setJob(trials[i].trial.job.str());
+    list[i].setIndex(trials[i].trial.index);
+    list[i].setAttempt(trials[i].attempt);
+  }
+  reply(route, wire::encode(message));
+}
+
+const SubmittedTrial& Server::submitted_trial(const TrialId& trial) {
+  auto it = submitted_.find(trial);
+  if (it != submitted_.end()) return it->second;
+  auto parsed = read_payload(*scheduler_.payload(trial), specs_);
+  if (!parsed) {
+    throw Error(forktrial::ErrorCode::internal,
+                "trial " + trial.str() + " was recorded unreadable: " + parsed.error());
+  }
+  return submitted_.emplace(trial, std::move(*parsed)).first->second;
+}
+
+void Server::on_attempt_failed(const std::string& route, const WorkerId& worker,
+                               Envelope::Reader envelope, Instant now) {
+  auto failed = envelope.getAttemptFailed();
+  const TrialId trial{JobId(wire::text(failed.getTrial().getJob())), failed.getTrial().getIndex()};
+  const std::string reason =
+      "worker " + worker.str() + ": " + wire::prose(failed.getReason(), kMaxReasonBytes);
+  auto result =
+      scheduler_.attempt_failed(worker, trial, failed.getTrial().getAttempt(), reason, now);
+  keep(std::move(result.records));
+  log_(LogLevel::warn, "trial " + trial.str() + " attempt " +
+                           std::to_string(failed.getTrial().getAttempt()) + " failed: " + reason);
+  ack(route, envelope.getRequestId(), failed.getTrial(), wire_verdict(result.verdict),
+      result.reason);
+}
+
+}  // namespace forktrial::coordinator::detail
