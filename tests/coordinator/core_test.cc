@@ -406,3 +406,54 @@ TEST_CASE("an offer of slots with no work waits at the coordinator until work co
   CHECK(work->envelope().getRequestId() == 3);
   CHECK(work->envelope().getAssignments().getAssignments().size() == 2);
 }
+
+namespace {
+
+// A submission of `trials` copies of `trial` under `token`.
+std::string tokened_submission(std::uint64_t request, const std::string& token,
+                               const std::string& trial, unsigned trials) {
+  capnp::MallocMessageBuilder message;
+  auto job = wire::start(message, request).initSubmitJob();
+  job.setName("twice");
+  job.setToken(token);
+  auto specs = job.initSpecs(trials);
+  for (unsigned i = 0; i < trials; ++i) specs.set(i, trial);
+  return wire::encode(message);
+}
+
+}  // namespace
+
+TEST_CASE("a submission sent again under its token makes one job", "[coordinator][core]") {
+  GreeterCore fixture;
+  auto& [greeter, config, core] = fixture;
+  for (std::uint64_t request : {10, 11}) {
+    auto answer = only_reply(
+        core.turn("c", tokened_submission(request, "0123456789abcdef", greeter.trial, 2), kNow));
+    REQUIRE(answer.envelope().isJobAccepted());
+    CHECK(wire::text(answer.envelope().getJobAccepted().getJob()) == "job_0123456789abcdef");
+    CHECK(answer.envelope().getJobAccepted().getTotal() == 2);
+  }
+  auto other_size = only_reply(
+      core.turn("c", tokened_submission(12, "0123456789abcdef", greeter.trial, 3), kNow));
+  REQUIRE(other_size.envelope().isError());
+  CHECK(other_size.envelope().getError().getCode() == wire::ErrorCode::REFUSED);
+  CHECK(wire::text(other_size.envelope().getError().getMessage()) ==
+        "token 0123456789abcdef already names job job_0123456789abcdef (\"twice\", 2 "
+        "trials); a new submission needs a new token");
+  auto upper = only_reply(
+      core.turn("c", tokened_submission(13, "0123456789ABCDEF", greeter.trial, 1), kNow));
+  REQUIRE(upper.envelope().isError());
+  CHECK(upper.envelope().getError().getCode() == wire::ErrorCode::MALFORMED);
+  // A candidate that is not a name is refused, not taken or thrown over.
+  std::string numbered = greeter.trial;
+  numbered.replace(numbered.find(R"("candidate":"greeter")"), 21, R"("candidate":5)");
+  auto refused =
+      only_reply(core.turn("c", tokened_submission(14, "fedcba9876543210", numbered, 1), kNow));
+  REQUIRE(refused.envelope().isError());
+  CHECK(refused.envelope().getError().getCode() == wire::ErrorCode::REFUSED);
+  CHECK_THAT(wire::text(refused.envelope().getError().getMessage()),
+             Catch::Contains("\"candidate\" is a name (a string)"));
+  auto status = only_reply(core.turn("c", status_request(15, ""), kNow));
+  CHECK_THAT(wire::text(status.envelope().getJobStatus().getText()),
+             Catch::Contains("job_0123456789abcdef") && !Catch::Contains("fedcba9876543210"));
+}
