@@ -1,8 +1,9 @@
 // Writes the seed corpora of the targets whose inputs are binary: the wire
-// and coordinator targets' Cap'n Proto frames, and the segment target's
-// segments and stored event values (the other seeds are copies of examples
-// and test fixtures): `fuzz_seeds SOURCE_DIR OUT_DIR` writes OUT_DIR/wire/*,
-// OUT_DIR/coordinator/* and OUT_DIR/segment/*. Not built by default: the corpora are committed,
+// coordinator and session targets' Cap'n Proto frames, and the segment
+// target's segments and stored event values (the other seeds are copies of
+// examples and test fixtures): `fuzz_seeds SOURCE_DIR OUT_DIR` writes
+// OUT_DIR/wire/*, OUT_DIR/coordinator/*, OUT_DIR/session/* and
+// OUT_DIR/segment/*. Not built by default: the corpora are committed,
 // and this is run again only when the wire schema changes
 // (cmake --build build/fuzz --target fuzz_seeds).
 #include <capnp/message.h>
@@ -249,6 +250,75 @@ int main(int argc, char** argv) {
                                    {2, 0, "request_work"},
                                    {0, 0, "error"},
                                    {0, 0, "ok"}}));
+
+  // The worker session's conversations (session_fuzz.cc): what a
+  // coordinator sends a worker, with time passing, trials held and finished.
+  const std::vector<std::pair<std::string, std::string>> to_worker = {
+      {"welcome", frame(1, [](Envelope::Builder e) { e.initWelcome().setLeaseMillis(30'000); })},
+      {"assignments", frame(2,
+                            [&](Envelope::Builder e) {
+                              auto list = e.initAssignments().initAssignments(2);
+                              for (unsigned i = 0; i < 2; ++i) {
+                                trial_ref(list[i].initTrial(), i + 1);
+                                list[i].setSpec(spec);
+                                list[i].setForkRunId("run_fork");
+                              }
+                            })},
+      {"no_assignments", frame(3, [](Envelope::Builder e) { e.initAssignments(); })},
+      {"ack", frame(0,
+                    [&](Envelope::Builder e) {
+                      auto ack = e.initReportAck();
+                      trial_ref(ack.initTrial(), 1);
+                      ack.setVerdict(forktrial::schema::wire::ReportVerdict::ACCEPTED);
+                    })},
+      {"stop",
+       frame(0, [&](Envelope::Builder e) { trial_ref(e.initStopTrials().initTrials(1)[0], 2); })},
+      {"busy", frame(4,
+                     [](Envelope::Builder e) {
+                       auto err = e.initError();
+                       err.setCode(forktrial::schema::wire::ErrorCode::BUSY);
+                       err.setMessage("the store is full");
+                     })},
+      {"out_of_order", frame(5,
+                             [](Envelope::Builder e) {
+                               auto err = e.initError();
+                               err.setCode(forktrial::schema::wire::ErrorCode::OUT_OF_ORDER);
+                               err.setMessage("say hello first");
+                             })},
+  };
+  std::map<std::string, std::string> worker_frames(to_worker.begin(), to_worker.end());
+  // A record of the session target: a frame in (0), time passing and a step
+  // (1, with tenths of a second), a held attempt finishing (2), the newest
+  // assigned attempt held (3).
+  auto session_conversation = [&](std::vector<std::pair<unsigned, std::string>> steps) {
+    std::string bytes;
+    for (const auto& [head, name] : steps) {
+      bytes += record(head & 3, head >> 2, name.empty() ? "" : worker_frames.at(name));
+    }
+    return bytes;
+  };
+  const fs::path s = out / "session";
+  write(s / "a_trial", session_conversation({{0, "welcome"},
+                                             {1 | 1 << 2, ""},
+                                             {0, "assignments"},
+                                             {3, ""},
+                                             {3, ""},
+                                             {1 | 10 << 2, ""},
+                                             {2, ""},
+                                             {0, "ack"},
+                                             {0, "no_assignments"},
+                                             {1 | 2 << 2, ""}}));
+  write(s / "busy_and_restart", session_conversation({{0, "welcome"},
+                                                      {0, "assignments"},
+                                                      {3, ""},
+                                                      {2, ""},
+                                                      {0, "busy"},
+                                                      {1 | 5 << 2, ""},
+                                                      {1 | 10 << 2, ""},
+                                                      {0, "out_of_order"},
+                                                      {0, "welcome"},
+                                                      {0, "stop"},
+                                                      {1 | 63 << 2, ""}}));
   write_segments(source, out / "segment");
   return 0;
 }

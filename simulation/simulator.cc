@@ -854,7 +854,7 @@ class Simulation {
     const auto envelope = decoded->envelope();
     if (envelope.isReportAck()) {
       const auto ack = envelope.getReportAck();
-      auto bad = w.refused_deltas.find(worker::key_of(ack.getTrial()));
+      auto bad = w.refused_deltas.find(worker::attempt_key(ack.getTrial()));
       if (bad != w.refused_deltas.end()) {
         if (ack.getVerdict() == WireVerdict::ACCEPTED) ++report_.deltas_refused;
         w.refused_deltas.erase(bad);
@@ -865,7 +865,7 @@ class Simulation {
         break;
       case worker::Received::assignments:
         for (auto a : envelope.getAssignments().getAssignments()) {
-          const AttemptKey key = worker::key_of(a.getTrial());
+          const AttemptKey key = worker::attempt_key(a.getTrial());
           if (w.session->holds(key)) continue;  // sent again
           w.session->hold(key);
           w.held.try_emplace(key);
@@ -873,7 +873,7 @@ class Simulation {
         break;
       case worker::Received::stop:
         for (auto stopped : envelope.getStopTrials().getTrials()) {
-          const AttemptKey key = worker::key_of(stopped);
+          const AttemptKey key = worker::attempt_key(stopped);
           auto it = w.held.find(key);
           if (it == w.held.end()) continue;
           if (it->second.start >= 0) --w.started;

@@ -17,6 +17,9 @@ constexpr auto kBusyRetry = std::chrono::seconds(1);
 // An empty answer that came straight back is followed by the next offer
 // this long after the last.
 constexpr auto kEmptyAnswerWait = std::chrono::milliseconds(100);
+// The most often a worker heartbeats: a welcome's lease of 0 (or one so
+// large it wraps) cannot make it heartbeat at every turn of its loop.
+constexpr auto kMinHeartbeat = std::chrono::milliseconds(100);
 
 }  // namespace
 
@@ -30,7 +33,7 @@ void set_ref(schema::wire::TrialRef::Builder ref, const AttemptKey& key) {
   ref.setAttempt(key.attempt);
 }
 
-AttemptKey key_of(schema::wire::TrialRef::Reader ref) {
+AttemptKey attempt_key(schema::wire::TrialRef::Reader ref) {
   return {wire::text(ref.getJob()), ref.getIndex(), ref.getAttempt()};
 }
 
@@ -109,7 +112,7 @@ Received WorkerSession::receive(Envelope::Reader envelope, Clock::time_point now
       return Received::assignments;
     case Envelope::REPORT_ACK: {
       const auto ack = envelope.getReportAck();
-      const AttemptKey key = key_of(ack.getTrial());
+      const AttemptKey key = attempt_key(ack.getTrial());
       unacked_.erase(key);
       // Nothing to send again either way; a refusal says what this worker
       // sent that the coordinator would not take.
@@ -180,8 +183,10 @@ void WorkerSession::finished(const AttemptKey& key, std::string frame, Clock::du
 }
 
 WorkerSession::Clock::duration WorkerSession::heartbeat_every() const {
-  // Well inside the lease, whatever the configured interval.
-  return std::min<Clock::duration>(config_.heartbeat, lease_ / 3);
+  // Well inside the lease, whatever the configured interval; never more
+  // often than kMinHeartbeat, whatever lease a coordinator names.
+  return std::max<Clock::duration>(kMinHeartbeat,
+                                   std::min<Clock::duration>(config_.heartbeat, lease_ / 3));
 }
 
 void WorkerSession::step(Clock::time_point now) {

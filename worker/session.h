@@ -63,7 +63,7 @@ struct AttemptKey {
 };
 
 void set_ref(schema::wire::TrialRef::Builder ref, const AttemptKey& key);
-AttemptKey key_of(schema::wire::TrialRef::Reader ref);
+AttemptKey attempt_key(schema::wire::TrialRef::Reader ref);
 
 // The frame saying an attempt could not be run, and why.
 std::string failure_frame(const AttemptKey& key, const std::string& reason);

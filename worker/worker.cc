@@ -282,7 +282,7 @@ class Worker {
         return;
       case Received::stop:
         for (auto ref : envelope.getStopTrials().getTrials()) {
-          auto it = trials_.find(key_of(ref));
+          auto it = trials_.find(attempt_key(ref));
           if (it == trials_.end() || it->second.cancel->cancelled()) continue;
           log_(LogLevel::info, "stopping trial " + it->first.str() + " as the coordinator asked");
           it->second.cancel->cancel();
@@ -318,7 +318,7 @@ class Worker {
 
   void accept(schema::wire::Assignment::Reader assignment) {
     Trial trial;
-    trial.key = key_of(assignment.getTrial());
+    trial.key = attempt_key(assignment.getTrial());
     // An attempt this worker already holds (an assignment sent again) is
     // not started twice; a slot may be reading the one held.
     if (trials_.contains(trial.key)) return;

@@ -117,7 +117,7 @@ TEST_CASE("a session says hello, offers its slots once welcomed, and heartbeats 
   CHECK(h.taken() == std::vector{W::HEARTBEAT, W::REQUEST_WORK});
   auto beat = wire::decode(sent[0]);
   REQUIRE(beat->envelope().getHeartbeat().getRunning().size() == 1);
-  CHECK(key_of(beat->envelope().getHeartbeat().getRunning()[0]) == a);
+  CHECK(attempt_key(beat->envelope().getHeartbeat().getRunning()[0]) == a);
 }
 
 TEST_CASE("a report is kept until acknowledged and sent again after the next welcome",
