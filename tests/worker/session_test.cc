@@ -196,3 +196,26 @@ TEST_CASE("a worker refused before its welcome stops, with the reason", "[worker
 }
 
 }  // namespace forktrial::worker
+
+namespace forktrial::worker {
+
+TEST_CASE("a welcome's lease cannot make the worker heartbeat more than every 100 ms",
+          "[worker][session]") {
+  Harness h;
+  h.session.start(h.now);
+  capnp::MallocMessageBuilder message;
+  wire::start(message, 0).initWelcome().setLeaseMillis(0);
+  CHECK(h.hear(message) == Received::done);
+  h.taken();
+  h.session.step(h.now);  // the offer; the first heartbeat is due 100 ms on
+  CHECK(h.taken() == std::vector{W::REQUEST_WORK});
+  CHECK(h.session.next_step() == h.now + std::chrono::milliseconds(100));
+  h.now += std::chrono::milliseconds(99);
+  h.session.step(h.now);
+  CHECK(h.taken().empty());
+  h.now += std::chrono::milliseconds(1);
+  h.session.step(h.now);
+  CHECK(h.taken() == std::vector{W::HEARTBEAT});
+}
+
+}  // namespace forktrial::worker
