@@ -40,6 +40,17 @@ std::string_view error_code_name(ErrorCode code);
 // EAGAIN and EBUSY unavailable, anything else internal.
 ErrorCode error_code_of_errno(int error_number);
 
+// An outcome a caller is expected to handle, as a value: what the caller
+// should do about it (its category) and what was refused and why, with the
+// values involved. The scheduler's and the worker cache's refusals are
+// these; the store's (store::Refusal) names a finer kind and gives its
+// category (code()).
+struct Refusal {
+  ErrorCode code;
+  std::string message;
+  friend bool operator==(const Refusal&, const Refusal&) = default;
+};
+
 class Error : public std::runtime_error {
  public:
   Error(ErrorCode code, const std::string& message) : std::runtime_error(message), code_(code) {}

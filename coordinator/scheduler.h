@@ -114,15 +114,8 @@ enum class ReportVerdict : std::uint8_t {
 };
 std::string_view report_verdict_name(ReportVerdict verdict);
 
-// An input refused without any change; `code` says why (base/error.h):
-// not_found for an unknown job, trial or worker, conflict for a job id already
-// taken, failed_precondition when the state does not allow it, invalid_argument
-// for malformed input.
-struct Refusal {
-  ErrorCode code;
-  std::string message;  // names the job, trial, worker and state involved
-  friend bool operator==(const Refusal&, const Refusal&) = default;
-};
+// A refusal (base/error.h) names the job, trial, worker and state involved.
+using forktrial::Refusal;
 
 using Records = std::vector<OrchestrationRecord>;
 

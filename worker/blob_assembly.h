@@ -19,7 +19,7 @@
 #include <string_view>
 
 #include "base/digest.h"
-#include "worker/refusal.h"
+#include "base/error.h"
 
 namespace forktrial::worker {
 

@@ -59,7 +59,7 @@
 #include <vector>
 
 #include "base/digest.h"
-#include "worker/refusal.h"
+#include "base/error.h"
 
 namespace forktrial::worker {
 
