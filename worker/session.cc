@@ -20,6 +20,8 @@ constexpr auto kEmptyAnswerWait = std::chrono::milliseconds(100);
 // The most often a worker heartbeats: a welcome's lease of 0 (or one so
 // large it wraps) cannot make it heartbeat at every turn of its loop.
 constexpr auto kMinHeartbeat = std::chrono::milliseconds(100);
+// The longest lease a welcome is taken to name.
+constexpr std::chrono::milliseconds kLongestLease = std::chrono::hours(24);
 
 }  // namespace
 
@@ -95,7 +97,10 @@ Received WorkerSession::receive(Envelope::Reader envelope, Clock::time_point now
   switch (envelope.which()) {
     case Envelope::WELCOME:
       welcomed_ = true;
-      lease_ = std::chrono::milliseconds(envelope.getWelcome().getLeaseMillis());
+      // Bounded: a lease past a day would only overflow the clock's
+      // arithmetic; the heartbeat is what the lease paces.
+      lease_ = std::chrono::milliseconds(
+          std::min<std::uint64_t>(envelope.getWelcome().getLeaseMillis(), kLongestLease.count()));
       work_requested_ = false;
       for (const auto& [key, frame] : unacked_) send_(frame);
       return Received::done;

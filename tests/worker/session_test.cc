@@ -219,3 +219,18 @@ TEST_CASE("a welcome's lease cannot make the worker heartbeat more than every 10
 }
 
 }  // namespace forktrial::worker
+
+namespace forktrial::worker {
+
+TEST_CASE("a welcome naming a lease of centuries leaves the heartbeat at its interval",
+          "[worker][session]") {
+  Harness h;
+  h.session.start(h.now);
+  capnp::MallocMessageBuilder message;
+  wire::start(message, 0).initWelcome().setLeaseMillis(~std::uint64_t{0});
+  CHECK(h.hear(message) == Received::done);
+  h.session.step(h.now);
+  CHECK(h.session.next_step() == h.now + std::chrono::seconds(1));
+}
+
+}  // namespace forktrial::worker
