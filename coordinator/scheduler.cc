@@ -914,18 +914,10 @@ bool Scheduler::visit_trials(const JobId& job,
   return true;
 }
 
-std::optional<TrialInput> Scheduler::inputs(const TrialId& trial) const {
+std::optional<Digest> Scheduler::segment(const TrialId& trial) const {
   const auto key = state_->find(trial);
   if (!key) return std::nullopt;
-  const Trial& t = state_->trial(*key);
-  TrialInput input;
-  input.segment = state_->digests[t.digests.front()];
-  input.bundles.reserve(t.digests.size() - 1);
-  for (std::size_t i = 1; i < t.digests.size(); ++i) {
-    input.bundles.push_back(state_->digests[t.digests[i]]);
-  }
-  input.run_limit = t.run_limit;
-  return input;
+  return state_->digests[state_->trial(*key).digests.front()];  // the segment's is first
 }
 
 const std::string* Scheduler::payload(const TrialId& trial) const {

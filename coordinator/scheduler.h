@@ -328,9 +328,9 @@ class Scheduler {
   bool visit_trials(const JobId& job, const std::function<void(const TrialSummary&)>& visit) const;
   // The trial's payload as submitted; nullptr for an unknown trial.
   const std::string* payload(const TrialId& trial) const;
-  // What the trial needs, as submitted, without its payload: its segment,
-  // its bundles and its run limit; none for an unknown trial.
-  std::optional<TrialInput> inputs(const TrialId& trial) const;
+  // The digest of the trial's segment (the parent's history up to its fork
+  // point), as submitted; none for an unknown trial.
+  std::optional<Digest> segment(const TrialId& trial) const;
   std::size_t queued_trials() const;  // of every job
 
   // Every value of the state, one line each, in a fixed order: equal texts

@@ -163,8 +163,8 @@ void Server::take(const std::string& route, std::string_view frame,
   if (zap_) {
     // What a connection may say follows its key's role, message by
     // message: a routing id a peer chose cannot borrow another's role.
-    const auto needed =
-        worker_message(envelope.which()) ? transport::Role::worker : transport::Role::client;
+    const auto needed = wire::is_worker_message(envelope.which()) ? transport::Role::worker
+                                                                  : transport::Role::client;
     if (role != needed) {
       const std::string has =
           role ? "a " + std::string(transport::role_name(*role)) + "'s" : "of no role";

@@ -38,20 +38,6 @@ using WireCode = wire::ErrorCode;
 
 constexpr std::string_view kResultType = "trial.result";
 
-// The messages only a worker sends; every other one is a client's.
-inline bool worker_message(Envelope::Which which) {
-  switch (which) {
-    case Envelope::WORKER_HELLO:
-    case Envelope::REQUEST_WORK:
-    case Envelope::HEARTBEAT:
-    case Envelope::REPORT:
-    case Envelope::ATTEMPT_FAILED:
-    case Envelope::FETCH_BLOB:
-      return true;
-    default:
-      return false;
-  }
-}
 constexpr std::size_t kMaxMessagesPerTurn = 256;
 constexpr std::size_t kMaxWorkerIdBytes = 256;
 // How long a worker's offer of slots waits for work before it is answered
@@ -71,7 +57,7 @@ constexpr auto kStillFullLog = std::chrono::seconds(30);
 // The messages that need a write to the store to be answered: a worker's
 // (fetching a blob aside) and a client's submission, cancellation or upload.
 inline bool writes(Envelope::Which which) {
-  if (worker_message(which)) return which != Envelope::FETCH_BLOB;
+  if (wire::is_worker_message(which)) return which != Envelope::FETCH_BLOB;
   return which == Envelope::SUBMIT_JOB || which == Envelope::CANCEL_JOB ||
          which == Envelope::PUT_BLOB;
 }
@@ -334,8 +320,8 @@ class Server {
 
   void remember_result(const TrialId& trial, std::uint64_t seq);
 
-  // The trial.result event of `trial`, if it has one.
-  std::optional<std::string> stored_result(const TrialId& trial);
+  // The trial.result event of `trial`, if it has one, read in `snapshot`.
+  std::optional<std::string> stored_result(const TrialId& trial, const store::Snapshot& snapshot);
 
   // ---- receiving
 
@@ -492,8 +478,9 @@ class Server {
   void on_results(const std::string& route, Envelope::Reader envelope);
 
   // The trial's line of `results`: its result once reconciled; before, what
-  // is known (its status, and the reasons of its failed attempts).
-  std::string result_line(const TrialId& trial);
+  // is known (its status, and the reasons of its failed attempts). One
+  // snapshot serves every line of a request.
+  std::string result_line(const TrialId& trial, const store::Snapshot& snapshot);
 
   void on_workers(const std::string& route, std::uint64_t request);
 

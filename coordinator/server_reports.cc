@@ -18,14 +18,14 @@ void Server::remember_result(const TrialId& trial, std::uint64_t seq) {
   }
 }
 
-std::optional<std::string> Server::stored_result(const TrialId& trial) {
+std::optional<std::string> Server::stored_result(const TrialId& trial,
+                                                 const store::Snapshot& snapshot) {
   auto job = result_seqs_.find(trial.job.str());
   if (job == result_seqs_.end() || trial.index >= job->second.size() ||
       job->second[trial.index] == 0) {
     return std::nullopt;
   }
   const std::uint64_t seq = job->second[trial.index];
-  auto snapshot = store_.snapshot();
   auto run = snapshot.run(kOrchestrationRun);
   if (!run) return std::nullopt;
   std::optional<std::string> payload;

@@ -108,14 +108,17 @@ void Server::on_results(const std::string& route, Envelope::Reader envelope) {
   capnp::MallocMessageBuilder message;
   auto results = wire::start(message, envelope.getRequestId()).initResults();
   auto lines = results.initLines(to - from);
-  for (std::uint32_t i = from; i < to; ++i) lines.set(i - from, result_line(TrialId{job, i}));
+  const auto snapshot = store_.snapshot();
+  for (std::uint32_t i = from; i < to; ++i) {
+    lines.set(i - from, result_line(TrialId{job, i}, snapshot));
+  }
   results.setNext(to);
   results.setTotal(total);
   reply(route, wire::encode(message));
 }
 
-std::string Server::result_line(const TrialId& trial) {
-  if (auto stored = stored_result(trial)) return std::move(*stored);
+std::string Server::result_line(const TrialId& trial, const store::Snapshot& snapshot) {
+  if (auto stored = stored_result(trial, snapshot)) return std::move(*stored);
   auto state = scheduler_.trial_state(trial);
   auto submitted = read_payload(*scheduler_.payload(trial), specs_);
   ordered_json line =
@@ -215,9 +218,10 @@ ordered_json Server::candidates_doc(const JobStatus& job) const {
 
 ordered_json Server::failures_doc(const std::optional<std::string>& job) {
   ordered_json list = ordered_json::array();
+  const auto snapshot = store_.snapshot();
   for (const Activity::Failure& failure : activity_.failures()) {
     if (job && failure.trial.job.str() != *job) continue;
-    ordered_json line = ordered_json::parse(result_line(failure.trial), nullptr, false);
+    ordered_json line = ordered_json::parse(result_line(failure.trial, snapshot), nullptr, false);
     if (line.is_discarded()) continue;
     line["ended_at"] = timestamp_json(failure.at);
     list.push_back(std::move(line));

@@ -135,7 +135,7 @@ void Server::assign(const std::string& route, const WorkerId& worker, std::uint3
     const std::string& spec = submitted.spec_json();
     out.setSpec(capnp::Text::Reader(spec.data(), spec.size()));
     out.setForkRunId(fork_run_of(a.trial, a.attempt).str());
-    wire::set_digest(out.initSegment(), scheduler_.inputs(a.trial)->segment);
+    wire::set_digest(out.initSegment(), *scheduler_.segment(a.trial));
     auto packs = sandbox::packs_in_load_order(submitted.spec());
     auto bundles = out.initBundles(static_cast<unsigned>(packs.size()));
     for (unsigned p = 0; p < packs.size(); ++p) {

@@ -31,19 +31,6 @@ using forktrial::worker::WorkerSession;
 
 const forktrial::Log quiet = [](forktrial::LogLevel, const std::string&) {};
 
-bool worker_message(Envelope::Which which) {
-  switch (which) {
-    case Envelope::WORKER_HELLO:
-    case Envelope::REQUEST_WORK:
-    case Envelope::HEARTBEAT:
-    case Envelope::REPORT:
-    case Envelope::ATTEMPT_FAILED:
-      return true;
-    default:
-      return false;
-  }
-}
-
 std::string report(const AttemptKey& key) {
   capnp::MallocMessageBuilder message;
   auto out = forktrial::wire::start(message, 0).initReport();
@@ -65,7 +52,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       [&](const std::string& frame) {
         auto decoded = forktrial::wire::decode(frame);
         FUZZ_CHECK(decoded.has_value());
-        FUZZ_CHECK(worker_message(decoded->envelope().which()));
+        // A worker's message, and not a fetch: the session fetches nothing.
+        const auto which = decoded->envelope().which();
+        FUZZ_CHECK(forktrial::wire::is_worker_message(which) && which != Envelope::FETCH_BLOB);
         ++sent;
         return true;
       },

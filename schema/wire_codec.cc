@@ -90,6 +90,21 @@ std::string verdict_name(schema::wire::ReportVerdict verdict) {
   return "verdict " + std::to_string(static_cast<std::uint16_t>(verdict));
 }
 
+bool is_worker_message(schema::wire::Envelope::Which which) {
+  using schema::wire::Envelope;
+  switch (which) {
+    case Envelope::WORKER_HELLO:
+    case Envelope::REQUEST_WORK:
+    case Envelope::HEARTBEAT:
+    case Envelope::REPORT:
+    case Envelope::ATTEMPT_FAILED:
+    case Envelope::FETCH_BLOB:
+      return true;
+    default:
+      return false;
+  }
+}
+
 bool is_prose_field(std::string_view struct_name, std::string_view field_name) {
   struct Named {
     std::string_view owner;

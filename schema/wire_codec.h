@@ -60,6 +60,10 @@ std::expected<Frame, WireError> decode(std::string_view frame,
 // WorkerHello.warnings and ReportAck.reason, named "Struct.field". Report.events is named too: its
 // Text is the trial's delta, which the store's rules judge event by event.
 bool is_prose_field(std::string_view struct_name, std::string_view field_name);
+// The messages only a worker sends (its hello, offers, heartbeats, reports,
+// failed attempts and blob fetches); every other peer message is a client's.
+bool is_worker_message(schema::wire::Envelope::Which which);
+
 // The frame of a built message.
 std::string encode(capnp::MessageBuilder& message);
 

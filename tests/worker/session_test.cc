@@ -58,9 +58,9 @@ struct Harness {
     return session.receive(decoded->envelope(), now);
   }
 
-  Received welcome() {
+  Received welcome(std::uint64_t lease_millis = 30'000) {
     capnp::MallocMessageBuilder message;
-    wire::start(message, 0).initWelcome().setLeaseMillis(30'000);
+    wire::start(message, 0).initWelcome().setLeaseMillis(lease_millis);
     return hear(message);
   }
 
@@ -203,9 +203,7 @@ TEST_CASE("a welcome's lease cannot make the worker heartbeat more than every 10
           "[worker][session]") {
   Harness h;
   h.session.start(h.now);
-  capnp::MallocMessageBuilder message;
-  wire::start(message, 0).initWelcome().setLeaseMillis(0);
-  CHECK(h.hear(message) == Received::done);
+  CHECK(h.welcome(0) == Received::done);
   h.taken();
   h.session.step(h.now);  // the offer; the first heartbeat is due 100 ms on
   CHECK(h.taken() == std::vector{W::REQUEST_WORK});
@@ -226,9 +224,7 @@ TEST_CASE("a welcome naming a lease of centuries leaves the heartbeat at its int
           "[worker][session]") {
   Harness h;
   h.session.start(h.now);
-  capnp::MallocMessageBuilder message;
-  wire::start(message, 0).initWelcome().setLeaseMillis(~std::uint64_t{0});
-  CHECK(h.hear(message) == Received::done);
+  CHECK(h.welcome(~std::uint64_t{0}) == Received::done);
   h.session.step(h.now);
   CHECK(h.session.next_step() == h.now + std::chrono::seconds(1));
 }
