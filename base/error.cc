@@ -1,6 +1,7 @@
 #include "base/error.h"
 
 #include <cerrno>
+#include <ostream>
 
 namespace forktrial {
 
@@ -23,7 +24,15 @@ std::string_view error_code_name(ErrorCode code) {
     case ErrorCode::internal:
       return "internal";
   }
-  return "internal";
+  return "unknown";
+}
+
+std::string to_string(const Status& status) {
+  return std::string(error_code_name(status.code)) + ": " + status.message;
+}
+
+std::ostream& operator<<(std::ostream& out, const Status& status) {
+  return out << to_string(status);
 }
 
 ErrorCode error_code_of_errno(int error_number) {

@@ -4,15 +4,21 @@
 // A category says what the caller should do about an error, not where it
 // came from, in the spirit of Abseil's status codes: the store, the sandbox,
 // the command line and (on the wire) the coordinator all speak these. The
-// rule for values and exceptions is in docs/decisions/0037-error-categories.md:
-// an outcome a caller is expected to handle is a value carrying a category
-// (store::Refusal, pack::PinError); a failure it cannot handle where it
-// happens is an exception derived from Error.
+// rule for values and exceptions is in docs/decisions/0037-error-categories.md
+// and 0080-one-status-type.md: an outcome a caller is expected to handle is a
+// Status value (std::expected<T, Status>), or a type derived from Status that
+// adds a detail (store::Refusal's finer kind, pack::PinError's actual hash);
+// a failure it cannot handle where it happens is an exception derived from
+// Error. On the wire an error carries the same category, one to one
+// (schema/wire.capnp ErrorCode).
 //
 // Messages say what failed and why, with the values involved; they never say
 // which command to run: the command line adds what to do.
 #pragma once
 
+#include <array>
+#include <expected>
+#include <iosfwd>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -32,7 +38,15 @@ enum class ErrorCode {
   internal,             // a broken invariant or host: corruption, an unexpected system error
 };
 
-// "not_found", "invalid_argument", ... (the names the wire protocol uses).
+// Every category, in declaration order (the wire's ordinals).
+inline constexpr std::array kErrorCodes = {
+    ErrorCode::not_found,           ErrorCode::invalid_argument,
+    ErrorCode::failed_precondition, ErrorCode::conflict,
+    ErrorCode::resource_exhausted,  ErrorCode::unavailable,
+    ErrorCode::cancelled,           ErrorCode::internal};
+
+// "not_found", "invalid_argument", ...: the names the command line prints and
+// the daemons' metrics count errors under ("unknown" for a value out of range).
 std::string_view error_code_name(ErrorCode code);
 
 // The category of a failed system call's errno: ENOENT is not_found,
@@ -41,20 +55,31 @@ std::string_view error_code_name(ErrorCode code);
 ErrorCode error_code_of_errno(int error_number);
 
 // An outcome a caller is expected to handle, as a value: what the caller
-// should do about it (its category) and what was refused and why, with the
-// values involved. The scheduler's and the worker cache's refusals are
-// these; the store's (store::Refusal) names a finer kind and gives its
-// category (code()).
-struct Refusal {
-  ErrorCode code;
+// should do about it (its category) and what failed or was refused and why,
+// with the values involved. Every std::expected of a public API carries one
+// (or a type derived from it), and an error on the wire is one.
+struct Status {
+  ErrorCode code = ErrorCode::internal;
   std::string message;
-  friend bool operator==(const Refusal&, const Refusal&) = default;
+  friend bool operator==(const Status&, const Status&) = default;
 };
+
+// "invalid_argument: the message": for logs and tests.
+std::string to_string(const Status& status);
+std::ostream& operator<<(std::ostream& out, const Status& status);
+
+// The failed result of a std::expected<T, Status>:
+// `return failure(ErrorCode::not_found, "no run " + id);`.
+inline std::unexpected<Status> failure(ErrorCode code, std::string message) {
+  return std::unexpected(Status{code, std::move(message)});
+}
 
 class Error : public std::runtime_error {
  public:
   Error(ErrorCode code, const std::string& message) : std::runtime_error(message), code_(code) {}
+  explicit Error(const Status& status) : Error(status.code, status.message) {}
   ErrorCode code() const { return code_; }
+  Status status() const { return {code_, what()}; }
 
  private:
   ErrorCode code_;

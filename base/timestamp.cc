@@ -18,14 +18,15 @@ bool read_digits(std::string_view text, std::size_t pos, std::size_t count, int&
   return true;
 }
 
-std::unexpected<std::string> bad(std::string_view text, std::string_view why) {
-  return std::unexpected("timestamp " + quoted_excerpt(text) + " " + std::string(why) +
-                         "; expected ISO-8601 UTC such as 2024-05-01T12:00:00.000Z");
+std::unexpected<Status> bad(std::string_view text, std::string_view why) {
+  return failure(ErrorCode::invalid_argument,
+                 "timestamp " + quoted_excerpt(text) + " " + std::string(why) +
+                     "; expected ISO-8601 UTC such as 2024-05-01T12:00:00.000Z");
 }
 
 }  // namespace
 
-std::expected<UnixMillis, std::string> parse_timestamp(std::string_view text) {
+std::expected<UnixMillis, Status> parse_timestamp(std::string_view text) {
   int year = 0, month = 0, day = 0, hour = 0, minute = 0, second = 0;
   if (!read_digits(text, 0, 4, year) || text.size() < 19 || text[4] != '-' ||
       !read_digits(text, 5, 2, month) || text[7] != '-' || !read_digits(text, 8, 2, day) ||

@@ -17,6 +17,8 @@
 #include <string>
 #include <string_view>
 
+#include "base/error.h"
+
 namespace forktrial {
 
 // Milliseconds since 1970-01-01T00:00:00Z.
@@ -25,7 +27,7 @@ using UnixMillis = std::int64_t;
 // Parses `text` by the rule above; a finer fraction than milliseconds is
 // truncated. The error names the text and what is wrong with it, ending with
 // the expected form.
-std::expected<UnixMillis, std::string> parse_timestamp(std::string_view text);
+std::expected<UnixMillis, Status> parse_timestamp(std::string_view text);
 
 // "YYYY-MM-DDTHH:MM:SS.mmmZ".
 std::string format_timestamp(UnixMillis millis);

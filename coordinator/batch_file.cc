@@ -303,9 +303,9 @@ std::optional<json> with_unit(const toml::node& node, Unit unit, const std::stri
                               Problems& problems) {
   if (unit == Unit::none || !node.is_string()) return to_json(node);
   const std::string& text = node.as_string()->get();
-  const auto number = [&]<typename T>(std::expected<T, std::string> parsed) -> std::optional<json> {
+  const auto number = [&]<typename T>(std::expected<T, Status> parsed) -> std::optional<json> {
     if (parsed) return json(*parsed);
-    problems.add(key, &node, parsed.error());
+    problems.add(key, &node, parsed.error().message);
     return std::nullopt;
   };
   switch (unit) {
@@ -563,7 +563,7 @@ std::vector<Scenario> read_scenarios(const toml::table& doc, Problems& problems)
     if (!spec) continue;
     auto parsed = pack::parse_scenario_spec(*spec);
     if (!parsed) {
-      problems.add(file_key, file, escape_controls(parsed.error()));
+      problems.add(file_key, file, escape_controls(parsed.error().message));
       continue;
     }
     if (!pack::is_confined_relative_path(parsed->path)) {
@@ -739,7 +739,7 @@ std::expected<Batch, std::vector<std::string>> parse_toml(std::string_view text,
         if (auto found = files->lua_file(scenario.path, "scenario path"); !found) {
           problems.add(scenario.key + ".file", scenario.node,
                        "in " + candidate.key + " (" + escape_controls(candidate.name) +
-                           "): " + escape_controls(found.error()));
+                           "): " + escape_controls(found.error().message));
         }
       }
     }
@@ -852,7 +852,7 @@ std::expected<Batch, std::vector<std::string>> parse_json_lines(std::string_view
     if (!spec->scenario.empty()) {
       // The file itself is looked up once the candidate is read, below.
       if (auto parsed = pack::parse_scenario_spec(spec->scenario); !parsed) {
-        problems.add(where + ": scenario: " + escape_controls(parsed.error()));
+        problems.add(where + ": scenario: " + escape_controls(parsed.error().message));
       }
     }
     if (problems.size() != before) continue;
@@ -901,7 +901,7 @@ std::expected<Batch, std::vector<std::string>> parse_json_lines(std::string_view
     if (use.extra < 0 && !spec.scenario.empty()) {
       const auto parsed = pack::parse_scenario_spec(spec.scenario);
       if (auto found = files->lua_file(parsed->path, "scenario path"); !found) {
-        problems.add(where + "scenario: " + escape_controls(found.error()));
+        problems.add(where + "scenario: " + escape_controls(found.error().message));
       }
     }
   }

@@ -49,6 +49,7 @@ struct Client::Impl {
     send(frame);
     auto sent = world->monotonic_now();
     const auto deadline = sent + timeout;
+    bool said_hello = false;
     auto send_again = [&](bool hello_first) {
       if (hello_first) {
         capnp::MallocMessageBuilder hello;
@@ -97,16 +98,16 @@ struct Client::Impl {
       const auto envelope = decoded->envelope();
       if (envelope.getRequestId() != id) continue;
       if (envelope.which() == Envelope::ERROR) {
-        const auto code = envelope.getError().getCode();
-        if (code == schema::wire::ErrorCode::OUT_OF_ORDER && resend != kNever &&
+        const Status error = wire::status_of(envelope.getError());
+        if (error.code == ErrorCode::failed_precondition && resend != kNever && !said_hello &&
             world->monotonic_now() < deadline) {
-          send_again(true);  // a restarted coordinator: hello again, then ask again
+          // A restarted coordinator: hello again, then ask again, once; the
+          // same answer after a hello is the coordinator's.
+          said_hello = true;
+          send_again(true);
           continue;
         }
-        throw Error(code == schema::wire::ErrorCode::NOT_FOUND ? ErrorCode::not_found
-                    : code == schema::wire::ErrorCode::BUSY    ? ErrorCode::resource_exhausted
-                                                               : ErrorCode::failed_precondition,
-                    wire::prose(envelope.getError().getMessage(), wire::kMaxErrorMessageBytes));
+        throw Error(error);  // the coordinator's category, as it sent it
       }
       return std::move(*decoded);
     }

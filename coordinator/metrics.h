@@ -11,7 +11,7 @@
 //   forktrial_reports_fenced_total              reports refused as fenced
 //   forktrial_jobs_submitted_total              jobs accepted
 //   forktrial_workers_joined_total, forktrial_workers_lost_total
-//   forktrial_messages_rejected_total{reason}   error replies, by wire error code
+//   forktrial_messages_rejected_total{reason}   error replies, by error category
 //   forktrial_replies_undelivered_total         replies ZeroMQ would not take
 //   forktrial_blob_bytes_total{direction}       "uploaded" by clients, "served" to workers
 // Histograms:
@@ -94,7 +94,7 @@ class CoordinatorMetrics {
   // commit; `trial` its duration on the worker.
   void reconciled(Outcome outcome, std::chrono::steady_clock::duration latency,
                   std::chrono::milliseconds trial);
-  void rejected(wire::ErrorCode code) { rejected_.count(code); }
+  void rejected(ErrorCode code) { rejected_.count(code); }
   void undelivered() { undelivered_.Increment(); }
   void blob_bytes(BlobDirection direction, std::uint64_t bytes);
 

@@ -623,43 +623,45 @@ store::NewEvent to_event(const OrchestrationRecord& record, std::uint64_t event_
 
 namespace {
 
-std::expected<Json, std::string> payload_json(const store::EventView& event) {
+std::expected<Json, Status> payload_json(const store::EventView& event) {
   try {
     return Json::parse(event.payload);
   } catch (const Json::exception& error) {  // out_of_range too: a number no double holds
     // The message quotes what it last read of the payload, which may be
     // anything.
-    return std::unexpected(event_name(event) +
-                           ": payload is not JSON: " + bounded_escaped(error.what(), 512));
+    return failure(ErrorCode::internal, event_name(event) + ": payload is not JSON: " +
+                                            bounded_escaped(error.what(), 512));
   }
 }
 
 // The record `event` holds; with `trial_count`, a job.submitted may be the
 // first of a job's events, and *trial_count is then its "trial_count" (0
 // for a record that is whole).
-std::expected<OrchestrationRecord, std::string> decode_record(const store::EventView& event,
-                                                              std::uint64_t* trial_count) {
+std::expected<OrchestrationRecord, Status> decode_record(const store::EventView& event,
+                                                         std::uint64_t* trial_count) {
   const std::optional<std::size_t> index = record_index(event.type);
   if (!index) {
-    return std::unexpected(event_name(event) + (event.type == kJobTrialsType
-                                                    ? ": continues a job.submitted record, and "
-                                                      "is read with it (read_log)"
-                                                    : ": not an orchestration record type"));
+    return failure(ErrorCode::internal,
+                   event_name(event) + (event.type == kJobTrialsType
+                                            ? ": continues a job.submitted record, and "
+                                              "is read with it (read_log)"
+                                            : ": not an orchestration record type"));
   }
-  std::expected<Json, std::string> payload = payload_json(event);
+  std::expected<Json, Status> payload = payload_json(event);
   if (!payload) return std::unexpected(std::move(payload.error()));
   std::uint64_t count = 0;
   if (event.type == JobSubmitted::kType && payload->is_object() &&
       payload->contains("trial_count")) {
     const Json& value = (*payload)["trial_count"];
     if (trial_count == nullptr) {
-      return std::unexpected(event_name(event) +
-                             ": is the first of a job's events, and is read with the job.trials "
-                             "that follow it (read_log)");
+      return failure(ErrorCode::internal,
+                     event_name(event) +
+                         ": is the first of a job's events, and is read with the job.trials "
+                         "that follow it (read_log)");
     }
     if (!value.is_number_unsigned() || value.get<std::uint64_t>() == 0) {
-      return std::unexpected(event_name(event) + ": field \"trial_count\" is " + value_text(value) +
-                             ", not a positive integer");
+      return failure(ErrorCode::internal, event_name(event) + ": field \"trial_count\" is " +
+                                              value_text(value) + ", not a positive integer");
     }
     count = value.get<std::uint64_t>();
     payload->erase("trial_count");
@@ -667,12 +669,14 @@ std::expected<OrchestrationRecord, std::string> decode_record(const store::Event
   Problem problem;
   Fields fields(*payload, "", problem);
   OrchestrationRecord record = kRecordDecoders[*index](fields);
-  if (problem.found()) return std::unexpected(event_name(event) + ": " + problem.take());
+  if (problem.found())
+    return failure(ErrorCode::internal, event_name(event) + ": " + problem.take());
   if (count != 0 && std::get<JobSubmitted>(record).trials.size() >= count) {
-    return std::unexpected(event_name(event) + ": holds " +
-                           std::to_string(std::get<JobSubmitted>(record).trials.size()) +
-                           " trials of a trial_count of " + std::to_string(count) +
-                           ", and a job cut into events holds fewer in its first");
+    return failure(ErrorCode::internal,
+                   event_name(event) + ": holds " +
+                       std::to_string(std::get<JobSubmitted>(record).trials.size()) +
+                       " trials of a trial_count of " + std::to_string(count) +
+                       ", and a job cut into events holds fewer in its first");
   }
   if (trial_count != nullptr) *trial_count = count;
   return record;
@@ -686,8 +690,8 @@ struct JobTrials {
   std::vector<TrialInput> trials;
 };
 
-std::expected<JobTrials, std::string> job_trials_of(const store::EventView& event) {
-  std::expected<Json, std::string> payload = payload_json(event);
+std::expected<JobTrials, Status> job_trials_of(const store::EventView& event) {
+  std::expected<Json, Status> payload = payload_json(event);
   if (!payload) return std::unexpected(std::move(payload.error()));
   Problem problem;
   Fields fields(*payload, "", problem);
@@ -698,13 +702,14 @@ std::expected<JobTrials, std::string> job_trials_of(const store::EventView& even
   decode_trials(fields, part.trials);
   fields.instant("at");
   fields.finish();
-  if (problem.found()) return std::unexpected(event_name(event) + ": " + problem.take());
+  if (problem.found())
+    return failure(ErrorCode::internal, event_name(event) + ": " + problem.take());
   return part;
 }
 
 }  // namespace
 
-std::expected<OrchestrationRecord, std::string> record_of(const store::EventView& event) {
+std::expected<OrchestrationRecord, Status> record_of(const store::EventView& event) {
   return decode_record(event, nullptr);
 }
 
@@ -760,9 +765,9 @@ store::Result<std::uint64_t> append_to_log(store::Writer& writer,
   return head;
 }
 
-std::expected<void, std::string> read_log(
-    const store::Snapshot& snapshot, const std::function<void(OrchestrationRecord&&)>& on_record,
-    const std::function<void(const store::EventView&)>& on_other) {
+std::expected<void, Status> read_log(const store::Snapshot& snapshot,
+                                     const std::function<void(OrchestrationRecord&&)>& on_record,
+                                     const std::function<void(const store::EventView&)>& on_other) {
   const std::optional<store::RunInfo> run = snapshot.run(kOrchestrationRun);
   if (!run) return {};
   std::string error;
@@ -778,9 +783,9 @@ std::expected<void, std::string> read_log(
                 " trials, and this event does not continue it";
         return false;
       }
-      std::expected<JobTrials, std::string> part = job_trials_of(event);
+      std::expected<JobTrials, Status> part = job_trials_of(event);
       if (!part) {
-        error = std::move(part.error());
+        error = std::move(part.error().message);
         return false;
       }
       if (part->job != job->job || part->first != job->trials.size() || part->trials.empty() ||
@@ -805,9 +810,9 @@ std::expected<void, std::string> read_log(
       return true;
     }
     std::uint64_t count = 0;
-    std::expected<OrchestrationRecord, std::string> record = decode_record(event, &count);
+    std::expected<OrchestrationRecord, Status> record = decode_record(event, &count);
     if (!record) {
-      error = std::move(record.error());
+      error = std::move(record.error().message);
       return false;
     }
     if (count != 0) {
@@ -823,8 +828,8 @@ std::expected<void, std::string> read_log(
             " of its " + std::to_string(job_trials) + " trials";
   }
   if (!error.empty()) {
-    return std::unexpected("the orchestration log (run " + kOrchestrationRun.str() +
-                           ") is corrupt: " + error);
+    return failure(ErrorCode::internal, "the orchestration log (run " + kOrchestrationRun.str() +
+                                            ") is corrupt: " + error);
   }
   return {};
 }

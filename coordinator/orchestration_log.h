@@ -43,6 +43,7 @@
 #include <string>
 #include <string_view>
 
+#include "base/error.h"
 #include "coordinator/orchestration.h"
 #include "store/event.h"
 #include "store/event_store.h"
@@ -72,7 +73,7 @@ store::NewEvent to_event(const OrchestrationRecord& record, std::uint64_t event_
 // unknown or of the wrong type, a number out of the field's range, a digest
 // or outcome name that is not one, a bad hex text. The event's timestamp and
 // actor are not read.
-std::expected<OrchestrationRecord, std::string> record_of(const store::EventView& event);
+std::expected<OrchestrationRecord, Status> record_of(const store::EventView& event);
 
 // Whether `type` is the kType of one of the records (other events in the log
 // are the coordinator's own and are not records).
@@ -102,8 +103,8 @@ store::Result<std::uint64_t> append_to_log(store::Writer& writer,
 // corrupt: reading stops there and the error is returned, the events
 // before it having been handed over. Exceptions thrown by the callbacks (a
 // Scheduler::replay that finds the state disagreeing) propagate.
-std::expected<void, std::string> read_log(
-    const store::Snapshot& snapshot, const std::function<void(OrchestrationRecord&&)>& on_record,
-    const std::function<void(const store::EventView&)>& on_other);
+std::expected<void, Status> read_log(const store::Snapshot& snapshot,
+                                     const std::function<void(OrchestrationRecord&&)>& on_record,
+                                     const std::function<void(const store::EventView&)>& on_other);
 
 }  // namespace forktrial::coordinator

@@ -593,15 +593,15 @@ struct Scheduler::State {
     return result;
   }
 
-  std::expected<TrialKey, Refusal> reported_trial(const TrialId& id) const {
+  std::expected<TrialKey, Status> reported_trial(const TrialId& id) const {
     const auto key = find(id);
-    if (!key) return std::unexpected(Refusal{ErrorCode::not_found, "no trial " + id.str()});
+    if (!key) return std::unexpected(Status{ErrorCode::not_found, "no trial " + id.str()});
     return *key;
   }
 
-  Refusal not_reported(const TrialId& id, const Trial& t) const {
-    return Refusal{ErrorCode::failed_precondition,
-                   id.str() + " is " + std::string(trial_status_name(t.status)) + ", not reported"};
+  Status not_reported(const TrialId& id, const Trial& t) const {
+    return Status{ErrorCode::failed_precondition,
+                  id.str() + " is " + std::string(trial_status_name(t.status)) + ", not reported"};
   }
 
   JobStatus status_of(const Job& job) const {
@@ -645,19 +645,19 @@ Scheduler::~Scheduler() = default;
 Scheduler::Scheduler(Scheduler&&) noexcept = default;
 Scheduler& Scheduler::operator=(Scheduler&&) noexcept = default;
 
-std::expected<Records, Refusal> Scheduler::submit(JobSubmission job, Instant now) {
+std::expected<Records, Status> Scheduler::submit(JobSubmission job, Instant now) {
   if (job.id.empty()) {
-    return std::unexpected(Refusal{ErrorCode::invalid_argument, "a job needs an id"});
+    return std::unexpected(Status{ErrorCode::invalid_argument, "a job needs an id"});
   }
   if (state_->job_by_id.contains(job.id)) {
     return std::unexpected(
-        Refusal{ErrorCode::conflict, "job " + job.id.str() + " was submitted before"});
+        Status{ErrorCode::conflict, "job " + job.id.str() + " was submitted before"});
   }
   if (job.trials.size() > std::numeric_limits<std::uint32_t>::max()) {
     return std::unexpected(
-        Refusal{ErrorCode::invalid_argument, "job " + job.id.str() + " has " +
-                                                 std::to_string(job.trials.size()) +
-                                                 " trials; a job holds at most 4294967295"});
+        Status{ErrorCode::invalid_argument, "job " + job.id.str() + " has " +
+                                                std::to_string(job.trials.size()) +
+                                                " trials; a job holds at most 4294967295"});
   }
   Records out;
   state_->record(out, JobSubmitted{std::move(job.id), job.priority, std::move(job.name),
@@ -665,10 +665,10 @@ std::expected<Records, Refusal> Scheduler::submit(JobSubmission job, Instant now
   return out;
 }
 
-std::expected<CancelResult, Refusal> Scheduler::cancel(const JobId& job, Instant now) {
+std::expected<CancelResult, Status> Scheduler::cancel(const JobId& job, Instant now) {
   const auto found = state_->job_by_id.find(job);
   if (found == state_->job_by_id.end()) {
-    return std::unexpected(Refusal{ErrorCode::not_found, "no job " + job.str()});
+    return std::unexpected(Status{ErrorCode::not_found, "no job " + job.str()});
   }
   CancelResult result;
   const Job& cancelled = state_->jobs[found->second];
@@ -683,29 +683,29 @@ std::expected<CancelResult, Refusal> Scheduler::cancel(const JobId& job, Instant
   return result;
 }
 
-std::expected<Records, Refusal> Scheduler::worker_joined(WorkerHello hello, Instant now) {
+std::expected<Records, Status> Scheduler::worker_joined(WorkerHello hello, Instant now) {
   if (hello.id.empty()) {
-    return std::unexpected(Refusal{ErrorCode::invalid_argument, "a worker needs an id"});
+    return std::unexpected(Status{ErrorCode::invalid_argument, "a worker needs an id"});
   }
   if (hello.slots == 0) {
     return std::unexpected(
-        Refusal{ErrorCode::invalid_argument, "worker " + hello.id.str() + " offers no slots"});
+        Status{ErrorCode::invalid_argument, "worker " + hello.id.str() + " offers no slots"});
   }
   if (hello.slots > state_->config.max_worker_slots) {
     return std::unexpected(
-        Refusal{ErrorCode::invalid_argument,
-                "worker " + hello.id.str() + " offers " + std::to_string(hello.slots) +
-                    " slots; this coordinator takes at most " +
-                    std::to_string(state_->config.max_worker_slots) +
-                    " a worker (give a smaller --slots, or start the coordinator with a larger "
-                    "--max-worker-slots)"});
+        Status{ErrorCode::invalid_argument,
+               "worker " + hello.id.str() + " offers " + std::to_string(hello.slots) +
+                   " slots; this coordinator takes at most " +
+                   std::to_string(state_->config.max_worker_slots) +
+                   " a worker (give a smaller --slots, or start the coordinator with a larger "
+                   "--max-worker-slots)"});
   }
   if (hello.prefetch > kMaxPrefetch) {
-    return std::unexpected(Refusal{ErrorCode::invalid_argument,
-                                   "worker " + hello.id.str() + " asks to prefetch " +
-                                       std::to_string(hello.prefetch) + " assignments; at most " +
-                                       std::to_string(kMaxPrefetch) +
-                                       " (give a smaller --prefetch)"});
+    return std::unexpected(Status{ErrorCode::invalid_argument,
+                                  "worker " + hello.id.str() + " asks to prefetch " +
+                                      std::to_string(hello.prefetch) + " assignments; at most " +
+                                      std::to_string(kMaxPrefetch) +
+                                      " (give a smaller --prefetch)"});
   }
   Records out;
   if (const auto previous = state_->find_alive(hello.id)) {
@@ -718,16 +718,18 @@ std::expected<Records, Refusal> Scheduler::worker_joined(WorkerHello hello, Inst
 
 namespace {
 
-Refusal not_alive(const WorkerId& worker) {
-  return Refusal{ErrorCode::not_found,
-                 "worker " + worker.str() + " has not joined, or was lost; it must join again"};
+// failed_precondition: the worker must say hello again (on the wire, what
+// makes it do so).
+Status not_alive(const WorkerId& worker) {
+  return Status{ErrorCode::failed_precondition,
+                "worker " + worker.str() + " has not joined, or was lost; it must join again"};
 }
 
 }  // namespace
 
-std::expected<HeartbeatResult, Refusal> Scheduler::heartbeat(const WorkerId& worker,
-                                                             std::span<const AttemptRef> running,
-                                                             Instant now) {
+std::expected<HeartbeatResult, Status> Scheduler::heartbeat(const WorkerId& worker,
+                                                            std::span<const AttemptRef> running,
+                                                            Instant now) {
   const auto index = state_->find_alive(worker);
   if (!index) return std::unexpected(not_alive(worker));
   HeartbeatResult result;
@@ -748,8 +750,8 @@ Records Scheduler::worker_lost(const WorkerId& worker, const std::string& reason
   return out;
 }
 
-std::expected<WorkResult, Refusal> Scheduler::request_work(const WorkerId& worker,
-                                                           std::uint32_t free_slots, Instant now) {
+std::expected<WorkResult, Status> Scheduler::request_work(const WorkerId& worker,
+                                                          std::uint32_t free_slots, Instant now) {
   const auto index = state_->find_alive(worker);
   if (!index) return std::unexpected(not_alive(worker));
   const Worker& w = state_->workers[*index];
@@ -822,8 +824,8 @@ ReportResult Scheduler::attempt_failed(const WorkerId& worker, const TrialId& tr
   return result;
 }
 
-std::expected<Records, Refusal> Scheduler::reconciled(const TrialId& trial, Outcome outcome,
-                                                      Instant now) {
+std::expected<Records, Status> Scheduler::reconciled(const TrialId& trial, Outcome outcome,
+                                                     Instant now) {
   const auto key = state_->reported_trial(trial);
   if (!key) return std::unexpected(key.error());
   const Trial& t = state_->trial(*key);
@@ -834,9 +836,8 @@ std::expected<Records, Refusal> Scheduler::reconciled(const TrialId& trial, Outc
   return out;
 }
 
-std::expected<Records, Refusal> Scheduler::reconcile_failed(const TrialId& trial,
-                                                            const std::string& reason,
-                                                            Instant now) {
+std::expected<Records, Status> Scheduler::reconcile_failed(const TrialId& trial,
+                                                           const std::string& reason, Instant now) {
   const auto key = state_->reported_trial(trial);
   if (!key) return std::unexpected(key.error());
   const Trial& t = state_->trial(*key);

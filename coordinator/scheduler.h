@@ -57,7 +57,7 @@
 //
 // Errors. What a peer or a user may get wrong (an unknown worker offering
 // slots, a job id already taken, a report for a trial that does not exist) is
-// a value: a Refusal or a ReportVerdict. A record that replay cannot apply to
+// a value: a Status or a ReportVerdict. A record that replay cannot apply to
 // the state (a lease of a trial that is not queued, a record of an unknown
 // job) means the log and the state disagree, a corruption: replay throws
 // forktrial::Error with ErrorCode::internal, naming the record and the state
@@ -115,7 +115,7 @@ enum class ReportVerdict : std::uint8_t {
 std::string_view report_verdict_name(ReportVerdict verdict);
 
 // A refusal (base/error.h) names the job, trial, worker and state involved.
-using forktrial::Refusal;
+using forktrial::Status;
 
 using Records = std::vector<OrchestrationRecord>;
 
@@ -237,27 +237,27 @@ class Scheduler {
 
   // Queues every trial of the job (job.submitted). Refused: an empty or
   // taken job id (conflict), more trials than a job may hold.
-  std::expected<Records, Refusal> submit(JobSubmission job, Instant now);
+  std::expected<Records, Status> submit(JobSubmission job, Instant now);
 
   // Cancels the job (job.cancelled): queued and leased trials become
   // cancelled; `running` lists the leased ones, to be killed. Cancelling a
   // cancelled job changes nothing. Refused: an unknown job. Costs O(trials
   // of the job), the one input that visits a whole job.
-  std::expected<CancelResult, Refusal> cancel(const JobId& job, Instant now);
+  std::expected<CancelResult, Status> cancel(const JobId& job, Instant now);
 
   // A worker's hello (worker.joined). A worker that joins under the id of a
   // live one is a new incarnation: the old one is lost first, and its leases
   // requeued. Refused: an empty id, zero slots, more slots than
   // max_worker_slots, a prefetch past kMaxPrefetch.
-  std::expected<Records, Refusal> worker_joined(WorkerHello hello, Instant now);
+  std::expected<Records, Status> worker_joined(WorkerHello hello, Instant now);
 
   // The worker's running set: renews those that are its live leases
   // (worker.heartbeat), returns the others as stale. A lease the worker does
   // not list is left to run out (its assignment may still be on the way).
   // Refused: a worker that is unknown or lost (it should join again).
-  std::expected<HeartbeatResult, Refusal> heartbeat(const WorkerId& worker,
-                                                    std::span<const AttemptRef> running,
-                                                    Instant now);
+  std::expected<HeartbeatResult, Status> heartbeat(const WorkerId& worker,
+                                                   std::span<const AttemptRef> running,
+                                                   Instant now);
 
   // The worker is gone (a closed connection): its leases lapse now, each
   // requeued or abandoned, then worker.lost. A worker unknown or already lost
@@ -272,8 +272,8 @@ class Scheduler {
   // before it on the worker beyond its slots and for itself, and a lease to
   // report. A worker that holds a trial without running it (a compromised
   // one keeping leases alive with heartbeats) loses it then.
-  std::expected<WorkResult, Refusal> request_work(const WorkerId& worker, std::uint32_t free_slots,
-                                                  Instant now);
+  std::expected<WorkResult, Status> request_work(const WorkerId& worker, std::uint32_t free_slots,
+                                                 Instant now);
 
   // The passing of time: workers silent for worker_timeout are lost, then
   // leases whose expiry is at or before `now` lapse (trial.requeued, or
@@ -295,12 +295,12 @@ class Scheduler {
   // The caller reconciled the reported attempt in the store
   // (trial.reconciled). Reconciling a reconciled trial changes nothing.
   // Refused: an unknown trial, a trial that is not reported.
-  std::expected<Records, Refusal> reconciled(const TrialId& trial, Outcome outcome, Instant now);
+  std::expected<Records, Status> reconciled(const TrialId& trial, Outcome outcome, Instant now);
 
   // The store refused the reported attempt's reconciliation: requeued or
   // abandoned with `reason`. Refused: an unknown trial, a trial not reported.
-  std::expected<Records, Refusal> reconcile_failed(const TrialId& trial, const std::string& reason,
-                                                   Instant now);
+  std::expected<Records, Status> reconcile_failed(const TrialId& trial, const std::string& reason,
+                                                  Instant now);
 
   // Applies one record of a log this class wrote, as the input that wrote it
   // did. Throws forktrial::Error (internal) when it does not apply to the

@@ -119,11 +119,15 @@ void Server::reply(const std::string& route, std::string frame) {
   outbox_.emplace_back(route, std::move(frame));
 }
 
-void Server::reply_error(const std::string& route, std::uint64_t request, WireCode code,
-                         const std::string& message) {
+void Server::reply_error(const std::string& route, std::uint64_t request, const Status& status) {
   ++errors_;
-  metrics_.rejected(code);
-  reply(route, wire::error_frame(request, code, message));
+  metrics_.rejected(status.code);
+  reply(route, wire::error_frame(request, status));
+}
+
+void Server::reply_error(const std::string& route, std::uint64_t request, ErrorCode code,
+                         const std::string& message) {
+  reply_error(route, request, Status{code, message});
 }
 
 bool Server::receive_one(Instant now) {
@@ -148,7 +152,7 @@ bool Server::receive_one(Instant now) {
     }
   }
   if (count != 2) {
-    reply_error(route, 0, WireCode::MALFORMED, "a message is one frame");
+    reply_error(route, 0, ErrorCode::invalid_argument, "a message is one frame");
     return true;
   }
   take(route, frame, role, now);
@@ -168,7 +172,7 @@ void Server::take(const std::string& route, std::string_view frame,
     if (role != needed) {
       const std::string has =
           role ? "a " + std::string(transport::role_name(*role)) + "'s" : "of no role";
-      reply_error(route, envelope.getRequestId(), WireCode::REFUSED,
+      reply_error(route, envelope.getRequestId(), ErrorCode::failed_precondition,
                   "this connection's key is " + has + ": a " +
                       std::string(transport::role_name(needed)) +
                       "'s message is refused (the coordinator's --allow-workers and "
@@ -182,10 +186,10 @@ void Server::take(const std::string& route, std::string_view frame,
     store_full(e.what());
     reply_busy(route, envelope.getRequestId());
   } catch (const kj::Exception& e) {
-    reply_error(route, envelope.getRequestId(), WireCode::MALFORMED,
+    reply_error(route, envelope.getRequestId(), ErrorCode::invalid_argument,
                 std::string("the message cannot be read: ") + e.getDescription().cStr());
   } catch (const nlohmann::json::exception& e) {
-    reply_error(route, envelope.getRequestId(), WireCode::MALFORMED,
+    reply_error(route, envelope.getRequestId(), ErrorCode::invalid_argument,
                 std::string("the message holds JSON that cannot be read: ") + e.what());
   }
 }
@@ -200,7 +204,7 @@ void Server::handle(const std::string& route, Envelope::Reader envelope, Instant
   }
   auto peer = peers_.find(route);
   if (peer == peers_.end()) {
-    return reply_error(route, request, WireCode::OUT_OF_ORDER,
+    return reply_error(route, request, ErrorCode::failed_precondition,
                        "say hello first (workerHello or clientHello)");
   }
   if (writes(which)) turn_writes_.emplace(route, request);
@@ -223,7 +227,7 @@ void Server::handle(const std::string& route, Envelope::Reader envelope, Instant
       case Envelope::FETCH_BLOB:
         return on_fetch(route, envelope);
       default:
-        return reply_error(route, request, WireCode::UNKNOWN_MESSAGE,
+        return reply_error(route, request, ErrorCode::invalid_argument,
                            "a worker may not send this message");
     }
   }
@@ -243,7 +247,7 @@ void Server::handle(const std::string& route, Envelope::Reader envelope, Instant
     case Envelope::WORKERS_REQUEST:
       return on_workers(route, request);
     default:
-      return reply_error(route, request, WireCode::UNKNOWN_MESSAGE,
+      return reply_error(route, request, ErrorCode::invalid_argument,
                          "a client may not send this message");
   }
 }

@@ -96,7 +96,7 @@ std::string Server::busy_message() const {
 }
 
 void Server::reply_busy(const std::string& route, std::uint64_t request) {
-  reply_error(route, request, WireCode::BUSY, busy_message());
+  reply_error(route, request, ErrorCode::unavailable, busy_message());
 }
 
 void Server::store_full(const std::string& why) {
@@ -193,7 +193,7 @@ std::uint64_t Server::replay_log() {
       });
   if (!read)
     throw Error(forktrial::ErrorCode::internal,
-                "the orchestration log does not replay: " + read.error());
+                "the orchestration log does not replay: " + read.error().message);
   return records;
 }
 

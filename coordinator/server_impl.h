@@ -34,7 +34,6 @@ namespace forktrial::coordinator::detail {
 
 using nlohmann::ordered_json;
 using schema::wire::Envelope;
-using WireCode = wire::ErrorCode;
 
 constexpr std::string_view kResultType = "trial.result";
 
@@ -300,7 +299,8 @@ class Server {
 
   void reply(const std::string& route, std::string frame);
 
-  void reply_error(const std::string& route, std::uint64_t request, WireCode code,
+  void reply_error(const std::string& route, std::uint64_t request, const Status& status);
+  void reply_error(const std::string& route, std::uint64_t request, ErrorCode code,
                    const std::string& message);
 
   // ---- start-up

@@ -8,12 +8,12 @@ void Server::on_fetch(const std::string& route, Envelope::Reader envelope) {
   auto fetch = envelope.getFetchBlob();
   auto digest = wire::digest_of(fetch.getDigest());
   if (!digest) {
-    return reply_error(route, envelope.getRequestId(), WireCode::MALFORMED, "not a digest");
+    return reply_error(route, envelope.getRequestId(), ErrorCode::invalid_argument, "not a digest");
   }
   auto snapshot = store_.snapshot();
   auto blob = snapshot.blob(*digest);
   if (!blob) {
-    return reply_error(route, envelope.getRequestId(), WireCode::NOT_FOUND,
+    return reply_error(route, envelope.getRequestId(), ErrorCode::not_found,
                        "no blob " + digest->str() + " in the coordinator's store");
   }
   const std::uint64_t offset = std::min<std::uint64_t>(fetch.getOffset(), blob->size());
@@ -48,7 +48,7 @@ void Server::on_put_blob(const std::string& route, Envelope::Reader envelope, In
   auto chunk = envelope.getPutBlob();
   auto digest = wire::digest_of(chunk.getDigest());
   const std::uint64_t request = envelope.getRequestId();
-  if (!digest) return reply_error(route, request, WireCode::MALFORMED, "not a digest");
+  if (!digest) return reply_error(route, request, ErrorCode::invalid_argument, "not a digest");
   auto bytes = chunk.getBytes();
   // A client is its key, with keys: a client opening many connections
   // still has one share of the spool.
@@ -56,13 +56,7 @@ void Server::on_put_blob(const std::string& route, Envelope::Reader envelope, In
   auto added = uploads_.add(client, *digest, chunk.getTotalSize(), chunk.getOffset(),
                             std::as_bytes(std::span(bytes.begin(), bytes.size())), now);
   if (!added) {
-    using Refusal = UploadSpool::Refusal;
-    const Refusal why = added.error().why;
-    const WireCode code = why == Refusal::too_large      ? WireCode::TOO_LARGE
-                          : why == Refusal::out_of_order ? WireCode::OUT_OF_ORDER
-                          : why == Refusal::bad_hash     ? WireCode::REFUSED
-                                                         : WireCode::BUSY;
-    return reply_error(route, request, code, added.error().message);
+    return reply_error(route, request, added.error());
   }
   metrics_.blob_bytes(BlobDirection::uploaded, bytes.size());
   if (const auto& whole = *added) {
@@ -85,7 +79,8 @@ void Server::on_submit(const std::string& route, Envelope::Reader envelope, Inst
   submission.name = wire::text(job.getName());
   // The name is shown to every client and on the status page.
   if (auto bad = named_text_problem("the job's name", submission.name, kMaxJobNameBytes)) {
-    return reply_error(route, request, WireCode::REFUSED, *bad + "; name the job with plain text");
+    return reply_error(route, request, ErrorCode::invalid_argument,
+                       *bad + "; name the job with plain text");
   }
   char id[32];
   if (const std::string token = wire::text(job.getToken()); !token.empty()) {
@@ -95,7 +90,7 @@ void Server::on_submit(const std::string& route, Envelope::Reader envelope, Inst
                        return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
                      });
     if (!hex) {
-      return reply_error(route, request, WireCode::MALFORMED,
+      return reply_error(route, request, ErrorCode::invalid_argument,
                          "a submission token is 16 lowercase hex digits");
     }
     std::snprintf(id, sizeof id, "job_%s", token.c_str());
@@ -104,7 +99,7 @@ void Server::on_submit(const std::string& route, Envelope::Reader envelope, Inst
       // as its last was.
       const bool same_size = job.getParts() > 1 || existing->trials == job.getSpecs().size();
       if (!same_size || existing->name != submission.name) {
-        return reply_error(route, request, WireCode::REFUSED,
+        return reply_error(route, request, ErrorCode::conflict,
                            std::string("token ") + token + " already names job " + id + " (\"" +
                                existing->name + "\", " + std::to_string(existing->trials) +
                                " trials); a new submission needs a new token");
@@ -116,7 +111,7 @@ void Server::on_submit(const std::string& route, Envelope::Reader envelope, Inst
       return reply(route, wire::encode(message));
     }
   } else if (job.getParts() > 1) {
-    return reply_error(route, request, WireCode::MALFORMED,
+    return reply_error(route, request, ErrorCode::invalid_argument,
                        "a submission in parts needs a token to name it");
   } else {
     std::snprintf(id, sizeof id, "job_%016llx", static_cast<unsigned long long>(world_.random64()));
@@ -135,13 +130,13 @@ void Server::on_submit(const std::string& route, Envelope::Reader envelope, Inst
     }
     if (found == pending_jobs_.end()) {
       if (part != 0) {
-        return reply_error(route, request, WireCode::OUT_OF_ORDER,
+        return reply_error(route, request, ErrorCode::failed_precondition,
                            "part " + std::to_string(part) + " of job " + id +
                                " came before its part 0 (or after the job was dropped, idle "
                                "for 60 s): send the job again from part 0");
       }
       if (pending_jobs_.size() >= kMaxPendingJobs) {
-        return reply_error(route, request, WireCode::BUSY,
+        return reply_error(route, request, ErrorCode::unavailable,
                            "too many jobs are being submitted in parts at once; send this "
                            "again later");
       }
@@ -158,14 +153,14 @@ void Server::on_submit(const std::string& route, Envelope::Reader envelope, Inst
     pending = &found->second;
     if (pending->parts != parts || pending->name != submission.name ||
         pending->owner != (client_ ? client_->key : "") || part >= parts) {
-      return reply_error(route, request, WireCode::REFUSED,
+      return reply_error(route, request, ErrorCode::conflict,
                          "part " + std::to_string(part) + " of " + std::to_string(parts) +
                              " does not belong to job " + id + ", which is being submitted in " +
                              std::to_string(pending->parts) + " parts under another name or key");
     }
     if (part < pending->next) return reply_ok(route, request);  // sent again
     if (part > pending->next) {
-      return reply_error(route, request, WireCode::OUT_OF_ORDER,
+      return reply_error(route, request, ErrorCode::failed_precondition,
                          "part " + std::to_string(part) + " of job " + id + " came before part " +
                              std::to_string(pending->next));
     }
@@ -177,7 +172,7 @@ void Server::on_submit(const std::string& route, Envelope::Reader envelope, Inst
   if (const std::size_t queued = scheduler_.queued_trials() + pending_trials();
       queued + job.getSpecs().size() > config_.max_queued) {
     if (pending != nullptr) pending_jobs_.erase(id);
-    return reply_error(route, request, WireCode::REFUSED,
+    return reply_error(route, request, ErrorCode::resource_exhausted,
                        "the coordinator's queue is full: it holds " + std::to_string(queued) +
                            " queued trials, and " + std::to_string(job.getSpecs().size()) +
                            " more would pass its limit of " + std::to_string(config_.max_queued) +
@@ -248,7 +243,7 @@ void Server::on_submit(const std::string& route, Envelope::Reader envelope, Inst
       message += "\n  and " + std::to_string(problem_order.size() - kListed) + " more problems";
     }
     if (pending != nullptr) pending_jobs_.erase(id);
-    return reply_error(route, request, WireCode::REFUSED, message);
+    return reply_error(route, request, ErrorCode::invalid_argument, message);
   }
   if (pending != nullptr) {
     pending->inputs.insert(pending->inputs.end(), std::make_move_iterator(inputs.begin()),
@@ -261,7 +256,7 @@ void Server::on_submit(const std::string& route, Envelope::Reader envelope, Inst
   submission.trials = std::move(inputs);
   submission.owner = client_ ? client_->key : "";
   auto records = scheduler_.submit(std::move(submission), now);
-  if (!records) return reply_error(route, request, WireCode::REFUSED, records.error().message);
+  if (!records) return reply_error(route, request, records.error());
   for (const auto& record : *records) {
     if (const auto* submitted = std::get_if<JobSubmitted>(&record)) note_job(*submitted);
   }
@@ -330,8 +325,7 @@ void Server::on_cancel(const std::string& route, Envelope::Reader envelope, Inst
   }
   auto cancelled = scheduler_.cancel(job, now);
   if (!cancelled) {
-    return reply_error(route, envelope.getRequestId(), WireCode::NOT_FOUND,
-                       cancelled.error().message);
+    return reply_error(route, envelope.getRequestId(), cancelled.error());
   }
   keep(std::move(cancelled->records));
   turn_durable_ = true;

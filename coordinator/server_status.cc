@@ -70,7 +70,7 @@ bool Server::may_act_on(const JobStatus& job) const {
 
 void Server::refuse_not_theirs(const std::string& route, std::uint64_t request,
                                const std::string& job, std::string_view what) {
-  reply_error(route, request, WireCode::NOT_FOUND,
+  reply_error(route, request, ErrorCode::not_found,
               "no job " + job +
                   " of this client's key: only the key that submitted a job, "
                   "or an administrator's (the coordinator's --admin-clients), may " +
@@ -86,7 +86,7 @@ void Server::on_status(const std::string& route, Envelope::Reader envelope) {
     return refuse_not_theirs(route, envelope.getRequestId(), job, "read");
   }
   if (!status) {
-    return reply_error(route, envelope.getRequestId(), WireCode::NOT_FOUND, "no job " + job);
+    return reply_error(route, envelope.getRequestId(), ErrorCode::not_found, "no job " + job);
   }
   reply_json(route, envelope.getRequestId(), job_doc(*status, clock_now()), false);
 }
@@ -99,7 +99,7 @@ void Server::on_results(const std::string& route, Envelope::Reader envelope) {
     return refuse_not_theirs(route, envelope.getRequestId(), job.str(), "read");
   }
   if (!status) {
-    return reply_error(route, envelope.getRequestId(), WireCode::NOT_FOUND, "no job " + job.str());
+    return reply_error(route, envelope.getRequestId(), ErrorCode::not_found, "no job " + job.str());
   }
   const auto total = static_cast<std::uint32_t>(status->trials);
   const std::uint32_t from = std::min(query.getAfter(), total);

@@ -9,21 +9,21 @@ void Server::on_worker_hello(const std::string& route, Envelope::Reader envelope
   // The id goes into the log and into every result: plain and short.
   const std::string id = wire::text(hello.getWorkerId());
   if (auto bad = named_text_problem("worker id", id, kMaxWorkerIdBytes)) {
-    return reply_error(route, envelope.getRequestId(), WireCode::REFUSED,
+    return reply_error(route, envelope.getRequestId(), ErrorCode::invalid_argument,
                        *bad + "; start the worker with a plain --id");
   }
   // A key bound to a worker id joins under that id only, and a bound id
   // is taken by its key only: an admitted key cannot take over another
   // worker's leases by naming it.
   if (bound_id_ && *bound_id_ != id) {
-    return reply_error(route, envelope.getRequestId(), WireCode::REFUSED,
+    return reply_error(route, envelope.getRequestId(), ErrorCode::failed_precondition,
                        "this worker's key may join only as worker " + *bound_id_ +
                            " (the coordinator's --allow-workers binds it); start the worker "
                            "with --id " +
                            *bound_id_);
   }
   if (!bound_id_ && bound_ids_.contains(id)) {
-    return reply_error(route, envelope.getRequestId(), WireCode::REFUSED,
+    return reply_error(route, envelope.getRequestId(), ErrorCode::conflict,
                        "worker id " + id +
                            " is bound to another key on the coordinator's --allow-workers; "
                            "start this worker with another --id");
@@ -45,7 +45,7 @@ void Server::on_worker_hello(const std::string& route, Envelope::Reader envelope
     if (store_full_) return reply_busy(route, envelope.getRequestId());
     auto joined = scheduler_.worker_joined(input, now);
     if (!joined) {
-      return reply_error(route, envelope.getRequestId(), WireCode::REFUSED, joined.error().message);
+      return reply_error(route, envelope.getRequestId(), joined.error());
     }
     keep(std::move(*joined));
   }
@@ -118,7 +118,7 @@ void Server::serve_parked(Instant now) {
 void Server::assign(const std::string& route, const WorkerId& worker, std::uint32_t free,
                     std::uint64_t request, Instant now) {
   auto work = scheduler_.request_work(worker, free, now);
-  if (!work) return reply_error(route, request, WireCode::OUT_OF_ORDER, work.error().message);
+  if (!work) return reply_error(route, request, work.error());
   keep(std::move(work->records));
   capnp::MallocMessageBuilder message;
   auto list = wire::start(message, request)
@@ -155,8 +155,7 @@ void Server::on_heartbeat(const std::string& route, const WorkerId& worker,
   }
   auto beat = scheduler_.heartbeat(worker, running, now);
   if (!beat) {
-    return reply_error(route, envelope.getRequestId(), WireCode::OUT_OF_ORDER,
-                       beat.error().message);
+    return reply_error(route, envelope.getRequestId(), beat.error());
   }
   keep(std::move(beat->records));
   // Always answered: a worker that hears nothing presumes a restart.

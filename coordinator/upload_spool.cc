@@ -37,12 +37,12 @@ void UploadSpool::drop(std::map<Key, Part>::iterator part) {
   parts_.erase(part);
 }
 
-std::expected<void, UploadSpool::Refused> UploadSpool::admit(const std::string& client,
-                                                             std::uint64_t total) const {
+std::expected<void, Status> UploadSpool::admit(const std::string& client,
+                                               std::uint64_t total) const {
   if (total > limits_.max_blob) {
-    return std::unexpected(Refused{Refusal::too_large, "a blob of " + bytes_text(total) +
-                                                           " is over the limit of " +
-                                                           bytes_text(limits_.max_blob)});
+    return std::unexpected(Status{ErrorCode::resource_exhausted, "a blob of " + bytes_text(total) +
+                                                                     " is over the limit of " +
+                                                                     bytes_text(limits_.max_blob)});
   }
   std::size_t uploads = 0;
   std::uint64_t declared = 0;
@@ -52,8 +52,8 @@ std::expected<void, UploadSpool::Refused> UploadSpool::admit(const std::string& 
     declared += it->second.total;
   }
   if (uploads >= limits_.per_client_uploads || declared + total > limits_.per_client) {
-    return std::unexpected(Refused{
-        Refusal::too_large,
+    return std::unexpected(Status{
+        ErrorCode::resource_exhausted,
         "this client has " + std::to_string(uploads) + " uploads in progress, of " +
             bytes_text(declared) + "; a client may have " +
             std::to_string(limits_.per_client_uploads) + " of at most " +
@@ -62,14 +62,14 @@ std::expected<void, UploadSpool::Refused> UploadSpool::admit(const std::string& 
             std::to_string(limits_.idle_timeout.count() / 1000) + " s after their last chunk)"});
   }
   if (declared_ + total > limits_.overall) {
-    return std::unexpected(
-        Refused{Refusal::busy, "the coordinator has " + bytes_text(declared_) +
-                                   " of uploads in progress, its limit; send this again later"});
+    return std::unexpected(Status{ErrorCode::unavailable,
+                                  "the coordinator has " + bytes_text(declared_) +
+                                      " of uploads in progress, its limit; send this again later"});
   }
   return {};
 }
 
-std::expected<std::optional<std::filesystem::path>, UploadSpool::Refused> UploadSpool::add(
+std::expected<std::optional<std::filesystem::path>, Status> UploadSpool::add(
     const std::string& client, const Digest& digest, std::uint64_t total, std::uint64_t offset,
     std::span<const std::byte> bytes, Instant now) {
   const Key key{client, digest};
@@ -82,8 +82,8 @@ std::expected<std::optional<std::filesystem::path>, UploadSpool::Refused> Upload
         ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0) {
       return std::unexpected(
-          Refused{Refusal::failed, "cannot spool the upload to " + file.string() + ": " +
-                                       std::strerror(errno) + "; send it again later"});
+          Status{ErrorCode::unavailable, "cannot spool the upload to " + file.string() + ": " +
+                                             std::strerror(errno) + "; send it again later"});
     }
     part = parts_.emplace(key, Part{file, fd, total, 0, Sha256(), now}).first;
     declared_ += total;
@@ -91,9 +91,9 @@ std::expected<std::optional<std::filesystem::path>, UploadSpool::Refused> Upload
   if (part == parts_.end() || offset != part->second.written || total != part->second.total ||
       part->second.written + bytes.size() > total) {
     if (part != parts_.end()) drop(part);
-    return std::unexpected(Refused{Refusal::out_of_order,
-                                   "chunks of a blob come in order, from offset 0, within its "
-                                   "size"});
+    return std::unexpected(Status{ErrorCode::failed_precondition,
+                                  "chunks of a blob come in order, from offset 0, within its "
+                                  "size"});
   }
   Part& p = part->second;
   for (std::size_t done = 0; done < bytes.size();) {
@@ -102,8 +102,8 @@ std::expected<std::optional<std::filesystem::path>, UploadSpool::Refused> Upload
     if (n <= 0) {
       const std::string why = std::strerror(errno);
       drop(part);
-      return std::unexpected(
-          Refused{Refusal::failed, "cannot spool the upload: " + why + "; send it again later"});
+      return std::unexpected(Status{ErrorCode::unavailable,
+                                    "cannot spool the upload: " + why + "; send it again later"});
     }
     done += static_cast<std::size_t>(n);
   }
@@ -117,7 +117,7 @@ std::expected<std::optional<std::filesystem::path>, UploadSpool::Refused> Upload
   if (got != digest) {
     drop(part);
     return std::unexpected(
-        Refused{Refusal::bad_hash, "the blob's bytes do not hash to " + digest.str()});
+        Status{ErrorCode::invalid_argument, "the blob's bytes do not hash to " + digest.str()});
   }
   std::filesystem::path file = p.file;
   declared_ -= p.total;

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "base/digest.h"
+#include "base/error.h"
 #include "coordinator/ids.h"
 
 namespace forktrial::coordinator {
@@ -38,12 +39,6 @@ struct UploadLimits {
 
 class UploadSpool {
  public:
-  enum class Refusal { too_large, out_of_order, busy, bad_hash, failed };
-  struct Refused {
-    Refusal why;
-    std::string message;
-  };
-
   // Spools under `dir`, created if needed; what a previous process left
   // there is removed.
   UploadSpool(std::filesystem::path dir, UploadLimits limits = {});
@@ -54,9 +49,12 @@ class UploadSpool {
   // A chunk of the blob `digest` of `client`, `bytes` at `offset` of its
   // `total`. Returns the file holding the whole blob once its last chunk
   // came and it hashed to `digest` (the caller stores it, then calls
-  // `done`), nullopt while chunks are missing. A chunk out of order, or one
-  // past a limit, drops the upload and is refused.
-  std::expected<std::optional<std::filesystem::path>, Refused> add(
+  // `done`), nullopt while chunks are missing. A chunk out of order
+  // (failed_precondition), one past a limit (resource_exhausted), past the
+  // room of all uploads or failing to spool (unavailable: send it again
+  // later), or a blob that does not hash to `digest` (invalid_argument) drops
+  // the upload and is refused.
+  std::expected<std::optional<std::filesystem::path>, Status> add(
       const std::string& client, const Digest& digest, std::uint64_t total, std::uint64_t offset,
       std::span<const std::byte> bytes, Instant now);
 
@@ -81,7 +79,7 @@ class UploadSpool {
   };
   using Key = std::pair<std::string, Digest>;
   void drop(std::map<Key, Part>::iterator part);
-  std::expected<void, Refused> admit(const std::string& client, std::uint64_t total) const;
+  std::expected<void, Status> admit(const std::string& client, std::uint64_t total) const;
 
   std::filesystem::path dir_;
   UploadLimits limits_;

@@ -202,7 +202,7 @@ int main(int argc, char** argv) {
       {"error", frame(16,
                       [](Envelope::Builder e) {
                         auto err = e.initError();
-                        err.setCode(forktrial::schema::wire::ErrorCode::REFUSED);
+                        err.setCode(forktrial::schema::wire::ErrorCode::INVALID_ARGUMENT);
                         err.setMessage("refused");
                       })},
       {"ok", frame(17, [](Envelope::Builder e) { e.setOk(); })},
@@ -276,13 +276,13 @@ int main(int argc, char** argv) {
       {"busy", frame(4,
                      [](Envelope::Builder e) {
                        auto err = e.initError();
-                       err.setCode(forktrial::schema::wire::ErrorCode::BUSY);
+                       err.setCode(forktrial::schema::wire::ErrorCode::UNAVAILABLE);
                        err.setMessage("the store is full");
                      })},
       {"out_of_order", frame(5,
                              [](Envelope::Builder e) {
                                auto err = e.initError();
-                               err.setCode(forktrial::schema::wire::ErrorCode::OUT_OF_ORDER);
+                               err.setCode(forktrial::schema::wire::ErrorCode::FAILED_PRECONDITION);
                                err.setMessage("say hello first");
                              })},
   };

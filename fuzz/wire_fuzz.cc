@@ -17,11 +17,12 @@ namespace wire = forktrial::wire;
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view bytes(reinterpret_cast<const char*>(data), size);
-  // A small limit, so that the tooLarge refusal is reached too.
+  // A small limit, so that the refusal of a frame too large is reached too.
   auto frame = wire::decode(bytes, 1 << 16);
   if (!frame) {
     FUZZ_CHECK(!frame.error().message.empty());
-    FUZZ_CHECK(bytes.size() > (1 << 16) || frame.error().code != wire::ErrorCode::TOO_LARGE);
+    FUZZ_CHECK(bytes.size() > (1 << 16) ||
+               frame.error().code != forktrial::ErrorCode::resource_exhausted);
     return 0;
   }
   const auto envelope = frame->envelope();

@@ -293,7 +293,7 @@ Result<std::vector<ImportedRun>> read_runs(SqliteFile& file) {
       }
       event.payload = std::move(*payload);
       if (auto parsed = parse_timestamp(event.timestamp); !parsed) {
-        return invalid(where + ": " + parsed.error());
+        return invalid(where + ": " + parsed.error().message);
       }
       run.events.push_back(std::move(event));
     }

@@ -81,7 +81,7 @@ std::expected<NewEvent, std::string> event_from(const json& object, std::string_
   if (!timestamp) return std::unexpected(timestamp.error());
   // The runtime's rule: a run that imports is a run every trial can read.
   if (auto parsed = parse_timestamp(*timestamp); !parsed) {
-    return std::unexpected("field \"timestamp\": " + parsed.error());
+    return std::unexpected("field \"timestamp\": " + parsed.error().message);
   }
   event.timestamp = *timestamp;
   auto actor = nullable_string(object, "actor");
@@ -147,7 +147,7 @@ std::expected<std::vector<NewEvent>, LineError> parse_events(std::istream& in) {
       // parse_error, and out_of_range for a number no double holds (1e400).
       return fail(std::string("not valid JSON: ") + e.what());
     }
-    if (!members) return fail(members.error());
+    if (!members) return fail(members.error().message);
     auto event = event_from(parsed, payload_text);
     if (!event) return fail(event.error());
     auto [it, inserted] = first_line.emplace(event->id.str(), line);

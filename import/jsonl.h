@@ -18,10 +18,14 @@
 
 namespace forktrial::import::jsonl {
 
-// A problem with one line of input; `message` starts with "line N: ".
-struct LineError {
+// A problem with one line of input: invalid_argument, its message starting
+// with "line N: " (line 0 and internal: reading the input failed).
+struct LineError : Status {
   std::size_t line = 0;
-  std::string message;
+
+  LineError(std::size_t at, std::string why)
+      : Status{at == 0 ? ErrorCode::internal : ErrorCode::invalid_argument, std::move(why)},
+        line(at) {}
 };
 
 // Parses a whole JSON Lines stream. Lines holding only whitespace are

@@ -50,10 +50,11 @@ struct ArchiveLimits {
 // Codes: invalid_argument for a malformed archive or pack, resource_exhausted
 // for a limit, failed_precondition for a hash that does not match the pin or a
 // target that exists, internal for a failing file system.
-struct ArchiveError {
-  ErrorCode code = ErrorCode::invalid_argument;
-  std::string message;
+struct ArchiveError : Status {
   std::vector<WalkViolation> violations;
+
+  ArchiveError(ErrorCode category, std::string why, std::vector<WalkViolation> found = {})
+      : Status{category, std::move(why)}, violations(std::move(found)) {}
 };
 
 struct PackArchive {

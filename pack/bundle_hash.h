@@ -105,18 +105,22 @@ std::expected<TreeHashes, WalkViolations> hash_tree(const std::filesystem::path&
 std::expected<Digest, WalkViolations> bundle_hash(const std::filesystem::path& root);
 std::expected<Digest, WalkViolations> content_hash(const std::filesystem::path& root);
 
-// Why a pin check failed.
-struct PinError {
+// Why a pin check failed: a Status (base/error.h) with the kind and, on a
+// mismatch, the actual hash. A malformed pin or a directory breaking the walk
+// rules is invalid_argument, a pin that does not match is
+// failed_precondition. The message names the pin (and the actual hash on
+// mismatch).
+struct PinError : Status {
   enum class Kind { malformed_pin, walk_failed, mismatch };
   Kind kind;
-  std::string message;  // names the pin (and the actual hash on mismatch)
   std::optional<Digest> actual;
-  // The category (base/error.h): a malformed pin or a directory breaking the
-  // walk rules is invalid_argument, a pin that does not match is
-  // failed_precondition.
-  ErrorCode code() const {
-    return kind == Kind::mismatch ? ErrorCode::failed_precondition : ErrorCode::invalid_argument;
-  }
+
+  PinError(Kind pin_kind, std::string why, std::optional<Digest> actual_hash = std::nullopt)
+      : Status{pin_kind == Kind::mismatch ? ErrorCode::failed_precondition
+                                          : ErrorCode::invalid_argument,
+               std::move(why)},
+        kind(pin_kind),
+        actual(actual_hash) {}
 };
 
 // The malformed_pin error for a pin that is not "sha256:" + 64 lowercase hex,

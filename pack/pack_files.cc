@@ -51,17 +51,20 @@ const std::string* PackFiles::code(std::string_view path) const {
   return it == code_.end() ? nullptr : &it->second;
 }
 
-std::expected<std::string_view, std::string> PackFiles::lua_file(std::string_view relative,
-                                                                 std::string_view what) const {
-  if (!is_confined_relative_path(relative)) return std::unexpected(refusal(relative, what));
+std::expected<std::string_view, Status> PackFiles::lua_file(std::string_view relative,
+                                                            std::string_view what) const {
+  if (!is_confined_relative_path(relative))
+    return failure(ErrorCode::invalid_argument, refusal(relative, what));
   const std::string quoted = std::string(what) + " \"" + std::string(relative) + "\"";
   if (!relative.ends_with(".lua")) {
-    return std::unexpected(quoted + " does not end in \".lua\"; only Lua files can run");
+    return failure(ErrorCode::invalid_argument,
+                   quoted + " does not end in \".lua\"; only Lua files can run");
   }
   if (const std::string* bytes = code(relative)) return std::string_view(*bytes);
-  return std::unexpected(quoted + " is not a file of the pack at " + root_.string() +
-                         " (files and directories whose names start with '.' are not part of a "
-                         "pack)");
+  return failure(ErrorCode::invalid_argument,
+                 quoted + " is not a file of the pack at " + root_.string() +
+                     " (files and directories whose names start with '.' are not part of a "
+                     "pack)");
 }
 
 }  // namespace forktrial::pack

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "base/digest.h"
+#include "base/error.h"
 #include "pack/bundle_hash.h"
 
 namespace forktrial::pack {
@@ -44,8 +45,8 @@ class PackFiles {
   // components, no backslashes), ending in ".lua", present in the walk.
   // Otherwise a complete sentence naming the path as `what` ("scenario path",
   // "require(\"util\") file") and saying what is wrong.
-  std::expected<std::string_view, std::string> lua_file(std::string_view relative,
-                                                        std::string_view what) const;
+  std::expected<std::string_view, Status> lua_file(std::string_view relative,
+                                                   std::string_view what) const;
 
  private:
   std::filesystem::path root_;

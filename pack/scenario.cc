@@ -15,19 +15,20 @@ bool is_identifier(std::string_view name) {
 
 }  // namespace
 
-std::expected<ScenarioSpec, std::string> parse_scenario_spec(std::string_view spec) {
+std::expected<ScenarioSpec, Status> parse_scenario_spec(std::string_view spec) {
   ScenarioSpec out;
   const std::size_t separator = spec.find("::");
   out.path = std::string(spec.substr(0, separator));
   if (separator != std::string_view::npos) out.function = std::string(spec.substr(separator + 2));
   if (!out.path.ends_with(".lua") || out.path.size() == 4) {
-    return std::unexpected("scenario \"" + std::string(spec) +
-                           "\" does not name a .lua file; write \"path.lua\" or \"path.lua::fn\"");
+    return failure(ErrorCode::invalid_argument,
+                   "scenario \"" + std::string(spec) +
+                       "\" does not name a .lua file; write \"path.lua\" or \"path.lua::fn\"");
   }
   if (!is_identifier(out.function)) {
-    return std::unexpected("scenario \"" + std::string(spec) + "\" names the function \"" +
-                           out.function +
-                           "\", which is not a Lua identifier; write \"path.lua::fn\"");
+    return failure(ErrorCode::invalid_argument,
+                   "scenario \"" + std::string(spec) + "\" names the function \"" + out.function +
+                       "\", which is not a Lua identifier; write \"path.lua::fn\"");
   }
   return out;
 }

@@ -8,6 +8,8 @@
 #include <string>
 #include <string_view>
 
+#include "base/error.h"
+
 namespace forktrial::pack {
 
 struct ScenarioSpec {
@@ -16,6 +18,6 @@ struct ScenarioSpec {
 };
 
 // Errors name the spec and say what form is expected.
-std::expected<ScenarioSpec, std::string> parse_scenario_spec(std::string_view spec);
+std::expected<ScenarioSpec, Status> parse_scenario_spec(std::string_view spec);
 
 }  // namespace forktrial::pack

@@ -9,23 +9,25 @@ using json = nlohmann::ordered_json;
 
 // `where` names the JSON object the field is read from ("payload",
 // "payload.object", ...), so an error points at the exact field.
-std::expected<const json*, std::string> field(const json& object, const char* key,
-                                              const std::string& where) {
+std::expected<const json*, Status> field(const json& object, const char* key,
+                                         const std::string& where) {
   if (!object.is_object()) {
-    return std::unexpected(where + " must be a JSON object, got " + object.dump());
+    return failure(ErrorCode::invalid_argument,
+                   where + " must be a JSON object, got " + object.dump());
   }
   const auto it = object.find(key);
-  if (it == object.end()) return std::unexpected(where + " lacks \"" + key + "\"");
+  if (it == object.end())
+    return failure(ErrorCode::invalid_argument, where + " lacks \"" + key + "\"");
   return &*it;
 }
 
-std::expected<std::string, std::string> string_field(const json& object, const char* key,
-                                                     const std::string& where) {
+std::expected<std::string, Status> string_field(const json& object, const char* key,
+                                                const std::string& where) {
   auto value = field(object, key, where);
   if (!value) return std::unexpected(value.error());
   if (!(*value)->is_string()) {
-    return std::unexpected(where + " field \"" + key + "\" must be a string, got " +
-                           (*value)->dump());
+    return failure(ErrorCode::invalid_argument,
+                   where + " field \"" + key + "\" must be a string, got " + (*value)->dump());
   }
   return (*value)->get<std::string>();
 }
@@ -37,7 +39,7 @@ json optional_field(const json& object, const char* key, json fallback) {
 
 // activegraph's _patch_from_dict: six required fields, an op from the closed
 // vocabulary, the rest defaulted.
-std::expected<GraphPatch, std::string> patch_from(const json& record) {
+std::expected<GraphPatch, Status> patch_from(const json& record) {
   const std::string where = "payload.patch";
   GraphPatch patch;
   auto id = string_field(record, "id", where);
@@ -47,8 +49,9 @@ std::expected<GraphPatch, std::string> patch_from(const json& record) {
   auto op = string_field(record, "op", where);
   if (!op) return std::unexpected(op.error());
   if (*op != "update" && *op != "replace") {
-    return std::unexpected(where + " field \"op\" is \"" + *op +
-                           "\"; the patch vocabulary is exactly update, replace");
+    return failure(ErrorCode::invalid_argument,
+                   where + " field \"op\" is \"" + *op +
+                       "\"; the patch vocabulary is exactly update, replace");
   }
   for (const char* key : {"value", "expected_version", "proposed_by"}) {
     if (auto present = field(record, key, where); !present) return std::unexpected(present.error());
@@ -121,9 +124,10 @@ bool Graph::changes_state(std::string_view event_type) {
          event_type == "patch.rejected";
 }
 
-std::expected<void, std::string> Graph::apply(std::string_view event_type, const json& payload) {
+std::expected<void, Status> Graph::apply(std::string_view event_type, const json& payload) {
   if (!changes_state(event_type)) return {};
-  if (!payload.is_object()) return std::unexpected("payload must be a JSON object");
+  if (!payload.is_object())
+    return failure(ErrorCode::invalid_argument, "payload must be a JSON object");
 
   if (event_type == "object.created") {
     auto record = field(payload, "object", "payload");
@@ -139,8 +143,9 @@ std::expected<void, std::string> Graph::apply(std::string_view event_type, const
       if (auto present = field(o, key, where); !present) return std::unexpected(present.error());
     }
     if (!o.at("version").is_number_integer()) {
-      return std::unexpected(where + " field \"version\" must be an integer, got " +
-                             o.at("version").dump());
+      return failure(
+          ErrorCode::invalid_argument,
+          where + " field \"version\" must be an integer, got " + o.at("version").dump());
     }
     object.id = std::move(*id);
     object.type = std::move(*type);
@@ -199,8 +204,8 @@ std::expected<void, std::string> Graph::apply(std::string_view event_type, const
   return apply_patch_event(event_type, payload);
 }
 
-std::expected<void, std::string> Graph::apply_patch_event(std::string_view event_type,
-                                                          const json& payload) {
+std::expected<void, Status> Graph::apply_patch_event(std::string_view event_type,
+                                                     const json& payload) {
   if (event_type == "patch.rejected") {
     auto patch_id = string_field(payload, "patch_id", "payload");
     if (!patch_id) return std::unexpected(patch_id.error());
@@ -227,14 +232,15 @@ std::expected<void, std::string> Graph::apply_patch_event(std::string_view event
   const auto target = objects_.items.find(patch->target);
   if (target != objects_.items.end() && patch->op == "update") {
     if (!patch->value.is_object()) {
-      return std::unexpected(
-          "payload.patch field \"value\" of an update must be a JSON object, got " +
-          patch->value.dump());
+      return failure(ErrorCode::invalid_argument,
+                     "payload.patch field \"value\" of an update must be a JSON object, got " +
+                         patch->value.dump());
     }
     if (!target->second.data.is_object()) {
-      return std::unexpected("object \"" + patch->target +
-                             "\" has data that is not a JSON object, so an update cannot merge "
-                             "into it");
+      return failure(ErrorCode::invalid_argument,
+                     "object \"" + patch->target +
+                         "\" has data that is not a JSON object, so an update cannot merge "
+                         "into it");
     }
   }
   if (target != objects_.items.end()) {

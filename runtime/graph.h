@@ -39,6 +39,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/error.h"
+
 namespace forktrial::runtime {
 
 struct GraphObject {
@@ -83,8 +85,8 @@ class Graph {
   static bool changes_state(std::string_view event_type);
 
   // Applies one event. Errors say which field is wrong.
-  std::expected<void, std::string> apply(std::string_view event_type,
-                                         const nlohmann::ordered_json& payload);
+  std::expected<void, Status> apply(std::string_view event_type,
+                                    const nlohmann::ordered_json& payload);
 
   const GraphObject* object(std::string_view id) const;
   const GraphRelation* relation(std::string_view id) const;
@@ -118,8 +120,8 @@ class Graph {
     std::vector<const Item*> in_order() const;
   };
 
-  std::expected<void, std::string> apply_patch_event(std::string_view event_type,
-                                                     const nlohmann::ordered_json& payload);
+  std::expected<void, Status> apply_patch_event(std::string_view event_type,
+                                                const nlohmann::ordered_json& payload);
 
   Table<GraphObject> objects_;
   Table<GraphRelation> relations_;

@@ -43,11 +43,11 @@ void raise_to(std::uint64_t& counter, std::optional<std::uint64_t> seen) {
   if (seen) counter = std::max(counter, *seen);
 }
 
-std::expected<std::uint64_t, std::string> bump(std::uint64_t& counter, const char* what) {
+std::expected<std::uint64_t, Status> bump(std::uint64_t& counter, const char* what) {
   if (counter == std::numeric_limits<std::uint64_t>::max()) {
-    return std::unexpected(std::string("the ") + what + " id counter is exhausted (" +
-                           std::to_string(counter) + " is taken); no new " + what +
-                           " id can be made");
+    return failure(ErrorCode::resource_exhausted,
+                   std::string("the ") + what + " id counter is exhausted (" +
+                       std::to_string(counter) + " is taken); no new " + what + " id can be made");
   }
   return ++counter;
 }
@@ -82,25 +82,25 @@ void IdMint::note(std::string_view event_id, std::string_view event_type, const 
   }
 }
 
-std::expected<std::string, std::string> IdMint::next_object(std::string_view type) {
+std::expected<std::string, Status> IdMint::next_object(std::string_view type) {
   auto n = bump(object_, "object");
   if (!n) return std::unexpected(n.error());
   return std::string(type) + "#" + std::to_string(*n);
 }
 
-std::expected<std::string, std::string> IdMint::next_relation() {
+std::expected<std::string, Status> IdMint::next_relation() {
   auto n = bump(relation_, "relation");
   if (!n) return std::unexpected(n.error());
   return padded("rel_", *n);
 }
 
-std::expected<std::string, std::string> IdMint::next_patch() {
+std::expected<std::string, Status> IdMint::next_patch() {
   auto n = bump(patch_, "patch");
   if (!n) return std::unexpected(n.error());
   return padded("patch_", *n);
 }
 
-std::expected<std::uint64_t, std::string> IdMint::next_event_number() {
+std::expected<std::uint64_t, Status> IdMint::next_event_number() {
   return bump(event_, "event");
 }
 

@@ -25,6 +25,8 @@
 #include <string>
 #include <string_view>
 
+#include "base/error.h"
+
 namespace forktrial::runtime {
 
 class IdMint {
@@ -33,11 +35,11 @@ class IdMint {
   void note(std::string_view event_id, std::string_view event_type,
             const nlohmann::ordered_json& payload);
 
-  std::expected<std::string, std::string> next_object(std::string_view type);
-  std::expected<std::string, std::string> next_relation();
-  std::expected<std::string, std::string> next_patch();
+  std::expected<std::string, Status> next_object(std::string_view type);
+  std::expected<std::string, Status> next_relation();
+  std::expected<std::string, Status> next_patch();
   // The number of the next event id ("evt_" + it).
-  std::expected<std::uint64_t, std::string> next_event_number();
+  std::expected<std::uint64_t, Status> next_event_number();
 
   std::uint64_t objects() const { return object_; }
   std::uint64_t relations() const { return relation_; }

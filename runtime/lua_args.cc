@@ -82,7 +82,7 @@ json object_argument(lua_State* L, int index, const std::string& what) {
     raise(L, what + " must be a table (a JSON object), got " + luaL_typename(L, index));
   }
   auto value = to_json(L, index, what);
-  if (!value) raise(L, value.error());
+  if (!value) raise(L, value.error().message);
   if (!value->is_object()) {
     raise(L, what + " must be a table with string keys (a JSON object), got a list");
   }

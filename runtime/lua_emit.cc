@@ -19,7 +19,7 @@ void refuse_when_stopped(lua_State* L, const RuntimeServices& rt, const std::str
 std::string append_or_raise(lua_State* L, RuntimeServices& rt, const std::string& what,
                             const std::string& type, const json& payload, std::string actor) {
   auto id = rt.append_as_origin(type, payload, std::move(actor));
-  if (!id) raise(L, what + ": " + id.error());
+  if (!id) raise(L, what + ": " + id.error().message);
   return id->str();
 }
 

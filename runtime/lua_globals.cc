@@ -39,7 +39,7 @@ int require(lua_State* L) {
   std::string_view source;
   {
     auto text = host.files.lua_file(relative, call + " file");
-    if (!text) raise(L, text.error());
+    if (!text) raise(L, text.error().message);
     source = *text;
   }
   lua_pushboolean(L, 0);  // loading: a cycle finds false

@@ -111,9 +111,8 @@ Mutation begin_mutation(lua_State* L, const char* method) {
   return Mutation{self, rt, std::move(what)};
 }
 
-std::string minted(lua_State* L, std::expected<std::string, std::string> id,
-                   const std::string& what) {
-  if (!id) raise(L, what + ": " + id.error());
+std::string minted(lua_State* L, std::expected<std::string, Status> id, const std::string& what) {
+  if (!id) raise(L, what + ": " + id.error().message);
   return std::move(*id);
 }
 
@@ -182,7 +181,7 @@ PatchOptions patch_options(lua_State* L, int index, const std::string& what) {
   lua_getfield(L, index, "evidence");
   if (!lua_isnil(L, -1)) {
     auto evidence = to_json(L, lua_gettop(L), what + " evidence");
-    if (!evidence) raise(L, evidence.error());
+    if (!evidence) raise(L, evidence.error().message);
     if (!evidence->is_array() && !(evidence->is_object() && evidence->empty())) {
       raise(L, what + ": evidence must be a list of event ids");
     }
@@ -272,7 +271,7 @@ int graph_reject_patch(lua_State* L) {
   const std::string id = luaL_checkstring(L, 2);
   const std::string reason = luaL_checkstring(L, 3);
   auto checked = to_json(L, 3, what + " reason");  // plain text: valid UTF-8
-  if (!checked) raise(L, checked.error());
+  if (!checked) raise(L, checked.error().message);
   const GraphPatch patch = proposed_patch(L, self, rt, id, what);
   append_or_raise(L, rt, what, "patch.rejected",
                   patch_rejected(patch, rt.graph().object(patch.target), reason),

@@ -502,15 +502,15 @@ std::string LuaFailure::error_type() const {
   }
 }
 
-std::expected<LuaStatePtr, std::string> new_confined_state(LuaHost& host, std::uint64_t random_seed,
-                                                           std::string origin) {
+std::expected<LuaStatePtr, Status> new_confined_state(LuaHost& host, std::uint64_t random_seed,
+                                                      std::string origin) {
   auto context = std::make_unique<StateContext>();
   context->host = &host;
   context->origin = std::move(origin);
   lua_State* L = lua_newstate(&MemoryCap::allocate, &host.memory());
   if (L == nullptr) {
-    return std::unexpected("cannot create a Lua state within the memory cap of " +
-                           std::to_string(host.memory().limit()) + " bytes");
+    return failure(ErrorCode::internal, "cannot create a Lua state within the memory cap of " +
+                                            std::to_string(host.memory().limit()) + " bytes");
   }
   *static_cast<StateContext**>(lua_getextraspace(L)) = context.get();
   lua_setwarnf(L, HostAccess::warn, context.get());
@@ -518,8 +518,8 @@ std::expected<LuaStatePtr, std::string> new_confined_state(LuaHost& host, std::u
   LuaStatePtr state(L);
   context.release();  // owned by the state from here on
   HostAccess::attach(host, L);
-  if (auto failure = run_protected(L, [&](lua_State* S) { open_libraries(S, random_seed); })) {
-    return std::unexpected("cannot open the Lua libraries: " + failure->message);
+  if (auto failed = run_protected(L, [&](lua_State* S) { open_libraries(S, random_seed); })) {
+    return failure(ErrorCode::internal, "cannot open the Lua libraries: " + failed->message);
   }
   return state;
 }

@@ -25,6 +25,8 @@
 #include <string_view>
 #include <vector>
 
+#include "base/error.h"
+
 struct lua_State;
 
 namespace forktrial::runtime {
@@ -199,8 +201,8 @@ struct LuaFailure {
 // Creates a confined state of `host`, allocating from its cap; `origin`
 // names the state in warnings. Fails when the cap does not leave room for the
 // standard libraries.
-std::expected<LuaStatePtr, std::string> new_confined_state(LuaHost& host, std::uint64_t random_seed,
-                                                           std::string origin);
+std::expected<LuaStatePtr, Status> new_confined_state(LuaHost& host, std::uint64_t random_seed,
+                                                      std::string origin);
 
 // Runs `body` on `L` in protected mode. Lua errors raised in it (including
 // memory errors on the cap) and std::exceptions thrown by it are returned as

@@ -51,7 +51,7 @@ class Converter {
  public:
   Converter(lua_State* L, std::string_view where) : L_(L), where_(where) {}
 
-  std::expected<json, std::string> convert(int index, const PathStep* path, int depth) {
+  std::expected<json, Status> convert(int index, const PathStep* path, int depth) {
     if (!take(values_, 1, kMaxJsonValues)) return too_many_values(path);
     switch (lua_type(L_, index)) {
       case LUA_TNIL:
@@ -87,7 +87,7 @@ class Converter {
   }
 
  private:
-  std::expected<json, std::string> convert_table(int index, const PathStep* path, int depth) {
+  std::expected<json, Status> convert_table(int index, const PathStep* path, int depth) {
     if (depth > kMaxTableDepth) {
       return fail(path, "tables nest deeper than " + std::to_string(kMaxTableDepth) +
                             " levels (does a table contain itself?)");
@@ -169,28 +169,29 @@ class Converter {
     return true;
   }
 
-  std::unexpected<std::string> fail(const PathStep* path, std::string_view why) const {
-    return std::unexpected(render_path(where_, path) + ": " + std::string(why));
+  std::unexpected<Status> fail(const PathStep* path, std::string_view why) const {
+    return failure(ErrorCode::invalid_argument,
+                   render_path(where_, path) + ": " + std::string(why));
   }
 
   // Past a size limit: the error is also memory that ran out.
-  std::unexpected<std::string> too_large(const PathStep* path, std::string_view why) const {
+  std::unexpected<Status> too_large(const PathStep* path, std::string_view why) const {
     auto error = fail(path, std::string(why) + "; a payload or data value may hold at most " +
                                 std::to_string(kMaxJsonValues) + " values and " +
                                 std::to_string(kMaxJsonBytes) +
                                 " bytes of strings and keys, so make it smaller");
-    report_out_of_memory(L_, error.error());
+    report_out_of_memory(L_, error.error().message);
     return error;
   }
 
-  std::unexpected<std::string> too_many_values(const PathStep* path) const {
+  std::unexpected<Status> too_many_values(const PathStep* path) const {
     return too_large(path, "converting it to JSON takes more than " +
                                std::to_string(kMaxJsonValues) +
                                " values (a table reached through several references counts "
                                "each time)");
   }
 
-  std::unexpected<std::string> too_many_bytes(const PathStep* path) const {
+  std::unexpected<Status> too_many_bytes(const PathStep* path) const {
     return too_large(path, "converting it to JSON takes more than " +
                                std::to_string(kMaxJsonBytes) +
                                " bytes of strings and keys (a string reached through several "
@@ -269,7 +270,7 @@ void push_json(lua_State* L, const json& value) {
   push_value(L, value, 0);
 }
 
-std::expected<json, std::string> to_json(lua_State* L, int index, std::string_view where) {
+std::expected<json, Status> to_json(lua_State* L, int index, std::string_view where) {
   return Converter(L, where).convert(lua_absindex(L, index), nullptr, 0);
 }
 

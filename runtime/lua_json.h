@@ -32,6 +32,7 @@
 #include <string>
 #include <string_view>
 
+#include "base/error.h"
 #include "store/payload.h"
 
 struct lua_State;
@@ -51,7 +52,7 @@ inline constexpr std::size_t kMaxJsonBytes = std::size_t{16} << 20;
 
 void push_json(lua_State* L, const nlohmann::ordered_json& value);
 
-std::expected<nlohmann::ordered_json, std::string> to_json(lua_State* L, int index,
-                                                           std::string_view where);
+std::expected<nlohmann::ordered_json, Status> to_json(lua_State* L, int index,
+                                                      std::string_view where);
 
 }  // namespace forktrial::runtime

@@ -89,7 +89,7 @@ int pack_behavior(lua_State* L) {
   lua_getfield(L, 2, "where");
   if (!lua_isnil(L, -1)) {
     auto where = to_json(L, lua_gettop(L), named + " where");
-    if (!where) raise(L, where.error());
+    if (!where) raise(L, where.error().message);
     if (where->is_array() && where->empty()) *where = json::object();  // {} converts as a list
     if (auto problem = where_problem(*where)) raise(L, named + ": " + *problem);
     behavior.where = std::move(*where);

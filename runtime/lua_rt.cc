@@ -76,7 +76,7 @@ void refuse_without_llm_provider(lua_State* L, const RuntimeServices& rt, const 
 }
 
 void drain(lua_State* L, RuntimeServices& rt, const std::string& what) {
-  if (auto drained = rt.drain(); !drained) raise(L, what + " " + drained.error());
+  if (auto drained = rt.drain(); !drained) raise(L, what + " " + drained.error().message);
   refuse_when_stopped(L, rt, what);
 }
 
@@ -95,7 +95,7 @@ int rt_run_goal(lua_State* L) {
   refuse_without_llm_provider(L, rt, what);
   luaL_checkstring(L, 2);
   auto goal = to_json(L, 2, what + " goal");  // a payload string: valid UTF-8
-  if (!goal) raise(L, goal.error());
+  if (!goal) raise(L, goal.error().message);
   // activegraph's run_goal writes goals as "user".
   const std::string id =
       append_or_raise(L, rt, what, "goal.created", json{{"goal", *goal}}, kUserActor);

@@ -101,14 +101,16 @@ Runtime::Runtime(RuntimeConfig config, EventSink sink, LogSink log)
 
 Runtime::~Runtime() = default;
 
-std::expected<std::unique_ptr<Runtime>, std::string> Runtime::create(
-    RuntimeConfig config, std::vector<store::Event> history, EventSink sink, LogSink log) {
+std::expected<std::unique_ptr<Runtime>, Status> Runtime::create(RuntimeConfig config,
+                                                                std::vector<store::Event> history,
+                                                                EventSink sink, LogSink log) {
   std::unique_ptr<Runtime> rt(new Runtime(std::move(config), std::move(sink), std::move(log)));
   if (!history.empty()) {
     auto start = parse_timestamp(history.back().timestamp);
     if (!start) {
-      return std::unexpected("the fork tip " + history.back().id.str() +
-                             " has a bad timestamp: " + start.error());
+      return failure(ErrorCode::invalid_argument,
+                     "the fork tip " + history.back().id.str() +
+                         " has a bad timestamp: " + start.error().message);
     }
     rt->clock_ = TickingClock(*start);
   }
@@ -117,12 +119,15 @@ std::expected<std::unique_ptr<Runtime>, std::string> Runtime::create(
     const std::string where = "event " + event.id.str() + " (" + event.type + ", seq " +
                               std::to_string(event.seq) + ") of the fork's history";
     if (auto deep = store::payload_depth_problem(event.payload)) {
-      return std::unexpected(where + " cannot be projected: its payload is " + *deep);
+      return failure(ErrorCode::invalid_argument,
+                     where + " cannot be projected: its payload is " + *deep);
     }
     json payload = json::parse(event.payload, nullptr, false);
-    if (payload.is_discarded()) return std::unexpected(where + " has a payload that is not JSON");
+    if (payload.is_discarded())
+      return failure(ErrorCode::invalid_argument, where + " has a payload that is not JSON");
     if (auto applied = rt->graph_.apply(event.type, payload); !applied) {
-      return std::unexpected("cannot project " + where + ": " + applied.error());
+      return failure(ErrorCode::invalid_argument,
+                     "cannot project " + where + ": " + applied.error().message);
     }
     rt->used_event_ids_.insert(event.id.str());
     rt->ids_.note(event.id.str(), event.type, payload);
@@ -169,7 +174,7 @@ void Runtime::requeue_unfired() {
 store::EventId Runtime::next_event_id() {
   for (;;) {
     auto number = ids_.next_event_number();
-    if (!number) throw std::overflow_error(number.error());
+    if (!number) throw std::overflow_error(number.error().message);
     store::EventId id = store::numbered_event_id(*number);
     if (used_event_ids_.insert(id.str()).second) return id;
   }
@@ -215,19 +220,23 @@ json Runtime::budget_snapshot() const {
           {"cost_limit_usd", nullptr}};
 }
 
-std::expected<store::EventId, std::string> Runtime::append(
-    const std::string& type, const json& payload, std::optional<std::string> actor,
-    std::optional<store::EventId> caused_by) {
-  if (sink_failure_) return std::unexpected("the event sink failed; no more events are accepted");
+std::expected<store::EventId, Status> Runtime::append(const std::string& type, const json& payload,
+                                                      std::optional<std::string> actor,
+                                                      std::optional<store::EventId> caused_by) {
+  if (sink_failure_)
+    return failure(ErrorCode::invalid_argument,
+                   "the event sink failed; no more events are accepted");
   if (write_budget_exhausted_) {
-    return std::unexpected("the write budget is exhausted; no more events are accepted");
+    return failure(ErrorCode::invalid_argument,
+                   "the write budget is exhausted; no more events are accepted");
   }
   std::string text = payload.dump();
   // An upper bound of what the store counts: the id and the timestamp are
   // not made yet (an id is at most 24 bytes, a timestamp 24).
   const std::uint64_t bytes = type.size() + text.size() + (actor ? actor->size() : 0) +
                               (caused_by ? caused_by->str().size() : 0) + 48;
-  if (refuse_over_write_budget(bytes)) return std::unexpected(write_budget_exhausted_message());
+  if (refuse_over_write_budget(bytes))
+    return failure(ErrorCode::resource_exhausted, write_budget_exhausted_message());
   if (auto applied = graph_.apply(type, payload); !applied) return std::unexpected(applied.error());
   appended_bytes_ += bytes;
   store::Event event;
@@ -246,7 +255,7 @@ std::expected<store::EventId, std::string> Runtime::append(
   } catch (...) {
     sink_failure_ = std::current_exception();
     host_.stop("the event sink failed");
-    return std::unexpected("the event sink failed to take " + event.id.str());
+    return failure(ErrorCode::invalid_argument, "the event sink failed to take " + event.id.str());
   }
   const store::EventId id = event.id;
   const bool dispatched = is_dispatched(event.type);
@@ -329,15 +338,17 @@ std::optional<std::string> Runtime::missing_llm_provider() const {
   return std::nullopt;
 }
 
-std::expected<store::EventId, std::string> Runtime::append_as_origin(const std::string& type,
-                                                                     const json& payload,
-                                                                     std::string actor) {
+std::expected<store::EventId, Status> Runtime::append_as_origin(const std::string& type,
+                                                                const json& payload,
+                                                                std::string actor) {
   return append(type, payload, std::move(actor), origin_.caused_by);
 }
 
-std::expected<void, std::string> Runtime::drain() {
-  if (draining_) return std::unexpected("cannot be called while behaviors are running");
-  if (run_until_idle() == Drain::failed) return std::unexpected("raised: " + dispatch_error_);
+std::expected<void, Status> Runtime::drain() {
+  if (draining_)
+    return failure(ErrorCode::invalid_argument, "cannot be called while behaviors are running");
+  if (run_until_idle() == Drain::failed)
+    return failure(ErrorCode::invalid_argument, "raised: " + dispatch_error_);
   return {};
 }
 
@@ -375,7 +386,7 @@ Runtime::Drain Runtime::run_until_idle() {
           // event stays popped and no runtime.idle is written.
           dispatch_error_ = "the where filter of " + subscription.pack->name + "." + def.name +
                             " on event " + events_[index].id.str() + " (" + type +
-                            "): " + holds.error();
+                            "): " + holds.error().message;
           return Drain::failed;
         }
         if (!*holds) continue;
@@ -525,12 +536,12 @@ std::expected<LoadedPack, LoadError> Runtime::load_pack(pack::PackFiles files, P
                                   manifest->name);
   if (!state) {
     error.memory_cap_hit = memory_cap_hit();
-    return fail(state.error());
+    return fail(state.error().message);
   }
   host->state = std::move(*state);
 
   auto source = host->files.lua_file(host->entry, "entry file");
-  if (!source) return fail(source.error());
+  if (!source) return fail(source.error().message);
   auto failure = run_protected(host->state.get(), [&](lua_State* L) {
     install_pack_api(L, *host);
     const std::string chunk_name = "@" + host->entry;
@@ -597,9 +608,9 @@ ScenarioResult Runtime::run_scenario(std::string_view spec) {
     refusal = "no candidate pack is loaded, so the scenario \"" + std::string(spec) +
               "\" has no pack root to resolve in";
   } else if (auto parsed = pack::parse_scenario_spec(spec); !parsed) {
-    refusal = parsed.error();
+    refusal = parsed.error().message;
   } else if (auto source = packs_.back()->files.lua_file(parsed->path, "scenario path"); !source) {
-    refusal = source.error();
+    refusal = source.error().message;
   } else {
     PackHost& candidate = *packs_.back();
     origin_ = Origin{&candidate, 0, kScenarioActor, std::nullopt, {}};

@@ -49,6 +49,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "base/error.h"
 #include "pack/pack_files.h"
 #include "runtime/clock.h"
 #include "runtime/graph.h"
@@ -139,8 +140,9 @@ class Runtime final : private RuntimeServices {
   // with their seq). It is projected into the graph; an event that cannot be
   // projected (bad payload, unknown reference) or a tip timestamp that cannot
   // be parsed is an error naming the event.
-  static std::expected<std::unique_ptr<Runtime>, std::string> create(
-      RuntimeConfig config, std::vector<store::Event> history, EventSink sink, LogSink log = {});
+  static std::expected<std::unique_ptr<Runtime>, Status> create(RuntimeConfig config,
+                                                                std::vector<store::Event> history,
+                                                                EventSink sink, LogSink log = {});
   ~Runtime();
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
@@ -183,10 +185,10 @@ class Runtime final : private RuntimeServices {
   // Appends one event: projects it (a projection error appends nothing),
   // stamps id and time, hands it to the sink, queues it unless it is a
   // behavior.* or runtime.* event.
-  std::expected<store::EventId, std::string> append(const std::string& type,
-                                                    const nlohmann::ordered_json& payload,
-                                                    std::optional<std::string> actor,
-                                                    std::optional<store::EventId> caused_by);
+  std::expected<store::EventId, Status> append(const std::string& type,
+                                               const nlohmann::ordered_json& payload,
+                                               std::optional<std::string> actor,
+                                               std::optional<store::EventId> caused_by);
   store::EventId next_event_id();
   // Queues the history's events that were still waiting when it was
   // recorded (see docs/runtime-semantics.md, Dispatch).
@@ -220,10 +222,10 @@ class Runtime final : private RuntimeServices {
   BehaviorCounters& counters() override { return origin_.counters; }
   std::optional<std::string> refusal() const override;
   std::optional<std::string> missing_llm_provider() const override;
-  std::expected<store::EventId, std::string> append_as_origin(const std::string& type,
-                                                              const nlohmann::ordered_json& payload,
-                                                              std::string actor) override;
-  std::expected<void, std::string> drain() override;
+  std::expected<store::EventId, Status> append_as_origin(const std::string& type,
+                                                         const nlohmann::ordered_json& payload,
+                                                         std::string actor) override;
+  std::expected<void, Status> drain() override;
   void log_line(std::string_view origin, std::string_view message) override;
 
   RuntimeConfig config_;

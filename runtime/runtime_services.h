@@ -25,6 +25,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/error.h"
 #include "runtime/graph.h"
 #include "runtime/graph_events.h"
 #include "runtime/id_mint.h"
@@ -106,7 +107,7 @@ class RuntimeServices {
   // and time, handed to the sink, queued for dispatch. The error says why
   // nothing was appended: the graph refused the payload, the write budget ran
   // out (the runtime then stops), the sink failed now or before.
-  virtual std::expected<store::EventId, std::string> append_as_origin(
+  virtual std::expected<store::EventId, Status> append_as_origin(
       const std::string& type, const nlohmann::ordered_json& payload, std::string actor) = 0;
 
   // Dispatches queued events until the queue is empty, the event budget runs
@@ -114,7 +115,7 @@ class RuntimeServices {
   // caller's name, says why it did nothing (a drain is already running: a
   // behavior cannot start one) or why it stopped early (a behavior's where
   // filter raised, as activegraph's dispatch raises out of run_until_idle).
-  virtual std::expected<void, std::string> drain() = 0;
+  virtual std::expected<void, Status> drain() = 0;
 
   // Writes one line "[<origin>] <message>" to the runtime's log sink, both
   // escaped and the message bounded (see LogSink in runtime/runtime.h).

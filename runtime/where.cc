@@ -89,7 +89,7 @@ std::optional<int> compare_numbers(const json& a, const json& b) {
 
 // Python's rich comparison for an ordering op: the result of `a op b`, or
 // the TypeError Python raises.
-std::expected<bool, std::string> python_order(std::string_view op, const json& a, const json& b) {
+std::expected<bool, Status> python_order(std::string_view op, const json& a, const json& b) {
   auto verdict = [op](int c) {
     if (op == ">") return c > 0;
     if (op == "<") return c < 0;
@@ -116,13 +116,13 @@ std::expected<bool, std::string> python_order(std::string_view op, const json& a
     const std::size_t y = b.size();
     return verdict(x < y ? -1 : (x > y ? 1 : 0));
   }
-  return std::unexpected("TypeError: '" + std::string(op) +
-                         "' not supported between instances of '" + python_type(a) + "' and '" +
-                         python_type(b) + "'");
+  return failure(ErrorCode::invalid_argument,
+                 "TypeError: '" + std::string(op) + "' not supported between instances of '" +
+                     python_type(a) + "' and '" + python_type(b) + "'");
 }
 
 // Python's `item in container`, or its TypeError.
-std::expected<bool, std::string> python_in(const json& item, const json& container) {
+std::expected<bool, Status> python_in(const json& item, const json& container) {
   if (container.is_array()) {
     for (const auto& element : container) {
       if (python_equal(element, item)) return true;
@@ -131,24 +131,26 @@ std::expected<bool, std::string> python_in(const json& item, const json& contain
   }
   if (container.is_string()) {
     if (!item.is_string()) {
-      return std::unexpected("TypeError: 'in <string>' requires string as left operand, not " +
-                             python_type(item));
+      return failure(
+          ErrorCode::invalid_argument,
+          "TypeError: 'in <string>' requires string as left operand, not " + python_type(item));
     }
     return container.get_ref<const std::string&>().find(item.get_ref<const std::string&>()) !=
            std::string::npos;
   }
   if (container.is_object()) {
     if (item.is_array() || item.is_object()) {
-      return std::unexpected("TypeError: unhashable type: '" + python_type(item) + "'");
+      return failure(ErrorCode::invalid_argument,
+                     "TypeError: unhashable type: '" + python_type(item) + "'");
     }
     // JSON keys are strings: nothing else is a key.
     return item.is_string() && container.contains(item.get_ref<const std::string&>());
   }
-  return std::unexpected("TypeError: argument of type '" + python_type(container) +
-                         "' is not iterable");
+  return failure(ErrorCode::invalid_argument,
+                 "TypeError: argument of type '" + python_type(container) + "' is not iterable");
 }
 
-std::expected<bool, std::string> holds(std::string_view op, const json& actual, const json& value) {
+std::expected<bool, Status> holds(std::string_view op, const json& actual, const json& value) {
   if (op == "==") return python_equal(actual, value);
   if (op == "!=") return !python_equal(actual, value);
   if (op == "in" || op == "not in") {
@@ -202,13 +204,15 @@ std::optional<std::string> where_problem(const json& where) {
   return std::nullopt;
 }
 
-std::expected<bool, std::string> where_holds(const json& where, const json& payload) {
+std::expected<bool, Status> where_holds(const json& where, const json& payload) {
   for (const auto& [path, expected] : where.items()) {
     const json actual = resolve(payload, path);
     if (expected.is_object()) {
       for (const auto& [op, value] : expected.items()) {
         const auto held = holds(op, actual, value);
-        if (!held) return std::unexpected("where[\"" + path + "\"] " + op + ": " + held.error());
+        if (!held)
+          return failure(ErrorCode::invalid_argument,
+                         "where[\"" + path + "\"] " + op + ": " + held.error().message);
         if (!*held) return false;
       }
     } else if (!python_equal(actual, expected)) {

@@ -25,6 +25,8 @@
 #include <optional>
 #include <string>
 
+#include "base/error.h"
+
 namespace forktrial::runtime {
 
 // Why `where` is not a filter (not an object, or an op outside the list);
@@ -34,8 +36,8 @@ std::optional<std::string> where_problem(const nlohmann::ordered_json& where);
 // Whether every clause of `where` (checked by where_problem) holds on
 // `payload`; the error is the TypeError Python would raise
 // ("TypeError: '>=' not supported between instances of 'str' and 'int'").
-std::expected<bool, std::string> where_holds(const nlohmann::ordered_json& where,
-                                             const nlohmann::ordered_json& payload);
+std::expected<bool, Status> where_holds(const nlohmann::ordered_json& where,
+                                        const nlohmann::ordered_json& payload);
 
 // Python's == on two JSON values (see above).
 bool python_equal(const nlohmann::ordered_json& a, const nlohmann::ordered_json& b);

@@ -68,7 +68,7 @@ struct Parent {
   fs::path pids;
 };
 
-std::expected<fs::path, std::string> v2_parent() {
+std::expected<fs::path, Status> v2_parent() {
   fs::path root;
   for (const char* candidate : {"/sys/fs/cgroup", "/sys/fs/cgroup/unified"}) {
     if (fs::exists(fs::path(candidate) / "cgroup.controllers")) {
@@ -76,49 +76,58 @@ std::expected<fs::path, std::string> v2_parent() {
       break;
     }
   }
-  if (root.empty()) return std::unexpected(std::string("no cgroup v2 hierarchy is mounted"));
+  if (root.empty())
+    return failure(ErrorCode::failed_precondition,
+                   std::string("no cgroup v2 hierarchy is mounted"));
   const auto own = own_cgroup("");
-  if (!own) return std::unexpected("/proc/self/cgroup names no cgroup v2 of this process");
+  if (!own)
+    return failure(ErrorCode::failed_precondition,
+                   "/proc/self/cgroup names no cgroup v2 of this process");
   const fs::path parent = root / fs::path(*own).relative_path();
   const std::string available = read_text(parent / "cgroup.controllers");
   if (!has_word(available, "memory") || !has_word(available, "pids")) {
-    return std::unexpected("cgroup v2 at " + parent.string() +
-                           " lacks the memory and pids controllers (cgroup.controllers: \"" +
-                           available.substr(0, available.find('\n')) + "\")");
+    return failure(ErrorCode::failed_precondition,
+                   "cgroup v2 at " + parent.string() +
+                       " lacks the memory and pids controllers (cgroup.controllers: \"" +
+                       available.substr(0, available.find('\n')) + "\")");
   }
   const std::string enabled = read_text(parent / "cgroup.subtree_control");
   if (!has_word(enabled, "memory") || !has_word(enabled, "pids")) {
     // Enabling them is refused while the cgroup itself holds processes (the
     // "no internal processes" rule): then this host's v2 cannot be used here.
     if (auto failed = write_control(parent / "cgroup.subtree_control", "+memory +pids")) {
-      return std::unexpected("cgroup v2 at " + parent.string() +
-                             " does not delegate memory and pids to its children: " + *failed);
+      return failure(ErrorCode::failed_precondition,
+                     "cgroup v2 at " + parent.string() +
+                         " does not delegate memory and pids to its children: " + *failed);
     }
   }
   return parent;
 }
 
-std::expected<fs::path, std::string> v1_parent(const char* controller) {
+std::expected<fs::path, Status> v1_parent(const char* controller) {
   const fs::path root = fs::path("/sys/fs/cgroup") / controller;
   if (!fs::exists(root / "tasks")) {
-    return std::unexpected("no cgroup v1 " + std::string(controller) + " hierarchy at " +
-                           root.string());
+    return failure(ErrorCode::failed_precondition,
+                   "no cgroup v1 " + std::string(controller) + " hierarchy at " + root.string());
   }
   const auto own = own_cgroup(controller);
   if (!own) {
-    return std::unexpected("/proc/self/cgroup names no cgroup v1 " + std::string(controller) +
-                           " of this process");
+    return failure(
+        ErrorCode::failed_precondition,
+        "/proc/self/cgroup names no cgroup v1 " + std::string(controller) + " of this process");
   }
   return root / fs::path(*own).relative_path();
 }
 
-std::expected<Parent, std::string> find_parent() {
+std::expected<Parent, Status> find_parent() {
   auto v2 = v2_parent();
   if (v2) return Parent{true, *v2, *v2};
   auto memory = v1_parent("memory");
   auto pids = v1_parent("pids");
   if (memory && pids) return Parent{false, *memory, *pids};
-  return std::unexpected(v2.error() + "; " + (memory ? pids.error() : memory.error()));
+  return failure(
+      ErrorCode::failed_precondition,
+      v2.error().message + "; " + (memory ? pids.error().message : memory.error().message));
 }
 
 std::string describe(const Parent& parent) {
@@ -139,14 +148,14 @@ std::uint64_t counter(const fs::path& file, std::string_view key) {
 
 }  // namespace
 
-std::expected<std::string, std::string> probe_trial_cgroups() {
+std::expected<std::string, Status> probe_trial_cgroups() {
   auto parent = find_parent();
   if (!parent) return std::unexpected(parent.error());
   return describe(*parent);
 }
 
-std::expected<TrialCgroup, std::string> TrialCgroup::create(
-    std::optional<std::uint64_t> memory_bytes, std::uint64_t max_tasks) {
+std::expected<TrialCgroup, Status> TrialCgroup::create(std::optional<std::uint64_t> memory_bytes,
+                                                       std::uint64_t max_tasks) {
   auto parent = find_parent();
   if (!parent) return std::unexpected(parent.error());
   static std::atomic<std::uint64_t> made{0};
@@ -159,7 +168,8 @@ std::expected<TrialCgroup, std::string> TrialCgroup::create(
   for (const auto& dir : {cgroup.memory_dir_, cgroup.pids_dir_}) {
     if (!cgroup.dirs_.empty() && cgroup.dirs_.back() == dir) continue;
     if (::mkdir(dir.c_str(), 0755) != 0) {
-      return std::unexpected("mkdir(\"" + dir.string() + "\"): " + errno_text(errno));
+      return failure(ErrorCode::failed_precondition,
+                     "mkdir(\"" + dir.string() + "\"): " + errno_text(errno));
     }
     cgroup.dirs_.push_back(dir);
   }
@@ -176,12 +186,13 @@ std::expected<TrialCgroup, std::string> TrialCgroup::create(
     }
   }
   if (!failed) failed = write_control(cgroup.pids_dir_ / "pids.max", std::to_string(max_tasks));
-  if (failed) return std::unexpected(*failed);
+  if (failed) return failure(ErrorCode::failed_precondition, *failed);
   for (const auto& dir : cgroup.dirs_) {
     const fs::path procs = dir / "cgroup.procs";
     UniqueFd fd(::open(procs.c_str(), O_WRONLY | O_CLOEXEC));
     if (!fd)
-      return std::unexpected("open(\"" + procs.string() + "\", O_WRONLY): " + errno_text(errno));
+      return failure(ErrorCode::failed_precondition,
+                     "open(\"" + procs.string() + "\", O_WRONLY): " + errno_text(errno));
     cgroup.procs_.push_back(std::move(fd));
   }
   cgroup.description_ = (cgroup.v2_ ? "cgroup v2 " : "cgroup v1 memory+pids ") +

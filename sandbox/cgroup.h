@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "base/unique_fd.h"
 
 namespace forktrial::sandbox {
@@ -32,8 +33,8 @@ class TrialCgroup {
   // tmpfs included; none when nullopt) and a task limit. The error says
   // which hierarchies were tried and why each cannot be used (the failing
   // call, path and errno); nothing is left behind then.
-  static std::expected<TrialCgroup, std::string> create(std::optional<std::uint64_t> memory_bytes,
-                                                        std::uint64_t max_tasks);
+  static std::expected<TrialCgroup, Status> create(std::optional<std::uint64_t> memory_bytes,
+                                                   std::uint64_t max_tasks);
   TrialCgroup(TrialCgroup&& other) noexcept;
   TrialCgroup& operator=(TrialCgroup&&) = delete;
   TrialCgroup(const TrialCgroup&) = delete;
@@ -66,6 +67,6 @@ class TrialCgroup {
 
 // Where create() would make a trial's cgroup and how ("cgroup v2 at ...",
 // "cgroup v1 memory at ... and pids at ..."), or why it cannot.
-std::expected<std::string, std::string> probe_trial_cgroups();
+std::expected<std::string, Status> probe_trial_cgroups();
 
 }  // namespace forktrial::sandbox

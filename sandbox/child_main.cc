@@ -319,7 +319,7 @@ int run(int, char**) {
   std::string input(std::istreambuf_iterator<char>(std::cin), {});
   auto job = decode_job(input);
   if (!job) {
-    diagnose(job.error());
+    diagnose(job.error().message);
     return kCannotStart;
   }
 
@@ -360,7 +360,7 @@ int run(int, char**) {
     auto runtime = runtime::Runtime::create(config, {}, [](const store::NewEvent&) {});
     if (!runtime) {
       std::fprintf(stderr, "forktrial-child: the runtime cannot start: %s\n",
-                   runtime.error().c_str());
+                   runtime.error().message.c_str());
       return kCannotStart;
     }
     tail.outcome = Outcome::completed;
@@ -403,8 +403,8 @@ int run(int, char**) {
   auto created = runtime::Runtime::create(config, std::move(history), sink);
   if (!created) {
     tail.outcome = Outcome::materialization_failed;
-    tail.detail =
-        with_warnings("the fork's history cannot be projected: " + created.error(), tail.warnings);
+    tail.detail = with_warnings(
+        "the fork's history cannot be projected: " + created.error().message, tail.warnings);
     finish(tail);
   }
   runtime::Runtime& rt = **created;

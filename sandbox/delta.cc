@@ -153,7 +153,7 @@ std::optional<std::string> continuity_problem(std::int64_t previous_ms,
   auto stamp = parse_timestamp(event.timestamp);
   if (!stamp) {
     return "event " + std::string(event.id) + " has a timestamp that is not ISO-8601 UTC (" +
-           stamp.error() + ")";
+           stamp.error().message + ")";
   }
   const auto second = [](std::int64_t ms) { return ms >= 0 ? ms / 1000 : (ms - 999) / 1000; };
   if (second(*stamp) < second(previous_ms)) {

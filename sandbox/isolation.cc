@@ -56,7 +56,7 @@ std::vector<StrictNet> probe_strict_nets() {
                         std::to_string(kStrictMaxTasks) + " tasks"});
   } else {
     nets.push_back({"cgroup", false,
-                    cgroup.error() +
+                    cgroup.error().message +
                         "; real memory and tasks would not be capped (RLIMIT_AS and the seccomp "
                         "filter, which refuses new processes, still apply)"});
   }

@@ -39,20 +39,22 @@ std::string encode_job(const ChildJob& job) {
   return out.dump();
 }
 
-std::expected<ChildJob, std::string> decode_job(std::string_view text) {
+std::expected<ChildJob, Status> decode_job(std::string_view text) {
   json doc = json::parse(text.begin(), text.end(), nullptr, false);
   if (doc.is_discarded() || !doc.is_object()) {
-    return std::unexpected(std::string("the job on stdin is not a JSON object"));
+    return failure(ErrorCode::invalid_argument,
+                   std::string("the job on stdin is not a JSON object"));
   }
   try {
     ChildJob job;
     job.preflight = doc.at("preflight").get<bool>();
     auto limits = parse_trial_limits(doc.at("limits").dump());
-    if (!limits) return std::unexpected(invalid("limits", limits.error()));
+    if (!limits) return failure(ErrorCode::invalid_argument, invalid("limits", limits.error()));
     job.limits = *limits;
     if (!doc.at("specification").is_null()) {
       auto spec = parse_trial_specification(doc.at("specification").dump());
-      if (!spec) return std::unexpected(invalid("trial specification", spec.error()));
+      if (!spec)
+        return failure(ErrorCode::invalid_argument, invalid("trial specification", spec.error()));
       job.spec = *spec;
     }
     job.fork_run_id = doc.at("fork_run_id").get<std::string>();
@@ -64,7 +66,8 @@ std::expected<ChildJob, std::string> decode_job(std::string_view text) {
     job.strict_root = doc.at("strict_root").get<std::string>();
     return job;
   } catch (const json::exception& e) {
-    return std::unexpected("the job on stdin is malformed: " + std::string(e.what()));
+    return failure(ErrorCode::invalid_argument,
+                   "the job on stdin is malformed: " + std::string(e.what()));
   }
 }
 

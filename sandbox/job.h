@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/error.h"
 #include "sandbox/trial_types.h"
 #include "store/event_store.h"
 
@@ -38,6 +39,6 @@ struct ChildJob {
 store::StoreOptions scratch_store_options();
 
 std::string encode_job(const ChildJob& job);
-std::expected<ChildJob, std::string> decode_job(std::string_view text);
+std::expected<ChildJob, Status> decode_job(std::string_view text);
 
 }  // namespace forktrial::sandbox

@@ -18,21 +18,23 @@
 #include <string>
 #include <string_view>
 
+#include "base/error.h"
+
 namespace forktrial::sandbox {
 
 // Bytes: a non-negative integer, optionally followed by a binary multiple,
 // K or KiB (2^10), M or MiB (2^20), G or GiB (2^30), T or TiB (2^40):
 // "268435456", "512K", "256M", "1G". No sign, space or fraction; a value
 // that overflows 64 bits is an error.
-std::expected<std::uint64_t, std::string> parse_byte_size(std::string_view text);
+std::expected<std::uint64_t, Status> parse_byte_size(std::string_view text);
 
 // Seconds: a number, optionally followed by a unit, ms, s, m (minutes) or h:
 // "10", "1.5", "10s", "500ms", "2m", "1h". The number is read as a C++
 // double (so "-1", "inf" and "1e-9" parse, for the range check to refuse).
-std::expected<double, std::string> parse_duration_seconds(std::string_view text);
+std::expected<double, Status> parse_duration_seconds(std::string_view text);
 
 // Whole seconds, for the CPU net: a duration as above that is a whole,
 // non-negative number of seconds ("30", "30s", "2m"; not "500ms").
-std::expected<std::uint64_t, std::string> parse_whole_seconds(std::string_view text);
+std::expected<std::uint64_t, Status> parse_whole_seconds(std::string_view text);
 
 }  // namespace forktrial::sandbox

@@ -56,11 +56,13 @@ std::string encode_tail(const ChildTail& tail) {
   return std::string(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
 }
 
-std::expected<ChildTail, std::string> decode_tail(std::string_view bytes) {
-  if (bytes.empty()) return std::unexpected(std::string("the child wrote no tail"));
+std::expected<ChildTail, Status> decode_tail(std::string_view bytes) {
+  if (bytes.empty())
+    return failure(ErrorCode::invalid_argument, std::string("the child wrote no tail"));
   if (bytes.size() % sizeof(capnp::word) != 0) {
-    return std::unexpected("the tail is truncated (" + std::to_string(bytes.size()) +
-                           " bytes, not a whole number of words)");
+    return failure(ErrorCode::invalid_argument, "the tail is truncated (" +
+                                                    std::to_string(bytes.size()) +
+                                                    " bytes, not a whole number of words)");
   }
   // Copy into word-aligned memory: the bytes came from a pipe into a string.
   kj::Array<capnp::word> words = kj::heapArray<capnp::word>(bytes.size() / sizeof(capnp::word));
@@ -70,13 +72,16 @@ std::expected<ChildTail, std::string> decode_tail(std::string_view bytes) {
     options.traversalLimitInWords = 1 << 20;
     capnp::FlatArrayMessageReader reader(words, options);
     if (reader.getEnd() != words.end()) {
-      return std::unexpected(std::string("the tail has bytes after its message"));
+      return failure(ErrorCode::invalid_argument,
+                     std::string("the tail has bytes after its message"));
     }
     auto root = reader.getRoot<schema::TrialTail>();
     auto outcome = outcome_from_ordinal(std::to_underlying(root.getOutcome()));
     auto net = net_from_ordinal(std::to_underlying(root.getNet()));
-    if (!outcome) return std::unexpected(std::string("the tail names an unknown outcome"));
-    if (!net) return std::unexpected(std::string("the tail names an unknown net"));
+    if (!outcome)
+      return failure(ErrorCode::invalid_argument, std::string("the tail names an unknown outcome"));
+    if (!net)
+      return failure(ErrorCode::invalid_argument, std::string("the tail names an unknown net"));
     ChildTail tail;
     tail.outcome = *outcome;
     tail.net = *net;
@@ -88,8 +93,8 @@ std::expected<ChildTail, std::string> decode_tail(std::string_view bytes) {
       tail.warnings.push_back(sanitize_utf8(text_of(warning)));
     return tail;
   } catch (const kj::Exception& e) {
-    return std::unexpected("the tail is not a valid message: " +
-                           std::string(e.getDescription().cStr()));
+    return failure(ErrorCode::invalid_argument,
+                   "the tail is not a valid message: " + std::string(e.getDescription().cStr()));
   }
 }
 

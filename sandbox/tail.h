@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/error.h"
 #include "sandbox/trial_types.h"
 
 namespace forktrial::sandbox {
@@ -43,6 +44,6 @@ std::string encode_tail(const ChildTail& tail);
 // value naming what was wrong (the parent then reports `crashed`). Detail and
 // warnings come back as valid UTF-8 (invalid bytes become U+FFFD), whoever
 // wrote them.
-std::expected<ChildTail, std::string> decode_tail(std::string_view bytes);
+std::expected<ChildTail, Status> decode_tail(std::string_view bytes);
 
 }  // namespace forktrial::sandbox

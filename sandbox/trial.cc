@@ -105,7 +105,7 @@ StrictParent prepare_strict(const ChildOptions& options, const TrialLimits& limi
   if (cgroup) {
     strict.cgroup.emplace(std::move(*cgroup));
   } else {
-    strict.warnings.push_back("cgroup net unavailable: " + cgroup.error() +
+    strict.warnings.push_back("cgroup net unavailable: " + cgroup.error().message +
                               "; the trial's real memory and task count are not capped "
                               "(RLIMIT_AS, and the seccomp filter's refusal of new processes, "
                               "still apply)");
@@ -259,7 +259,7 @@ TrialVerdict decide_verdict(const ChildResult& child, const DeltaScan& scan,
   if (auto decoded = decode_tail(child.tail)) {
     tail = *decoded;
   } else {
-    tail_problem = decoded.error();
+    tail_problem = decoded.error().message;
   }
   if (child.tail_overflow) tail_problem = "the child wrote more than the tail allows on fd 3";
 

@@ -2,10 +2,12 @@
 # clients (docs/wire-protocol.md). Every ZeroMQ message is one frame holding
 # one Envelope; the coordinator's ROUTER adds the peer's routing id in front.
 #
-# Ordinals are explicit and never reused: a field or a union arm is only ever
-# added with the next ordinal. A peer answers an arm it does not know with an
-# Error (code unknownMessage), never by crashing; a change an older peer
-# would misread bumps kProtocolVersion instead.
+# Ordinals are explicit and never reused within a protocol version: a field
+# or a union arm is only ever added with the next ordinal. A peer answers an
+# arm it does not know with an Error (code invalidArgument), never by
+# crashing; a change an older peer would misread bumps kProtocolVersion
+# instead, and peers of different versions refuse each other's frames before
+# reading them.
 @0xb0c7f54c3e1a9d62;
 
 $import "/capnp/c++.capnp".namespace("forktrial::schema::wire");
@@ -14,7 +16,8 @@ using Trial = import "trial.capnp";
 
 # 2: every field with a closed set of values is an enum (Report.outcome and
 # isolation, ReportAck.verdict), and ReportAck says why it refused.
-const kProtocolVersion :UInt32 = 2;
+# 3: ErrorCode is forktrial's error categories (the ordinals changed meaning).
+const kProtocolVersion :UInt32 = 3;
 
 # The most bytes a blob chunk carries.
 const kMaxChunkBytes :UInt32 = 1048576;
@@ -60,15 +63,21 @@ struct Envelope {
   }
 }
 
+# forktrial's error categories (base/error.h ErrorCode), one to one and in
+# the same order: an error on the wire is a Status. What a peer does with
+# each is in docs/wire-protocol.md, "Errors".
 enum ErrorCode {
-  malformed @0;        # not an Envelope, or a field out of range
-  wrongVersion @1;     # another protocol version
-  unknownMessage @2;   # an arm this peer does not know, or not for its role
-  outOfOrder @3;       # e.g. a worker message before its hello
-  tooLarge @4;         # the frame is over the coordinator's limit
-  refused @5;          # understood, and refused: `message` says why
-  notFound @6;         # an unknown job, trial or blob
-  busy @7;             # cannot be taken now (the coordinator's store is full): send it again later
+  notFound @0;            # an unknown job, trial, worker or blob
+  invalidArgument @1;     # malformed, another protocol version, an arm not for this peer,
+                          # a field out of range: sending it again will not help
+  failedPrecondition @2;  # the session is not in the state the message needs (a worker
+                          # message before its hello, an upload chunk out of order): say
+                          # hello again, or start over
+  conflict @3;            # taken already: a job id submitted before
+  resourceExhausted @4;   # over a limit: the frame, a blob, the queue
+  unavailable @5;         # cannot be taken now (the store is full): send it again later
+  cancelled @6;           # the job was cancelled
+  internal @7;            # the coordinator broke: its log says more
 }
 
 struct Error {

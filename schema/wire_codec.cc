@@ -2,9 +2,11 @@
 
 #include <capnp/dynamic.h>
 
+#include <array>
 #include <cstdio>
 #include <cstring>
 #include <optional>
+#include <utility>
 
 #include "base/text.h"
 
@@ -124,16 +126,16 @@ std::string prose(capnp::Text::Reader reader, std::size_t max_bytes) {
   return bounded_text(std::string_view(reader.begin(), reader.size()), max_bytes);
 }
 
-std::expected<Frame, WireError> decode(std::string_view bytes, std::size_t max_bytes) {
+std::expected<Frame, Status> decode(std::string_view bytes, std::size_t max_bytes) {
   if (bytes.size() > max_bytes) {
-    return std::unexpected(
-        WireError{ErrorCode::TOO_LARGE, "the frame is " + std::to_string(bytes.size()) +
-                                            " bytes; the limit is " + std::to_string(max_bytes)});
+    return std::unexpected(Status{ErrorCode::resource_exhausted,
+                                  "the frame is " + std::to_string(bytes.size()) +
+                                      " bytes; the limit is " + std::to_string(max_bytes)});
   }
   if (bytes.empty() || bytes.size() % sizeof(capnp::word) != 0) {
-    return std::unexpected(WireError{ErrorCode::MALFORMED,
-                                     "the frame is " + std::to_string(bytes.size()) +
-                                         " bytes, not a whole, non-zero number of 8-byte words"});
+    return std::unexpected(Status{ErrorCode::invalid_argument,
+                                  "the frame is " + std::to_string(bytes.size()) +
+                                      " bytes, not a whole, non-zero number of 8-byte words"});
   }
   Frame frame;
   // Copy into word-aligned memory: ZeroMQ's buffers have no alignment promise.
@@ -148,30 +150,30 @@ std::expected<Frame, WireError> decode(std::string_view bytes, std::size_t max_b
     frame.reader_ = std::make_unique<capnp::FlatArrayMessageReader>(frame.words_, options);
     if (frame.reader_->getEnd() != frame.words_.end()) {
       return std::unexpected(
-          WireError{ErrorCode::MALFORMED, "the frame has bytes after its message"});
+          Status{ErrorCode::invalid_argument, "the frame has bytes after its message"});
     }
     auto envelope = frame.envelope();
     if (envelope.getVersion() != schema::wire::K_PROTOCOL_VERSION) {
-      return std::unexpected(WireError{ErrorCode::WRONG_VERSION,
-                                       "the message speaks protocol version " +
-                                           std::to_string(envelope.getVersion()) + "; this is " +
-                                           std::to_string(schema::wire::K_PROTOCOL_VERSION)});
+      return std::unexpected(Status{ErrorCode::invalid_argument,
+                                    "the message speaks protocol version " +
+                                        std::to_string(envelope.getVersion()) + "; this is " +
+                                        std::to_string(schema::wire::K_PROTOCOL_VERSION)});
     }
     // An arm newer than this build reads as an ordinal past the last known.
     if (static_cast<unsigned>(envelope.which()) > static_cast<unsigned>(Envelope::OK)) {
-      return std::unexpected(WireError{ErrorCode::UNKNOWN_MESSAGE,
-                                       "message arm " +
-                                           std::to_string(static_cast<unsigned>(envelope.which())) +
-                                           " is not one this peer knows"});
+      return std::unexpected(Status{ErrorCode::invalid_argument,
+                                    "message arm " +
+                                        std::to_string(static_cast<unsigned>(envelope.which())) +
+                                        " is not one this peer knows"});
     }
     // Text a peer sent is refused here, before anyone keeps or shows it.
     if (auto problem = struct_text_problem(capnp::toDynamic(envelope), "")) {
-      return std::unexpected(WireError{ErrorCode::MALFORMED, "the message's " + *problem});
+      return std::unexpected(Status{ErrorCode::invalid_argument, "the message's " + *problem});
     }
   } catch (const kj::Exception& e) {
     return std::unexpected(
-        WireError{ErrorCode::MALFORMED,
-                  "the frame is not a valid message: " + std::string(e.getDescription().cStr())});
+        Status{ErrorCode::invalid_argument,
+               "the frame is not a valid message: " + std::string(e.getDescription().cStr())});
   }
   return frame;
 }
@@ -189,34 +191,47 @@ Envelope::Builder start(capnp::MessageBuilder& message, std::uint64_t request_id
   return envelope;
 }
 
-std::string error_frame(std::uint64_t request_id, ErrorCode code, const std::string& message) {
+std::string error_frame(std::uint64_t request_id, const Status& status) {
   capnp::MallocMessageBuilder builder;
   auto error = start(builder, request_id).initError();
-  error.setCode(code);
-  error.setMessage(message);
+  error.setCode(wire_code(status.code));
+  error.setMessage(status.message);
   return encode(builder);
 }
 
-std::string_view error_code_name(ErrorCode code) {
-  switch (code) {
-    case ErrorCode::MALFORMED:
-      return "malformed";
-    case ErrorCode::WRONG_VERSION:
-      return "wrong_version";
-    case ErrorCode::UNKNOWN_MESSAGE:
-      return "unknown_message";
-    case ErrorCode::OUT_OF_ORDER:
-      return "out_of_order";
-    case ErrorCode::TOO_LARGE:
-      return "too_large";
-    case ErrorCode::REFUSED:
-      return "refused";
-    case ErrorCode::NOT_FOUND:
-      return "not_found";
-    case ErrorCode::BUSY:
-      return "busy";
+// One to one, in the same order: checked here, once (and the names by
+// wire_codec_test).
+constexpr bool same_ordinals() {
+  using W = schema::wire::ErrorCode;
+  constexpr std::array<std::pair<W, ErrorCode>, 8> pairs = {{
+      {W::NOT_FOUND, ErrorCode::not_found},
+      {W::INVALID_ARGUMENT, ErrorCode::invalid_argument},
+      {W::FAILED_PRECONDITION, ErrorCode::failed_precondition},
+      {W::CONFLICT, ErrorCode::conflict},
+      {W::RESOURCE_EXHAUSTED, ErrorCode::resource_exhausted},
+      {W::UNAVAILABLE, ErrorCode::unavailable},
+      {W::CANCELLED, ErrorCode::cancelled},
+      {W::INTERNAL, ErrorCode::internal},
+  }};
+  for (const auto& [wire, code] : pairs) {
+    if (static_cast<unsigned>(wire) != static_cast<unsigned>(code)) return false;
   }
-  return "unknown";
+  return pairs.size() == kErrorCodes.size();
+}
+static_assert(same_ordinals());
+
+schema::wire::ErrorCode wire_code(ErrorCode code) {
+  return static_cast<schema::wire::ErrorCode>(static_cast<unsigned>(code));
+}
+
+Status status_of(schema::wire::Error::Reader error) {
+  const auto ordinal = static_cast<unsigned>(error.getCode());
+  std::string message = prose(error.getMessage(), kMaxErrorMessageBytes);
+  if (ordinal >= kErrorCodes.size()) {
+    return {ErrorCode::internal, "error code " + std::to_string(ordinal) +
+                                     ", which this build does not know: " + message};
+  }
+  return {kErrorCodes[ordinal], std::move(message)};
 }
 
 void set_digest(schema::wire::Digest::Builder builder, const Digest& digest) {

@@ -19,41 +19,35 @@
 #include <string_view>
 
 #include "base/digest.h"
+#include "base/error.h"
 #include "schema/wire.capnp.h"
 
 namespace forktrial::wire {
 
 using schema::wire::Envelope;
-using schema::wire::ErrorCode;
 
 // The largest frame a receiver takes: a report carries a trial's accepted
 // delta (64 MiB by default, more if a batch raises the write budget).
 inline constexpr std::size_t kDefaultMaxFrameBytes = std::size_t{256} << 20;
-
-struct WireError {
-  ErrorCode code;
-  std::string message;
-};
 
 class Frame {
  public:
   Envelope::Reader envelope() const { return reader_->getRoot<Envelope>(); }
 
  private:
-  friend std::expected<Frame, WireError> decode(std::string_view, std::size_t);
+  friend std::expected<Frame, Status> decode(std::string_view, std::size_t);
   kj::Array<capnp::word> words_;
   std::unique_ptr<capnp::FlatArrayMessageReader> reader_;
 };
 
-// Checks and opens one frame. Refused: over `max_bytes` (tooLarge), not a
-// whole number of words or not a message (malformed), another protocol
-// version (wrongVersion), an arm this build does not know (unknownMessage),
-// a Text field that is not valid UTF-8 (malformed, naming the field by its
-// path, "report.trial.job"), except the fields is_prose_field names, which
-// are read with prose(), and a report's events, which the delta rules check
-// (docs/wire-protocol.md, "Text from a peer").
-std::expected<Frame, WireError> decode(std::string_view frame,
-                                       std::size_t max_bytes = kDefaultMaxFrameBytes);
+// Checks and opens one frame. Refused: over `max_bytes` (resource_exhausted),
+// not a whole number of words or not a message, another protocol version, an
+// arm this build does not know, a Text field that is not valid UTF-8 (naming
+// the field by its path, "report.trial.job"; all invalid_argument), except the fields
+// is_prose_field names, which are read with prose(), and a report's events, which the delta rules
+// check (docs/wire-protocol.md, "Text from a peer").
+std::expected<Frame, Status> decode(std::string_view frame,
+                                    std::size_t max_bytes = kDefaultMaxFrameBytes);
 
 // The Text fields a peer's prose travels in, repaired rather than refused:
 // Error.message, Report.detail, Report.warnings, AttemptFailed.reason,
@@ -71,16 +65,13 @@ std::string encode(capnp::MessageBuilder& message);
 Envelope::Builder start(capnp::MessageBuilder& message, std::uint64_t request_id);
 
 // The frame of an Error envelope.
-std::string error_frame(std::uint64_t request_id, ErrorCode code, const std::string& message);
+std::string error_frame(std::uint64_t request_id, const Status& status);
 
-// Every error code, in ordinal order, and each one's name in snake_case
-// ("out_of_order"): the label the daemons' metrics count refusals under. A
-// code this build does not know (a newer peer's) is "unknown".
-inline constexpr std::array kErrorCodes = {ErrorCode::MALFORMED,       ErrorCode::WRONG_VERSION,
-                                           ErrorCode::UNKNOWN_MESSAGE, ErrorCode::OUT_OF_ORDER,
-                                           ErrorCode::TOO_LARGE,       ErrorCode::REFUSED,
-                                           ErrorCode::NOT_FOUND,       ErrorCode::BUSY};
-std::string_view error_code_name(ErrorCode code);
+// The wire's ErrorCode is forktrial's ErrorCode, one to one.
+schema::wire::ErrorCode wire_code(ErrorCode code);
+// The Status an Error carries, its message read with prose(). A code past
+// the last this build knows (a newer peer's) is internal, saying so.
+Status status_of(schema::wire::Error::Reader error);
 
 // Digests on the wire: 32 bytes of SHA-256.
 void set_digest(schema::wire::Digest::Builder builder, const Digest& digest);

@@ -620,7 +620,8 @@ class Simulation {
     auto decoded = wire::decode(frame);
     if (!decoded) return fail("the coordinator sent a frame that does not decode");
     const auto envelope = decoded->envelope();
-    if (envelope.isError() && envelope.getError().getCode() == wire::ErrorCode::BUSY) {
+    if (envelope.isError() &&
+        envelope.getError().getCode() == schema::wire::ErrorCode::UNAVAILABLE) {
       ++report_.busy_replies;
     }
     if (route == kClientRoute) return client_hears(envelope);
@@ -715,7 +716,7 @@ class Simulation {
     JobPlan& job = jobs_[j];
     if (envelope.isError()) {
       const auto error = envelope.getError();
-      if (error.getCode() != wire::ErrorCode::BUSY) {
+      if (error.getCode() != schema::wire::ErrorCode::UNAVAILABLE) {
         return fail("the client's request for " + job.id.str() +
                     " was refused: " + wire::text(error.getMessage()));
       }
@@ -768,7 +769,7 @@ class Simulation {
         auto read = read_log(
             snapshot, [&](OrchestrationRecord&& record) { replayed.replay(std::move(record)); },
             [](const store::EventView&) {});
-        if (!read) return fail("the log does not replay: " + read.error());
+        if (!read) return fail("the log does not replay: " + read.error().message);
       }
       if (replayed.state_text() != crashed_state_) {
         fail("the scheduler replayed from the log differs from the one that crashed");

@@ -26,7 +26,7 @@ codec::RunRecord as_record(const RunInfo& run) {
 
 }  // namespace
 
-ErrorCode Refusal::code() const {
+ErrorCode Refusal::code_of(Refused kind) {
   switch (kind) {
     case Refused::unknown_run:
     case Refused::unknown_event:
@@ -412,14 +412,14 @@ Result<RunInfo> Writer::load_segment(std::span<const std::byte> segment, const N
     return std::unexpected(refuse(Refused::invalid_segment, "invalid segment: " + why));
   };
   auto events = SegmentReader::open(segment);
-  if (!events) return bad(events.error());
+  if (!events) return bad(events.error().message);
   auto record = insert_run(state_.env, state_.txn, run, std::nullopt);
   if (!record) return std::unexpected(record.error());
   EventSink sink(state_.env.dbis(), state_.txn, record->number, 1);
   IdIndexSink ids(state_.env.dbis(), state_.txn);
   for (;;) {
     auto next = events->next();
-    if (!next) return bad(next.error());
+    if (!next) return bad(next.error().message);
     if (!*next) break;
     const SegmentEvent& event = **next;
     auto copy = [&](std::span<std::byte> out) {

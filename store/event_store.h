@@ -77,14 +77,16 @@ enum class Refused {
                        // a malformed import file, or a request that does not apply
 };
 
-struct Refusal {
+// A Status (base/error.h) with the store's finer kind. The category follows
+// from the kind: unknown_run and unknown_event are not_found; run_exists,
+// head_moved and duplicate_event_id are conflict; the invalid_* kinds are
+// invalid_argument.
+struct Refusal : Status {
   Refused kind;
-  std::string message;  // names the run, event, heads or line involved
 
-  // The category (base/error.h): unknown_run and unknown_event are
-  // not_found; run_exists, head_moved and duplicate_event_id are conflict;
-  // the invalid_* kinds are invalid_argument.
-  ErrorCode code() const;
+  Refusal(Refused refused, std::string why)
+      : Status{code_of(refused), std::move(why)}, kind(refused) {}
+  static ErrorCode code_of(Refused kind);
 
   friend bool operator==(const Refusal&, const Refusal&) = default;
 };

@@ -430,16 +430,17 @@ std::optional<std::string> payload_problem(std::string_view payload) {
   return std::nullopt;
 }
 
-std::expected<std::vector<std::pair<std::string, std::string_view>>, std::string> object_members(
+std::expected<std::vector<std::pair<std::string, std::string_view>>, Status> object_members(
     std::string_view text) {
   std::vector<std::pair<std::string, std::string_view>> result;
   // One level for the object around the members.
   Scanner scanner(text, store::kMaxPayloadDepth + 1);
   scanner.members = &result;
-  if (!scanner.document()) return std::unexpected("not valid JSON: " + scanner.error());
+  if (!scanner.document())
+    return failure(ErrorCode::invalid_argument, "not valid JSON: " + scanner.error());
   if (scanner.first_char() != '{') {
-    return std::unexpected(std::string("expected a JSON object, found ") +
-                           kind_of(scanner.first_char()));
+    return failure(ErrorCode::invalid_argument,
+                   std::string("expected a JSON object, found ") + kind_of(scanner.first_char()));
   }
   return result;
 }

@@ -21,6 +21,8 @@
 #include <utility>
 #include <vector>
 
+#include "base/error.h"
+
 namespace forktrial::store::json_text {
 
 // Why `payload` cannot be stored as an event's payload, or nullopt. The
@@ -36,7 +38,7 @@ std::optional<std::string> payload_problem(std::string_view payload);
 // (decoded key, exact bytes of the value) in input order; NaN, Infinity and
 // -Infinity are accepted as values here. Fails with the reason when `text`
 // is not a JSON object.
-std::expected<std::vector<std::pair<std::string, std::string_view>>, std::string> object_members(
+std::expected<std::vector<std::pair<std::string, std::string_view>>, Status> object_members(
     std::string_view text);
 
 // The first NaN, Infinity or -Infinity in the JSON text `value`, as

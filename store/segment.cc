@@ -38,20 +38,20 @@ void SegmentWriter::finish() const {
   }
 }
 
-std::expected<SegmentReader, std::string> SegmentReader::open(std::span<const std::byte> bytes) {
+std::expected<SegmentReader, Status> SegmentReader::open(std::span<const std::byte> bytes) {
   if (bytes.size() < kHeaderBytes ||
       std::memcmp(bytes.data(), kSegmentMagic.data(), kSegmentMagic.size()) != 0) {
-    return std::unexpected("it does not start with the magic \"" + std::string(kSegmentMagic) +
-                           "\"");
+    return failure(ErrorCode::invalid_argument,
+                   "it does not start with the magic \"" + std::string(kSegmentMagic) + "\"");
   }
   return SegmentReader(bytes, codec::get_u64(bytes.data() + kSegmentMagic.size()));
 }
 
-std::expected<std::optional<SegmentEvent>, std::string> SegmentReader::next() {
+std::expected<std::optional<SegmentEvent>, Status> SegmentReader::next() {
   if (seq_ == count_) {
     if (offset_ != bytes_.size()) {
-      return std::unexpected(std::to_string(bytes_.size() - offset_) +
-                             " bytes follow the last event");
+      return failure(ErrorCode::invalid_argument,
+                     std::to_string(bytes_.size() - offset_) + " bytes follow the last event");
     }
     return std::nullopt;
   }
@@ -59,12 +59,14 @@ std::expected<std::optional<SegmentEvent>, std::string> SegmentReader::next() {
   // Built only for an error: segments of a million events are read here.
   const auto which = [seq] { return "event " + std::to_string(seq); };
   if (bytes_.size() - offset_ < 8) {
-    return std::unexpected("it ends before " + which() + " of " + std::to_string(count_));
+    return failure(ErrorCode::invalid_argument,
+                   "it ends before " + which() + " of " + std::to_string(count_));
   }
   const std::uint64_t length = codec::get_u64(bytes_.data() + offset_);
   offset_ += 8;
   if (length > bytes_.size() - offset_ || length % 8 != 0 || length == 0) {
-    return std::unexpected(which() + " has an impossible length " + std::to_string(length));
+    return failure(ErrorCode::invalid_argument,
+                   which() + " has an impossible length " + std::to_string(length));
   }
   SegmentEvent event{seq, bytes_.subspan(offset_, length), {}};
   offset_ += length;
@@ -72,13 +74,16 @@ std::expected<std::optional<SegmentEvent>, std::string> SegmentReader::next() {
   try {
     event.view = decoder_.decode_checked(event.value, canonical);
   } catch (const StoreError& e) {
-    return std::unexpected(which() + ": " + e.what());
+    return failure(ErrorCode::invalid_argument, which() + ": " + e.what());
   }
-  if (!canonical) return std::unexpected(which() + " is not in canonical form");
+  if (!canonical)
+    return failure(ErrorCode::invalid_argument, which() + " is not in canonical form");
   if (event.view.seq != seq) {
-    return std::unexpected(which() + " says it is at seq " + std::to_string(event.view.seq));
+    return failure(ErrorCode::invalid_argument,
+                   which() + " says it is at seq " + std::to_string(event.view.seq));
   }
-  if (auto problem = event_problem(event.view.to_event())) return std::unexpected(*problem);
+  if (auto problem = event_problem(event.view.to_event()))
+    return failure(ErrorCode::invalid_argument, *problem);
   seq_ = seq;
   return event;
 }

@@ -19,6 +19,7 @@
 #include <string>
 #include <string_view>
 
+#include "base/error.h"
 #include "store/codec.h"
 #include "store/event.h"
 
@@ -64,12 +65,12 @@ class SegmentReader {
  public:
   // Refuses bytes that do not begin with the magic and the count. The bytes
   // must outlive the reader.
-  static std::expected<SegmentReader, std::string> open(std::span<const std::byte> bytes);
+  static std::expected<SegmentReader, Status> open(std::span<const std::byte> bytes);
 
   std::uint64_t count() const { return count_; }
   // The next event, nullopt after the last (once no bytes follow it), or why
   // the segment is invalid there.
-  std::expected<std::optional<SegmentEvent>, std::string> next();
+  std::expected<std::optional<SegmentEvent>, Status> next();
 
  private:
   SegmentReader(std::span<const std::byte> bytes, std::uint64_t count)

@@ -121,9 +121,9 @@ struct KeyOptions {
                           kUsageError);
     }
     auto own = transport::read_keypair(key);
-    if (!own) throw CommandFailed("--key: " + own.error(), kUsageError);
+    if (!own) throw CommandFailed("--key: " + own.error().message, kUsageError);
     auto server = transport::read_public_key(coordinator_key);
-    if (!server) throw CommandFailed("--coordinator-key: " + server.error(), kUsageError);
+    if (!server) throw CommandFailed("--coordinator-key: " + server.error().message, kUsageError);
     return transport::ClientKeys{*own, *server};
   }
 };
@@ -148,7 +148,7 @@ void add_http_option(CLI::App* cmd, std::string& address, const std::string& ser
 std::optional<transport::HttpAddress> http_address(const std::string& text) {
   if (text.empty()) return std::nullopt;
   auto address = transport::parse_http_address(text);
-  if (!address) throw CommandFailed("--http: " + address.error(), kUsageError);
+  if (!address) throw CommandFailed("--http: " + address.error().message, kUsageError);
   return *address;
 }
 
@@ -230,19 +230,19 @@ void add_coordinator(CLI::App& app) {
     const Log log = logging->make("coordinator");
     if (!key->empty()) {
       auto own = transport::read_keypair(*key);
-      if (!own) throw CommandFailed("--key: " + own.error(), kUsageError);
+      if (!own) throw CommandFailed("--key: " + own.error().message, kUsageError);
       config->curve_key = *own;
       for (const auto& [files, role] : {std::pair{allow_workers, transport::Role::worker},
                                         std::pair{allow_clients, transport::Role::client}}) {
         for (const auto& file : *files) {
           auto added = transport::add_allow_list(config->allowed, file, role);
-          if (!added) throw CommandFailed(added.error(), kUsageError);
+          if (!added) throw CommandFailed(added.error().message, kUsageError);
         }
       }
       for (const auto& file : *admin_clients) {
         auto added =
             transport::add_allow_list(config->allowed, file, transport::Role::client, true);
-        if (!added) throw CommandFailed(added.error(), kUsageError);
+        if (!added) throw CommandFailed(added.error().message, kUsageError);
       }
       if (config->allowed.empty()) {
         throw CommandFailed(
@@ -324,7 +324,7 @@ void add_worker(CLI::App& app) {
     config->keys = keys->load();
     config->cache_dir = *cache;
     auto bytes = sandbox::parse_byte_size(*cache_size);
-    if (!bytes) throw CommandFailed("--cache-size: " + bytes.error(), kUsageError);
+    if (!bytes) throw CommandFailed("--cache-size: " + bytes.error().message, kUsageError);
     config->cache_bytes = *bytes;
     if (config->slots == 0) throw CommandFailed("--slots: give at least 1", kUsageError);
     if (config->worker_id.empty()) {
@@ -981,7 +981,7 @@ void add_keygen(CLI::App& app) {
   cmd->callback([=] {
     const transport::Keypair keypair = transport::generate_keypair();
     auto written = transport::write_keypair(*path, keypair, *force);
-    if (!written) throw CommandFailed(written.error());
+    if (!written) throw CommandFailed(written.error().message);
     const std::string pub = *path + ".pub";
     if (*json) {
       std::printf(

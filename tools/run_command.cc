@@ -71,10 +71,10 @@ RunInfo require_run(const store::Snapshot& snap, const std::string& id, const st
 template <typename T>
 T accepted(store::Result<T> result, const std::string& what) {
   if (!result) {
-    const std::string advice = advice_for(result.error().code());
+    const std::string advice = advice_for(result.error().code);
     throw CommandFailed(
         what + ": " + result.error().message + (advice.empty() ? "" : "; " + advice),
-        exit_status_for(result.error().code()));
+        exit_status_for(result.error().code));
   }
   return std::move(*result);
 }
@@ -273,7 +273,7 @@ void add_graph(CLI::App& run_app) {
       if (payload.is_discarded()) {
         problem = where + ": its payload is not JSON";
       } else if (auto applied = graph.apply(e.type, payload); !applied) {
-        problem = where + ": " + applied.error();
+        problem = where + ": " + applied.error().message;
       }
       return !problem;
     });

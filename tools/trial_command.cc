@@ -33,8 +33,9 @@ using nlohmann::ordered_json;
 // a usage error naming the option. Its range is checked with the others, by
 // check_trial_limits, before anything runs.
 template <typename T>
-T parse_limit(std::expected<T, std::string> parsed, const char* option) {
-  if (!parsed) throw CommandFailed(std::string(option) + ": " + parsed.error(), kUsageError);
+T parse_limit(std::expected<T, Status> parsed, const char* option) {
+  if (!parsed)
+    throw CommandFailed(std::string(option) + ": " + parsed.error().message, kUsageError);
   return *parsed;
 }
 

@@ -45,41 +45,50 @@ std::optional<std::string> quoted_value(std::string_view line, std::string_view 
   return std::string(line.substr(open + 1, close - open - 1));
 }
 
-std::expected<std::string, std::string> read_small_file(const std::filesystem::path& path) {
+std::expected<std::string, Status> read_small_file(const std::filesystem::path& path) {
   std::error_code ec;
   const auto size = std::filesystem::file_size(path, ec);
-  if (ec) return std::unexpected("cannot read " + shown(path) + ": " + ec.message());
+  if (ec) {
+    return failure(error_code_of_errno(ec.value()),
+                   "cannot read " + shown(path) + ": " + ec.message());
+  }
   if (size > kMaxKeyFileBytes) {
-    return std::unexpected(shown(path) + " is " + std::to_string(size) +
-                           " bytes, too large for a key file (at most " +
-                           std::to_string(kMaxKeyFileBytes) + ")");
+    return failure(ErrorCode::invalid_argument, shown(path) + " is " + std::to_string(size) +
+                                                    " bytes, too large for a key file (at most " +
+                                                    std::to_string(kMaxKeyFileBytes) + ")");
   }
   std::ifstream in(path, std::ios::binary);
-  if (!in) return std::unexpected("cannot read " + shown(path) + ": " + std::strerror(errno));
+  if (!in) {
+    return failure(error_code_of_errno(errno),
+                   "cannot read " + shown(path) + ": " + std::strerror(errno));
+  }
   std::ostringstream text;
   text << in.rdbuf();
   return text.str();
 }
 
-std::expected<void, std::string> write_new(const std::filesystem::path& path,
-                                           const std::string& text, mode_t mode, bool replace) {
+std::expected<void, Status> write_new(const std::filesystem::path& path, const std::string& text,
+                                      mode_t mode, bool replace) {
   const int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (replace ? O_TRUNC : O_EXCL);
   UniqueFd fd(::open(path.c_str(), flags, mode));
   if (!fd) {
     if (errno == EEXIST || errno == EISDIR) {
       std::error_code ec;
       if (std::filesystem::is_directory(path, ec)) {
-        return std::unexpected(shown(path) + " is a directory; give the path of a key file in it");
+        return failure(ErrorCode::invalid_argument,
+                       shown(path) + " is a directory; give the path of a key file in it");
       }
-      return std::unexpected(shown(path) + " exists; give --force to replace it");
+      return failure(ErrorCode::conflict, shown(path) + " exists; give --force to replace it");
     }
-    return std::unexpected("cannot write " + shown(path) + ": " + std::strerror(errno));
+    return failure(error_code_of_errno(errno),
+                   "cannot write " + shown(path) + ": " + std::strerror(errno));
   }
   // An existing file keeps its mode through O_TRUNC: set it.
   if (::fchmod(fd.get(), mode) != 0 ||
       ::write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size()) ||
       ::fsync(fd.get()) != 0) {
-    return std::unexpected("cannot write " + shown(path) + ": " + std::strerror(errno));
+    return failure(error_code_of_errno(errno),
+                   "cannot write " + shown(path) + ": " + std::strerror(errno));
   }
   return {};
 }
@@ -118,8 +127,8 @@ bool is_z85_key(std::string_view text) {
   return zmq_z85_decode(bytes.data(), copy.c_str()) != nullptr;
 }
 
-std::expected<void, std::string> write_keypair(const std::filesystem::path& path,
-                                               const Keypair& keypair, bool replace) {
+std::expected<void, Status> write_keypair(const std::filesystem::path& path, const Keypair& keypair,
+                                          bool replace) {
   const std::string pub_line = "public-key = \"" + keypair.public_key + "\"\n";
   auto secret = write_new(path,
                           "# forktrial CurveZMQ keypair: keep this file secret\n" + pub_line +
@@ -131,7 +140,7 @@ std::expected<void, std::string> write_keypair(const std::filesystem::path& path
   return write_new(pub, "# forktrial CurveZMQ public key\n" + pub_line, 0644, replace);
 }
 
-std::expected<Keypair, std::string> read_keypair(const std::filesystem::path& path) {
+std::expected<Keypair, Status> read_keypair(const std::filesystem::path& path) {
   auto text = read_small_file(path);
   if (!text) return std::unexpected(text.error());
   Keypair keypair;
@@ -143,48 +152,52 @@ std::expected<Keypair, std::string> read_keypair(const std::filesystem::path& pa
       auto value = quoted_value(line, name);
       if (!value) continue;
       if (!is_z85_key(*value)) {
-        return std::unexpected(shown(path) + " line " + std::to_string(number) + ": " + name +
-                               " is not a Z85 key (40 characters)");
+        return failure(ErrorCode::invalid_argument, shown(path) + " line " +
+                                                        std::to_string(number) + ": " + name +
+                                                        " is not a Z85 key (40 characters)");
       }
       *slot = *value;
     }
   }
   if (keypair.secret_key.empty()) {
-    return std::unexpected(shown(path) +
-                           " holds no secret-key: give a keypair file (forktrial keygen "
-                           "writes one), not a .pub file");
+    return failure(ErrorCode::invalid_argument,
+                   shown(path) +
+                       " holds no secret-key: give a keypair file (forktrial keygen "
+                       "writes one), not a .pub file");
   }
   const auto derived = public_of(keypair.secret_key);
   if (!derived) {
-    return std::unexpected("cannot derive the public key of " + shown(path) +
-                           ": this libzmq has no CURVE");
+    return failure(ErrorCode::invalid_argument,
+                   "cannot derive the public key of " + shown(path) + ": this libzmq has no CURVE");
   }
   if (!keypair.public_key.empty() && keypair.public_key != *derived) {
-    return std::unexpected(shown(path) + ": its public-key is not the one of its secret-key");
+    return failure(ErrorCode::invalid_argument,
+                   shown(path) + ": its public-key is not the one of its secret-key");
   }
   keypair.public_key = *derived;
   return keypair;
 }
 
-std::expected<std::string, std::string> read_public_key(const std::string& key_or_path) {
+std::expected<std::string, Status> read_public_key(const std::string& key_or_path) {
   if (is_z85_key(key_or_path)) return key_or_path;
   auto text = read_small_file(key_or_path);
   if (!text) {
-    return std::unexpected("\"" + escape_controls(key_or_path) +
-                           "\" is neither a Z85 public key (40 characters) nor a readable key "
-                           "file: " +
-                           text.error());
+    return failure(ErrorCode::invalid_argument,
+                   "\"" + escape_controls(key_or_path) +
+                       "\" is neither a Z85 public key (40 characters) nor a readable key "
+                       "file: " +
+                       text.error().message);
   }
   std::istringstream lines(*text);
   std::string line;
   while (std::getline(lines, line)) {
     if (auto value = quoted_value(line, "public-key"); value && is_z85_key(*value)) return *value;
   }
-  return std::unexpected(shown(key_or_path) + " holds no public-key line");
+  return failure(ErrorCode::invalid_argument, shown(key_or_path) + " holds no public-key line");
 }
 
-std::expected<void, std::string> add_allow_list(AllowList& list, const std::filesystem::path& path,
-                                                Role role, bool admin) {
+std::expected<void, Status> add_allow_list(AllowList& list, const std::filesystem::path& path,
+                                           Role role, bool admin) {
   auto text = read_small_file(path);
   if (!text) return std::unexpected(text.error());
   std::istringstream lines(*text);
@@ -202,8 +215,9 @@ std::expected<void, std::string> add_allow_list(AllowList& list, const std::file
         key.clear();
     }
     if (!is_z85_key(key)) {
-      return std::unexpected(shown(path) + " line " + std::to_string(number) +
-                             ": not a public key (40 Z85 characters, or public-key = \"...\")");
+      return failure(ErrorCode::invalid_argument,
+                     shown(path) + " line " + std::to_string(number) +
+                         ": not a public key (40 Z85 characters, or public-key = \"...\")");
     }
     const std::string where = shown(path) + " line " + std::to_string(number);
     Admitted admitted{role, {}, admin && role == Role::client};
@@ -211,9 +225,10 @@ std::expected<void, std::string> add_allow_list(AllowList& list, const std::file
       const auto begin = bound + std::string_view("worker-id=").size();
       admitted.worker_id = line.substr(begin, line.find_first_of(" \t\r", begin) - begin);
       if (role != Role::worker) {
-        return std::unexpected(where +
-                               ": worker-id= binds a worker's key; this is a list of "
-                               "clients' keys");
+        return failure(ErrorCode::invalid_argument,
+                       where +
+                           ": worker-id= binds a worker's key; this is a list of "
+                           "clients' keys");
       }
       const bool plain =
           !admitted.worker_id.empty() && admitted.worker_id.size() <= 256 &&
@@ -221,23 +236,27 @@ std::expected<void, std::string> add_allow_list(AllowList& list, const std::file
             return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
           });
       if (!plain) {
-        return std::unexpected(where + ": worker-id= takes a plain id (letters, digits, - _ .)");
+        return failure(ErrorCode::invalid_argument,
+                       where + ": worker-id= takes a plain id (letters, digits, - _ .)");
       }
       for (const auto& [other, entry] : list) {
         if (other != key && entry.worker_id == admitted.worker_id) {
-          return std::unexpected(where + ": worker id " + admitted.worker_id + " is bound to key " +
-                                 other + " already; one key an id");
+          return failure(ErrorCode::invalid_argument, where + ": worker id " + admitted.worker_id +
+                                                          " is bound to key " + other +
+                                                          " already; one key an id");
         }
       }
     }
     auto [it, added] = list.emplace(key, admitted);
     if (!added && it->second.role != role) {
-      return std::unexpected(where + ": key " + key + " is listed as a " +
-                             std::string(role_name(it->second.role)) +
-                             "'s too; a key is a worker's or a client's, not both");
+      return failure(ErrorCode::invalid_argument,
+                     where + ": key " + key + " is listed as a " +
+                         std::string(role_name(it->second.role)) +
+                         "'s too; a key is a worker's or a client's, not both");
     }
     if (!added && it->second.worker_id != admitted.worker_id) {
-      return std::unexpected(where + ": key " + key + " is listed again with another worker id");
+      return failure(ErrorCode::invalid_argument,
+                     where + ": key " + key + " is listed again with another worker id");
     }
     if (!added) it->second.admin = it->second.admin || admitted.admin;
   }

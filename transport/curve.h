@@ -19,6 +19,8 @@
 #include <map>
 #include <string>
 
+#include "base/error.h"
+
 namespace zmq {
 class socket_t;
 }
@@ -42,16 +44,16 @@ Keypair generate_keypair();
 // Writes `path` (the keypair, mode 0600, created new: an existing file is an
 // error unless `replace`) and `path.pub` (the public key). Errors say which
 // file and why.
-std::expected<void, std::string> write_keypair(const std::filesystem::path& path,
-                                               const Keypair& keypair, bool replace);
+std::expected<void, Status> write_keypair(const std::filesystem::path& path, const Keypair& keypair,
+                                          bool replace);
 
 // Reads a keypair file; the error names the file and the line at fault.
-std::expected<Keypair, std::string> read_keypair(const std::filesystem::path& path);
+std::expected<Keypair, Status> read_keypair(const std::filesystem::path& path);
 
 // A public key given on the command line: 40 Z85 characters, or the path of a
 // file holding one (a `.pub` file, or a keypair file, whose public half is
 // taken).
-std::expected<std::string, std::string> read_public_key(const std::string& key_or_path);
+std::expected<std::string, Status> read_public_key(const std::string& key_or_path);
 
 // Whether `text` is a Z85-encoded 32-byte key (40 characters of Z85's
 // alphabet, decoding to 32 bytes).
@@ -92,8 +94,8 @@ std::string user_id_of(const Admitted& admitted, std::string_view key);
 // a worker-id= on a client's list is an error. With `admin` (a list of
 // administrators' keys, Role::client), each key is a client's that may act
 // on every job; a key on the clients' list too is an administrator.
-std::expected<void, std::string> add_allow_list(AllowList& list, const std::filesystem::path& path,
-                                                Role role, bool admin = false);
+std::expected<void, Status> add_allow_list(AllowList& list, const std::filesystem::path& path,
+                                           Role role, bool admin = false);
 
 // Socket options, set before bind/connect: the coordinator's socket serves
 // CURVE with `own` and asks the ZAP handler about every peer (domain

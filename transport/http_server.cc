@@ -27,7 +27,7 @@ std::string HttpAddress::str() const {
   return host + ":" + std::to_string(port);
 }
 
-std::expected<HttpAddress, std::string> parse_http_address(std::string_view text) {
+std::expected<HttpAddress, Status> parse_http_address(std::string_view text) {
   HttpAddress address;
   std::string_view port_text = text;
   if (const auto colon = text.rfind(':'); colon != std::string_view::npos) {
@@ -44,16 +44,18 @@ std::expected<HttpAddress, std::string> parse_http_address(std::string_view text
       std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
   if (port_text.empty() || error != std::errc() || end != port_text.data() + port_text.size() ||
       port > 65535) {
-    return std::unexpected("\"" + std::string(text) +
-                           "\" is not HOST:PORT or PORT (e.g. 127.0.0.1:7680, 0.0.0.0:7680, 7680)");
+    return failure(ErrorCode::invalid_argument,
+                   "\"" + std::string(text) +
+                       "\" is not HOST:PORT or PORT (e.g. 127.0.0.1:7680, 0.0.0.0:7680, 7680)");
   }
   address.port = static_cast<std::uint16_t>(port);
   unsigned char scratch[16];
   if (::inet_pton(AF_INET, address.host.c_str(), scratch) != 1 &&
       ::inet_pton(AF_INET6, address.host.c_str(), scratch) != 1) {
-    return std::unexpected("\"" + address.host +
-                           "\" is not an IP address: give one of this machine's addresses "
-                           "(127.0.0.1 for this machine alone, 0.0.0.0 for every interface)");
+    return failure(ErrorCode::invalid_argument,
+                   "\"" + address.host +
+                       "\" is not an IP address: give one of this machine's addresses "
+                       "(127.0.0.1 for this machine alone, 0.0.0.0 for every interface)");
   }
   return address;
 }

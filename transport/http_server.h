@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/error.h"
 #include "base/log.h"
 
 namespace forktrial::transport {
@@ -39,7 +40,7 @@ struct HttpAddress {
   std::string str() const;  // "127.0.0.1:7680"
 };
 // The address, or a message saying what is wrong with the text.
-std::expected<HttpAddress, std::string> parse_http_address(std::string_view text);
+std::expected<HttpAddress, Status> parse_http_address(std::string_view text);
 
 struct HttpRequest {
   std::string method;  // GET or HEAD

@@ -53,13 +53,12 @@ void OutcomeSeries::observe(Outcome outcome, std::chrono::duration<double> took)
 ErrorCodeCounters::ErrorCodeCounters(prometheus::Registry& registry, const std::string& name,
                                      const std::string& help) {
   for (std::size_t c = 0; c < counters_.size(); ++c) {
-    const std::string_view reason =
-        c < wire::kErrorCodes.size() ? wire::error_code_name(wire::kErrorCodes[c]) : "unknown";
-    counters_[c] = &add_counter(registry, name, help, {{"reason", std::string(reason)}});
+    counters_[c] = &add_counter(registry, name, help,
+                                {{"reason", std::string(error_code_name(kErrorCodes[c]))}});
   }
 }
 
-void ErrorCodeCounters::count(wire::ErrorCode code) {
+void ErrorCodeCounters::count(ErrorCode code) {
   counters_[std::min(static_cast<std::size_t>(code), counters_.size() - 1)]->Increment();
 }
 

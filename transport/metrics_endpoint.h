@@ -65,16 +65,16 @@ class OutcomeSeries {
   std::array<prometheus::Histogram*, kOutcomes.size()> durations_{};
 };
 
-// A counter family with a `reason` label: one series per wire error code
-// (wire::error_code_name), and "unknown" for a code this build lacks.
+// A counter family with a `reason` label: one series per error category
+// (base/error.h error_code_name), the code errors carry on the wire.
 class ErrorCodeCounters {
  public:
   ErrorCodeCounters(prometheus::Registry& registry, const std::string& name,
                     const std::string& help);
-  void count(wire::ErrorCode code);
+  void count(ErrorCode code);
 
  private:
-  std::array<prometheus::Counter*, wire::kErrorCodes.size() + 1> counters_{};  // last: unknown
+  std::array<prometheus::Counter*, kErrorCodes.size()> counters_{};
 };
 
 // Everything `registry` holds now, in the text format: for each family its

@@ -30,24 +30,23 @@ class BlobAssembly {
   // An assembly of `total_size` bytes that must hash to `expected`. Refuses
   // (resource_exhausted) a total size above `max_size`, such as the cache's
   // byte cap.
-  static std::expected<BlobAssembly, Refusal> start(const Digest& expected,
-                                                    std::uint64_t total_size,
-                                                    std::uint64_t max_size);
+  static std::expected<BlobAssembly, Status> start(const Digest& expected, std::uint64_t total_size,
+                                                   std::uint64_t max_size);
 
-  // Takes `chunk`, the bytes at `offset`. Refusals are invalid_argument; a
+  // Takes `chunk`, the bytes at `offset`. Errors are invalid_argument; a
   // refused chunk changes nothing.
-  std::expected<void, Refusal> add(std::uint64_t offset, std::string_view chunk);
+  std::expected<void, Status> add(std::uint64_t offset, std::string_view chunk);
 
   const Digest& expected() const { return expected_; }
   std::uint64_t total_size() const { return bytes_.size(); }
   std::uint64_t received() const { return received_; }
   bool complete() const { return received_ == bytes_.size(); }
 
-  // The blob, once complete and matching the digest. Refusals:
+  // The blob, once complete and matching the digest. Errors:
   // failed_precondition while bytes are missing (naming the first gap),
   // invalid_argument when the bytes hash to another digest (fetch it again).
   // Consumes the assembly whatever the outcome.
-  std::expected<std::string, Refusal> finish() &&;
+  std::expected<std::string, Status> finish() &&;
 
  private:
   BlobAssembly(const Digest& expected, std::string bytes)

@@ -175,35 +175,35 @@ void BlobCache::load_index() {
   txn.commit();
 }
 
-std::expected<Digest, Refusal> BlobCache::put(std::string_view bytes) {
+std::expected<Digest, Status> BlobCache::put(std::string_view bytes) {
   if (bytes.size() > cap_) {
     return std::unexpected(
-        Refusal{ErrorCode::resource_exhausted, "a blob of " + bytes_text(bytes.size()) +
-                                                   " is larger than the blob cache's cap of " +
-                                                   bytes_text(cap_)});
+        Status{ErrorCode::resource_exhausted, "a blob of " + bytes_text(bytes.size()) +
+                                                  " is larger than the blob cache's cap of " +
+                                                  bytes_text(cap_)});
   }
   return store_and_tell(Sha256::of(bytes), bytes);
 }
 
-std::expected<Digest, Refusal> BlobCache::put(const Digest& expected, std::string_view bytes) {
+std::expected<Digest, Status> BlobCache::put(const Digest& expected, std::string_view bytes) {
   const Digest actual = Sha256::of(bytes);
   if (actual != expected) {
     return std::unexpected(
-        Refusal{ErrorCode::invalid_argument, "the " + bytes_text(bytes.size()) +
-                                                 " given for blob " + expected.str() + " hash to " +
-                                                 actual.str() + "; nothing was stored"});
+        Status{ErrorCode::invalid_argument, "the " + bytes_text(bytes.size()) + " given for blob " +
+                                                expected.str() + " hash to " + actual.str() +
+                                                "; nothing was stored"});
   }
   if (bytes.size() > cap_) {
-    return std::unexpected(Refusal{ErrorCode::resource_exhausted,
-                                   "blob " + expected.str() + " of " + bytes_text(bytes.size()) +
-                                       " is larger than the blob cache's cap of " +
-                                       bytes_text(cap_)});
+    return std::unexpected(Status{ErrorCode::resource_exhausted,
+                                  "blob " + expected.str() + " of " + bytes_text(bytes.size()) +
+                                      " is larger than the blob cache's cap of " +
+                                      bytes_text(cap_)});
   }
   return store_and_tell(actual, bytes);
 }
 
-std::expected<Digest, Refusal> BlobCache::store_and_tell(const Digest& digest,
-                                                         std::string_view bytes) {
+std::expected<Digest, Status> BlobCache::store_and_tell(const Digest& digest,
+                                                        std::string_view bytes) {
   std::vector<Digest> evicted;
   auto stored = store(digest, bytes, evicted);
   if (on_eviction_) {
@@ -212,17 +212,17 @@ std::expected<Digest, Refusal> BlobCache::store_and_tell(const Digest& digest,
   return stored;
 }
 
-std::expected<Digest, Refusal> BlobCache::store(const Digest& digest, std::string_view bytes,
-                                                std::vector<Digest>& evicted) {
+std::expected<Digest, Status> BlobCache::store(const Digest& digest, std::string_view bytes,
+                                               std::vector<Digest>& evicted) {
   std::lock_guard writer(write_mutex_);
   return store_locked(digest, bytes, evicted, std::nullopt);
 }
 
 // With `disk_full`, a try before found the disk holding the cache without
 // room, and blobs were evicted since: a refusal now says so.
-std::expected<Digest, Refusal> BlobCache::store_locked(
-    const Digest& digest, std::string_view bytes, std::vector<Digest>& evicted,
-    const std::optional<std::string>& disk_full) {
+std::expected<Digest, Status> BlobCache::store_locked(const Digest& digest, std::string_view bytes,
+                                                      std::vector<Digest>& evicted,
+                                                      const std::optional<std::string>& disk_full) {
   std::vector<std::pair<Digest, Entry>> victims;
   std::vector<std::pair<Digest, Entry>> recency;  // dirty entries to persist
   std::uint64_t tick = 0;
@@ -238,7 +238,7 @@ std::expected<Digest, Refusal> BlobCache::store_locked(
     for (auto it = by_recency_.begin(); bytes_used_ - freed + size > cap_; ++it) {
       if (it == by_recency_.end()) {
         const std::uint64_t pinned = pinned_bytes_locked();
-        return std::unexpected(Refusal{
+        return std::unexpected(Status{
             ErrorCode::resource_exhausted,
             "cannot store blob " + digest.str() + " of " + bytes_text(size) +
                 ": the blob cache's cap is " + bytes_text(cap_) + ", " + bytes_text(bytes_used_) +
@@ -294,7 +294,7 @@ std::expected<Digest, Refusal> BlobCache::store_locked(
       return on_full_disk(digest, bytes, evicted, disk_full, e.what());
     }
     if (e.lmdb_code() != MDB_MAP_FULL) throw;
-    return std::unexpected(Refusal{
+    return std::unexpected(Status{
         ErrorCode::resource_exhausted,
         "cannot store blob " + digest.str() + " of " + bytes_text(bytes.size()) +
             ": the blob cache's LMDB map at " + dir_.string() +
@@ -317,10 +317,10 @@ std::expected<Digest, Refusal> BlobCache::store_locked(
 // after it on: the blobs are removed in one transaction, their index entries
 // in the next (an entry whose blob is gone is repaired away on open, should
 // the worker die between the two), and the blob is stored in the one after.
-std::expected<Digest, Refusal> BlobCache::on_full_disk(const Digest& digest, std::string_view bytes,
-                                                       std::vector<Digest>& evicted,
-                                                       const std::optional<std::string>& before,
-                                                       const std::string& why) {
+std::expected<Digest, Status> BlobCache::on_full_disk(const Digest& digest, std::string_view bytes,
+                                                      std::vector<Digest>& evicted,
+                                                      const std::optional<std::string>& before,
+                                                      const std::string& why) {
   if (!before && evict_for_room(bytes.size(), evicted)) {
     return store_locked(digest, bytes, evicted, why);
   }
@@ -331,7 +331,7 @@ std::expected<Digest, Refusal> BlobCache::on_full_disk(const Digest& digest, std
     held = bytes_used_;
     pinned = pinned_bytes_locked();
   }
-  return std::unexpected(Refusal{
+  return std::unexpected(Status{
       ErrorCode::resource_exhausted,
       "cannot store blob " + digest.str() + " of " + bytes_text(bytes.size()) +
           ": the disk holding the cache at " + dir_.string() + " is full (" + why + "); it holds " +

@@ -38,7 +38,7 @@
 // holds, in this process or another (LMDB forbids two handles on one
 // environment in a process).
 //
-// Errors: refusals a caller handles are Refusal values; failures of the
+// Errors: refusals a caller handles are Status values; failures of the
 // environment (I/O, corruption of LMDB itself) throw the Error subclasses of
 // store/lmdb.h (LmdbError) and base/unique_fd.h (SystemError).
 #pragma once
@@ -94,16 +94,16 @@ class BlobCache {
   BlobCache& operator=(const BlobCache&) = delete;
 
   // Stores `bytes` under their digest, evicting as described above; storing
-  // a blob the cache holds only refreshes its recency. Refusals:
+  // a blob the cache holds only refreshes its recency. Errors:
   // resource_exhausted (larger than the cap, or the cap cannot be met because
   // of pins, or the LMDB map is full, or the disk holding the cache is full
   // and evicting the blobs no pin holds does not make room: on a full disk a
   // put first evicts, least recently used first, as much as the blob's size,
   // whatever the cap, and tries again).
-  std::expected<Digest, Refusal> put(std::string_view bytes);
+  std::expected<Digest, Status> put(std::string_view bytes);
   // The same, for bytes that must have digest `expected`; bytes hashing to
   // anything else are refused (invalid_argument) and not stored.
-  std::expected<Digest, Refusal> put(const Digest& expected, std::string_view bytes);
+  std::expected<Digest, Status> put(const Digest& expected, std::string_view bytes);
 
   // A copy of the blob's bytes, verified against `digest`; nullopt when the
   // cache does not hold it or held a corrupt copy (now dropped). The copy is
@@ -163,20 +163,20 @@ class BlobCache {
   struct Lmdb;  // the environment and its tables (blob_cache.cc)
 
   // Stores the blob, naming in `evicted` what it evicted to make room.
-  std::expected<Digest, Refusal> store(const Digest& digest, std::string_view bytes,
-                                       std::vector<Digest>& evicted);
+  std::expected<Digest, Status> store(const Digest& digest, std::string_view bytes,
+                                      std::vector<Digest>& evicted);
   // store() with write_mutex_ held; `disk_full`: why the try before failed.
-  std::expected<Digest, Refusal> store_locked(const Digest& digest, std::string_view bytes,
-                                              std::vector<Digest>& evicted,
-                                              const std::optional<std::string>& disk_full);
+  std::expected<Digest, Status> store_locked(const Digest& digest, std::string_view bytes,
+                                             std::vector<Digest>& evicted,
+                                             const std::optional<std::string>& disk_full);
   // The disk had no room: tries once more after evicting, or refuses.
-  std::expected<Digest, Refusal> on_full_disk(const Digest& digest, std::string_view bytes,
-                                              std::vector<Digest>& evicted,
-                                              const std::optional<std::string>& before,
-                                              const std::string& why);
+  std::expected<Digest, Status> on_full_disk(const Digest& digest, std::string_view bytes,
+                                             std::vector<Digest>& evicted,
+                                             const std::optional<std::string>& before,
+                                             const std::string& why);
   bool evict_for_room(std::uint64_t size, std::vector<Digest>& evicted);
   // store(), then on_eviction_ for each evicted blob, outside every lock.
-  std::expected<Digest, Refusal> store_and_tell(const Digest& digest, std::string_view bytes);
+  std::expected<Digest, Status> store_and_tell(const Digest& digest, std::string_view bytes);
   // Drops `digest` if its stored bytes still do not hash to it.
   void drop_corrupt(const Digest& digest, const std::string& detail);
   void unpin(const Digest& digest);

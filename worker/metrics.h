@@ -80,7 +80,7 @@ class WorkerMetrics {
   void blob_bytes_received(std::uint64_t bytes) {
     blob_bytes_.Increment(static_cast<double>(bytes));
   }
-  void rejected(wire::ErrorCode code) { rejected_.count(code); }
+  void rejected(ErrorCode code) { rejected_.count(code); }
   void unreadable() { unreadable_.Increment(); }
   void unsent() { unsent_.Increment(); }
 

@@ -10,7 +10,6 @@ namespace forktrial::worker {
 namespace {
 
 using schema::wire::Envelope;
-using wire::ErrorCode;
 
 // What the coordinator refused as busy (its store is full) goes again after this.
 constexpr auto kBusyRetry = std::chrono::seconds(1);
@@ -76,7 +75,8 @@ void WorkerSession::say_hello(Clock::time_point now) {
   work_requested_ = false;
   if (config_.said_hello) config_.said_hello();
   capnp::MallocMessageBuilder message;
-  auto hello = wire::start(message, ++request_id_).initWorkerHello();
+  hello_request_ = ++request_id_;
+  auto hello = wire::start(message, hello_request_).initWorkerHello();
   hello.setWorkerId(config_.worker_id);
   hello.setSlots(config_.slots);
   hello.setPrefetch(config_.prefetch);
@@ -134,29 +134,28 @@ Received WorkerSession::receive(Envelope::Reader envelope, Clock::time_point now
     case Envelope::OK:
       return Received::done;
     case Envelope::ERROR: {
-      const auto error = envelope.getError();
-      if (error.getCode() == ErrorCode::OUT_OF_ORDER) {
-        // The coordinator does not know this worker (it restarted).
-        welcomed_ = false;
-        say_hello(now);
-        return Received::done;
-      }
-      if (error.getCode() == ErrorCode::BUSY) {
+      const Status error = wire::status_of(envelope.getError());
+      if (error.code == ErrorCode::unavailable) {
         // Its store is full: what it refused (a hello, an offer, a report)
         // goes again a second later; reports wait unacknowledged.
-        if (!busy_) {
-          log_(LogLevel::warn, wire::prose(error.getMessage(), wire::kMaxErrorMessageBytes) +
-                                   "; trying again every second");
-        }
+        if (!busy_) log_(LogLevel::warn, error.message + "; trying again every second");
         busy_ = true;
         work_requested_ = false;
         next_request_ = now + kBusyRetry;
         resend_at_ = now + kBusyRetry;
         return Received::done;
       }
-      if (!welcomed_ && error.getCode() == ErrorCode::REFUSED) {
-        refusal_ = wire::prose(error.getMessage(), wire::kMaxErrorMessageBytes);
+      if (!welcomed_ && envelope.getRequestId() == hello_request_) {
+        // The hello itself was refused: saying it again would not help.
+        refusal_ = error.message;
         return Received::refused;
+      }
+      if (error.code == ErrorCode::failed_precondition) {
+        // The coordinator does not know this worker (it restarted, or lost
+        // it).
+        welcomed_ = false;
+        say_hello(now);
+        return Received::done;
       }
       // An error of an offer, or of the caller's own request: the offer
       // goes again.

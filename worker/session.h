@@ -6,9 +6,10 @@
 // the caller moves the frames, runs the trials and gives the time.
 //
 // The rules:
-//   - hello at the start, again after `outOfOrder` (the coordinator does not
-//     know this worker: it restarted), and again when the coordinator has
-//     been silent for coordinator_timeout (at most once a heartbeat);
+//   - hello at the start, again after a `failedPrecondition` error (the
+//     coordinator does not know this worker: it restarted, or lost it), and
+//     again when the coordinator has been silent for coordinator_timeout (at
+//     most once a heartbeat);
 //   - after a welcome, every report not yet acknowledged goes again;
 //   - a heartbeat every `heartbeat`, and at least three per lease, listing
 //     every attempt held (running or waiting for a slot);
@@ -17,10 +18,12 @@
 //     offer unanswered for coordinator_timeout was lost, and an empty answer
 //     that came straight back is followed by the next offer 100 ms after the
 //     last;
-//   - `busy` (the coordinator's store is full): what it refused goes again a
-//     second later (the reports, or the hello while not welcomed; the offer);
-//   - `refused` before a welcome: the coordinator will not take this worker,
-//     which stops (refusal()).
+//   - `unavailable` (the coordinator's store is full): what it refused goes
+//     again a second later (the reports, or the hello while not welcomed; the
+//     offer);
+//   - any other error answering the hello: the coordinator will not take this
+//     worker, which stops (refusal());
+//   - any other error: logged by the caller; an offer goes again.
 //
 // Not thread-safe: one owner (the worker's loop thread) makes every call.
 #pragma once
@@ -145,6 +148,7 @@ class WorkerSession {
   std::function<bool(const std::string&)> send_;
   const Log& log_;
   std::uint64_t request_id_ = 0;
+  std::uint64_t hello_request_ = 0;  // the request id of the latest hello
   bool welcomed_ = false;
   std::chrono::milliseconds lease_{30000};
   bool busy_ = false;                           // the coordinator said its store is full

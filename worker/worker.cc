@@ -34,7 +34,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using schema::wire::Envelope;
-using wire::ErrorCode;
 
 struct BundleRef {
   Digest pin;
@@ -266,7 +265,7 @@ class Worker {
   // The session takes the frame first (worker/session.h); what is left
   // here is the trials' and the cache's.
   void handle(Envelope::Reader envelope) {
-    if (envelope.isError()) metrics_.rejected(envelope.getError().getCode());
+    if (envelope.isError()) metrics_.rejected(wire::status_of(envelope.getError()).code);
     const bool was_welcomed = session_.welcomed();
     switch (session_.receive(envelope, world_.monotonic_now())) {
       case Received::done:

@@ -29,3 +29,14 @@ TEST_CASE("a failed system call is categorized by its errno", "[base][error]") {
   const forktrial::Error& as_error = forktrial::SystemError("open(\"/x\")", ENOENT);
   CHECK(std::string(as_error.what()) == "open(\"/x\"): No such file or directory");
 }
+
+TEST_CASE("a status reads as its category and message", "[base][error]") {
+  const forktrial::Status status{ErrorCode::not_found, "no run r1"};
+  CHECK(forktrial::to_string(status) == "not_found: no run r1");
+  CHECK(forktrial::error_code_name(static_cast<ErrorCode>(200)) == "unknown");
+  CHECK(forktrial::Error(status).status() == status);
+  REQUIRE(forktrial::kErrorCodes.size() == 8);
+  for (std::size_t i = 0; i < forktrial::kErrorCodes.size(); ++i) {
+    CHECK(static_cast<std::size_t>(forktrial::kErrorCodes[i]) == i);
+  }
+}

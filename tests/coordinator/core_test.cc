@@ -53,7 +53,7 @@ TEST_CASE("the coordinator core answers each frame to its sender", "[coordinator
   REQUIRE(refused.has_value());
   REQUIRE(refused->envelope().isError());
   CHECK(refused->envelope().getRequestId() == 7);
-  CHECK(refused->envelope().getError().getCode() == wire::ErrorCode::OUT_OF_ORDER);
+  CHECK(refused->envelope().getError().getCode() == schema::wire::ErrorCode::FAILED_PRECONDITION);
 
   auto hello = core.turn("peer-a", client_hello(8), kNow);
   REQUIRE(hello.size() == 1);
@@ -67,7 +67,7 @@ TEST_CASE("the coordinator core answers each frame to its sender", "[coordinator
   auto not_found = wire::decode(unknown_job[0].second);
   REQUIRE(not_found.has_value());
   REQUIRE(not_found->envelope().isError());
-  CHECK(not_found->envelope().getError().getCode() == wire::ErrorCode::NOT_FOUND);
+  CHECK(not_found->envelope().getError().getCode() == schema::wire::ErrorCode::NOT_FOUND);
 }
 
 TEST_CASE("the coordinator core refuses bytes that are not a message as malformed",
@@ -82,7 +82,7 @@ TEST_CASE("the coordinator core refuses bytes that are not a message as malforme
   auto error = wire::decode(replies[0].second);
   REQUIRE(error.has_value());
   REQUIRE(error->envelope().isError());
-  CHECK(error->envelope().getError().getCode() == wire::ErrorCode::MALFORMED);
+  CHECK(error->envelope().getError().getCode() == schema::wire::ErrorCode::INVALID_ARGUMENT);
 }
 
 namespace {
@@ -150,7 +150,7 @@ TEST_CASE("a job in parts is dropped when its parts stop coming, and a large one
     auto late = only_reply(
         core.turn("c", part_frame(4, 1, 3, greeter.trial, 1), kNow + std::chrono::seconds(62)));
     REQUIRE(late.envelope().isError());
-    CHECK(late.envelope().getError().getCode() == wire::ErrorCode::OUT_OF_ORDER);
+    CHECK(late.envelope().getError().getCode() == schema::wire::ErrorCode::FAILED_PRECONDITION);
     CHECK_THAT(
         wire::text(late.envelope().getError().getMessage()),
         Catch::Contains("idle for 60 s") && Catch::Contains("send the job again from part 0"));
@@ -264,14 +264,15 @@ TEST_CASE("the core pauses when its world's disk fills and resumes when there is
   // and nothing of it is recorded.
   core.world().set_free_bytes(greeter.store, 0);
   CHECK(code_of(only_reply(core.turn("c", untokened_submission(2, greeter.trial, 2), kNow))) ==
-        wire::ErrorCode::BUSY);
+        schema::wire::ErrorCode::UNAVAILABLE);
   auto status = only_reply(core.turn("c", status_request(3, ""), kNow + std::chrono::seconds(1)));
   CHECK_THAT(wire::text(status.envelope().getJobStatus().getText()),
              Catch::Contains(R"("jobs":[])") && Catch::Contains(R"("store_full")") &&
                  Catch::Contains("the world's disk is full"));
   // Still full at the next probes: still paused.
   CHECK(code_of(only_reply(core.turn("c", untokened_submission(4, greeter.trial, 2),
-                                     kNow + std::chrono::seconds(5)))) == wire::ErrorCode::BUSY);
+                                     kNow + std::chrono::seconds(5)))) ==
+        schema::wire::ErrorCode::UNAVAILABLE);
 
   // Room again: the next probe resumes, and the submission goes through.
   core.world().set_free_bytes(greeter.store, std::uint64_t{1} << 30);
@@ -436,21 +437,21 @@ TEST_CASE("a submission sent again under its token makes one job", "[coordinator
   auto other_size = only_reply(
       core.turn("c", tokened_submission(12, "0123456789abcdef", greeter.trial, 3), kNow));
   REQUIRE(other_size.envelope().isError());
-  CHECK(other_size.envelope().getError().getCode() == wire::ErrorCode::REFUSED);
+  CHECK(other_size.envelope().getError().getCode() == schema::wire::ErrorCode::CONFLICT);
   CHECK(wire::text(other_size.envelope().getError().getMessage()) ==
         "token 0123456789abcdef already names job job_0123456789abcdef (\"twice\", 2 "
         "trials); a new submission needs a new token");
   auto upper = only_reply(
       core.turn("c", tokened_submission(13, "0123456789ABCDEF", greeter.trial, 1), kNow));
   REQUIRE(upper.envelope().isError());
-  CHECK(upper.envelope().getError().getCode() == wire::ErrorCode::MALFORMED);
+  CHECK(upper.envelope().getError().getCode() == schema::wire::ErrorCode::INVALID_ARGUMENT);
   // A candidate that is not a name is refused, not taken or thrown over.
   std::string numbered = greeter.trial;
   numbered.replace(numbered.find(R"("candidate":"greeter")"), 21, R"("candidate":5)");
   auto refused =
       only_reply(core.turn("c", tokened_submission(14, "fedcba9876543210", numbered, 1), kNow));
   REQUIRE(refused.envelope().isError());
-  CHECK(refused.envelope().getError().getCode() == wire::ErrorCode::REFUSED);
+  CHECK(refused.envelope().getError().getCode() == schema::wire::ErrorCode::INVALID_ARGUMENT);
   CHECK_THAT(wire::text(refused.envelope().getError().getMessage()),
              Catch::Contains("\"candidate\" is a name (a string)"));
   auto status = only_reply(core.turn("c", status_request(15, ""), kNow));

@@ -93,10 +93,9 @@ TEST_CASE("the coordinator's metrics count a known sequence of leases, reports a
   w.tick(at(10'100));
   REQUIRE(w.s.report("w2", trial("a", 1), 1, at(10'200)).verdict == ReportVerdict::fenced);
   w.commit();
-  w.metrics.rejected(wire::ErrorCode::REFUSED);
-  w.metrics.rejected(wire::ErrorCode::REFUSED);
-  w.metrics.rejected(wire::ErrorCode::BUSY);
-  w.metrics.rejected(static_cast<wire::ErrorCode>(99));
+  w.metrics.rejected(ErrorCode::invalid_argument);
+  w.metrics.rejected(ErrorCode::invalid_argument);
+  w.metrics.rejected(ErrorCode::unavailable);
   w.metrics.blob_bytes(BlobDirection::uploaded, 100);
   w.metrics.blob_bytes(BlobDirection::served, 40);
   w.metrics.blob_bytes(BlobDirection::served, 60);
@@ -133,10 +132,9 @@ TEST_CASE("the coordinator's metrics count a known sequence of leases, reports a
   CHECK(m.at("forktrial_reconciliation_duration_seconds_count") == 2);
   CHECK(m.at("forktrial_reconciliation_duration_seconds_sum") == Approx(0.032));
   CHECK(m.at("forktrial_reconciliation_duration_seconds_bucket{le=\"0.0025\"}") == 1);
-  CHECK(m.at("forktrial_messages_rejected_total{reason=\"refused\"}") == 2);
-  CHECK(m.at("forktrial_messages_rejected_total{reason=\"busy\"}") == 1);
-  CHECK(m.at("forktrial_messages_rejected_total{reason=\"malformed\"}") == 0);
-  CHECK(m.at("forktrial_messages_rejected_total{reason=\"unknown\"}") == 1);
+  CHECK(m.at("forktrial_messages_rejected_total{reason=\"invalid_argument\"}") == 2);
+  CHECK(m.at("forktrial_messages_rejected_total{reason=\"unavailable\"}") == 1);
+  CHECK(m.at("forktrial_messages_rejected_total{reason=\"not_found\"}") == 0);
   CHECK(m.at("forktrial_blob_bytes_total{direction=\"uploaded\"}") == 100);
   CHECK(m.at("forktrial_blob_bytes_total{direction=\"served\"}") == 100);
   CHECK(m.at("forktrial_replies_undelivered_total") == 1);

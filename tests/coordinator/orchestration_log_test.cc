@@ -103,7 +103,7 @@ store::NewEvent event_of(std::string type, std::string payload) {
 // The error record_of gives for an event of `type` with `payload`.
 std::string decode_error(std::string_view type, std::string payload) {
   const auto record = record_of(store::view_of(event_of(std::string(type), std::move(payload))));
-  return record ? "decoded" : record.error();
+  return record ? "decoded" : record.error().message;
 }
 
 store::StoreOptions quick_options() {
@@ -150,7 +150,7 @@ std::expected<ReadBack, std::string> read_all(const store::EventStore& store) {
         read.others.push_back(event.to_event());
         read.order.push_back("o:" + std::string(event.type));
       });
-  if (!done) return std::unexpected(done.error());
+  if (!done) return std::unexpected(done.error().message);
   return read;
 }
 
@@ -354,7 +354,7 @@ TEST_CASE("a damaged record event is an error naming the event and the field",
     event.id = store::EventId("evt\x1b[2J");
     event.type = "trial.leased";
     event.payload = "[]";
-    CHECK(record_of(store::view_of(event)).error() ==
+    CHECK(record_of(store::view_of(event)).error().message ==
           "event evt\\x1b[2J (trial.leased): payload is an array, not an object");
   }
 }
@@ -452,7 +452,7 @@ TEST_CASE("a log holding a damaged record is reported corrupt at that record",
       store.snapshot(), [&](const OrchestrationRecord& record) { seen.push_back(record); },
       [](const store::EventView&) { FAIL("no other events"); });
   REQUIRE_FALSE(read.has_value());
-  CHECK(read.error() ==
+  CHECK(read.error().message ==
         "the orchestration log (run forktrial.orchestration) is corrupt: event evt_003 "
         "(trial.reconciled): field \"outcome\" \"exploded\" is not an outcome name");
   // What came before the damage was handed over; nothing after it.
@@ -584,7 +584,7 @@ TEST_CASE("a large job is cut into job.trials events and read back as one record
   CHECK(events[1].type == "job.submitted");
   CHECK(events[2 + parts].type == "job.submitted");
   // The first of the job's events is not a whole record by itself.
-  CHECK_THAT(record_of(store::view_of(events[1])).error(),
+  CHECK_THAT(record_of(store::view_of(events[1])).error().message,
              Catch::Contains("is the first of a job's events"));
   // The small job, which fits, is written as builds before chunking wrote it.
   CHECK(events[2 + parts].payload == to_event(small, 3 + parts).payload);
@@ -629,7 +629,7 @@ TEST_CASE("a job's events that do not add up make the log corrupt",
     REQUIRE(store.append(kOrchestrationRun, 0, log).has_value());
     const auto read = read_log(
         store.snapshot(), [](const OrchestrationRecord&) {}, [](const store::EventView&) {});
-    return read ? std::string("read") : read.error();
+    return read ? std::string("read") : read.error().message;
   };
   CHECK(error_of(events) == "read");
   // The log ends in the middle of the job.

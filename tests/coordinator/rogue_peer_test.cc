@@ -96,7 +96,7 @@ class Peer {
   }
 
   // The error code and message the coordinator answers `frame` with.
-  std::pair<wire::ErrorCode, std::string> refusal(const std::string& frame) {
+  std::pair<forktrial::schema::wire::ErrorCode, std::string> refusal(const std::string& frame) {
     send(frame);
     zmq::message_t reply;
     REQUIRE(socket_.recv(reply, zmq::recv_flags::none));
@@ -418,7 +418,7 @@ TEST_CASE("text that is not UTF-8 is repaired or refused at the wire, and every 
     ref.setIndex(0);
     ref.setAttempt(1);
     const auto [code, text] = worker.refusal(wire::encode(message));
-    CHECK(code == wire::ErrorCode::MALFORMED);
+    CHECK(code == forktrial::schema::wire::ErrorCode::INVALID_ARGUMENT);
     CHECK_THAT(text, Catch::Contains("field report.trial.job is not valid UTF-8 (byte 0xFF"));
   }
   // A job's name is a name: refused.
@@ -433,7 +433,7 @@ TEST_CASE("text that is not UTF-8 is repaired or refused at the wire, and every 
     submit.setName(capnp::Text::Reader(bad.data(), bad.size()));
     submit.initSpecs(0);
     const auto [code, text] = client.refusal(wire::encode(message));
-    CHECK(code == wire::ErrorCode::MALFORMED);
+    CHECK(code == forktrial::schema::wire::ErrorCode::INVALID_ARGUMENT);
     CHECK_THAT(text, Catch::Contains("submitJob.name") && Catch::Contains("not valid UTF-8"));
   }
   auto results = results_by_index(cluster, job);
@@ -500,7 +500,7 @@ TEST_CASE("a worker cannot claim the queue with slots, nor hold a trial with hea
     h.setWorkerId("greedy");
     h.setSlots(4'000'000'000u);
     const auto [code, text] = greedy.refusal(wire::encode(hello));
-    CHECK(code == wire::ErrorCode::REFUSED);
+    CHECK(code == forktrial::schema::wire::ErrorCode::INVALID_ARGUMENT);
     CHECK_THAT(text, Catch::Contains("offers 4000000000 slots; this coordinator takes at most 4") &&
                          Catch::Contains("--max-worker-slots"));
   }
@@ -601,8 +601,9 @@ TEST_CASE("abandoned partial uploads spill to disk within a client's share and a
   const std::string chunk(std::size_t{1} << 20, 'u');
   // Starts an upload of a declared 1 GiB blob with its first 1 MiB; the
   // coordinator's answer (an error's code and message, or ok).
-  auto start_upload = [&](Peer& peer,
-                          int n) -> std::pair<std::optional<wire::ErrorCode>, std::string> {
+  auto start_upload =
+      [&](Peer& peer,
+          int n) -> std::pair<std::optional<forktrial::schema::wire::ErrorCode>, std::string> {
     capnp::MallocMessageBuilder message(1 << 17);
     auto put = wire::start(message, 100 + n).initPutBlob();
     wire::set_digest(put.initDigest(), forktrial::Sha256::of("blob " + std::to_string(n)));
@@ -630,12 +631,12 @@ TEST_CASE("abandoned partial uploads spill to disk within a client's share and a
   CHECK_FALSE(start_upload(one, 0).first);
   CHECK_FALSE(start_upload(one, 1).first);
   const auto third = start_upload(one, 2);
-  CHECK(third.first == wire::ErrorCode::TOO_LARGE);
+  CHECK(third.first == forktrial::schema::wire::ErrorCode::RESOURCE_EXHAUSTED);
   CHECK_THAT(third.second, Catch::StartsWith("this client has 2 uploads in progress"));
   // Many connections: together no more than 8 GiB in progress.
   std::vector<std::unique_ptr<Peer>> many;
   int accepted = 2;
-  std::optional<std::pair<std::optional<wire::ErrorCode>, std::string>> refused;
+  std::optional<std::pair<std::optional<forktrial::schema::wire::ErrorCode>, std::string>> refused;
   for (int n = 0; n < 8 && !refused; ++n) {
     many.push_back(std::make_unique<Peer>(cluster.endpoint, nullptr));
     hello(*many.back());
@@ -648,7 +649,7 @@ TEST_CASE("abandoned partial uploads spill to disk within a client's share and a
   }
   CHECK(accepted == 8);
   REQUIRE(refused);
-  CHECK(refused->first == wire::ErrorCode::BUSY);
+  CHECK(refused->first == forktrial::schema::wire::ErrorCode::UNAVAILABLE);
   CHECK_THAT(refused->second, Catch::Contains("of uploads in progress, its limit"));
   // What was accepted waits on disk, one file an upload, not in memory.
   std::size_t spooled = 0;
@@ -703,14 +704,14 @@ TEST_CASE("a job too large for one message goes in parts, and becomes one job wi
     return wire::encode(message);
   };
   auto [early, early_text] = peer.refusal(part(1, 3, "x"));
-  CHECK(early == wire::ErrorCode::OUT_OF_ORDER);
+  CHECK(early == forktrial::schema::wire::ErrorCode::FAILED_PRECONDITION);
   CHECK_THAT(early_text, Catch::Contains("came before its part 0"));
   peer.send(part(0, 3, "x"));
   peer.next(Envelope::OK);
   peer.send(part(0, 3, "x"));  // sent again: taken once
   peer.next(Envelope::OK);
   auto [other, other_text] = peer.refusal(part(1, 3, "y"));
-  CHECK(other == wire::ErrorCode::REFUSED);
+  CHECK(other == forktrial::schema::wire::ErrorCode::CONFLICT);
   CHECK_THAT(other_text, Catch::Contains("does not belong to job job_00000000000000aa"));
   peer.send(part(1, 3, "x"));
   peer.next(Envelope::OK);

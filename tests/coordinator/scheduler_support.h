@@ -55,7 +55,7 @@ struct Logged {
     return records;
   }
   template <typename T>
-  T keep(std::expected<T, Refusal> result) {
+  T keep(std::expected<T, Status> result) {
     if (!result) FAIL(result.error().message);
     if constexpr (std::is_same_v<T, Records>) {
       keep(static_cast<const Records&>(*result));

@@ -358,8 +358,10 @@ TEST_CASE("a lost worker's leases are requeued", "[coordinator][scheduler]") {
   CHECK(std::get<WorkerLost>(lost[2]).reason == "connection closed");
   CHECK(s.scheduler.queued_trials() == 3);
   CHECK_FALSE(s.scheduler.worker_status(WorkerId{"w1"})->alive);
-  CHECK(s.scheduler.request_work(WorkerId{"w1"}, 1, at(3)).error().code == ErrorCode::not_found);
-  CHECK(s.scheduler.heartbeat(WorkerId{"w1"}, {}, at(3)).error().code == ErrorCode::not_found);
+  CHECK(s.scheduler.request_work(WorkerId{"w1"}, 1, at(3)).error().code ==
+        ErrorCode::failed_precondition);
+  CHECK(s.scheduler.heartbeat(WorkerId{"w1"}, {}, at(3)).error().code ==
+        ErrorCode::failed_precondition);
   CHECK(s.scheduler.worker_lost(WorkerId{"w1"}, "again", at(3)).empty());
   // It may join again, with a cache of its own.
   s.join("w1", 1, at(4), {digest(2)});
@@ -405,19 +407,20 @@ TEST_CASE("inputs the state does not allow are refused without a change",
   s.submit(testing::job("a", 0, 1), at(0));
   const std::string before = s.scheduler.state_text();
   CHECK(s.scheduler.submit(testing::job("a", 0, 1), at(1)).error() ==
-        Refusal{ErrorCode::conflict, "job a was submitted before"});
+        Status{ErrorCode::conflict, "job a was submitted before"});
   CHECK(s.scheduler.submit(testing::job("", 0, 1), at(1)).error().code ==
         ErrorCode::invalid_argument);
   CHECK(s.scheduler.worker_joined(WorkerHello{WorkerId{"w"}, 0, 0, {}}, at(1)).error() ==
-        Refusal{ErrorCode::invalid_argument, "worker w offers no slots"});
+        Status{ErrorCode::invalid_argument, "worker w offers no slots"});
   CHECK(s.scheduler.worker_joined(WorkerHello{WorkerId{"w"}, 1, 1025, {}}, at(1)).error() ==
-        Refusal{ErrorCode::invalid_argument,
-                "worker w asks to prefetch 1025 assignments; at most 1024 (give a smaller "
-                "--prefetch)"});
-  CHECK(s.scheduler.request_work(WorkerId{"w"}, 1, at(1)).error().code == ErrorCode::not_found);
-  CHECK(s.scheduler.cancel(JobId{"b"}, at(1)).error() == Refusal{ErrorCode::not_found, "no job b"});
+        Status{ErrorCode::invalid_argument,
+               "worker w asks to prefetch 1025 assignments; at most 1024 (give a smaller "
+               "--prefetch)"});
+  CHECK(s.scheduler.request_work(WorkerId{"w"}, 1, at(1)).error().code ==
+        ErrorCode::failed_precondition);
+  CHECK(s.scheduler.cancel(JobId{"b"}, at(1)).error() == Status{ErrorCode::not_found, "no job b"});
   CHECK(s.scheduler.reconciled(trial("a", 0), Outcome::completed, at(1)).error() ==
-        Refusal{ErrorCode::failed_precondition, "a#0 is queued, not reported"});
+        Status{ErrorCode::failed_precondition, "a#0 is queued, not reported"});
   CHECK(s.scheduler.reconciled(trial("a", 1), Outcome::completed, at(1)).error().code ==
         ErrorCode::not_found);
   CHECK(s.scheduler.reconcile_failed(trial("a", 0), "x", at(1)).error().code ==

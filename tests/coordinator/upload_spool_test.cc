@@ -58,13 +58,13 @@ TEST_CASE("an upload spills to a file, hashed as it comes, and is handed over wh
   // Bytes that do not hash to the digest are refused, and nothing is kept.
   auto wrong = spool.add("c1", Sha256::of("other"), 10, 0, bytes_of(blob), at(2));
   REQUIRE_FALSE(wrong);
-  CHECK(wrong.error().why == UploadSpool::Refusal::bad_hash);
+  CHECK(wrong.error().code == forktrial::ErrorCode::invalid_argument);
   CHECK(files_in(spool_dir) == 0);
   // A chunk out of order drops its upload.
   REQUIRE(spool.add("c1", digest, 10, 0, bytes_of("012"), at(3)));
   auto gap = spool.add("c1", digest, 10, 5, bytes_of("56789"), at(3));
   REQUIRE_FALSE(gap);
-  CHECK(gap.error().why == UploadSpool::Refusal::out_of_order);
+  CHECK(gap.error().code == forktrial::ErrorCode::failed_precondition);
   CHECK(spool.uploads() == 0);
   CHECK(files_in(spool_dir) == 0);
 }
@@ -84,24 +84,24 @@ TEST_CASE("a client's uploads in progress are bounded, and so are everyone's",
   };
   auto too_big = start("a", 0, 101);
   REQUIRE_FALSE(too_big);
-  CHECK(too_big.error().why == UploadSpool::Refusal::too_large);
+  CHECK(too_big.error().code == forktrial::ErrorCode::resource_exhausted);
   CHECK(too_big.error().message == "a blob of 101 bytes is over the limit of 100 bytes");
   REQUIRE(start("a", 1, 100));
   auto past_share = start("a", 2, 60);  // 160 declared: over its 150
   REQUIRE_FALSE(past_share);
-  CHECK(past_share.error().why == UploadSpool::Refusal::too_large);
+  CHECK(past_share.error().code == forktrial::ErrorCode::resource_exhausted);
   CHECK_THAT(past_share.error().message,
              Catch::StartsWith("this client has 1 uploads in progress, of 100 bytes"));
   REQUIRE(start("a", 3, 10));
   REQUIRE(start("a", 4, 10));
   auto too_many = start("a", 5, 1);  // a fourth
   REQUIRE_FALSE(too_many);
-  CHECK(too_many.error().why == UploadSpool::Refusal::too_large);
+  CHECK(too_many.error().code == forktrial::ErrorCode::resource_exhausted);
   // Other clients have their own share, within the overall limit.
   REQUIRE(start("b", 1, 100));
   auto full = start("c", 1, 40);  // 120 + 100 + 40 > 250
   REQUIRE_FALSE(full);
-  CHECK(full.error().why == UploadSpool::Refusal::busy);
+  CHECK(full.error().code == forktrial::ErrorCode::unavailable);
   CHECK_THAT(full.error().message, Catch::EndsWith("send this again later"));
   CHECK(spool.declared_bytes() == 220);
 }

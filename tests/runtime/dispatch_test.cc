@@ -479,21 +479,21 @@ TEST_CASE("a history that cannot be projected or timed is refused", "[runtime][d
   };
   auto flat = create({history_event(1, "object.created", R"({"id":"note#1","type":"note"})")});
   REQUIRE_FALSE(flat);
-  REQUIRE(flat.error() ==
+  REQUIRE(flat.error().message ==
           "cannot project event evt_001 (object.created, seq 1) of the fork's history: "
           "payload lacks \"object\"");
   auto not_json = create({history_event(1, "note", "{oops")});
-  REQUIRE(not_json.error() ==
+  REQUIRE(not_json.error().message ==
           "event evt_001 (note, seq 1) of the fork's history has a payload that is not JSON");
   const std::string deep = "{\"a\":" + std::string(29'999, '[') + std::string(29'999, ']') + "}";
   auto too_deep = create({history_event(1, "note", deep)});
-  REQUIRE(too_deep.error() ==
+  REQUIRE(too_deep.error().message ==
           "event evt_001 (note, seq 1) of the fork's history cannot be projected: its payload is "
           "nested 30000 levels deep (arrays and objects); payloads may nest at most 256 levels");
   auto bad_time = create({history_event(1, "note", "{}", "yesterday")});
-  REQUIRE(
-      bad_time.error().starts_with("the fork tip evt_001 has a bad timestamp: timestamp "
-                                   "\"yesterday\" does not start with YYYY-MM-DDTHH:MM:SS"));
+  REQUIRE(bad_time.error().message.starts_with(
+      "the fork tip evt_001 has a bad timestamp: timestamp "
+      "\"yesterday\" does not start with YYYY-MM-DDTHH:MM:SS"));
 }
 
 TEST_CASE("a failing sink stops the runtime and its exception reaches the caller",

@@ -84,10 +84,12 @@ TEST_CASE("object.created puts the nested object with its version and provenance
 TEST_CASE("a flat object.created without the nested object is refused", "[runtime][graph]") {
   Graph graph;
   REQUIRE(graph.apply("object.created", {{"id", "x#1"}, {"type", "x"}, {"data", json::object()}})
-              .error() == "payload lacks \"object\"");
+              .error()
+              .message == "payload lacks \"object\"");
   json missing = created("x#1", "x");
   missing["object"].erase("provenance");
-  REQUIRE(graph.apply("object.created", missing).error() == "payload.object lacks \"provenance\"");
+  REQUIRE(graph.apply("object.created", missing).error().message ==
+          "payload.object lacks \"provenance\"");
   REQUIRE(graph.objects().empty());
 }
 
@@ -131,7 +133,8 @@ TEST_CASE("relation.removed and object.removed of unknown ids change nothing", "
   apply_ok(graph, "relation.removed", {{"id", "rel_001"}});
   REQUIRE(graph.relations().empty());
   REQUIRE(graph.objects().size() == 1);
-  REQUIRE(graph.apply("relation.removed", json::object()).error() == "payload lacks \"id\"");
+  REQUIRE(graph.apply("relation.removed", json::object()).error().message ==
+          "payload lacks \"id\"");
 }
 
 TEST_CASE("patch.applied with op update merges and bumps the version", "[runtime][graph]") {
@@ -187,7 +190,7 @@ TEST_CASE("patch.rejected marks a known patch and ignores an unknown one", "[run
   REQUIRE(graph.patch("patch_001")->status == "rejected");
   REQUIRE(graph.patch("patch_001")->rejection_reason == "no");
   REQUIRE(graph.patch("patch_009") == nullptr);
-  REQUIRE(graph.apply("patch.rejected", {{"patch_id", "patch_001"}}).error() ==
+  REQUIRE(graph.apply("patch.rejected", {{"patch_id", "patch_001"}}).error().message ==
           "payload lacks \"reason\"");
 }
 
@@ -197,10 +200,11 @@ TEST_CASE("a patch outside the update and replace vocabulary is refused", "[runt
       graph
           .apply("patch.proposed",
                  {{"patch", patch("patch_001", "n#1", "delete", json::object(), 1, "proposed")}})
-          .error() ==
+          .error()
+          .message ==
       "payload.patch field \"op\" is \"delete\"; the patch vocabulary is exactly update, replace");
   json old_shape = {{"id", "n#1"}, {"patch", {{"a", 1}}}};
-  REQUIRE(graph.apply("patch.applied", old_shape).error() == "payload.patch lacks \"id\"");
+  REQUIRE(graph.apply("patch.applied", old_shape).error().message == "payload.patch lacks \"id\"");
   REQUIRE(graph.patches().empty());
 }
 
@@ -242,7 +246,7 @@ TEST_CASE("an id counter at its largest value is exhausted, never wrapped", "[ru
   IdMint ids;
   ids.note("evt_1", "object.created", created("note#18446744073709551614", "note"));
   REQUIRE(ids.next_object("note") == "note#18446744073709551615");
-  REQUIRE(ids.next_object("note").error() ==
+  REQUIRE(ids.next_object("note").error().message ==
           "the object id counter is exhausted (18446744073709551615 is taken); no new object id "
           "can be made");
   // A number past 2^64 - 1 is not a counter value.

@@ -20,7 +20,12 @@ std::expected<json, std::string> convert(HostedLua& lua, const std::string& code
   std::expected<json, std::string> result;
   auto failure = forktrial::runtime::run_protected(lua.state.get(), [&](lua_State* L) {
     lua_getglobal(L, "value");
-    result = forktrial::runtime::to_json(L, -1, "payload");
+    auto converted = forktrial::runtime::to_json(L, -1, "payload");
+    if (converted) {
+      result = std::move(*converted);
+    } else {
+      result = std::unexpected(converted.error().message);
+    }
   });
   if (failure) FAIL("the conversion raised: " << failure->message);
   return result;

@@ -12,7 +12,7 @@ namespace {
 
 bool holds(const char* where, const char* payload) {
   const auto result = where_holds(json::parse(where), json::parse(payload));
-  INFO((result ? "" : result.error()));
+  INFO((result ? "" : result.error().message));
   REQUIRE(result);
   return *result;
 }
@@ -20,7 +20,7 @@ bool holds(const char* where, const char* payload) {
 std::string raised(const char* where, const char* payload) {
   const auto result = where_holds(json::parse(where), json::parse(payload));
   REQUIRE_FALSE(result);
-  return result.error();
+  return result.error().message;
 }
 
 }  // namespace

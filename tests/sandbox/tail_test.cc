@@ -22,16 +22,16 @@ TEST_CASE("a tail round-trips through its Cap'n Proto encoding", "[sandbox][tail
 }
 
 TEST_CASE("a missing, truncated or trailing-garbage tail is refused", "[sandbox][tail]") {
-  CHECK(decode_tail("").error() == "the child wrote no tail");
+  CHECK(decode_tail("").error().message == "the child wrote no tail");
   std::string bytes = encode_tail(ChildTail{});
-  CHECK(decode_tail(bytes.substr(0, bytes.size() - 3)).error() ==
+  CHECK(decode_tail(bytes.substr(0, bytes.size() - 3)).error().message ==
         "the tail is truncated (" + std::to_string(bytes.size() - 3) +
             " bytes, not a whole number of words)");
-  CHECK(decode_tail(bytes + std::string(8, '\0')).error() ==
+  CHECK(decode_tail(bytes + std::string(8, '\0')).error().message ==
         "the tail has bytes after its message");
   auto garbage = decode_tail(std::string(16, '\xff'));
   REQUIRE_FALSE(garbage.has_value());
-  CHECK(garbage.error().starts_with("the tail is not a valid message: "));
+  CHECK(garbage.error().message.starts_with("the tail is not a valid message: "));
 }
 
 TEST_CASE("a tail with oversized text still fits the parent's cap and says it was cut",

@@ -735,7 +735,7 @@ TEST_CASE("an unknown run is not_found in the store and in the trial layer alike
   Fixture f;
   auto refused = f.store.append(store::RunId("run_missing"), 0, store::NewEvent{});
   REQUIRE_FALSE(refused);
-  CHECK(refused.error().code() == ErrorCode::not_found);
+  CHECK(refused.error().code == ErrorCode::not_found);
   auto spec = testing::specification(f.recorded, f.pack(greeter()), "");
   spec.parent_run_id = store::RunId("run_missing");
   try {

@@ -8,7 +8,7 @@
 #include <random>
 
 using namespace forktrial;
-using forktrial::wire::ErrorCode;
+using forktrial::ErrorCode;
 
 namespace {
 
@@ -39,7 +39,7 @@ TEST_CASE("a frame round-trips its envelope", "[schema][wire]") {
 TEST_CASE("a frame from another protocol version is refused by name", "[schema][wire]") {
   auto frame = wire::decode(hello_frame(7));
   REQUIRE_FALSE(frame);
-  CHECK(frame.error().code == ErrorCode::WRONG_VERSION);
+  CHECK(frame.error().code == ErrorCode::invalid_argument);
   CHECK(frame.error().message == "the message speaks protocol version 7; this is " +
                                      std::to_string(schema::wire::K_PROTOCOL_VERSION));
 }
@@ -47,16 +47,16 @@ TEST_CASE("a frame from another protocol version is refused by name", "[schema][
 TEST_CASE("frames that are not messages are refused", "[schema][wire]") {
   auto empty = wire::decode("");
   REQUIRE_FALSE(empty);
-  CHECK(empty.error().code == ErrorCode::MALFORMED);
+  CHECK(empty.error().code == ErrorCode::invalid_argument);
   auto odd = wire::decode(std::string(13, 'x'));
   REQUIRE_FALSE(odd);
-  CHECK(odd.error().code == ErrorCode::MALFORMED);
+  CHECK(odd.error().code == ErrorCode::invalid_argument);
   auto trailing = wire::decode(hello_frame() + std::string(8, '\0'));
   REQUIRE_FALSE(trailing);
   CHECK(trailing.error().message == "the frame has bytes after its message");
   auto huge = wire::decode(std::string(1 << 20, '\0'), 1 << 16);
   REQUIRE_FALSE(huge);
-  CHECK(huge.error().code == ErrorCode::TOO_LARGE);
+  CHECK(huge.error().code == ErrorCode::resource_exhausted);
 }
 
 TEST_CASE("random bytes and every truncation of a frame are refused or read, never crash",
@@ -83,18 +83,19 @@ TEST_CASE("random bytes and every truncation of a frame are refused or read, nev
 }
 
 TEST_CASE("an error frame names its code and message", "[schema][wire]") {
-  auto frame = wire::decode(wire::error_frame(9, ErrorCode::REFUSED, "no such job"));
+  auto frame = wire::decode(wire::error_frame(9, Status{ErrorCode::not_found, "no such job"}));
   REQUIRE(frame);
   REQUIRE(frame->envelope().which() == schema::wire::Envelope::ERROR);
-  CHECK(frame->envelope().getError().getCode() == ErrorCode::REFUSED);
-  CHECK(wire::text(frame->envelope().getError().getMessage()) == "no such job");
+  CHECK(frame->envelope().getError().getCode() == schema::wire::ErrorCode::NOT_FOUND);
+  CHECK(wire::status_of(frame->envelope().getError()) ==
+        Status{ErrorCode::not_found, "no such job"});
   CHECK(frame->envelope().getRequestId() == 9);
 }
 
-TEST_CASE("every error code of the schema has its snake_case name, in ordinal order",
+TEST_CASE("the wire's error codes are forktrial's categories, one to one and in order",
           "[schema][wire]") {
-  const auto enumerants = capnp::Schema::from<ErrorCode>().getEnumerants();
-  REQUIRE(enumerants.size() == wire::kErrorCodes.size());
+  const auto enumerants = capnp::Schema::from<schema::wire::ErrorCode>().getEnumerants();
+  REQUIRE(enumerants.size() == kErrorCodes.size());
   for (unsigned i = 0; i < enumerants.size(); ++i) {
     const std::string camel = enumerants[i].getProto().getName().cStr();
     std::string snake;
@@ -107,8 +108,20 @@ TEST_CASE("every error code of the schema has its snake_case name, in ordinal or
       }
     }
     INFO(camel);
-    CHECK(static_cast<unsigned>(wire::kErrorCodes[i]) == i);
-    CHECK(wire::error_code_name(wire::kErrorCodes[i]) == snake);
+    CHECK(error_code_name(kErrorCodes[i]) == snake);
+    CHECK(static_cast<unsigned>(wire::wire_code(kErrorCodes[i])) == i);
   }
-  CHECK(wire::error_code_name(static_cast<ErrorCode>(200)) == "unknown");
+}
+
+TEST_CASE("an error code past the last this build knows reads as internal, saying so",
+          "[schema][wire]") {
+  capnp::MallocMessageBuilder builder;
+  auto error = wire::start(builder, 3).initError();
+  error.setCode(static_cast<schema::wire::ErrorCode>(42));
+  error.setMessage("from the future");
+  auto frame = wire::decode(wire::encode(builder));
+  REQUIRE(frame);
+  const Status status = wire::status_of(frame->envelope().getError());
+  CHECK(status.code == ErrorCode::internal);
+  CHECK(status.message == "error code 42, which this build does not know: from the future");
 }

@@ -80,7 +80,7 @@ TEST_CASE("an object's members are its keys and the exact bytes of their values"
   CHECK((*members)[1].first == "payload");
   CHECK((*members)[1].second == R"({"b" : 1,"a":2})");
   CHECK((*members)[2].second == "NaN");
-  CHECK(object_members("[1]").error() == "expected a JSON object, found array");
+  CHECK(object_members("[1]").error().message == "expected a JSON object, found array");
   CHECK(first_non_finite(R"({"x": {"y": [0, NaN]}})", "payload") ==
         std::pair<std::string, std::string>("payload[\"x\"][\"y\"][1]", "NaN"));
 }

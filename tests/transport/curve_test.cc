@@ -50,11 +50,12 @@ TEST_CASE("a keypair file is not overwritten unless asked", "[transport][curve]"
   REQUIRE(transport::write_keypair(path, transport::generate_keypair(), false));
   const auto again = transport::write_keypair(path, transport::generate_keypair(), false);
   REQUIRE_FALSE(again);
-  CHECK(mentions(again.error(), "exists; give --force"));
+  CHECK(mentions(again.error().message, "exists; give --force"));
   const auto into_directory =
       transport::write_keypair(dir.path(), transport::generate_keypair(), true);
   REQUIRE_FALSE(into_directory);
-  CHECK(mentions(into_directory.error(), "is a directory; give the path of a key file in it"));
+  CHECK(mentions(into_directory.error().message,
+                 "is a directory; give the path of a key file in it"));
   const transport::Keypair replacement = transport::generate_keypair();
   REQUIRE(transport::write_keypair(path, replacement, true));
   CHECK(transport::read_keypair(path)->secret_key == replacement.secret_key);
@@ -67,16 +68,20 @@ TEST_CASE("a key file that is not a whole, matching keypair is refused, saying w
   const transport::Keypair a = transport::generate_keypair();
   const transport::Keypair b = transport::generate_keypair();
   const auto pub = dir.write("only.pub", "public-key = \"" + a.public_key + "\"\n");
-  CHECK(mentions(transport::read_keypair(pub).error(), "holds no secret-key"));
+  CHECK(mentions(transport::read_keypair(pub).error().message, "holds no secret-key"));
   const auto mixed = dir.write("mixed.key", "public-key = \"" + a.public_key +
                                                 "\"\nsecret-key = \"" + b.secret_key + "\"\n");
-  CHECK(mentions(transport::read_keypair(mixed).error(), "is not the one of its secret-key"));
+  CHECK(
+      mentions(transport::read_keypair(mixed).error().message, "is not the one of its secret-key"));
   const auto bad = dir.write("bad.key", "# a comment\nsecret-key = \"too short\"\n");
-  CHECK(mentions(transport::read_keypair(bad).error(), "line 2: secret-key is not a Z85 key"));
-  CHECK(mentions(transport::read_keypair(dir.path() / "missing.key").error(), "cannot read"));
+  CHECK(mentions(transport::read_keypair(bad).error().message,
+                 "line 2: secret-key is not a Z85 key"));
+  CHECK(
+      mentions(transport::read_keypair(dir.path() / "missing.key").error().message, "cannot read"));
   const auto huge = dir.write("huge.key", std::string(100'000, 'x'));
-  CHECK(mentions(transport::read_keypair(huge).error(), "too large for a key file"));
-  CHECK(mentions(transport::read_public_key("not a key").error(), "neither a Z85 public key"));
+  CHECK(mentions(transport::read_keypair(huge).error().message, "too large for a key file"));
+  CHECK(mentions(transport::read_public_key("not a key").error().message,
+                 "neither a Z85 public key"));
 }
 
 TEST_CASE("an allow list takes keys bare, commented or as public-key lines", "[transport][curve]") {
@@ -126,7 +131,7 @@ TEST_CASE("a worker's key may be bound to one worker id", "[transport][curve]") 
     const auto file = dir.write("bad.allow", text);
     auto added = transport::add_allow_list(fresh, file, role);
     REQUIRE_FALSE(added);
-    return added.error();
+    return added.error().message;
   };
   CHECK(mentions(refused(b.public_key + " worker-id=node-1\n", transport::Role::worker),
                  "worker id node-1 is bound to key " + a.public_key + " already"));
@@ -149,14 +154,14 @@ TEST_CASE("an allow list with a bad line, or a key in both roles, is refused",
   const auto bad = dir.write("bad.allow", a.public_key + "\n" + a.public_key + "x\n");
   const auto refused = transport::add_allow_list(list, bad, transport::Role::worker);
   REQUIRE_FALSE(refused);
-  CHECK(mentions(refused.error(), "line 2: not a public key"));
+  CHECK(mentions(refused.error().message, "line 2: not a public key"));
 
   transport::AllowList both;
   const auto listed = dir.write("a.allow", a.public_key + "\n");
   REQUIRE(transport::add_allow_list(both, listed, transport::Role::worker));
   const auto twice = transport::add_allow_list(both, listed, transport::Role::client);
   REQUIRE_FALSE(twice);
-  CHECK(mentions(twice.error(), "a worker's or a client's, not both"));
+  CHECK(mentions(twice.error().message, "a worker's or a client's, not both"));
 }
 
 TEST_CASE("only endpoints this host alone can reach are local", "[transport][curve]") {

@@ -37,9 +37,9 @@ TEST_CASE("parse_http_address refuses what is not an address, saying what it wan
     INFO(bad);
     auto parsed = parse_http_address(bad);
     REQUIRE_FALSE(parsed.has_value());
-    CHECK_FALSE(parsed.error().empty());
+    CHECK_FALSE(parsed.error().message.empty());
   }
-  CHECK(parse_http_address("example.com:80").error().find("not an IP address") !=
+  CHECK(parse_http_address("example.com:80").error().message.find("not an IP address") !=
         std::string::npos);
 }
 

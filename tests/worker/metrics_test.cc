@@ -44,9 +44,9 @@ TEST_CASE("a worker's metrics count a known sequence of trials, fetches and refu
   metrics.cache_evicted();
   metrics.blob_bytes_received(65'536);
   metrics.blob_bytes_received(100);
-  metrics.rejected(wire::ErrorCode::BUSY);
-  metrics.rejected(wire::ErrorCode::OUT_OF_ORDER);
-  metrics.rejected(wire::ErrorCode::OUT_OF_ORDER);
+  metrics.rejected(ErrorCode::unavailable);
+  metrics.rejected(ErrorCode::failed_precondition);
+  metrics.rejected(ErrorCode::failed_precondition);
   metrics.unreadable();
   metrics.unsent();
   metrics.observe({.slots = 4,
@@ -81,9 +81,9 @@ TEST_CASE("a worker's metrics count a known sequence of trials, fetches and refu
   CHECK(m.at("forktrial_worker_cache_evictions_total") == 1);
   CHECK(m.at("forktrial_worker_cache_corrupt_drops_total") == 3);
   CHECK(m.at("forktrial_worker_blob_bytes_received_total") == 65'636);
-  CHECK(m.at("forktrial_worker_messages_rejected_total{reason=\"busy\"}") == 1);
-  CHECK(m.at("forktrial_worker_messages_rejected_total{reason=\"out_of_order\"}") == 2);
-  CHECK(m.at("forktrial_worker_messages_rejected_total{reason=\"refused\"}") == 0);
+  CHECK(m.at("forktrial_worker_messages_rejected_total{reason=\"unavailable\"}") == 1);
+  CHECK(m.at("forktrial_worker_messages_rejected_total{reason=\"failed_precondition\"}") == 2);
+  CHECK(m.at("forktrial_worker_messages_rejected_total{reason=\"invalid_argument\"}") == 0);
   CHECK(m.at("forktrial_worker_messages_unreadable_total") == 1);
   CHECK(m.at("forktrial_worker_messages_unsent_total") == 1);
   CHECK(m.at("forktrial_worker_slots{state=\"total\"}") == 4);

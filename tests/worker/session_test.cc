@@ -64,10 +64,11 @@ struct Harness {
     return hear(message);
   }
 
-  Received error(wire::ErrorCode code) {
+  // An error answering `request` (0: a frame the coordinator could not read).
+  Received error(ErrorCode code, std::uint64_t request = 0) {
     capnp::MallocMessageBuilder message;
-    auto error = wire::start(message, 0).initError();
-    error.setCode(code);
+    auto error = wire::start(message, request).initError();
+    error.setCode(wire::wire_code(code));
     error.setMessage("said so");
     return hear(message);
   }
@@ -134,7 +135,7 @@ TEST_CASE("a report is kept until acknowledged and sent again after the next wel
   CHECK(h.session.unacknowledged() == 1);
 
   // The coordinator restarted: it does not know this worker.
-  CHECK(h.error(wire::ErrorCode::OUT_OF_ORDER) == Received::done);
+  CHECK(h.error(ErrorCode::failed_precondition) == Received::done);
   CHECK_FALSE(h.session.welcomed());
   CHECK(h.taken() == std::vector{W::WORKER_HELLO});
   h.welcome();
@@ -153,7 +154,7 @@ TEST_CASE("busy sends what was refused again a second later", "[worker][session]
   h.session.hold(a);
   h.session.finished(a, failure_frame(a, "x"), 0s);
   h.taken();
-  CHECK(h.error(wire::ErrorCode::BUSY) == Received::done);
+  CHECK(h.error(ErrorCode::unavailable) == Received::done);
   h.now += 999ms;
   h.session.step(h.now);
   CHECK(h.taken().empty());  // neither the report nor an offer yet
@@ -187,12 +188,31 @@ TEST_CASE("a silent coordinator is greeted again, and an empty answer paces the 
   CHECK_FALSE(h.session.welcomed());
 }
 
-TEST_CASE("a worker refused before its welcome stops, with the reason", "[worker][session]") {
+TEST_CASE("a worker whose hello is refused stops, with the reason", "[worker][session]") {
   Harness h;
-  h.session.start(h.now);
-  CHECK(h.error(wire::ErrorCode::REFUSED) == Received::refused);
+  h.session.start(h.now);  // the hello is request 1
+  CHECK(h.error(ErrorCode::invalid_argument, 1) == Received::refused);
   REQUIRE(h.session.refusal().has_value());
   CHECK(*h.session.refusal() == "said so");
+}
+
+TEST_CASE("only an error answering the hello stops the worker", "[worker][session]") {
+  Harness h;
+  h.session.start(h.now);
+  h.welcome();
+  h.session.step(h.now);
+  CHECK(h.taken() == std::vector{W::WORKER_HELLO, W::REQUEST_WORK});  // requests 1 and 2
+  // The coordinator restarted: the offer is answered "say hello first".
+  CHECK(h.error(ErrorCode::failed_precondition, 2) == Received::done);
+  CHECK(h.taken() == std::vector{W::WORKER_HELLO});  // request 3
+  // An error answering something else while not welcomed is not a refusal.
+  CHECK(h.error(ErrorCode::invalid_argument, 2) == Received::error);
+  CHECK(h.error(ErrorCode::invalid_argument, 0) == Received::error);
+  CHECK_FALSE(h.session.refusal().has_value());
+  // A store that is full delays the hello; it does not refuse it.
+  CHECK(h.error(ErrorCode::unavailable, 3) == Received::done);
+  CHECK_FALSE(h.session.refusal().has_value());
+  CHECK(h.error(ErrorCode::failed_precondition, 3) == Received::refused);
 }
 
 }  // namespace forktrial::worker
