@@ -27,6 +27,14 @@ std::string_view error_code_name(ErrorCode code) {
   return "unknown";
 }
 
+Problems::Problems(std::vector<std::string> found)
+    : Status{ErrorCode::invalid_argument, ""}, list(std::move(found)) {
+  for (const auto& problem : list) {
+    if (!message.empty()) message += '\n';
+    message += problem;
+  }
+}
+
 std::string to_string(const Status& status) {
   return std::string(error_code_name(status.code)) + ": " + status.message;
 }

@@ -22,6 +22,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace forktrial {
 
@@ -62,6 +63,15 @@ struct Status {
   ErrorCode code = ErrorCode::internal;
   std::string message;
   friend bool operator==(const Status&, const Status&) = default;
+};
+
+// A Status (invalid_argument) listing every problem found at once, each a
+// complete sentence naming what it is about; the message is the list, one
+// per line.
+struct Problems : Status {
+  std::vector<std::string> list;  // never empty
+
+  explicit Problems(std::vector<std::string> found);
 };
 
 // "invalid_argument: the message": for logs and tests.

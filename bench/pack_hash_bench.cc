@@ -201,7 +201,7 @@ void run_quietly(const std::vector<std::string>& argv) {
 
 void bundle_hash_or_throw(const fs::path& root) {
   const auto digest = forktrial::pack::bundle_hash(root);
-  if (!digest) throw std::runtime_error(digest.error().message());
+  if (!digest) throw std::runtime_error(digest.error().message);
 }
 
 // Median wall-clock seconds of `runs` timed calls, after one untimed call.

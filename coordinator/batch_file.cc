@@ -34,7 +34,7 @@ using nlohmann::json;
 constexpr std::size_t kMaxTrialProblemsListed = 10;
 
 // Every problem found, each "<key> (line N): <what and what to do>".
-class Problems {
+class ProblemList {
  public:
   void add(std::string_view key, const toml::node* node, const std::string& text) {
     std::string where(key);
@@ -69,7 +69,7 @@ std::string join_key(std::string_view prefix, std::string_view key) {
 }
 
 void refuse_unknown_keys(const toml::table& table, std::string_view prefix,
-                         std::initializer_list<std::string_view> known, Problems& problems) {
+                         std::initializer_list<std::string_view> known, ProblemList& problems) {
   for (const auto& [key, node] : table) {
     if (std::find(known.begin(), known.end(), key.str()) != known.end()) continue;
     std::string list;
@@ -81,7 +81,7 @@ void refuse_unknown_keys(const toml::table& table, std::string_view prefix,
 
 // A string value, or a problem naming `key`.
 std::optional<std::string> string_at(const toml::table& table, std::string_view key,
-                                     const std::string& full_key, Problems& problems) {
+                                     const std::string& full_key, ProblemList& problems) {
   const toml::node* node = table.get(key);
   if (node == nullptr) return std::nullopt;
   if (!node->is_string()) {
@@ -134,7 +134,7 @@ class PackDirectories {
 
   // One problem per directory that could not be read, at the key that named
   // it first, with the line of that key when known.
-  void report_unreadable(Problems& problems,
+  void report_unreadable(ProblemList& problems,
                          const std::unordered_map<std::string, const toml::node*>& nodes) const {
     for (const Directory& dir : dirs_) {
       if (*dir.files) continue;
@@ -147,8 +147,7 @@ class PackDirectories {
                         walk.violations[0].detail +
                         "); relative paths resolve against the batch file's directory, " +
                         escape_controls(base_.string())
-                  : escape_controls(walk.message()) +
-                        "\n  fix the directory (`forktrial pack check DIR` lists every problem)";
+                  : escape_controls(walk.message);
       const auto node = nodes.find(dir.first_key);
       problems.add(dir.first_key, node == nodes.end() ? nullptr : node->second, text);
     }
@@ -171,7 +170,7 @@ class PackDirectories {
                              " is not a pack a trial can run, so nothing of it is archived "
                              "or uploaded:";
           for (const std::string& line : check.problems) text += "\n  " + escape_controls(line);
-          problem = text + "\n  fix the directory (`forktrial pack check DIR` lists every problem)";
+          problem = text;
         }
       }
       dir.manifest_problem.emplace(std::move(problem));
@@ -192,7 +191,7 @@ class PackDirectories {
 
   // One problem per read directory that is not a pack, at the key that
   // named it first.
-  void report_not_packs(Problems& problems,
+  void report_not_packs(ProblemList& problems,
                         const std::unordered_map<std::string, const toml::node*>& nodes) {
     for (std::size_t i = 0; i < dirs_.size(); ++i) {
       if (const auto& problem = manifest_problem(i)) {
@@ -226,13 +225,10 @@ class PackDirectories {
 // A pin, checked against the hash that was read; the problem names the key
 // holding the pin, both hashes and what to do.
 void check_pin(const std::string& expect, const std::string& key, const toml::node* node,
-               const pack::PackFiles& files, Problems& problems) {
+               const pack::PackFiles& files, ProblemList& problems) {
   auto verified = pack::compare_pin(expect, files.bundle_hash(), files.root());
   if (!verified) {
-    problems.add(key, node,
-                 verified.error().message +
-                     "; run `forktrial pack hash DIR` and pin what it prints if the change is "
-                     "intended");
+    problems.add(key, node, verified.error().message);
   }
 }
 
@@ -300,7 +296,7 @@ json to_json(const toml::node& node) {
 // A limit written with a unit, as the number it stands for; nullopt (and a
 // problem) when the text is not in the unit.
 std::optional<json> with_unit(const toml::node& node, Unit unit, const std::string& key,
-                              Problems& problems) {
+                              ProblemList& problems) {
   if (unit == Unit::none || !node.is_string()) return to_json(node);
   const std::string& text = node.as_string()->get();
   const auto number = [&]<typename T>(std::expected<T, Status> parsed) -> std::optional<json> {
@@ -321,7 +317,7 @@ std::optional<json> with_unit(const toml::node& node, Unit unit, const std::stri
   return to_json(node);
 }
 
-sandbox::TrialLimits read_limits(const toml::table& doc, Problems& problems) {
+sandbox::TrialLimits read_limits(const toml::table& doc, ProblemList& problems) {
   const toml::node* node = doc.get("limits");
   if (node == nullptr) return {};
   if (!node->is_table()) {
@@ -359,7 +355,7 @@ sandbox::TrialLimits read_limits(const toml::table& doc, Problems& problems) {
   }
   auto parsed = sandbox::parse_trial_limits(limits.dump());
   if (parsed) return *parsed;
-  for (const std::string& problem : parsed.error()) {
+  for (const std::string& problem : parsed.error().list) {
     // parse_trial_limits names TrialLimits' field ("limits.max_rss_bytes:
     // ..."); name the key that was written, with its line.
     const std::size_t colon = problem.find(": ");
@@ -402,7 +398,8 @@ struct Scenario {
 
 // The array of tables `key` ([[key]]); null when it is absent (not
 // reported) or not an array (reported).
-const toml::array* table_array(const toml::table& doc, std::string_view key, Problems& problems) {
+const toml::array* table_array(const toml::table& doc, std::string_view key,
+                               ProblemList& problems) {
   const toml::node* node = doc.get(key);
   if (node == nullptr) return nullptr;
   const toml::array* array = node->as_array();
@@ -416,7 +413,7 @@ const toml::array* table_array(const toml::table& doc, std::string_view key, Pro
 
 // A pack reference: its directory (`pack`) and optional pin (`expect`).
 std::optional<PackUse> read_pack_use(const toml::table& table, const std::string& prefix,
-                                     PackDirectories& dirs, Problems& problems,
+                                     PackDirectories& dirs, ProblemList& problems,
                                      std::unordered_map<std::string, const toml::node*>& nodes) {
   PackUse use;
   use.key = prefix + ".pack";
@@ -432,8 +429,7 @@ std::optional<PackUse> read_pack_use(const toml::table& table, const std::string
   use.expect_node = table.get("expect");
   if (auto expect = string_at(table, "expect", use.expect_key, problems)) {
     if (auto malformed = pack::check_pin_form(*expect)) {
-      problems.add(use.expect_key, use.expect_node,
-                   malformed->message + "; `forktrial pack hash DIR` prints a pack's whole pin");
+      problems.add(use.expect_key, use.expect_node, malformed->message);
     } else {
       use.expect = *expect;
     }
@@ -445,7 +441,7 @@ std::optional<PackUse> read_pack_use(const toml::table& table, const std::string
 }
 
 std::vector<Candidate> read_candidates(const toml::table& doc, PackDirectories& dirs,
-                                       Problems& problems,
+                                       ProblemList& problems,
                                        std::unordered_map<std::string, const toml::node*>& nodes) {
   std::vector<Candidate> out;
   if (doc.get("candidates") == nullptr) {
@@ -532,7 +528,7 @@ std::vector<Candidate> read_candidates(const toml::table& doc, PackDirectories& 
   return out;
 }
 
-std::vector<Scenario> read_scenarios(const toml::table& doc, Problems& problems) {
+std::vector<Scenario> read_scenarios(const toml::table& doc, ProblemList& problems) {
   std::vector<Scenario> out;
   const toml::array* array = table_array(doc, "scenarios", problems);
   if (array == nullptr) return out;
@@ -583,13 +579,11 @@ std::vector<Scenario> read_scenarios(const toml::table& doc, Problems& problems)
   return out;
 }
 
-std::vector<store::EventId> read_fork_points(const toml::table& doc, Problems& problems) {
+std::vector<store::EventId> read_fork_points(const toml::table& doc, ProblemList& problems) {
   std::vector<store::EventId> out;
   const toml::node* node = doc.get("at");
   if (node == nullptr) {
-    problems.add(
-        "at: missing; add at = [\"evt_...\"], the parent's events to fork at (`forktrial run "
-        "events RUN` lists them)");
+    problems.add("at: missing; add at = [\"evt_...\"], the parent's events to fork at");
     return out;
   }
   std::vector<std::pair<std::string, const toml::node*>> items;
@@ -631,7 +625,7 @@ std::vector<store::EventId> read_fork_points(const toml::table& doc, Problems& p
 // An optional integer in [min, max]; `fallback` when absent or wrong.
 std::int64_t read_integer(const toml::table& doc, std::string_view key, std::int64_t fallback,
                           std::int64_t min, std::int64_t max, std::string_view what,
-                          Problems& problems) {
+                          ProblemList& problems) {
   const toml::node* node = doc.get(key);
   if (node == nullptr) return fallback;
   const auto* integer = node->as_integer();
@@ -648,24 +642,23 @@ std::int64_t read_integer(const toml::table& doc, std::string_view key, std::int
   return integer->get();
 }
 
-std::expected<Batch, std::vector<std::string>> parse_toml(std::string_view text,
-                                                          const fs::path& file,
-                                                          const fs::path& base) {
+std::expected<Batch, forktrial::Problems> parse_toml(std::string_view text, const fs::path& file,
+                                                     const fs::path& base) {
   if (auto bad = pack::toml_text_problem(text)) {
-    return std::unexpected(std::vector<std::string>{
+    return std::unexpected(forktrial::Problems(std::vector<std::string>{
         "line " + std::to_string(bad->line) + ", column " + std::to_string(bad->column) +
-        ": not valid TOML: " + bad->message + " (see docs/batch-file.md)"});
+        ": not valid TOML: " + bad->message + " (see docs/batch-file.md)"}));
   }
   toml::table doc;
   try {
     doc = toml::parse(text, file.string());
   } catch (const toml::parse_error& e) {
-    return std::unexpected(std::vector<std::string>{
+    return std::unexpected(forktrial::Problems(std::vector<std::string>{
         "line " + std::to_string(e.source().begin.line) + ", column " +
         std::to_string(e.source().begin.column) +
-        ": not valid TOML: " + escape_controls(e.description()) + " (see docs/batch-file.md)"});
+        ": not valid TOML: " + escape_controls(e.description()) + " (see docs/batch-file.md)"}));
   }
-  Problems problems;
+  ProblemList problems;
   refuse_unknown_keys(
       doc, "", {"name", "run", "at", "repeat", "priority", "limits", "candidates", "scenarios"},
       problems);
@@ -684,12 +677,12 @@ std::expected<Batch, std::vector<std::string>> parse_toml(std::string_view text,
   store::RunId run;
   if (auto id = string_at(doc, "run", "run", problems)) {
     if (auto bad = id_problem("run id", *id)) {
-      problems.add("run", doc.get("run"), *bad + "; give the parent run's id (`forktrial run ls`)");
+      problems.add("run", doc.get("run"), *bad + "; give the parent run's id");
     } else {
       run = store::RunId(*id);
     }
   } else if (doc.get("run") == nullptr) {
-    problems.add("run: missing; add run = \"<parent run id>\" (`forktrial run ls` lists them)");
+    problems.add("run: missing; add run = \"<parent run id>\"");
   }
   const std::vector<store::EventId> ats = read_fork_points(doc, problems);
   const auto repeat = static_cast<std::uint64_t>(
@@ -717,7 +710,7 @@ std::expected<Batch, std::vector<std::string>> parse_toml(std::string_view text,
                  " fork points x " + std::to_string(repeat) + " repeats is more than the " +
                  std::to_string(kMaxBatchTrials) +
                  " trials a batch may hold; split it into several batches");
-    return std::unexpected(problems.take());
+    return std::unexpected(forktrial::Problems(problems.take()));
   }
 
   dirs.read_all();
@@ -744,7 +737,7 @@ std::expected<Batch, std::vector<std::string>> parse_toml(std::string_view text,
       }
     }
   }
-  if (!problems.empty()) return std::unexpected(problems.take());
+  if (!problems.empty()) return std::unexpected(forktrial::Problems(problems.take()));
 
   batch.packs = dirs.packs();
   batch.trials.reserve(*total);
@@ -788,16 +781,16 @@ std::expected<Batch, std::vector<std::string>> parse_toml(std::string_view text,
   if (unlisted > 0) {
     problems.add("... and " + std::to_string(unlisted) + " more problems with trials");
   }
-  if (!problems.empty()) return std::unexpected(problems.take());
+  if (!problems.empty()) return std::unexpected(forktrial::Problems(problems.take()));
   return batch;
 }
 
 // ---- JSON Lines ------------------------------------------------------------
 
-std::expected<Batch, std::vector<std::string>> parse_json_lines(std::string_view text,
-                                                                const fs::path& file,
-                                                                const fs::path& base) {
-  Problems problems;
+std::expected<Batch, forktrial::Problems> parse_json_lines(std::string_view text,
+                                                           const fs::path& file,
+                                                           const fs::path& base) {
+  ProblemList problems;
   Batch batch;
   batch.name = file.stem().string();
   const std::vector<std::string_view> lines = split_lines(text);
@@ -809,12 +802,12 @@ std::expected<Batch, std::vector<std::string>> parse_json_lines(std::string_view
     problems.add(std::to_string(count) + " trial specifications are more than the " +
                  std::to_string(kMaxBatchTrials) +
                  " a batch may hold; split the file into several batches");
-    return std::unexpected(problems.take());
+    return std::unexpected(forktrial::Problems(problems.take()));
   }
   if (count == 0) {
     problems.add(
         "no trials: the file holds no trial specification; write one JSON object per line");
-    return std::unexpected(problems.take());
+    return std::unexpected(forktrial::Problems(problems.take()));
   }
 
   // Each use of a pack: the trial, which of its packs (-1: the candidate),
@@ -834,7 +827,7 @@ std::expected<Batch, std::vector<std::string>> parse_json_lines(std::string_view
     const std::string where = "line " + std::to_string(i + 1);
     auto spec = sandbox::parse_trial_specification(line);
     if (!spec) {
-      for (const std::string& problem : spec.error()) {
+      for (const std::string& problem : spec.error().list) {
         problems.add(where + ": " + escape_controls(problem));
       }
       continue;
@@ -905,7 +898,7 @@ std::expected<Batch, std::vector<std::string>> parse_json_lines(std::string_view
       }
     }
   }
-  if (!problems.empty()) return std::unexpected(problems.take());
+  if (!problems.empty()) return std::unexpected(forktrial::Problems(problems.take()));
   batch.packs = dirs.packs();
   return batch;
 }
@@ -920,8 +913,8 @@ BatchFormat detect_batch_format(const std::filesystem::path& file, std::string_v
                                                                : BatchFormat::toml;
 }
 
-std::expected<Batch, std::vector<std::string>> parse_batch(std::string_view text,
-                                                           const std::filesystem::path& file) {
+std::expected<Batch, forktrial::Problems> parse_batch(std::string_view text,
+                                                      const std::filesystem::path& file) {
   std::error_code error;
   fs::path base = fs::absolute(file, error).parent_path();
   if (error) base = file.parent_path();
@@ -929,20 +922,20 @@ std::expected<Batch, std::vector<std::string>> parse_batch(std::string_view text
     return parse_json_lines(text, file, base);
   }
   if (text.size() > kMaxTomlBatchBytes) {
-    return std::unexpected(std::vector<std::string>{
+    return std::unexpected(forktrial::Problems(std::vector<std::string>{
         "the TOML batch file is " + std::to_string(text.size()) + " bytes, more than the " +
         std::to_string(kMaxTomlBatchBytes) +
-        " a matrix needs; write many trials as a matrix, or as JSON Lines (.jsonl)"});
+        " a matrix needs; write many trials as a matrix, or as JSON Lines (.jsonl)"}));
   }
   return parse_toml(text, file, base);
 }
 
-std::expected<Batch, std::vector<std::string>> read_batch_file(const std::filesystem::path& file) {
+std::expected<Batch, Problems> read_batch_file(const std::filesystem::path& file) {
   const std::string name = escape_controls(file.string());
   std::ifstream in(file, std::ios::binary);
   if (!in) {
-    return std::unexpected(
-        std::vector<std::string>{name + ": cannot open the batch file: " + std::strerror(errno)});
+    return std::unexpected(forktrial::Problems(
+        std::vector<std::string>{name + ": cannot open the batch file: " + std::strerror(errno)}));
   }
   // Read in blocks up to the limit, so that a huge file (or a device that
   // never ends) is refused without being held.
@@ -951,14 +944,14 @@ std::expected<Batch, std::vector<std::string>> read_batch_file(const std::filesy
   while (in.read(block, sizeof block) || in.gcount() > 0) {
     text.append(block, static_cast<std::size_t>(in.gcount()));
     if (text.size() > kMaxJsonLinesBatchBytes) {
-      return std::unexpected(std::vector<std::string>{
+      return std::unexpected(forktrial::Problems(std::vector<std::string>{
           name + ": larger than " + std::to_string(kMaxJsonLinesBatchBytes >> 20) +
-          " MiB; split it into several batches"});
+          " MiB; split it into several batches"}));
     }
   }
   if (in.bad()) {
-    return std::unexpected(
-        std::vector<std::string>{name + ": cannot read the batch file: " + std::strerror(errno)});
+    return std::unexpected(forktrial::Problems(
+        std::vector<std::string>{name + ": cannot read the batch file: " + std::strerror(errno)}));
   }
   return parse_batch(text, file);
 }

@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "base/digest.h"
+#include "base/error.h"
 #include "sandbox/trial_types.h"
 
 namespace forktrial::coordinator {
@@ -82,12 +83,12 @@ BatchFormat detect_batch_format(const std::filesystem::path& file, std::string_v
 // resolve against the directory of `file` (made absolute against the current
 // directory), and the batch's default name is its stem. Reads and hashes the
 // pack directories. Errors: every problem, as described above.
-std::expected<Batch, std::vector<std::string>> parse_batch(std::string_view text,
-                                                           const std::filesystem::path& file);
+std::expected<Batch, Problems> parse_batch(std::string_view text,
+                                           const std::filesystem::path& file);
 
 // Reads `file` (at most kMaxJsonLinesBatchBytes, or kMaxTomlBatchBytes for
 // TOML) and parses it with parse_batch. A file that cannot be read is one
 // problem naming it and errno's text.
-std::expected<Batch, std::vector<std::string>> read_batch_file(const std::filesystem::path& file);
+std::expected<Batch, Problems> read_batch_file(const std::filesystem::path& file);
 
 }  // namespace forktrial::coordinator

@@ -81,8 +81,7 @@ struct Client::Impl {
         }
         throw Error(ErrorCode::unavailable,
                     "the coordinator at " + endpoint + " did not answer within " +
-                        std::to_string(timeout.count()) +
-                        " ms; is it running (forktrial coordinator --listen " + endpoint + ")?" +
+                        std::to_string(timeout.count()) + " ms; is a coordinator listening there?" +
                         (curve ? " With keys, a coordinator that does not list this client's "
                                  "public key in --allow-clients, or whose key is not the one "
                                  "given with --coordinator-key, never answers: its log says so."

@@ -104,11 +104,11 @@ struct ParsedSpec {
 // leased. Bounded: emptied when full.
 class SpecCache {
  public:
-  std::expected<std::shared_ptr<const ParsedSpec>, std::string> parse(const std::string& text) {
+  std::expected<std::shared_ptr<const ParsedSpec>, Status> parse(const std::string& text) {
     auto it = parsed_.find(text);
     if (it != parsed_.end()) return it->second;
     auto spec = sandbox::parse_trial_specification(text);
-    if (!spec) return std::unexpected(spec.error().front());
+    if (!spec) return failure(ErrorCode::invalid_argument, spec.error().list.front());
     std::string canonical = sandbox::to_canonical_json(*spec);
     auto parsed =
         std::make_shared<const ParsedSpec>(ParsedSpec{std::move(*spec), std::move(canonical)});
@@ -132,17 +132,18 @@ struct SubmittedTrial {
   const std::string& spec_json() const { return parsed->canonical; }
 };
 
-inline std::expected<SubmittedTrial, std::string> parse_submitted(const std::string& text,
-                                                                  SpecCache& specs) {
+inline std::expected<SubmittedTrial, Status> parse_submitted(const std::string& text,
+                                                             SpecCache& specs) {
   auto doc = ordered_json::parse(text, nullptr, false);
   if (!doc.is_object() || !doc.contains("spec") || !doc["spec"].is_object()) {
-    return std::unexpected(std::string("a submitted trial is {\"candidate\", \"spec\"}"));
+    return failure(ErrorCode::invalid_argument, "a submitted trial is {\"candidate\", \"spec\"}");
   }
   auto parsed = specs.parse(doc["spec"].dump());
   if (!parsed) return std::unexpected(parsed.error());
   const auto candidate = doc.find("candidate");
   if (candidate != doc.end() && !candidate->is_string()) {
-    return std::unexpected(std::string("a submitted trial's \"candidate\" is a name (a string)"));
+    return failure(ErrorCode::invalid_argument,
+                   "a submitted trial's \"candidate\" is a name (a string)");
   }
   return SubmittedTrial{std::move(*parsed),
                         candidate == doc.end() ? "" : candidate->get<std::string>()};
@@ -183,8 +184,8 @@ inline std::optional<std::pair<std::string, std::size_t>> split_payload(const st
 
 // A submitted trial read without parsing its JSON twice: the specification's
 // text is cut out (split_payload); anything else is read by parse_submitted.
-inline std::expected<SubmittedTrial, std::string> read_payload(const std::string& text,
-                                                               SpecCache& specs) {
+inline std::expected<SubmittedTrial, Status> read_payload(const std::string& text,
+                                                          SpecCache& specs) {
   auto split = split_payload(text);
   if (!split) return parse_submitted(text, specs);
   auto& [candidate, spec_at] = *split;
@@ -396,7 +397,7 @@ class Server {
   // local parent holds its child's verdict and delta to (sandbox/delta.h
   // DeltaRules): the first rule broken is the error, and nothing is copied
   // past it. Prose is repaired and bounded (docs/wire-protocol.md).
-  std::expected<Reconciliation, std::string> reconciliation_of(
+  std::expected<Reconciliation, Status> reconciliation_of(
       const std::string& route, std::uint64_t request, const WorkerId& worker, const TrialId& trial,
       Attempt attempt, schema::wire::Report::Reader report, Instant now);
 
@@ -447,8 +448,8 @@ class Server {
       std::map<std::pair<Digest, Digest>, std::optional<std::string>>& checked);
 
   // The blob of the parent's history up to the fork point, stored once.
-  std::expected<Digest, std::string> segment_of(const store::Snapshot& snapshot,
-                                                const sandbox::TrialSpecification& spec);
+  std::expected<Digest, Status> segment_of(const store::Snapshot& snapshot,
+                                           const sandbox::TrialSpecification& spec);
 
   ordered_json status_json(const JobStatus& job, Instant now) const;
 

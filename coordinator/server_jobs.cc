@@ -189,7 +189,7 @@ void Server::on_submit(const std::string& route, Envelope::Reader envelope, Inst
     ++it->second.second;
     if (added) problem_order.push_back(message);
   };
-  std::map<std::pair<std::string, std::string>, std::expected<Digest, std::string>> segments;
+  std::map<std::pair<std::string, std::string>, std::expected<Digest, Status>> segments;
   std::map<std::pair<Digest, Digest>, std::optional<std::string>> checked_bundles;
   std::vector<TrialInput> inputs;
   auto snapshot = store_.snapshot();
@@ -198,7 +198,7 @@ void Server::on_submit(const std::string& route, Envelope::Reader envelope, Inst
     const std::size_t trial = index++;
     auto submitted = read_payload(wire::text(text), specs_);
     if (!submitted) {
-      problem(trial, submitted.error());
+      problem(trial, submitted.error().message);
       continue;
     }
     TrialInput input;
@@ -223,7 +223,7 @@ void Server::on_submit(const std::string& route, Envelope::Reader envelope, Inst
     if (segment == segments.end())
       segment = segments.emplace(key, segment_of(snapshot, spec)).first;
     if (!segment->second) {
-      problem(trial, segment->second.error());
+      problem(trial, segment->second.error().message);
       continue;
     }
     input.segment = *segment->second;
@@ -295,23 +295,22 @@ std::optional<std::string> Server::bundle_problem(
   return problem;
 }
 
-std::expected<Digest, std::string> Server::segment_of(const store::Snapshot& snapshot,
-                                                      const sandbox::TrialSpecification& spec) {
+std::expected<Digest, Status> Server::segment_of(const store::Snapshot& snapshot,
+                                                 const sandbox::TrialSpecification& spec) {
   auto parent = snapshot.run(spec.parent_run_id);
   if (!parent) {
-    return std::unexpected("no run " + spec.parent_run_id.str() + " in the coordinator's store " +
-                           config_.store.string() + "; import it there first (forktrial run " +
-                           "import FILE --store " + config_.store.string() + " --id " +
-                           spec.parent_run_id.str() + ")");
+    return failure(ErrorCode::not_found, "no run " + spec.parent_run_id.str() +
+                                             " in the coordinator's store " +
+                                             config_.store.string());
   }
   auto point = snapshot.find_event(*parent, spec.at_event);
   if (!point) {
-    return std::unexpected("no event " + spec.at_event.str() + " in the history of run " +
-                           spec.parent_run_id.str());
+    return failure(ErrorCode::not_found, "no event " + spec.at_event.str() +
+                                             " in the history of run " + spec.parent_run_id.str());
   }
   auto stored = store_.write(
       [&](store::Writer& writer) { return writer.store_segment(spec.parent_run_id, point->seq); });
-  if (!stored) return std::unexpected(stored.error().message);
+  if (!stored) return std::unexpected(stored.error());
   return *stored;
 }
 

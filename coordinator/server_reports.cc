@@ -93,7 +93,7 @@ void Server::on_report(const std::string& route, const WorkerId& worker, Envelop
     // runs again, on whichever worker asks next).
     const std::string reason =
         "worker " + worker.str() +
-        "'s report breaks the rules every delta is held to: " + reconciliation.error();
+        "'s report breaks the rules every delta is held to: " + reconciliation.error().message;
     log_(LogLevel::warn, "refused the report of " + trial.str() + " attempt " +
                              std::to_string(attempt) + ": " + reason);
     keep(scheduler_.reconcile_failed(trial, reason, now).value_or(Records{}));
@@ -113,7 +113,7 @@ UnixMillis Server::fork_point_time(const sandbox::TrialSpecification& spec) {
   return point ? parse_timestamp(point->timestamp).value_or(0) : 0;
 }
 
-std::expected<Server::Reconciliation, std::string> Server::reconciliation_of(
+std::expected<Server::Reconciliation, Status> Server::reconciliation_of(
     const std::string& route, std::uint64_t request, const WorkerId& worker, const TrialId& trial,
     Attempt attempt, schema::wire::Report::Reader report, Instant now) {
   Reconciliation r{route,
@@ -131,8 +131,8 @@ std::expected<Server::Reconciliation, std::string> Server::reconciliation_of(
   const auto outcome_ordinal = static_cast<std::uint16_t>(report.getOutcome());
   auto outcome = outcome_from_ordinal(outcome_ordinal);
   if (!outcome) {
-    return std::unexpected("outcome " + std::to_string(outcome_ordinal) +
-                           " is not one forktrial has");
+    return failure(ErrorCode::invalid_argument,
+                   "outcome " + std::to_string(outcome_ordinal) + " is not one forktrial has");
   }
   verdict.outcome = *outcome;
   switch (report.getIsolation()) {
@@ -143,9 +143,10 @@ std::expected<Server::Reconciliation, std::string> Server::reconciliation_of(
       r.isolation = sandbox::Isolation::strict;
       break;
     default:
-      return std::unexpected("its isolation " +
-                             std::to_string(static_cast<std::uint16_t>(report.getIsolation())) +
-                             " is neither standard nor strict");
+      return failure(ErrorCode::invalid_argument,
+                     "its isolation " +
+                         std::to_string(static_cast<std::uint16_t>(report.getIsolation())) +
+                         " is neither standard nor strict");
   }
   verdict.detail = wire::prose(report.getDetail(), sandbox::kMaxVerdictDetailBytes);
   const auto warnings = report.getWarnings();
@@ -161,11 +162,11 @@ std::expected<Server::Reconciliation, std::string> Server::reconciliation_of(
   verdict.wall_clock_killed = report.getWallClockKilled();
   if (verdict.wall_clock_killed &&
       (verdict.outcome != Outcome::limits_exceeded || !verdict.stopped_by_net)) {
-    return std::unexpected(
-        "it says the wall clock killed the child, but its outcome is " +
-        std::string(outcome_name(verdict.outcome)) +
-        (verdict.stopped_by_net ? "" : " and no net stopped it") +
-        "; a parent that kills the child on the wall clock reports limits_exceeded");
+    return failure(ErrorCode::invalid_argument,
+                   "it says the wall clock killed the child, but its outcome is " +
+                       std::string(outcome_name(verdict.outcome)) +
+                       (verdict.stopped_by_net ? "" : " and no net stopped it") +
+                       "; a parent that kills the child on the wall clock reports limits_exceeded");
   }
   if (report.getHasClaim()) {
     verdict.claimed_events = report.getClaimedEvents();
@@ -187,7 +188,8 @@ std::expected<Server::Reconciliation, std::string> Server::reconciliation_of(
     if (e.getActor().isActorName()) view.actor = view_text(e.getActor().getActorName());
     if (e.getFrame().isFrameId()) view.frame_id = view_text(e.getFrame().getFrameId());
     if (e.getCause().isCausedBy()) view.caused_by = view_text(e.getCause().getCausedBy());
-    if (const auto& cut = rules.check(view)) return std::unexpected(cut->reason);
+    if (const auto& cut = rules.check(view))
+      return failure(ErrorCode::invalid_argument, cut->reason);
     r.events.push_back(static_cast<store::NewEvent>(view.to_event()));
   }
   return r;

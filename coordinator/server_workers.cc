@@ -181,7 +181,7 @@ const SubmittedTrial& Server::submitted_trial(const TrialId& trial) {
   auto parsed = read_payload(*scheduler_.payload(trial), specs_);
   if (!parsed) {
     throw Error(forktrial::ErrorCode::internal,
-                "trial " + trial.str() + " was recorded unreadable: " + parsed.error());
+                "trial " + trial.str() + " was recorded unreadable: " + parsed.error().message);
   }
   return submitted_.emplace(trial, std::move(*parsed)).first->second;
 }

@@ -65,8 +65,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (!stays_inside(text)) return 0;
   auto batch = forktrial::coordinator::parse_batch(text, batch_file());
   if (!batch) {
-    FUZZ_CHECK(!batch.error().empty());
-    for (const auto& problem : batch.error()) FUZZ_CHECK(!problem.empty());
+    FUZZ_CHECK(!batch.error().list.empty());
+    for (const auto& problem : batch.error().list) FUZZ_CHECK(!problem.empty());
     return 0;
   }
   FUZZ_CHECK(batch->candidates.size() == batch->trials.size());

@@ -33,7 +33,7 @@ void check_parse(std::string_view text, pack::RuntimeRequirement runtime) {
       FUZZ_CHECK(!issue.field.empty());
       FUZZ_CHECK(!issue.message.empty());
     }
-    FUZZ_CHECK(!manifest.error().message().empty());
+    FUZZ_CHECK(!manifest.error().message.empty());
   }
 }
 

@@ -65,7 +65,7 @@ void check_segment(std::span<const std::byte> bytes) {
   for (;;) {
     auto next = reader->next();
     if (!next) {
-      FUZZ_CHECK(!next.error().empty());
+      FUZZ_CHECK(!next.error().message.empty());
       return;
     }
     if (!*next) break;

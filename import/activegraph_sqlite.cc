@@ -150,7 +150,7 @@ std::optional<std::string> schema_version_problem(SqliteFile& file) {
     return file.path().string() + ": activegraph schema_version \"" + shown +
            "\" is not one forktrial reads (it reads schema_version \"" + kActivegraphSchemaVersion +
            "\"); migrate the store with the activegraph version that wrote it, or import a "
-           "JSON Lines export of the run (`forktrial run import`)";
+           "JSON Lines export of the run instead";
   }
   return std::nullopt;
 }

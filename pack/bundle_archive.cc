@@ -431,7 +431,7 @@ std::expected<PackArchive, ArchiveError> archive_pack(const std::filesystem::pat
   ArchiveWriter writer(limits);
   auto hashes = hash_tree(root, {.bundle = true, .content = false, .sink = &writer});
   if (!hashes) {
-    return std::unexpected(ArchiveError{ErrorCode::invalid_argument, hashes.error().message(),
+    return std::unexpected(ArchiveError{ErrorCode::invalid_argument, hashes.error().message,
                                         std::move(hashes.error().violations)});
   }
   if (writer.problem) {

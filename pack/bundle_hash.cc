@@ -228,16 +228,18 @@ std::string WalkViolation::message() const {
   return printable(path) + ": " + detail + " [" + std::string(rule_name(rule)) + "]";
 }
 
-std::string WalkViolations::message() const {
-  std::string out = "cannot hash pack directory " + root.string() + ": " +
-                    std::to_string(violations.size()) +
-                    (violations.size() == 1 ? " violation" : " violations") +
-                    " of the pack hash rules (nothing was hashed):";
+WalkViolations::WalkViolations(std::filesystem::path walked, std::vector<WalkViolation> found)
+    : Status{ErrorCode::invalid_argument, ""},
+      root(std::move(walked)),
+      violations(std::move(found)) {
+  message = "cannot hash pack directory " + root.string() + ": " +
+            std::to_string(violations.size()) +
+            (violations.size() == 1 ? " violation" : " violations") +
+            " of the pack hash rules (nothing was hashed):";
   for (const auto& violation : violations) {
-    out += "\n  ";
-    out += violation.message();
+    message += "\n  ";
+    message += violation.message();
   }
-  return out;
 }
 
 std::expected<TreeHashes, WalkViolations> hash_tree(const std::filesystem::path& root,
@@ -390,7 +392,7 @@ std::expected<Digest, PinError> verify_bundle_hash(std::string_view expected,
   auto actual = bundle_hash(root);
   if (!actual) {
     return std::unexpected(
-        PinError{PinError::Kind::walk_failed, actual.error().message(), std::nullopt});
+        PinError{PinError::Kind::walk_failed, actual.error().message, std::nullopt});
   }
   return compare_pin(expected, *actual, root);
 }

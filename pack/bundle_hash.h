@@ -53,11 +53,13 @@ struct WalkViolation {
   std::string message() const;
 };
 
-struct WalkViolations {
+// A Status (invalid_argument) whose message lists every violation, one per
+// line, headed by the root.
+struct WalkViolations : Status {
   std::filesystem::path root;
   std::vector<WalkViolation> violations;  // sorted by path, never empty
-  // All violations, one per line, headed by the root and a hint on what to do.
-  std::string message() const;
+
+  WalkViolations(std::filesystem::path walked, std::vector<WalkViolation> found);
 };
 
 struct TreeHashes {

@@ -589,11 +589,15 @@ bool is_pep440_specifier_set(std::string_view text) {
   }
 }
 
-std::string ManifestErrors::message() const {
-  std::string out = source + ": " + std::to_string(issues.size()) +
-                    (issues.size() == 1 ? " problem" : " problems") + ":";
-  for (const auto& issue : issues) out += "\n  " + issue.text();
-  return out;
+ManifestErrors::ManifestErrors(std::string validated, std::vector<ManifestIssue> found,
+                               Manifest valid)
+    : Status{ErrorCode::invalid_argument, ""},
+      source(std::move(validated)),
+      issues(std::move(found)),
+      partial(std::move(valid)) {
+  message = source + ": " + std::to_string(issues.size()) +
+            (issues.size() == 1 ? " problem" : " problems") + ":";
+  for (const auto& issue : issues) message += "\n  " + issue.text();
 }
 
 std::expected<Manifest, ManifestErrors> parse_manifest(std::string_view text,

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "base/digest.h"
+#include "base/error.h"
 
 namespace forktrial::pack {
 
@@ -109,14 +110,16 @@ struct Manifest {
   std::vector<ManifestIssue> warnings;  // unknown keys and tables
 };
 
-struct ManifestErrors {
+// A Status (invalid_argument) whose message lists every issue, one per line.
+struct ManifestErrors : Status {
   std::string source;                 // the file (or name) validated
   std::vector<ManifestIssue> issues;  // in document order, never empty
   // The fields that did validate, so a caller can still compare them with the
   // pack's files: a tampered pack is reported as tampered even when its
   // manifest has other problems. Empty when the text is not TOML.
   Manifest partial;
-  std::string message() const;  // every issue, one per line
+
+  ManifestErrors(std::string validated, std::vector<ManifestIssue> found, Manifest valid);
 };
 
 enum class RuntimeRequirement {

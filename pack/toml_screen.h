@@ -14,12 +14,18 @@
 #include <string>
 #include <string_view>
 
+#include "base/error.h"
+
 namespace forktrial::pack {
 
-struct TomlTextProblem {
+// A Status (invalid_argument) whose message says what is there and that
+// TOML does not allow it.
+struct TomlTextProblem : Status {
   std::size_t line = 0;    // 1-based
   std::size_t column = 0;  // 1-based, in bytes
-  std::string message;     // what is there and that TOML does not allow it
+
+  TomlTextProblem(std::size_t at_line, std::size_t at_column, std::string why)
+      : Status{ErrorCode::invalid_argument, std::move(why)}, line(at_line), column(at_column) {}
 };
 
 // The first such character in `text`, or nullopt when there is none.

@@ -81,10 +81,13 @@ std::string with_traceback(const LuaFailure& failure) {
 
 }  // namespace
 
-std::string LoadError::message() const {
-  std::string out = "cannot load the pack at " + pack_dir.string() + ":";
-  for (const auto& problem : problems) out += "\n  - " + problem;
-  return out;
+LoadError::LoadError(std::filesystem::path dir, std::vector<std::string> found, bool out_of_memory)
+    : Status{out_of_memory ? ErrorCode::resource_exhausted : ErrorCode::invalid_argument, ""},
+      pack_dir(std::move(dir)),
+      problems(std::move(found)),
+      memory_cap_hit(out_of_memory) {
+  message = "cannot load the pack at " + pack_dir.string() + ":";
+  for (const auto& problem : problems) message += "\n  - " + problem;
 }
 
 Runtime::Runtime(RuntimeConfig config, EventSink sink, LogSink log)
@@ -478,21 +481,22 @@ std::expected<LoadedPack, LoadError> Runtime::load_pack(const std::filesystem::p
                                                         PackRole role) {
   auto files = pack::PackFiles::read(dir);
   if (!files) {
-    LoadError error{dir, {}, false};
+    std::vector<std::string> problems;
     for (const auto& violation : files.error().violations) {
-      error.problems.push_back(violation.message());
+      problems.push_back(violation.message());
     }
-    return std::unexpected(error);
+    return std::unexpected(LoadError(dir, std::move(problems), false));
   }
   return load_pack(std::move(*files), role);
 }
 
 std::expected<LoadedPack, LoadError> Runtime::load_pack(pack::PackFiles files, PackRole role) {
   const std::filesystem::path dir = files.root();
-  LoadError error{dir, {}, false};
+  std::vector<std::string> problems;
+  bool out_of_memory = false;
   const auto fail = [&](std::string problem) {
-    error.problems.push_back(std::move(problem));
-    return std::unexpected(error);
+    problems.push_back(std::move(problem));
+    return std::unexpected(LoadError(dir, problems, out_of_memory));
   };
   if (candidate_loaded_) {
     return fail(
@@ -500,7 +504,7 @@ std::expected<LoadedPack, LoadError> Runtime::load_pack(pack::PackFiles files, P
         "only one candidate");
   }
   if (stopped()) {
-    error.memory_cap_hit = memory_cap_hit();
+    out_of_memory = memory_cap_hit();
     return fail(
         "the runtime has stopped (memory ran out, the write budget ran out or the event "
         "sink failed)");
@@ -513,7 +517,7 @@ std::expected<LoadedPack, LoadError> Runtime::load_pack(pack::PackFiles files, P
   }
   auto manifest = pack::parse_manifest(*manifest_text, (dir / pack::kManifestFile).string(),
                                        pack::RuntimeRequirement::required);
-  if (!manifest) return fail(manifest.error().message());
+  if (!manifest) return fail(manifest.error().message);
   if (manifest->runtime->language != "lua") {
     return fail("manifest.toml [runtime].language is \"" + manifest->runtime->language +
                 "\"; this runtime executes only \"lua\" packs");
@@ -535,7 +539,7 @@ std::expected<LoadedPack, LoadError> Runtime::load_pack(pack::PackFiles files, P
   auto state = new_confined_state(host_, seed_from(config_.trial_id + '\0' + manifest->name),
                                   manifest->name);
   if (!state) {
-    error.memory_cap_hit = memory_cap_hit();
+    out_of_memory = memory_cap_hit();
     return fail(state.error().message);
   }
   host->state = std::move(*state);
@@ -553,23 +557,22 @@ std::expected<LoadedPack, LoadError> Runtime::load_pack(pack::PackFiles files, P
   });
   if (sink_failure_) std::rethrow_exception(sink_failure_);
   if (failure) {
-    error.memory_cap_hit = memory_cap_hit();
+    out_of_memory = memory_cap_hit();
     return fail(host->entry + " failed while loading: " + with_traceback(*failure));
   }
 
   if (host->name != manifest->name) {
-    error.problems.push_back(host->entry + " declares name \"" + host->name +
-                             "\" but manifest.toml [pack].name is \"" + manifest->name + "\"");
+    problems.push_back(host->entry + " declares name \"" + host->name +
+                       "\" but manifest.toml [pack].name is \"" + manifest->name + "\"");
   }
   if (host->version != manifest->version) {
-    error.problems.push_back(host->entry + " declares version \"" + host->version +
-                             "\" but manifest.toml [pack].version is \"" + manifest->version +
-                             "\"");
+    problems.push_back(host->entry + " declares version \"" + host->version +
+                       "\" but manifest.toml [pack].version is \"" + manifest->version + "\"");
   }
   for (auto& mismatch : compare_surfaces(manifest->surface, host->registered, host->entry)) {
-    error.problems.push_back(std::move(mismatch));
+    problems.push_back(std::move(mismatch));
   }
-  if (!error.problems.empty()) return std::unexpected(error);
+  if (!problems.empty()) return std::unexpected(LoadError(dir, problems, out_of_memory));
 
   host->sealed = true;
   PackHost& loaded = *host;

@@ -102,12 +102,15 @@ enum class PackRole {
   candidate,  // the pack under trial, loaded last; scenarios resolve in its root
 };
 
-struct LoadError {
+// A Status whose message is "cannot load the pack at DIR:" followed by one
+// problem per line: resource_exhausted when memory ran out, invalid_argument
+// otherwise.
+struct LoadError : Status {
   std::filesystem::path pack_dir;
   std::vector<std::string> problems;  // every problem found, each a complete sentence
   bool memory_cap_hit = false;        // memory ran out (see Runtime::memory_cap_hit)
-  // "cannot load the pack at DIR:" followed by one problem per line.
-  std::string message() const;
+
+  LoadError(std::filesystem::path dir, std::vector<std::string> found, bool out_of_memory);
 };
 
 struct LoadedPack {

@@ -238,8 +238,7 @@ std::expected<std::vector<pack::PackFiles>, std::string> materialize(
   for (const PackSource* pack : packs_in_load_order(spec)) {
     const std::string role = pack == &spec.candidate ? "candidate pack" : "extra pack";
     auto files = pack::PackFiles::read(pack->root_dir);
-    if (!files)
-      return std::unexpected(role + " " + pack->root_dir + ": " + files.error().message());
+    if (!files) return std::unexpected(role + " " + pack->root_dir + ": " + files.error().message);
     if (pack->expected_bundle_hash) {
       auto verified = pack::compare_pin(pack->expected_bundle_hash->str(), files->bundle_hash(),
                                         pack->root_dir);
@@ -279,7 +278,7 @@ std::expected<std::vector<pack::PackFiles>, std::string> materialize(
       } else {
         tail.outcome = Outcome::materialization_failed;
       }
-      tail.detail = with_warnings(loaded.error().message(), tail.warnings);
+      tail.detail = with_warnings(loaded.error().message, tail.warnings);
       finish(tail);
     }
   }

@@ -49,12 +49,14 @@ std::expected<ChildJob, Status> decode_job(std::string_view text) {
     ChildJob job;
     job.preflight = doc.at("preflight").get<bool>();
     auto limits = parse_trial_limits(doc.at("limits").dump());
-    if (!limits) return failure(ErrorCode::invalid_argument, invalid("limits", limits.error()));
+    if (!limits)
+      return failure(ErrorCode::invalid_argument, invalid("limits", limits.error().list));
     job.limits = *limits;
     if (!doc.at("specification").is_null()) {
       auto spec = parse_trial_specification(doc.at("specification").dump());
       if (!spec)
-        return failure(ErrorCode::invalid_argument, invalid("trial specification", spec.error()));
+        return failure(ErrorCode::invalid_argument,
+                       invalid("trial specification", spec.error().list));
       job.spec = *spec;
     }
     job.fork_run_id = doc.at("fork_run_id").get<std::string>();

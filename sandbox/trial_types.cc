@@ -346,14 +346,14 @@ std::string to_canonical_json(const TrialLimits& limits) {
   return limits_json(limits).dump();
 }
 
-std::expected<TrialLimits, std::vector<std::string>> parse_trial_limits(std::string_view text) {
+std::expected<TrialLimits, Problems> parse_trial_limits(std::string_view text) {
   json doc = json::parse(text.begin(), text.end(), nullptr, false);
   if (doc.is_discarded())
-    return std::unexpected(std::vector<std::string>{"limits: not valid JSON"});
+    return std::unexpected(Problems(std::vector<std::string>{"limits: not valid JSON"}));
   std::vector<std::string> problems;
   TrialLimits limits;
   parse_limits(doc, limits, problems);
-  if (!problems.empty()) return std::unexpected(std::move(problems));
+  if (!problems.empty()) return std::unexpected(Problems(std::move(problems)));
   return limits;
 }
 
@@ -374,15 +374,15 @@ std::string to_canonical_json(const TrialSpecification& spec) {
   return out.dump();
 }
 
-std::expected<TrialSpecification, std::vector<std::string>> parse_trial_specification(
-    std::string_view text) {
+std::expected<TrialSpecification, Problems> parse_trial_specification(std::string_view text) {
   json doc = json::parse(text.begin(), text.end(), nullptr, false);
   if (doc.is_discarded()) {
-    return std::unexpected(std::vector<std::string>{"trial specification: not valid JSON"});
+    return std::unexpected(
+        Problems(std::vector<std::string>{"trial specification: not valid JSON"}));
   }
   if (!doc.is_object()) {
-    return std::unexpected(std::vector<std::string>{
-        "trial specification: must be a JSON object, got " + json_type(doc)});
+    return std::unexpected(Problems(std::vector<std::string>{
+        "trial specification: must be a JSON object, got " + json_type(doc)}));
   }
   std::vector<std::string> problems;
   Fields f(doc, "", problems);
@@ -392,10 +392,10 @@ std::expected<TrialSpecification, std::vector<std::string>> parse_trial_specific
       f.problem("schema_version", "must be an integer, got " + json_type(*version));
     } else if (version->get<std::int64_t>() != TrialSpecification::kSchemaVersion) {
       // A different version may mean anything: refuse before reading further.
-      return std::unexpected(std::vector<std::string>{
+      return std::unexpected(Problems(std::vector<std::string>{
           "schema_version: this build reads trial specifications of version " +
           std::to_string(TrialSpecification::kSchemaVersion) + ", got " + version->dump() +
-          "; run a forktrial that supports it"});
+          "; run a forktrial that supports it"}));
     }
   }
   TrialSpecification spec;
@@ -432,7 +432,7 @@ std::expected<TrialSpecification, std::vector<std::string>> parse_trial_specific
   if (auto scenario = f.string("scenario", false, false)) spec.scenario = *scenario;
   if (const json* limits = f.get("limits", false)) parse_limits(*limits, spec.limits, problems);
   f.reject_unknown();
-  if (!problems.empty()) return std::unexpected(std::move(problems));
+  if (!problems.empty()) return std::unexpected(Problems(std::move(problems)));
   return spec;
 }
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "base/digest.h"
+#include "base/error.h"
 #include "sandbox/isolation.h"
 #include "schema/outcome.h"
 #include "store/ids.h"
@@ -136,7 +137,7 @@ std::string to_canonical_json(const TrialLimits& limits);
 std::vector<std::string> check_trial_specification(const TrialSpecification& spec);
 
 // Parses and validates limits alone (fields named "limits.<name>").
-std::expected<TrialLimits, std::vector<std::string>> parse_trial_limits(std::string_view json);
+std::expected<TrialLimits, Problems> parse_trial_limits(std::string_view json);
 
 // Parses and validates; every problem is reported at once, each naming its
 // field ("limits.max_events: must be a non-negative integer, got a string").
@@ -145,7 +146,6 @@ std::expected<TrialLimits, std::vector<std::string>> parse_trial_limits(std::str
 // `store_path` (kept in `store_path`, unused), a pin of "" or null meaning
 // unpinned, and null for `limits.max_events` or `limits.max_llm_calls`
 // meaning 0. Unknown fields are refused in both.
-std::expected<TrialSpecification, std::vector<std::string>> parse_trial_specification(
-    std::string_view json);
+std::expected<TrialSpecification, Problems> parse_trial_specification(std::string_view json);
 
 }  // namespace forktrial::sandbox

@@ -14,6 +14,7 @@
 #include <string>
 #include <string_view>
 
+#include "base/error.h"
 #include "store/ids.h"
 
 namespace forktrial::store {
@@ -115,16 +116,19 @@ struct NewRun {
 // no invisible or format character (base/text.h is_invisible: "trial\u200b."
 // is not "trial."). Candidates and imported runs choose this text, and
 // everything that shows or serializes it relies on the rule.
-struct TextProblem {
+//
+// A problem is a Status (invalid_argument) whose message is the field, a
+// short escaped excerpt of its value and what is wrong: `field "actor"
+// "\x1b[2J" contains the control character U+001B at offset 0` (events),
+// `label "caf\xe9" is not valid UTF-8 (byte 0xE9 at offset 3)` (runs). The
+// caller names the event or run, unless its id is the bad field.
+struct TextProblem : Status {
   // The field: "id", "type", "actor", "frame_id", "caused_by" or "timestamp"
   // of an event; "id", "label" or "created_at" of a run.
   std::string field;
-  // The field, a short escaped excerpt of its value and what is wrong:
-  // `field "actor" "\x1b[2J" contains the control character U+001B at
-  // offset 0` (events), `label "caf\xe9" is not valid UTF-8 (byte 0xE9 at
-  // offset 3)` (runs). The caller names the event or run, unless its id is
-  // the bad field.
-  std::string message;
+
+  TextProblem(std::string name, std::string why)
+      : Status{ErrorCode::invalid_argument, std::move(why)}, field(std::move(name)) {}
 };
 // The first field of `event` that breaks the rule, in the order id, type,
 // actor, frame_id, caused_by, timestamp; nullopt when none does.

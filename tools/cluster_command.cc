@@ -41,6 +41,9 @@ extern char** environ;
 namespace forktrial::tools {
 namespace {
 
+// What to do about a --key that cannot be read: the library says what is wrong.
+constexpr const char* kKeygenAdvice = "\n`forktrial keygen FILE` writes a keypair file";
+
 namespace fs = std::filesystem;
 using nlohmann::ordered_json;
 
@@ -121,7 +124,7 @@ struct KeyOptions {
                           kUsageError);
     }
     auto own = transport::read_keypair(key);
-    if (!own) throw CommandFailed("--key: " + own.error().message, kUsageError);
+    if (!own) throw CommandFailed("--key: " + own.error().message + kKeygenAdvice, kUsageError);
     auto server = transport::read_public_key(coordinator_key);
     if (!server) throw CommandFailed("--coordinator-key: " + server.error().message, kUsageError);
     return transport::ClientKeys{*own, *server};
@@ -230,7 +233,7 @@ void add_coordinator(CLI::App& app) {
     const Log log = logging->make("coordinator");
     if (!key->empty()) {
       auto own = transport::read_keypair(*key);
-      if (!own) throw CommandFailed("--key: " + own.error().message, kUsageError);
+      if (!own) throw CommandFailed("--key: " + own.error().message + kKeygenAdvice, kUsageError);
       config->curve_key = *own;
       for (const auto& [files, role] : {std::pair{allow_workers, transport::Role::worker},
                                         std::pair{allow_clients, transport::Role::client}}) {
@@ -509,16 +512,30 @@ coordinator::SubmittedJob submit_batch(coordinator::Client& client, coordinator:
   batch.candidates.shrink_to_fit();
   std::vector<coordinator::BundleBlob> list;
   for (const auto& [dir, bundle] : bundles) list.push_back(bundle);
-  return client.submit(batch.name, batch.priority, trials, list);
+  try {
+    return client.submit(batch.name, batch.priority, trials, list);
+  } catch (const Error& e) {
+    // The coordinator says what it lacks; what to do is the command line's.
+    const std::string why = e.what();
+    if (why.find(" in the coordinator's store ") == std::string::npos) throw;
+    throw Error(e.code(),
+                why +
+                    "\nimport each parent run the coordinator lacks into its store "
+                    "first, on its host: forktrial run import FILE --store STORE --id RUN");
+  }
 }
 
 coordinator::Batch read_batch_or_fail(const std::string& file) {
   auto batch = coordinator::read_batch_file(file);
   if (!batch) {
-    std::string message = file + " has " + std::to_string(batch.error().size()) +
-                          (batch.error().size() == 1 ? " problem" : " problems") +
+    std::string message = file + " has " + std::to_string(batch.error().list.size()) +
+                          (batch.error().list.size() == 1 ? " problem" : " problems") +
                           "; nothing was submitted:";
-    for (const auto& problem : batch.error()) message += "\n  " + problem;
+    for (const auto& problem : batch.error().list) message += "\n  " + problem;
+    message +=
+        "\n`forktrial pack check DIR` lists every problem of a pack directory, `forktrial pack "
+        "hash DIR` prints the pin to expect, and `forktrial run ls` and `forktrial run events "
+        "RUN` list the parent runs and the events to fork at";
     throw CommandFailed(message, kUsageError);
   }
   return std::move(*batch);

@@ -27,7 +27,7 @@ void run_hash(const PackOptions& o) {
   // Plain output computes only the hash asked for; --json reports both.
   pack::HashRequest request{.bundle = o.json || !o.content, .content = o.json || o.content};
   auto hashes = pack::hash_tree(o.dir, request);
-  if (!hashes) throw CommandFailed(hashes.error().message());
+  if (!hashes) throw CommandFailed(hashes.error().message);
   if (o.json) {
     print_json({{"path", o.dir},
                 {"bundle_hash", hashes->bundle->str()},

@@ -106,7 +106,7 @@ sandbox::TrialSpecification read_spec_file(const std::string& path) {
   auto spec = sandbox::parse_trial_specification(text);
   if (!spec) {
     std::string message = "--spec " + path + ": not a trial specification forktrial can run:";
-    for (const auto& problem : spec.error()) message += "\n  " + problem;
+    for (const auto& problem : spec.error().list) message += "\n  " + problem;
     message += "\nnothing was forked or recorded; see docs/trials.md, \"TrialSpecification\"";
     throw CommandFailed(message, kUsageError);
   }

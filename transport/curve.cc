@@ -161,9 +161,7 @@ std::expected<Keypair, Status> read_keypair(const std::filesystem::path& path) {
   }
   if (keypair.secret_key.empty()) {
     return failure(ErrorCode::invalid_argument,
-                   shown(path) +
-                       " holds no secret-key: give a keypair file (forktrial keygen "
-                       "writes one), not a .pub file");
+                   shown(path) + " holds no secret-key: give a keypair file, not a .pub file");
   }
   const auto derived = public_of(keypair.secret_key);
   if (!derived) {

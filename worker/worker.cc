@@ -529,7 +529,8 @@ class Worker {
     try {
       auto spec = sandbox::parse_trial_specification(trial.spec);
       if (!spec)
-        throw std::runtime_error("the assigned specification is invalid: " + spec.error().front());
+        throw std::runtime_error("the assigned specification is invalid: " +
+                                 spec.error().list.front());
       std::vector<sandbox::PackSource*> packs{&spec->candidate};
       for (auto& extra : spec->extra_packs) packs.push_back(&extra);
       for (auto* pack : packs) {

@@ -426,11 +426,28 @@ TEST_CASE("a job forked from a run the coordinator lacks is refused once, saying
   CHECK(refused.out.empty());
   // Eight trials, one problem: listed once, with how many trials share it.
   CHECK(refused.err.find("trial 0 (and 7 more): no run run_elsewhere in the coordinator's store " +
-                         cluster.store +
-                         "; import it there first (forktrial run import FILE "
-                         "--store " +
-                         cluster.store + " --id run_elsewhere)") != std::string::npos);
-  CHECK(forktrial::testing::lines_of(refused.err).size() == 2);
+                         cluster.store + "\n") != std::string::npos);
+  // What to do is the command line's to say, once.
+  CHECK(refused.err.find("\nimport each parent run the coordinator lacks into its store first, "
+                         "on its host: forktrial run import FILE --store STORE --id RUN") !=
+        std::string::npos);
+  CHECK(forktrial::testing::lines_of(refused.err).size() == 3);
+}
+
+TEST_CASE("a batch file with problems is refused before anything is sent, saying what to do",
+          "[cluster]") {
+  forktrial::testing::TempDir dir;
+  const auto file = dir.write("empty.toml", "# nothing yet\n");
+  // No coordinator listens there: the file is refused first.
+  auto refused = run_forktrial(
+      {"submit", file.string(), "--coordinator", "tcp://127.0.0.1:9", "--timeout", "1"});
+  CHECK(refused.exit_code == 2);
+  CHECK(refused.out.empty());
+  CHECK_THAT(refused.err,
+             Catch::Contains("has 3 problems; nothing was submitted:") &&
+                 Catch::Contains("\n  run: missing; add run = \"<parent run id>\"\n") &&
+                 Catch::Contains("\n`forktrial pack check DIR` lists every problem "
+                                 "of a pack directory"));
 }
 
 TEST_CASE("cancel drops the queued trials of a job and the coordinator says so", "[cluster]") {
@@ -1065,6 +1082,7 @@ TEST_CASE("a coordinator open to the network without keys refuses to start unles
                              keys.path("workers.allow")});
   CHECK(half.exit_code == 2);
   CHECK(contains(half.err, "holds no secret-key"));
+  CHECK(contains(half.err, "`forktrial keygen FILE` writes a keypair file"));
   // --insecure starts, and says so before anything else.
   const std::string log = (dir.path() / "insecure.log").string();
   {

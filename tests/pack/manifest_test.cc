@@ -84,7 +84,7 @@ using Lines = std::vector<std::string>;
 
 Manifest valid(const std::string& text) {
   auto result = parse_manifest(text, "manifest.toml", RuntimeRequirement::optional);
-  if (!result) FAIL(result.error().message());
+  if (!result) FAIL(result.error().message);
   return *result;
 }
 
@@ -496,7 +496,7 @@ TEST_CASE("manifest: every violation is reported at once, in document order", "[
   CHECK(result.error().issues[0].field == "pack.name");
   CHECK(result.error().issues[1].field == "pack.version");
   CHECK(result.error().issues[2].field == "pack.provenance.authored_by");
-  CHECK(result.error().message().starts_with("pack/manifest.toml: 3 problems:\n  pack.name: "));
+  CHECK(result.error().message.starts_with("pack/manifest.toml: 3 problems:\n  pack.name: "));
 }
 
 TEST_CASE("manifest: unknown keys are warnings, not errors", "[pack][manifest]") {
@@ -515,7 +515,7 @@ TEST_CASE("real activegraph manifests validate without a problem or a warning",
        {"chat", "core", "gmail", "evolution", "tool_gateway", "chatgpt_export"}) {
     INFO(name);
     auto m = load_manifest(kRealManifests / name, RuntimeRequirement::optional);
-    if (!m) FAIL(m.error().message());
+    if (!m) FAIL(m.error().message);
     CHECK(m->name == name);
     CHECK(m->warnings.empty());
     CHECK(m->dependencies.runtime_range_key == "activegraph");

@@ -88,7 +88,7 @@ Hashes agreed_hashes(const fs::path& dir) {
   INFO("tree: " << dir.string());
 
   const auto tree = forktrial::pack::hash_tree(dir);
-  INFO("library violations: " << (tree ? std::string() : tree.error().message()));
+  INFO("library violations: " << (tree ? std::string() : tree.error().message));
   REQUIRE(tree.has_value());
   REQUIRE(tree->bundle.has_value());
   REQUIRE(tree->content.has_value());

@@ -148,7 +148,7 @@ TEST_CASE("code changed on disk after the pack was read never runs", "[runtime][
   auto r = make_runtime();
   REQUIRE(files->bundle_hash() == pin);
   auto loaded = r->rt->load_pack(std::move(*files), PackRole::candidate);
-  if (!loaded) FAIL(loaded.error().message());
+  if (!loaded) FAIL(loaded.error().message);
   const auto result = r->rt->run_scenario("s.lua");
   INFO(result.message);
   REQUIRE(result.outcome == Outcome::completed);

@@ -242,7 +242,7 @@ TEST_CASE("a behavior name that cannot be an actor fails the load", "[runtime][e
   auto r = make_runtime();
   auto loaded = r->rt->load_pack(write_pack(dir, "p", spec), PackRole::candidate);
   REQUIRE_FALSE(loaded);
-  CHECK_THAT(loaded.error().message(),
+  CHECK_THAT(loaded.error().message,
              Catch::Contains("pack:behavior: field \"name\" \"echo\\x1b[2J\" contains the "
                              "control character U+001B at offset 4") &&
                  Catch::Contains("a behavior's name is part of its actor"));

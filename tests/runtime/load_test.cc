@@ -228,6 +228,6 @@ TEST_CASE("a manifest without [runtime] cannot be executed", "[runtime][load]") 
   REQUIRE(problems.size() == 1);
   REQUIRE(problems[0].find("runtime") != std::string::npos);
   auto error = r->rt->load_pack(dir.path() / "p", PackRole::candidate).error();
-  REQUIRE(error.message().starts_with("cannot load the pack at " + (dir.path() / "p").string() +
-                                      ":\n  - "));
+  REQUIRE(error.message.starts_with("cannot load the pack at " + (dir.path() / "p").string() +
+                                    ":\n  - "));
 }

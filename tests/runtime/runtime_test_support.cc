@@ -60,7 +60,7 @@ std::unique_ptr<Recorded> make_runtime(std::vector<store::Event> history,
 
 void load_or_fail(Recorded& r, const std::filesystem::path& dir, runtime::PackRole role) {
   auto loaded = r.rt->load_pack(dir, role);
-  if (!loaded) FAIL(loaded.error().message());
+  if (!loaded) FAIL(loaded.error().message);
 }
 
 nlohmann::json payload_of(const store::NewEvent& event) {

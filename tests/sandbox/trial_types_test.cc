@@ -4,7 +4,7 @@
 
 using namespace forktrial;
 using namespace forktrial::sandbox;
-using Problems = std::vector<std::string>;
+using Texts = std::vector<std::string>;
 
 namespace {
 
@@ -25,10 +25,10 @@ TrialSpecification sample() {
   return spec;
 }
 
-Problems problems(const std::string& json) {
+Texts problems(const std::string& json) {
   auto parsed = parse_trial_specification(json);
   REQUIRE_FALSE(parsed.has_value());
-  return parsed.error();
+  return parsed.error().list;
 }
 
 }  // namespace
@@ -61,8 +61,8 @@ TEST_CASE("key order and whitespace do not change the canonical form", "[sandbox
 }
 
 TEST_CASE("an empty object names every missing field", "[sandbox][spec]") {
-  CHECK(problems("{}") == Problems{"schema_version: missing", "parent_run_id: missing",
-                                   "at_event: missing", "candidate: missing"});
+  CHECK(problems("{}") == Texts{"schema_version: missing", "parent_run_id: missing",
+                                "at_event: missing", "candidate: missing"});
 }
 
 TEST_CASE("a specification activegraph wrote parses, store_path kept and unused",
@@ -100,25 +100,23 @@ TEST_CASE("candidate and pack_source together, or an unknown field, are refused"
   const std::string pack = R"({"root_dir":"/p"})";
   CHECK(problems(R"({"schema_version":1,"parent_run_id":"r","at_event":"e","candidate":)" + pack +
                  R"(,"pack_source":)" + pack + "}") ==
-        Problems{"candidate, pack_source: both given; give the candidate pack once, as candidate "
-                 "(forktrial) or pack_source (activegraph)"});
-  CHECK(
-      problems(R"({"schema_version":1,"parent_run_id":"r","at_event":"e","pack_source":)" + pack +
-               R"(,"store_path":"s","executor":"k8s"})") ==
-      Problems{"executor: unknown field (this build reads trial specification schema_version 1)"});
+        Texts{"candidate, pack_source: both given; give the candidate pack once, as candidate "
+              "(forktrial) or pack_source (activegraph)"});
   CHECK(problems(R"({"schema_version":1,"parent_run_id":"r","at_event":"e","pack_source":)" + pack +
-                 R"(,"store_path":7})") ==
-        Problems{"store_path: must be a string, got an integer"});
+                 R"(,"store_path":"s","executor":"k8s"})") ==
+        Texts{"executor: unknown field (this build reads trial specification schema_version 1)"});
+  CHECK(problems(R"({"schema_version":1,"parent_run_id":"r","at_event":"e","pack_source":)" + pack +
+                 R"(,"store_path":7})") == Texts{"store_path: must be a string, got an integer"});
 }
 
 TEST_CASE("wrong types are refused with the field named", "[sandbox][spec]") {
-  CHECK(problems(R"({"schema_version":1,"parent_run_id":7,"at_event":"e",
+  CHECK(
+      problems(R"({"schema_version":1,"parent_run_id":7,"at_event":"e",
       "candidate":{"root_dir":"/p","manifest_required":"yes","expected_bundle_hash":"sha256:AB"},
       "limits":{"max_events":"many","max_rss_bytes":-1,"wall_clock_seconds":"1",
                 "env_passthrough":["OK_NAME","BAD=1"]},
       "extra_packs":{}, "colour":"red"})") ==
-        Problems{
-            "parent_run_id: must be a string, got an integer",
+      Texts{"parent_run_id: must be a string, got an integer",
             "candidate.expected_bundle_hash: malformed pin \"sha256:AB\": it must have exactly 64 "
             "hex digits after \"sha256:\", found 2",
             "candidate.manifest_required: must be true or false, got a string",
@@ -134,10 +132,10 @@ TEST_CASE("wrong types are refused with the field named", "[sandbox][spec]") {
 
 TEST_CASE("schema_version 2 is refused before anything else is read", "[sandbox][spec]") {
   CHECK(problems(R"({"schema_version":2,"anything":"goes"})") ==
-        Problems{"schema_version: this build reads trial specifications of version 1, got 2; "
-                 "run a forktrial that supports it"});
-  CHECK(problems("[1]") == Problems{"trial specification: must be a JSON object, got an array"});
-  CHECK(problems("{") == Problems{"trial specification: not valid JSON"});
+        Texts{"schema_version: this build reads trial specifications of version 1, got 2; "
+              "run a forktrial that supports it"});
+  CHECK(problems("[1]") == Texts{"trial specification: must be a JSON object, got an array"});
+  CHECK(problems("{") == Texts{"trial specification: not valid JSON"});
 }
 
 TEST_CASE("outcomes map to the child's exit codes and back", "[sandbox]") {

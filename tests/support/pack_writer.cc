@@ -50,10 +50,10 @@ std::string write_pack(const std::filesystem::path& root, const PackSpec& spec) 
   write_file(root / "pack.lua", spec.pack_lua);
   for (const auto& [path, text] : spec.files) write_file(root / path, text);
   auto content = pack::content_hash(root);
-  if (!content) throw std::runtime_error(content.error().message());
+  if (!content) throw std::runtime_error(content.error().message);
   write_file(root / "manifest.toml", manifest_text(spec, content->str()));
   auto bundle = pack::bundle_hash(root);
-  if (!bundle) throw std::runtime_error(bundle.error().message());
+  if (!bundle) throw std::runtime_error(bundle.error().message);
   return bundle->str();
 }
 
