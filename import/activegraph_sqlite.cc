@@ -9,6 +9,7 @@
 
 #include "base/text.h"
 #include "base/timestamp.h"
+#include "import/sqlite_handles.h"
 #include "store/json_text.h"
 
 namespace forktrial::import {
@@ -29,14 +30,10 @@ namespace json_text = store::json_text;
 
 namespace {
 
-struct CloseDb {
-  void operator()(sqlite3* db) const { sqlite3_close(db); }
-};
-struct FinalizeStmt {
-  void operator()(sqlite3_stmt* stmt) const { sqlite3_finalize(stmt); }
-};
-using Db = std::unique_ptr<sqlite3, CloseDb>;
-using Stmt = std::unique_ptr<sqlite3_stmt, FinalizeStmt>;
+using sqlite::column_text;
+using sqlite::Db;
+using sqlite::kActivegraphSchemaVersion;
+using sqlite::Stmt;
 
 std::unexpected<Refusal> invalid(std::string message) {
   return std::unexpected(Refusal{Refused::invalid_input, std::move(message)});
@@ -52,9 +49,6 @@ struct ImportedRun {
   std::optional<std::string> frame_id;
   std::vector<NewEvent> events;
 };
-
-// The layout version of activegraph's SQLite store this importer reads.
-constexpr const char* kActivegraphSchemaVersion = "1";
 
 class SqliteFile {
  public:
@@ -105,13 +99,6 @@ class SqliteFile {
   std::filesystem::path file_;
   Db db_;
 };
-
-std::optional<std::string> column_text(sqlite3_stmt* stmt, int index) {
-  if (sqlite3_column_type(stmt, index) == SQLITE_NULL) return std::nullopt;
-  const unsigned char* text = sqlite3_column_text(stmt, index);
-  return std::string(reinterpret_cast<const char*>(text),
-                     static_cast<std::size_t>(sqlite3_column_bytes(stmt, index)));
-}
 
 // "col" when the table has it, else "NULL", so optional columns read as null.
 std::string optional_column(const std::set<std::string>& columns, const std::string& name) {

@@ -4,6 +4,8 @@
 // prefix, a compacted run) and writes the bytes activegraph's
 // `export-trace --format jsonl` prints for each run. forktrial must import
 // those stores exactly and export those bytes exactly.
+#include "tests/import/activegraph_fixture.h"
+
 #include <sqlite3.h>
 
 #include <catch2/catch.hpp>
@@ -23,61 +25,8 @@ namespace fs = std::filesystem;
 using forktrial::testing::run_command;
 using forktrial::testing::run_forktrial;
 using forktrial::testing::TempDir;
-
-constexpr const char* kGenerator = FORKTRIAL_SOURCE_DIR "/tests/import/activegraph_store.py";
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  REQUIRE(in);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
-
-// An activegraph store written by the generator, with its runs by role
-// ("root", "fork", "compacted") and export-trace's bytes for each.
-struct Fixture {
-  TempDir dir;
-  fs::path db = dir.path() / "activegraph.db";
-  std::map<std::string, std::string> runs;
-
-  explicit Fixture(std::vector<std::string> flags = {}) {
-    std::vector<std::string> argv = {"python3", kGenerator, db.string(), "--export-dir",
-                                     dir.path().string()};
-    argv.insert(argv.end(), flags.begin(), flags.end());
-    const auto result = run_command(argv);
-    INFO("generator stderr: " << result.err);
-    REQUIRE(result.exit_code == 0);
-    for (const std::string& line : forktrial::testing::lines_of(result.out)) {
-      const auto space = line.find(' ');
-      runs[line.substr(0, space)] = line.substr(space + 1);
-    }
-    REQUIRE(runs.contains("root"));
-    REQUIRE(runs.contains("fork"));
-  }
-
-  std::string export_trace(const std::string& role) const {
-    return read_file(dir.path() / (role + ".jsonl"));
-  }
-
-  // The payload column of every row of `run`, in seq order.
-  std::vector<std::string> stored_payloads(const std::string& run) const {
-    sqlite3* raw = nullptr;
-    REQUIRE(sqlite3_open_v2(db.c_str(), &raw, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK);
-    std::unique_ptr<sqlite3, decltype(&sqlite3_close)> conn(raw, sqlite3_close);
-    sqlite3_stmt* stmt = nullptr;
-    REQUIRE(sqlite3_prepare_v2(raw, "SELECT payload FROM events WHERE run_id = ? ORDER BY seq", -1,
-                               &stmt, nullptr) == SQLITE_OK);
-    sqlite3_bind_text(stmt, 1, run.c_str(), -1, SQLITE_TRANSIENT);
-    std::vector<std::string> payloads;
-    while (sqlite3_step(stmt) == SQLITE_ROW) {
-      payloads.emplace_back(reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0)),
-                            static_cast<std::size_t>(sqlite3_column_bytes(stmt, 0)));
-    }
-    sqlite3_finalize(stmt);
-    return payloads;
-  }
-};
+using testing::ActivegraphFixture;
+using testing::exec_sql;
 
 std::string export_of(EventStore& store, const std::string& run_id) {
   auto snap = store.snapshot();
@@ -91,17 +40,6 @@ std::string export_of(EventStore& store, const std::string& run_id) {
   return out;
 }
 
-void exec(const fs::path& db, const std::string& sql) {
-  sqlite3* raw = nullptr;
-  REQUIRE(sqlite3_open(db.c_str(), &raw) == SQLITE_OK);
-  char* error = nullptr;
-  const int rc = sqlite3_exec(raw, sql.c_str(), nullptr, nullptr, &error);
-  INFO(sql << ": " << (error != nullptr ? error : ""));
-  sqlite3_free(error);
-  sqlite3_close(raw);
-  REQUIRE(rc == SQLITE_OK);
-}
-
 Refusal refusal_of(const fs::path& db, EventStore& store) {
   auto result = import::import_activegraph_sqlite(store, db);
   REQUIRE_FALSE(result);
@@ -112,7 +50,7 @@ Refusal refusal_of(const fs::path& db, EventStore& store) {
 
 TEST_CASE("a real activegraph store imports with its ULID run ids, goal, frame and fork",
           "[import][sqlite][activegraph]") {
-  Fixture fixture;
+  ActivegraphFixture fixture;
   const std::string root_id = fixture.runs["root"];
   const std::string fork_id = fixture.runs["fork"];
   CHECK(root_id.size() == 26);
@@ -139,7 +77,7 @@ TEST_CASE("a real activegraph store imports with its ULID run ids, goal, frame a
 }
 
 TEST_CASE("imported payloads keep the bytes activegraph stored", "[import][sqlite][activegraph]") {
-  Fixture fixture;
+  ActivegraphFixture fixture;
   EventStore store(fixture.dir.path() / "store");
   REQUIRE(import::import_activegraph_sqlite(store, fixture.db));
   auto snap = store.snapshot();
@@ -161,7 +99,7 @@ TEST_CASE("imported payloads keep the bytes activegraph stored", "[import][sqlit
 
 TEST_CASE("an imported store exports exactly what activegraph export-trace prints",
           "[import][sqlite][export][activegraph]") {
-  Fixture fixture;
+  ActivegraphFixture fixture;
   EventStore store(fixture.dir.path() / "store");
   REQUIRE(import::import_activegraph_sqlite(store, fixture.db));
   CHECK(export_of(store, fixture.runs["root"]) == fixture.export_trace("root"));
@@ -171,7 +109,7 @@ TEST_CASE("an imported store exports exactly what activegraph export-trace print
 
 TEST_CASE("export-trace JSON Lines import and export back to the same bytes",
           "[import][jsonl][export][activegraph]") {
-  Fixture fixture;
+  ActivegraphFixture fixture;
   EventStore store(fixture.dir.path() / "store");
   for (const std::string role : {"root", "fork"}) {
     INFO(role);
@@ -192,7 +130,7 @@ TEST_CASE("export-trace JSON Lines import and export back to the same bytes",
 
 TEST_CASE("the forktrial command imports a real store and exports export-trace's bytes",
           "[import][sqlite][cli][activegraph]") {
-  Fixture fixture;
+  ActivegraphFixture fixture;
   const std::string store = (fixture.dir.path() / "store").string();
   auto imported = run_forktrial({"run", "import-sqlite", fixture.db.string(), "--store", store});
   INFO(imported.err);
@@ -215,7 +153,7 @@ TEST_CASE("the forktrial command imports a real store and exports export-trace's
 
 TEST_CASE("a store of another schema_version is refused naming both versions",
           "[import][sqlite][activegraph]") {
-  Fixture fixture({"--schema-version", "2"});
+  ActivegraphFixture fixture({"--schema-version", "2"});
   EventStore store(fixture.dir.path() / "store");
   CHECK_THAT(refusal_of(fixture.db, store).message,
              Catch::Contains("activegraph schema_version \"2\" is not one forktrial reads (it "
@@ -224,7 +162,7 @@ TEST_CASE("a store of another schema_version is refused naming both versions",
 
 TEST_CASE("a compacted run is refused naming the run and its runtime.snapshot event",
           "[import][sqlite][activegraph]") {
-  Fixture fixture({"--compacted"});
+  ActivegraphFixture fixture({"--compacted"});
   EventStore store(fixture.dir.path() / "store");
   CHECK_THAT(refusal_of(fixture.db, store).message,
              Catch::Contains("run " + fixture.runs["compacted"] +
@@ -235,14 +173,15 @@ TEST_CASE("a compacted run is refused naming the run and its runtime.snapshot ev
 
 TEST_CASE("a retired run, all of it archived, is refused rather than imported empty",
           "[import][sqlite][activegraph]") {
-  Fixture fixture;
+  ActivegraphFixture fixture;
   // activegraph's retire(): every row of the run moved to the archive.
-  exec(fixture.db,
-       "INSERT INTO events_archive (seq, id, type, actor, payload, frame_id, caused_by, "
-       "timestamp, run_id, archived_at) SELECT seq, id, type, actor, payload, frame_id, "
-       "caused_by, timestamp, run_id, '2026-03-02T00:00:00+00:00' FROM events WHERE run_id = '" +
-           fixture.runs["fork"] + "'; DELETE FROM events WHERE run_id = '" + fixture.runs["fork"] +
-           "'");
+  exec_sql(
+      fixture.db,
+      "INSERT INTO events_archive (seq, id, type, actor, payload, frame_id, caused_by, "
+      "timestamp, run_id, archived_at) SELECT seq, id, type, actor, payload, frame_id, "
+      "caused_by, timestamp, run_id, '2026-03-02T00:00:00+00:00' FROM events WHERE run_id = '" +
+          fixture.runs["fork"] + "'; DELETE FROM events WHERE run_id = '" + fixture.runs["fork"] +
+          "'");
   EventStore store(fixture.dir.path() / "store");
   CHECK_THAT(refusal_of(fixture.db, store).message,
              Catch::Contains("run " + fixture.runs["fork"] +
@@ -252,7 +191,7 @@ TEST_CASE("a retired run, all of it archived, is refused rather than imported em
 
 TEST_CASE("NaN in an activegraph store is refused naming the event and the value",
           "[import][sqlite][payload][activegraph]") {
-  Fixture fixture({"--nan"});
+  ActivegraphFixture fixture({"--nan"});
   EventStore store(fixture.dir.path() / "store");
   CHECK_THAT(refusal_of(fixture.db, store).message,
              Catch::Contains("run " + fixture.runs["root"] +
@@ -262,7 +201,7 @@ TEST_CASE("NaN in an activegraph store is refused naming the event and the value
 
 TEST_CASE("NaN and Infinity in export-trace JSON Lines are refused naming the event and value",
           "[import][jsonl][payload][activegraph]") {
-  Fixture fixture({"--nan"});
+  ActivegraphFixture fixture({"--nan"});
   std::istringstream in(fixture.export_trace("root"));
   auto events = import::jsonl::parse_events(in);
   REQUIRE_FALSE(events);
@@ -282,7 +221,7 @@ TEST_CASE("NaN and Infinity in export-trace JSON Lines are refused naming the ev
 
 TEST_CASE("a live store in WAL mode imports one committed state while a writer is open",
           "[import][sqlite][activegraph]") {
-  Fixture fixture;
+  ActivegraphFixture fixture;
   const std::string root = fixture.runs["root"];
   sqlite3* raw = nullptr;
   REQUIRE(sqlite3_open(fixture.db.c_str(), &raw) == SQLITE_OK);
