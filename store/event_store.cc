@@ -407,6 +407,23 @@ Result<Digest> Writer::store_segment(const RunId& run, std::uint64_t up_to_seq) 
       [&](const blob::Sink& sink) { reader.stream_segment(*record, up_to_seq, sink); });
 }
 
+Result<std::uint64_t> for_each_segment_event(std::span<const std::byte> segment,
+                                             const std::function<bool(const EventView&)>& visit) {
+  auto bad = [](const std::string& why) {
+    return std::unexpected(refuse(Refused::invalid_segment, "invalid segment: " + why));
+  };
+  auto events = SegmentReader::open(segment);
+  if (!events) return bad(events.error().message);
+  std::uint64_t visited = 0;
+  for (;;) {
+    auto next = events->next();
+    if (!next) return bad(next.error().message);
+    if (!*next) return visited;
+    ++visited;
+    if (!visit((*next)->view)) return visited;
+  }
+}
+
 Result<RunInfo> Writer::load_segment(std::span<const std::byte> segment, const NewRun& run) {
   auto bad = [](const std::string& why) {
     return std::unexpected(refuse(Refused::invalid_segment, "invalid segment: " + why));

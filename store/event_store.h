@@ -344,4 +344,11 @@ class Snapshot {
   std::unique_ptr<State> state_;
 };
 
+// Reads the events of a segment (as EventStore::segment writes one) in
+// order, checking every byte as load_segment does, and calls `visit` with
+// each until it returns false. Returns how many were visited; refused with
+// invalid_segment naming what is wrong, after visiting the events before it.
+Result<std::uint64_t> for_each_segment_event(std::span<const std::byte> segment,
+                                             const std::function<bool(const EventView&)>& visit);
+
 }  // namespace forktrial::store

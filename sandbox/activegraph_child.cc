@@ -1,0 +1,363 @@
+#include "sandbox/activegraph_child.h"
+
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <string_view>
+
+#include "base/text.h"
+#include "base/timestamp.h"
+#include "import/activegraph_scratch.h"
+#include "sandbox/delta.h"
+#include "sandbox/scratch.h"
+
+extern char** environ;
+
+namespace forktrial::sandbox {
+
+namespace {
+
+using nlohmann::json;
+using nlohmann::ordered_json;
+
+// What the probe prints: where activegraph is, its version, and the
+// interpreter's path.
+constexpr const char* kProbeScript = R"(import json, os, sys
+try:
+    import activegraph
+except BaseException as e:
+    print(json.dumps({"error": type(e).__name__ + ": " + str(e)}))
+    sys.exit(3)
+root = os.path.dirname(os.path.dirname(os.path.abspath(activegraph.__file__)))
+print(json.dumps({"root": root, "version": str(getattr(activegraph, "__version__", "")),
+                  "path": [p for p in sys.path if p and os.path.isdir(p)]}))
+)";
+
+constexpr std::size_t kDetailBytes = 4096;
+
+// `name` as the program to run: itself when it holds a slash, else the first
+// executable of that name on PATH.
+std::optional<std::filesystem::path> program_path(const std::string& name) {
+  if (name.find('/') != std::string::npos) return std::filesystem::absolute(name);
+  const char* path = std::getenv("PATH");
+  std::string_view dirs = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
+  while (!dirs.empty()) {
+    const auto colon = dirs.find(':');
+    const std::string dir(dirs.substr(0, colon));
+    dirs = colon == std::string_view::npos ? std::string_view{} : dirs.substr(colon + 1);
+    if (dir.empty()) continue;
+    const auto candidate = std::filesystem::path(dir) / name;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return std::nullopt;
+}
+
+// The last line of `out` that parses as a JSON object holding `key`.
+std::optional<json> last_object_with(std::string_view out, std::string_view key) {
+  while (!out.empty()) {
+    if (out.back() == '\n') out.remove_suffix(1);
+    const auto newline = out.rfind('\n');
+    const std::string_view line = newline == std::string_view::npos ? out : out.substr(newline + 1);
+    auto parsed = json::parse(line, nullptr, false);
+    if (parsed.is_object() && parsed.contains(key)) return parsed;
+    out = newline == std::string_view::npos ? std::string_view{} : out.substr(0, newline);
+  }
+  return std::nullopt;
+}
+
+void append_line(std::string& detail, const std::string& line) {
+  if (line.empty()) return;
+  if (!detail.empty()) detail += '\n';
+  detail += line;
+}
+
+// What the child wrote on stderr, for a detail: its own diagnostics (a
+// traceback) and nothing a tail could pose as.
+std::string stderr_detail(const ChildResult& child) {
+  if (child.stderr_tail.empty()) return "";
+  const std::string_view text = child.stderr_tail;
+  return "child diagnostics (stderr, last bytes):\n" +
+         bounded_text(text.size() > kDetailBytes ? text.substr(text.size() - kDetailBytes) : text,
+                      kDetailBytes);
+}
+
+std::uint64_t cpu_seconds(const TrialLimits& limits) {
+  if (limits.max_cpu_seconds) return *limits.max_cpu_seconds;
+  return static_cast<std::uint64_t>(limits.wall_clock_seconds) + 5;
+}
+
+ordered_json pack_json(const PackSource& pack) {
+  return ordered_json{
+      {"pack_root", std::filesystem::absolute(pack.root_dir).lexically_normal().string()},
+      {"expected_bundle_hash", pack.expected_bundle_hash ? pack.expected_bundle_hash->str() : ""},
+      {"manifest_required", pack.manifest_required}};
+}
+
+std::string joined(const std::vector<std::string>& parts) {
+  std::string out;
+  for (const auto& part : parts) {
+    if (!out.empty()) out += ':';
+    out += part;
+  }
+  return out;
+}
+
+SpawnRequest python_request(const ActivegraphInstall& install, std::vector<std::string> env,
+                            std::string stdin_data, std::chrono::milliseconds wall_clock) {
+  SpawnRequest request;
+  request.program = install.python.string();
+  request.args = {"-m", "activegraph.sandbox._child"};
+  env.push_back("PYTHONPATH=" + joined(install.python_path));
+  // No bytecode written beside the packs, whose directories are pinned.
+  env.push_back("PYTHONDONTWRITEBYTECODE=1");
+  request.env = std::move(env);
+  request.stdin_data = std::move(stdin_data);
+  request.wall_clock = wall_clock;
+  return request;
+}
+
+}  // namespace
+
+std::expected<ActivegraphInstall, Status> find_activegraph(const std::string& python,
+                                                           std::chrono::milliseconds timeout) {
+  auto program = program_path(python);
+  if (!program) {
+    return failure(ErrorCode::unavailable, "no Python interpreter \"" + python +
+                                               "\" on PATH; activegraph packs run "
+                                               "in activegraph's own trial child");
+  }
+  SpawnRequest request;
+  request.program = program->string();
+  request.args = {"-c", kProbeScript};
+  for (char** e = environ; *e != nullptr; ++e) request.env.emplace_back(*e);
+  request.wall_clock = timeout;
+  ChildResult probe;
+  try {
+    probe = run_child(request);
+  } catch (const Error& e) {
+    return failure(ErrorCode::unavailable, "cannot run " + program->string() + ": " + e.what());
+  }
+  auto answer = last_object_with(probe.stdout_tail, "root");
+  if (!probe.exited || probe.exit_code != 0 || !answer || !(*answer)["root"].is_string()) {
+    std::string why = "activegraph does not import with " + program->string();
+    if (auto error = last_object_with(probe.stdout_tail, "error");
+        error && (*error)["error"].is_string()) {
+      why += ": " + bounded_text((*error)["error"].get<std::string>(), kDetailBytes);
+    } else if (probe.wall_clock_killed) {
+      why += ": the interpreter did not answer within " + std::to_string(timeout.count()) + " ms";
+    }
+    append_line(why, stderr_detail(probe));
+    return failure(ErrorCode::unavailable, why);
+  }
+  ActivegraphInstall install;
+  install.python = *program;
+  install.python_path.push_back((*answer)["root"].get<std::string>());
+  if ((*answer)["version"].is_string()) install.version = (*answer)["version"];
+  if ((*answer)["path"].is_array()) {
+    for (const auto& entry : (*answer)["path"]) {
+      if (!entry.is_string()) continue;
+      const std::string dir = entry.get<std::string>();
+      if (std::find(install.python_path.begin(), install.python_path.end(), dir) ==
+          install.python_path.end()) {
+        install.python_path.push_back(dir);
+      }
+    }
+  }
+  return install;
+}
+
+std::string activegraph_job(const std::filesystem::path& store_path, const store::RunId& fork_id,
+                            std::uint64_t initial_events, const TrialSpecification& spec) {
+  ordered_json extras = ordered_json::array();
+  for (const auto& extra : spec.extra_packs) extras.push_back(pack_json(extra));
+  ordered_json job = {{"store_path", store_path.string()},
+                      {"fork_run_id", fork_id.str()},
+                      {"initial_events", initial_events}};
+  const ordered_json candidate = pack_json(spec.candidate);
+  for (const auto& [key, value] : candidate.items()) job[key] = value;
+  job["extra_packs"] = std::move(extras);
+  job["scenario"] = spec.scenario;
+  const TrialLimits& limits = spec.limits;
+  job["limits"] = ordered_json{
+      {"max_rss_bytes", limits.max_rss_bytes ? ordered_json(*limits.max_rss_bytes) : nullptr},
+      {"max_events", limits.max_events},
+      {"max_llm_calls", limits.max_llm_calls},
+      {"cpu_seconds", cpu_seconds(limits)}};
+  return job.dump();
+}
+
+TrialVerdict activegraph_verdict(const ChildResult& child, const TrialLimits& limits) {
+  TrialVerdict verdict;
+  verdict.exit_code = child.exited ? child.exit_code : -child.signal;
+  verdict.wall_clock_killed = child.wall_clock_killed;
+  if (child.wall_clock_killed) {
+    verdict.outcome = Outcome::limits_exceeded;
+    verdict.stopped_by_net = true;
+    verdict.detail = "wall clock exceeded " + json(limits.wall_clock_seconds).dump() +
+                     "s; child killed (its process group)";
+    return verdict;
+  }
+  if (!child.exited && child.signal == SIGXCPU) {
+    verdict.outcome = Outcome::limits_exceeded;
+    verdict.stopped_by_net = true;
+    verdict.detail = "CPU net: the child used up its RLIMIT_CPU of " +
+                     std::to_string(cpu_seconds(limits)) + " s of CPU time (SIGXCPU)";
+    return verdict;
+  }
+  const auto tail = last_object_with(child.stdout_tail, "outcome");
+  std::optional<Outcome> claimed;
+  if (tail && (*tail)["outcome"].is_string()) {
+    claimed = outcome_from_name((*tail)["outcome"].get<std::string>());
+  }
+  if (child.exited && claimed && *claimed != Outcome::crashed &&
+      exit_code_of(*claimed) == child.exit_code) {
+    verdict.outcome = *claimed;
+    if ((*tail)["detail"].is_string()) {
+      verdict.detail = bounded_text((*tail)["detail"].get<std::string>(), kDetailBytes);
+    }
+    const auto count = [&](const char* key) -> std::optional<std::uint64_t> {
+      const auto& value = (*tail)[key];
+      if (value.is_number_unsigned()) return value.get<std::uint64_t>();
+      return std::nullopt;
+    };
+    verdict.claimed_events = count("events_appended");
+    verdict.claimed_failures = count("behavior_failures");
+    return verdict;
+  }
+  verdict.outcome = Outcome::crashed;
+  if (tail && child.exited) {
+    append_line(verdict.detail, "the child's tail says \"" +
+                                    bounded_text(tail->value("outcome", json()).dump(), 64) +
+                                    "\" but it exited with code " +
+                                    std::to_string(child.exit_code));
+  } else if (child.exited && outcome_of_exit_code(child.exit_code) != Outcome::crashed &&
+             child.exit_code != 0) {
+    // activegraph's parent takes the exit code when no tail came.
+    verdict.outcome = outcome_of_exit_code(child.exit_code);
+    append_line(verdict.detail,
+                "child exited " + std::to_string(child.exit_code) + " with no report tail");
+  } else if (child.exited) {
+    append_line(verdict.detail,
+                "child exited " + std::to_string(child.exit_code) + " with no report tail");
+  } else {
+    append_line(verdict.detail, "the child was killed by signal " + std::to_string(child.signal));
+  }
+  append_line(verdict.detail, stderr_detail(child));
+  return verdict;
+}
+
+ExecutedTrial execute_activegraph_trial(std::span<const std::byte> segment,
+                                        const TrialSpecification& spec, const store::RunId& fork_id,
+                                        const ActivegraphInstall& install,
+                                        const ChildOptions& options) {
+  if (auto problems = check_trial_specification(spec); !problems.empty()) {
+    std::string message = "the trial specification is invalid:";
+    for (const auto& problem : problems) message += "\n  " + problem;
+    throw TrialSetupError(TrialSetupError::Kind::invalid_specification, message);
+  }
+  ScratchDir scratch(options.scratch_parent);
+  const auto store_path = scratch.path() / "activegraph.db";
+
+  // The fork and its history, in activegraph's layout.
+  UnixMillis tip = 0;
+  std::optional<Status> unreadable;
+  const import::ScratchFork fork{fork_id, spec.parent_run_id, spec.at_event, spec.label,
+                                 now_timestamp()};
+  auto written = import::write_scratch_store(store_path, fork, [&](const auto& visit) {
+    auto read = store::for_each_segment_event(segment, [&](const store::EventView& event) {
+      tip = parse_timestamp(event.timestamp).value_or(tip);
+      return visit(event);
+    });
+    if (!read) unreadable = read.error();
+  });
+  if (unreadable) {
+    throw TrialSetupError(TrialSetupError::Kind::invalid_specification,
+                          "the fork's history segment cannot be read: " + unreadable->message);
+  }
+  if (!written) throw Error(written.error());
+  const std::uint64_t fork_seq = *written;
+
+  // The child, in a closed environment with activegraph on its path.
+  std::chrono::milliseconds wall_clock{0};
+  if (spec.limits.wall_clock_seconds > 0) {
+    wall_clock = std::chrono::milliseconds(
+        static_cast<std::int64_t>(std::ceil(spec.limits.wall_clock_seconds * 1000.0)));
+  }
+  std::vector<std::string> env = closed_environment(spec.limits.env_passthrough, environ);
+  env.insert(env.end(), options.extra_env.begin(), options.extra_env.end());
+  SpawnRequest request = python_request(
+      install, std::move(env), activegraph_job(store_path, fork_id, fork_seq, spec), wall_clock);
+  request.cancellation = options.cancellation;
+  const ChildResult child = run_child(request);
+
+  ExecutedTrial executed;
+  executed.fork_seq = fork_seq;
+  executed.verdict = activegraph_verdict(child, spec.limits);
+  if (options.isolation == Isolation::strict) {
+    executed.verdict.warnings.push_back(
+        "strict isolation: not applied to activegraph's child yet; it ran under standard "
+        "isolation (a fresh process, a closed environment, its own rlimits, the wall clock)");
+  }
+
+  // What the child appended, held to the rules every delta is held to; a
+  // little past the write budget is read, so that the budget's rule sees it.
+  const import::ScratchLimits bounds{spec.limits.max_appended_events + 2,
+                                     spec.limits.max_appended_bytes + (std::uint64_t{1} << 20)};
+  auto appended = import::read_scratch_appended(store_path, fork_id, fork_seq, bounds);
+  std::string cut;
+  bool over_budget = false;
+  std::uint64_t accepted = 0;
+  if (!appended) {
+    cut = "the child's scratch store cannot be read (" + appended.error().message +
+          "); nothing of its delta was recorded";
+  } else {
+    DeltaRules rules("the child", tip, spec.limits);
+    for (const auto& event : appended->events) {
+      if (rules.check(store::view_of(event))) break;
+    }
+    accepted = rules.accepted();
+    if (const auto& rule_cut = rules.cut()) {
+      cut = rule_cut->reason;
+      over_budget = rule_cut->over_budget;
+    }
+    appended->events.resize(accepted);
+    executed.events = std::move(appended->events);
+  }
+  TrialVerdict& verdict = executed.verdict;
+  if (!cut.empty()) {
+    if (!verdict.stopped_by_net) {
+      verdict.outcome = over_budget ? Outcome::limits_exceeded : Outcome::crashed;
+    }
+    append_line(verdict.detail, cut);
+    verdict.claimed_events.reset();
+    verdict.claimed_failures.reset();
+  }
+  return executed;
+}
+
+std::optional<Status> activegraph_preflight(const ActivegraphInstall& install,
+                                            std::chrono::milliseconds timeout) {
+  SpawnRequest request =
+      python_request(install, closed_environment({}, environ), R"({"preflight": true})", timeout);
+  ChildResult child;
+  try {
+    child = run_child(request);
+  } catch (const Error& e) {
+    return Status{ErrorCode::unavailable,
+                  "cannot start activegraph's trial child: " + std::string(e.what())};
+  }
+  const auto answer = last_object_with(child.stdout_tail, "preflight");
+  if (child.exited && child.exit_code == 0 && answer && (*answer)["preflight"] == "ok") {
+    return std::nullopt;
+  }
+  std::string why = "activegraph's trial child did not answer the preflight (" +
+                    (child.exited ? "exit " + std::to_string(child.exit_code)
+                                  : "signal " + std::to_string(child.signal)) +
+                    ")";
+  append_line(why, stderr_detail(child));
+  return Status{ErrorCode::unavailable, why};
+}
+
+}  // namespace forktrial::sandbox

@@ -1,0 +1,1 @@
+"""The stand-in's sandbox package: only the trial child (_child.py)."""
