@@ -5,11 +5,12 @@
 #pragma once
 
 #include <expected>
+#include <filesystem>
+#include <optional>
 #include <string_view>
 
 #include "base/error.h"
 #include "pack/manifest.h"
-#include "pack/pack_files.h"
 
 namespace forktrial::pack {
 
@@ -22,11 +23,17 @@ enum class Executor {
 // command line use.
 std::string_view executor_name(Executor executor);
 
-// The executor of the pack whose manifest (parsed with [runtime] optional)
-// and files are given. Refused (invalid_argument, saying what is missing)
+// The executor of the pack at `root` whose manifest (parsed with [runtime]
+// optional) is given. Refused (invalid_argument, saying what is missing)
 // for a pack that is neither: a [runtime] table names the Lua runtime, and
-// without one the pack must be an activegraph package (an __init__.py at its
-// root, and a dependencies.activegraph range).
-std::expected<Executor, Status> executor_of(const Manifest& manifest, const PackFiles& files);
+// without one the pack must be an activegraph package (a regular file
+// __init__.py at its root, and a dependencies.activegraph range).
+std::expected<Executor, Status> executor_of(const Manifest& manifest,
+                                            const std::filesystem::path& root);
+
+// The executor of the pack at `root`, read from its manifest.toml; nullopt
+// when the manifest cannot be read or the pack is neither (whoever runs it
+// then says why).
+std::optional<Executor> executor_at(const std::filesystem::path& root);
 
 }  // namespace forktrial::pack

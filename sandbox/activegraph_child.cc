@@ -4,6 +4,8 @@
 
 #include <csignal>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string_view>
 
@@ -166,6 +168,20 @@ std::expected<ActivegraphInstall, Status> find_activegraph(const std::string& py
     }
   }
   return install;
+}
+
+ActivegraphInstall activegraph_install(const ChildOptions& options) {
+  if (options.activegraph) return *options.activegraph;
+  static std::mutex mutex;
+  static std::map<std::string, std::expected<ActivegraphInstall, Status>> found;
+  std::lock_guard lock(mutex);
+  auto it = found.find(options.python);
+  if (it == found.end()) it = found.emplace(options.python, find_activegraph(options.python)).first;
+  if (!it->second) {
+    throw SandboxStartupError("the candidate is an activegraph pack, and " +
+                              it->second.error().message);
+  }
+  return *it->second;
 }
 
 std::string activegraph_job(const std::filesystem::path& store_path, const store::RunId& fork_id,

@@ -42,13 +42,6 @@
 
 namespace forktrial::sandbox {
 
-// Where activegraph is, as the interpreter that runs it sees it.
-struct ActivegraphInstall {
-  std::filesystem::path python;          // the interpreter, an absolute path
-  std::vector<std::string> python_path;  // the child's PYTHONPATH, in order
-  std::string version;                   // activegraph.__version__ ("" when it has none)
-};
-
 // Asks `python` (a path, or a name searched on PATH) where activegraph is,
 // with the caller's own environment, as a user would run it: the child's
 // PYTHONPATH is then the directory holding the activegraph package, followed
@@ -83,6 +76,11 @@ ExecutedTrial execute_activegraph_trial(std::span<const std::byte> segment,
                                         const TrialSpecification& spec, const store::RunId& fork_id,
                                         const ActivegraphInstall& install,
                                         const ChildOptions& options = {});
+
+// The activegraph `options` names, or the one find_activegraph(options.python)
+// finds (asked once per process and interpreter). Throws SandboxStartupError
+// saying why when there is none.
+ActivegraphInstall activegraph_install(const ChildOptions& options);
 
 // Starts the child with {"preflight": true}: nothing when it answers
 // {"preflight": "ok"} and exits 0, else why not (unavailable).

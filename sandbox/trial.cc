@@ -15,7 +15,9 @@
 #include "base/timestamp.h"
 #include "base/unique_fd.h"
 #include "pack/bundle_hash.h"
+#include "pack/executor.h"
 #include "runtime/runtime.h"
+#include "sandbox/activegraph_child.h"
 #include "sandbox/cgroup.h"
 #include "sandbox/confine.h"
 #include "sandbox/delta.h"
@@ -368,6 +370,47 @@ void require_valid(const TrialSpecification& spec) {
 
 }  // namespace
 
+namespace {
+
+bool runs_on_activegraph(const TrialSpecification& spec) {
+  return pack::executor_at(spec.candidate.root_dir) == pack::Executor::activegraph;
+}
+
+// An activegraph pack's trial on this machine: the fork's segment through
+// activegraph's child, then recorded here as a worker's result is.
+TrialReport run_activegraph_trial(store::EventStore& store, const TrialSpecification& spec,
+                                  std::uint64_t fork_seq, const ChildOptions& options) {
+  const ActivegraphInstall install = activegraph_install(options);
+  std::vector<std::byte> segment;
+  {
+    auto snapshot = store.snapshot();
+    segment = snapshot.segment(*snapshot.run(spec.parent_run_id), fork_seq);
+  }
+  const store::RunId fork_id = store.new_run_id();
+  ExecutedTrial executed = execute_activegraph_trial(segment, spec, fork_id, install, options);
+  const store::NewRun fork_record{.id = fork_id, .label = spec.label};
+  auto record = [&](std::uint64_t accepted) {
+    return store.write([&](store::Writer& writer) {
+      return record_trial(writer, spec, fork_record, accepted, delta_of(executed.events),
+                          executed.verdict);
+    });
+  };
+  auto recorded = record(executed.events.size());
+  if (!recorded && !executed.events.empty()) {
+    executed.verdict = without_delta(executed.verdict, recorded.error().message);
+    recorded = record(0);
+  }
+  if (!recorded) {
+    throw store::StoreError("cannot record trial " + fork_id.str() +
+                            " in the store: " + recorded.error().message);
+  }
+  TrialReport report = report_from_store(store.snapshot(), fork_id, fork_seq, executed.verdict);
+  report.isolation = trial_isolation(Isolation::standard, spec.limits, report.warnings);
+  return report;
+}
+
+}  // namespace
+
 TrialReport run_trial(store::EventStore& store, const TrialSpecification& spec,
                       const ChildOptions& options) {
   // 0. What the caller got wrong is refused before anything is forked,
@@ -397,6 +440,7 @@ TrialReport run_trial(store::EventStore& store, const TrialSpecification& spec,
     fork_seq = point->seq;
     tip = parse_timestamp(point->timestamp).value_or(0);
   }
+  if (runs_on_activegraph(spec)) return run_activegraph_trial(store, spec, fork_seq, options);
   const store::RunId fork_id = store.new_run_id();
   const store::NewRun fork_record{.id = fork_id, .label = spec.label};
 
@@ -449,6 +493,10 @@ TrialReport run_trial(store::EventStore& store, const TrialSpecification& spec,
 ExecutedTrial execute_trial(std::span<const std::byte> segment, const TrialSpecification& spec,
                             const store::RunId& fork_id, const ChildOptions& options) {
   require_valid(spec);
+  if (runs_on_activegraph(spec)) {
+    return execute_activegraph_trial(segment, spec, fork_id, activegraph_install(options),
+                                     options);
+  }
   ScratchDir scratch(options.scratch_parent);
   const auto scratch_store = scratch.path() / "store";
   std::uint64_t fork_seq = 0;

@@ -65,6 +65,14 @@ class SandboxStartupError : public Error {
       : Error(ErrorCode::unavailable, message) {}
 };
 
+// Where activegraph is, as the interpreter that runs it sees it
+// (sandbox/activegraph_child.h find_activegraph).
+struct ActivegraphInstall {
+  std::filesystem::path python;          // the interpreter, an absolute path
+  std::vector<std::string> python_path;  // the child's PYTHONPATH, in order
+  std::string version;                   // activegraph.__version__ ("" when it has none)
+};
+
 // How the parent runs children. Defaults suit production; tests override.
 struct ChildOptions {
   std::filesystem::path child_path;      // empty: default_child_path()
@@ -76,6 +84,11 @@ struct ChildOptions {
   // strict: namespaces, the seccomp filter and a cgroup (isolation.h); what
   // the host cannot apply is a warning in the report (and preflight's).
   Isolation isolation = Isolation::standard;
+  // The activegraph executor's interpreter, for a candidate that is an
+  // activegraph pack (pack/executor.h): `activegraph` when set, else where
+  // find_activegraph(python) finds it (asked once per process).
+  std::string python = "python3";
+  std::optional<ActivegraphInstall> activegraph;
 };
 
 // Where the trial child is: $FORKTRIAL_CHILD when it is set; else

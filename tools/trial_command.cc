@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "pack/bundle_hash.h"
+#include "sandbox/activegraph_child.h"
 #include "sandbox/limit_units.h"
 #include "sandbox/trial.h"
 #include "tools/cli_support.h"
@@ -369,17 +370,24 @@ void add_preflight_command(CLI::App& app) {
   auto wall_clock = std::make_shared<std::string>("120");
   auto json = std::make_shared<bool>(false);
   auto isolation = std::make_shared<sandbox::Isolation>(sandbox::Isolation::standard);
+  auto python = std::make_shared<std::string>("python3");
   CLI::App* cmd = app.add_subcommand(
       "preflight",
       "Check that a trial child can start on this machine under the given nets. Prints the\n"
       "nets that degraded here (none: every net applies), or the child's startup error; with\n"
-      "--isolation strict, also which of strict isolation's nets this host can apply.");
+      "--isolation strict, also which of strict isolation's nets this host can apply. Then\n"
+      "the executors: lua (forktrial's own child) and activegraph (activegraph's trial child,\n"
+      "for activegraph Python packs), with the version of activegraph found, or why none was.");
+  cmd->add_option("--python", *python,
+                  "the interpreter activegraph packs run with (a path, or a name on PATH)")
+      ->capture_default_str();
   cmd->add_option("--max-rss", *max_rss, "memory cap to probe")->capture_default_str();
   cmd->add_option("--wall-clock", *wall_clock, "wall clock to probe: seconds, or 10s / 2m")
       ->capture_default_str();
   add_isolation_option(cmd, *isolation);
   cmd->add_flag("--json", *json,
-                "print {\"ok\", \"child\", \"isolation\", \"nets\", \"warnings\"} as JSON");
+                "print {\"ok\", \"child\", \"isolation\", \"nets\", \"warnings\", "
+                "\"executors\"} as JSON");
   cmd->footer(examples_footer({"forktrial preflight", "forktrial preflight --max-rss 1G --json",
                                "forktrial preflight --isolation strict"}));
   cmd->callback([=] {
@@ -405,6 +413,14 @@ void add_preflight_command(CLI::App& app) {
                           kUsageError);
     }
     const std::string child = sandbox::default_child_path().string();
+    // activegraph: found where the interpreter looks, and its child answers.
+    auto activegraph = sandbox::find_activegraph(*python);
+    std::optional<Status> activegraph_problem;
+    if (!activegraph) {
+      activegraph_problem = activegraph.error();
+    } else {
+      activegraph_problem = sandbox::activegraph_preflight(*activegraph);
+    }
     if (*json) {
       ordered_json out{{"ok", true},
                        {"child", child},
@@ -414,6 +430,14 @@ void add_preflight_command(CLI::App& app) {
         out["nets"].push_back({{"name", net.name}, {"applies", net.applies}, {"how", net.how}});
       }
       out["warnings"] = warnings;
+      ordered_json ag{{"name", "activegraph"}, {"ok", !activegraph_problem}};
+      if (activegraph) {
+        ag["version"] = activegraph->version;
+        ag["python"] = activegraph->python.string();
+        ag["python_path"] = activegraph->python_path;
+      }
+      if (activegraph_problem) ag["why"] = activegraph_problem->message;
+      out["executors"] = ordered_json::array({ordered_json{{"name", "lua"}, {"ok", true}}, ag});
       std::cout << json_text(out, 2) << '\n';
       return;
     }
@@ -428,6 +452,17 @@ void add_preflight_command(CLI::App& app) {
       for (const auto& w : warnings) std::printf("  %s\n", terminal_safe(w).c_str());
     }
     std::printf("child: %s\n", terminal_safe(child).c_str());
+    std::printf("executor lua: ok\n");
+    if (activegraph_problem) {
+      std::printf("executor activegraph: not available: %s\n",
+                  terminal_safe(activegraph_problem->message).c_str());
+    } else {
+      std::printf("executor activegraph: ok, activegraph %s with %s\n",
+                  terminal_safe(activegraph->version.empty() ? "(no version)"
+                                                             : activegraph->version)
+                      .c_str(),
+                  terminal_safe(activegraph->python.string()).c_str());
+    }
   });
 }
 

@@ -36,7 +36,7 @@ _forktrial_options() {
     trial) echo "--help --store --spec --run --at --pack --expect --extra-pack --scenario" \
       "--wall-clock --max-rss --max-events --max-cpu --max-appended-events" \
       "--max-appended-bytes --env-pass --label --isolation --json" ;;
-    preflight) echo "--help --max-rss --wall-clock --isolation --json" ;;
+    preflight) echo "--help --max-rss --wall-clock --isolation --python --json" ;;
     keygen) echo "--help --force --json" ;;
     coordinator) echo "--help --store --listen --lease --max-attempts --commit-window" \
       "--max-queued --max-worker-slots --key --allow-workers --allow-clients --admin-clients" \

@@ -23,17 +23,17 @@ std::string text_of(const fs::path& file) {
   return out.str();
 }
 
-std::expected<Executor, Status> executor_at(const fs::path& dir) {
+std::expected<Executor, Status> executor_in(const fs::path& dir) {
   auto manifest = load_manifest(dir, RuntimeRequirement::optional);
   REQUIRE(manifest);
-  auto files = PackFiles::read(dir);
-  REQUIRE(files);
-  return executor_of(*manifest, *files);
+  return executor_of(*manifest, dir);
 }
 
 TEST_CASE("a forktrial pack runs on Lua, an activegraph package on activegraph's child",
           "[pack][executor]") {
+  CHECK(executor_in(kSource / "examples/packs/greeter") == Executor::lua);
   CHECK(executor_at(kSource / "examples/packs/greeter") == Executor::lua);
+  CHECK_FALSE(executor_at(kSource / "examples/no-such-pack"));
   CHECK(executor_name(Executor::lua) == "lua");
   CHECK(executor_name(Executor::activegraph) == "activegraph");
 
@@ -43,12 +43,13 @@ TEST_CASE("a forktrial pack runs on Lua, an activegraph package on activegraph's
       text_of(kSource / "tests/pack/data/activegraph-packs/chat/manifest.toml");
   dir.write("chat/manifest.toml", chat);
   dir.write("chat/behaviors.py", "# behaviors\n");
-  auto missing = executor_at(dir.path() / "chat");
+  auto missing = executor_in(dir.path() / "chat");
   REQUIRE_FALSE(missing);
   CHECK(missing.error().code == ErrorCode::invalid_argument);
   CHECK_THAT(missing.error().message, Catch::Contains("no [runtime] table and no __init__.py"));
 
   dir.write("chat/__init__.py", "# the pack\n");
+  CHECK(executor_in(dir.path() / "chat") == Executor::activegraph);
   CHECK(executor_at(dir.path() / "chat") == Executor::activegraph);
 
   // A Python package that does not say it is activegraph's.
@@ -58,7 +59,7 @@ TEST_CASE("a forktrial pack runs on Lua, an activegraph package on activegraph's
   forktrial_range.replace(at, 11, "forktrial");
   dir.write("other/manifest.toml", forktrial_range);
   dir.write("other/__init__.py", "");
-  auto other = executor_at(dir.path() / "other");
+  auto other = executor_in(dir.path() / "other");
   REQUIRE_FALSE(other);
   CHECK_THAT(other.error().message, Catch::Contains("without dependencies.activegraph"));
 }

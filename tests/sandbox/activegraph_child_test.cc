@@ -6,7 +6,9 @@
 
 #include <catch2/catch.hpp>
 #include <csignal>
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "sandbox/delta.h"
 #include "tests/sandbox/trial_fixture.h"
@@ -207,6 +209,36 @@ TEST_CASE("every way activegraph's child can end is the outcome activegraph's pa
     CHECK(executed.events.empty());
     CHECK_THAT(executed.verdict.detail, Catch::Contains("trial.result"));
   }
+}
+
+TEST_CASE("run_trial sends an activegraph pack to activegraph's child, and records its delta",
+          "[trial][activegraph]") {
+  Run r;
+  // A real activegraph manifest makes the directory an activegraph pack.
+  std::ifstream manifest(FORKTRIAL_SOURCE_DIR
+                         "/tests/pack/data/activegraph-packs/chat/manifest.toml");
+  std::stringstream text;
+  text << manifest.rdbuf();
+  r.f.dir.write("packs/candidate/manifest.toml", text.str());
+  ChildOptions options;
+  options.activegraph = standin();
+  const TrialSpecification spec =
+      testing::specification(r.f.recorded, r.candidate, "scenarios.py::complete");
+  const TrialReport report = run_trial(r.f.store, spec, options);
+  INFO(report.detail);
+  CHECK(report.outcome == Outcome::completed);
+  CHECK(report.events_appended == 2);
+  const auto events = r.f.fork_events(report);
+  REQUIRE_FALSE(events.empty());
+  CHECK(events[0].type == "custom.noted");
+  // And on a worker's path, from the segment.
+  const ExecutedTrial executed = execute_trial(r.segment, spec, r.fork_id, options);
+  CHECK(executed.verdict.outcome == Outcome::completed);
+  CHECK(executed.events.size() == 2);
+  // With no activegraph where the interpreter looks, the trial cannot start.
+  ChildOptions nowhere;
+  nowhere.python = "no-such-python-here";
+  CHECK_THROWS_AS(run_trial(r.f.store, spec, nowhere), SandboxStartupError);
 }
 
 TEST_CASE("the job activegraph's child reads names the fork, the packs and its limits",

@@ -293,6 +293,54 @@ TEST_CASE("forktrial preflight reports that children start here", "[trial][cli]"
   }
 }
 
+TEST_CASE("forktrial preflight says whether activegraph's child can run here, and which",
+          "[trial][cli][activegraph]") {
+  const std::string standin = FORKTRIAL_SOURCE_DIR "/tests/python/standin";
+  auto found =
+      run_command({"env", "PYTHONPATH=" + standin, FORKTRIAL_BINARY, "preflight", "--json"});
+  INFO(found.err);
+  REQUIRE(found.exit_code == 0);
+  const auto executors = nlohmann::json::parse(found.out)["executors"];
+  REQUIRE(executors.size() == 2);
+  CHECK(executors[0]["name"] == "lua");
+  CHECK(executors[1]["name"] == "activegraph");
+  CHECK(executors[1]["ok"] == true);
+  CHECK(executors[1]["version"] == "0.0.0+standin");
+  CHECK(executors[1]["python_path"][0] == standin);
+  // Without it on the path, the executor is missing, and preflight says why.
+  auto missing = run_command({"env", "-u", "PYTHONPATH", FORKTRIAL_BINARY, "preflight"});
+  CHECK(missing.exit_code == 0);
+  CHECK_THAT(missing.out, Catch::Contains("executor activegraph: not available: activegraph "
+                                          "does not import with"));
+  auto nowhere = cli({"preflight", "--json", "--python", "no-such-python-here"});
+  CHECK_THAT(nlohmann::json::parse(nowhere.out)["executors"][1]["why"].get<std::string>(),
+             Catch::Contains("no Python interpreter \"no-such-python-here\""));
+}
+
+TEST_CASE("forktrial trial runs an activegraph pack in activegraph's child",
+          "[trial][cli][activegraph]") {
+  TempDir dir;
+  const auto store = imported_store(dir);
+  std::ifstream manifest(FORKTRIAL_SOURCE_DIR
+                         "/tests/pack/data/activegraph-packs/chat/manifest.toml");
+  std::stringstream text;
+  text << manifest.rdbuf();
+  dir.write("chat/manifest.toml", text.str());
+  dir.write("chat/__init__.py", "PACK = 'chat'\n");
+  dir.write("chat/scenarios.py",
+            "def main(rt):\n"
+            "    rt.emit('custom.noted', {'n': 1}, 'chat.pack')\n");
+  auto result = run_command({"env", "PYTHONPATH=" FORKTRIAL_SOURCE_DIR "/tests/python/standin",
+                             FORKTRIAL_BINARY, "trial", "--store", store, "--run", "run_chat",
+                             "--at", "evt_031", "--pack", (dir.path() / "chat").string(),
+                             "--scenario", "scenarios.py", "--json"});
+  INFO(result.err);
+  REQUIRE(result.exit_code == 0);
+  const auto report = nlohmann::json::parse(result.out);
+  CHECK(report["outcome"] == "completed");
+  CHECK(report["events_appended"] == 1);
+}
+
 namespace {
 
 // The pids of running forktrial-child processes whose parent is `parent`.
