@@ -457,11 +457,11 @@ void add_preflight_command(CLI::App& app) {
       std::printf("executor activegraph: not available: %s\n",
                   terminal_safe(activegraph_problem->message).c_str());
     } else {
-      std::printf("executor activegraph: ok, activegraph %s with %s\n",
-                  terminal_safe(activegraph->version.empty() ? "(no version)"
-                                                             : activegraph->version)
-                      .c_str(),
-                  terminal_safe(activegraph->python.string()).c_str());
+      std::printf(
+          "executor activegraph: ok, activegraph %s with %s\n",
+          terminal_safe(activegraph->version.empty() ? "(no version)" : activegraph->version)
+              .c_str(),
+          terminal_safe(activegraph->python.string()).c_str());
     }
   });
 }
