@@ -494,8 +494,7 @@ ExecutedTrial execute_trial(std::span<const std::byte> segment, const TrialSpeci
                             const store::RunId& fork_id, const ChildOptions& options) {
   require_valid(spec);
   if (runs_on_activegraph(spec)) {
-    return execute_activegraph_trial(segment, spec, fork_id, activegraph_install(options),
-                                     options);
+    return execute_activegraph_trial(segment, spec, fork_id, activegraph_install(options), options);
   }
   ScratchDir scratch(options.scratch_parent);
   const auto scratch_store = scratch.path() / "store";
