@@ -12,6 +12,7 @@
 #include "base/text.h"
 #include "base/timestamp.h"
 #include "import/activegraph_scratch.h"
+#include "pack/bundle_hash.h"
 #include "sandbox/delta.h"
 #include "sandbox/scratch.h"
 
@@ -272,6 +273,23 @@ ExecutedTrial execute_activegraph_trial(std::span<const std::byte> segment,
     std::string message = "the trial specification is invalid:";
     for (const auto& problem : problems) message += "\n  " + problem;
     throw TrialSetupError(TrialSetupError::Kind::invalid_specification, message);
+  }
+  // The bytes trialed are the bytes pinned, whatever the child checks: a
+  // pack whose directory does not hash to its pin never reaches it.
+  for (const PackSource* pack : packs_in_load_order(spec)) {
+    if (!pack->expected_bundle_hash) continue;
+    auto verified = pack::verify_bundle_hash(pack->expected_bundle_hash->str(), pack->root_dir);
+    if (verified) continue;
+    ExecutedTrial refused;
+    refused.verdict.outcome = Outcome::materialization_failed;
+    refused.verdict.exit_code = exit_code_of(Outcome::materialization_failed);
+    refused.verdict.detail = "the pack at " + pack->root_dir +
+                             " is not the one pinned, so activegraph's child was not started: " +
+                             verified.error().message;
+    auto history =
+        store::for_each_segment_event(segment, [](const store::EventView&) { return true; });
+    refused.fork_seq = history ? *history : 0;
+    return refused;
   }
   ScratchDir scratch(options.scratch_parent);
   const auto store_path = scratch.path() / "activegraph.db";

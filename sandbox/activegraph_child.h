@@ -70,7 +70,9 @@ TrialVerdict activegraph_verdict(const ChildResult& child, const TrialLimits& li
 
 // Runs `spec`'s trial in activegraph's child against a fork whose history
 // is `segment` (as execute_trial takes it), through an SQLite scratch store;
-// what the child appended is read back and held to the delta rules. Throws
+// what the child appended is read back and held to the delta rules. A pinned
+// pack whose directory does not hash to its pin is materialization_failed
+// before any child starts, whatever the child would have checked. Throws
 // as execute_trial does; a missing activegraph is a SandboxStartupError.
 ExecutedTrial execute_activegraph_trial(std::span<const std::byte> segment,
                                         const TrialSpecification& spec, const store::RunId& fork_id,

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "pack/bundle_hash.h"
 #include "sandbox/delta.h"
 #include "tests/sandbox/trial_fixture.h"
 
@@ -164,6 +165,21 @@ TEST_CASE("every way activegraph's child can end is the outcome activegraph's pa
     CHECK(executed.verdict.exit_code == 50);
     CHECK_THAT(executed.verdict.detail, Catch::Contains("ImportError: no such thing"));
     CHECK(executed.events.empty());
+  }
+  SECTION("a pack that is not the one pinned, checked before the child starts") {
+    PackSource pinned = r.candidate;
+    pinned.expected_bundle_hash = Sha256::of("another pack");
+    const auto executed = r.trial("complete", {}, pinned);
+    CHECK(executed.verdict.outcome == Outcome::materialization_failed);
+    CHECK_THAT(executed.verdict.detail,
+               Catch::Contains("is not the one pinned, so activegraph's child was not started"));
+    CHECK(executed.events.empty());
+    CHECK(executed.fork_seq == 5);
+    // Pinned right, it runs.
+    auto pin = pack::bundle_hash(r.candidate.root_dir);
+    REQUIRE(pin);
+    pinned.expected_bundle_hash = *pin;
+    CHECK(r.trial("complete", {}, pinned).verdict.outcome == Outcome::completed);
   }
   SECTION("a tail that says completed over exit code 30") {
     const auto executed = r.trial("lie");
