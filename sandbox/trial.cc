@@ -406,6 +406,8 @@ TrialReport run_activegraph_trial(store::EventStore& store, const TrialSpecifica
   }
   TrialReport report = report_from_store(store.snapshot(), fork_id, fork_seq, executed.verdict);
   report.isolation = trial_isolation(Isolation::standard, spec.limits, report.warnings);
+  report.executor = "activegraph";
+  report.executor_version = install.version;
   return report;
 }
 

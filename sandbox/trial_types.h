@@ -88,6 +88,10 @@ struct TrialReport {
   std::string detail;
   int exit_code = 0;                  // the child's exit status, or -signal for a signal death
   std::vector<std::string> warnings;  // degraded nets, also folded into detail
+  // What ran the candidate (pack/executor.h): "lua" (forktrial's child), or
+  // "activegraph" with the activegraph version it ran under.
+  std::string executor = "lua";
+  std::string executor_version;
 };
 
 // The isolation a trial run at `level` under `limits` had, read from the

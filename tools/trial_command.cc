@@ -137,6 +137,7 @@ ordered_json report_json(const sandbox::TrialReport& r) {
   j["detail"] = r.detail;
   j["warnings"] = r.warnings;
   j["isolation"] = ordered_json::parse(sandbox::isolation_json(r.isolation));
+  j["executor"] = {{"name", r.executor}, {"version", r.executor_version}};
   return j;
 }
 
@@ -150,6 +151,10 @@ void print_report(const sandbox::TrialReport& r) {
               static_cast<unsigned long long>(r.behavior_failures),
               static_cast<unsigned long long>(r.behavior_failures_after_fork));
   std::printf("child exit code    %d\n", r.exit_code);
+  std::printf(
+      "executor           %s\n",
+      terminal_safe(r.executor_version.empty() ? r.executor : r.executor + " " + r.executor_version)
+          .c_str());
   std::string isolation(sandbox::isolation_name(r.isolation.level));
   for (const auto state : {sandbox::NetState::degraded, sandbox::NetState::off}) {
     std::string names;

@@ -244,6 +244,8 @@ TEST_CASE("run_trial sends an activegraph pack to activegraph's child, and recor
   INFO(report.detail);
   CHECK(report.outcome == Outcome::completed);
   CHECK(report.events_appended == 2);
+  CHECK(report.executor == "activegraph");
+  CHECK(report.executor_version == "0.0.0+standin");
   const auto events = r.f.fork_events(report);
   REQUIRE_FALSE(events.empty());
   CHECK(events[0].type == "custom.noted");

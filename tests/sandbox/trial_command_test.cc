@@ -99,6 +99,7 @@ TEST_CASE("run export of a trial's fork keeps activegraph's payload key order an
   const std::string fork = report["fork_run_id"];
   // The report says which isolation the trial had, net by net.
   CHECK(report["isolation"]["level"] == "standard");
+  CHECK(report["executor"] == nlohmann::json{{"name", "lua"}, {"version", ""}});
   REQUIRE(report["isolation"]["nets"].size() == 11);
   CHECK(report["isolation"]["nets"][0] ==
         nlohmann::json{{"name", "process"},
@@ -339,6 +340,8 @@ TEST_CASE("forktrial trial runs an activegraph pack in activegraph's child",
   const auto report = nlohmann::json::parse(result.out);
   CHECK(report["outcome"] == "completed");
   CHECK(report["events_appended"] == 1);
+  CHECK(report["executor"] ==
+        nlohmann::json{{"name", "activegraph"}, {"version", "0.0.0+standin"}});
 }
 
 namespace {
