@@ -201,6 +201,12 @@ std::expected<ScratchAppended, Status> read_scratch_appended(const std::filesyst
                                                              const store::RunId& fork,
                                                              std::uint64_t initial_events,
                                                              const ScratchLimits& limits) {
+  // A FIFO or a device in its place would block or never end the read.
+  std::error_code ec;
+  if (std::filesystem::symlink_status(file, ec).type() != std::filesystem::file_type::regular) {
+    return failure(ErrorCode::invalid_argument,
+                   file.string() + " is not a regular file; the trial child's store is one");
+  }
   ScratchDb db(file, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOFOLLOW);
   if (auto problem = db.open_problem(ErrorCode::invalid_argument)) {
     return std::unexpected(*problem);

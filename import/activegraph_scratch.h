@@ -66,7 +66,8 @@ struct ScratchAppended {
 // Reads back the rows of `fork` in `events` whose seq is past
 // `initial_events` (rows the child rewrote or dropped in the history are
 // ignored: the authoritative history is the store's). Refused
-// (invalid_argument) when the file is not an SQLite database, when `events`
+// (invalid_argument) when the file is not a regular file (a FIFO would block
+// the read), not an SQLite database, when `events`
 // is not a table with activegraph's columns, or when a row has a column
 // that is not text where activegraph writes text (NULL only where it allows
 // NULL); each message names the row. Text rules, payload rules and

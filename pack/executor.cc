@@ -14,13 +14,21 @@ std::string_view executor_name(Executor executor) {
   return "unknown";
 }
 
+namespace {
+
+bool has_init_py(const std::filesystem::path& root) {
+  std::error_code ec;
+  return std::filesystem::symlink_status(root / "__init__.py", ec).type() ==
+         std::filesystem::file_type::regular;
+}
+
+}  // namespace
+
 std::expected<Executor, Status> executor_of(const Manifest& manifest,
                                             const std::filesystem::path& root) {
   if (manifest.runtime) return Executor::lua;  // the manifest validated its language
   const std::string where = "the pack at " + root.string();
-  std::error_code ec;
-  if (std::filesystem::symlink_status(root / "__init__.py", ec).type() !=
-      std::filesystem::file_type::regular) {
+  if (!has_init_py(root)) {
     return failure(ErrorCode::invalid_argument,
                    where +
                        " has no [runtime] table and no __init__.py at its root: a "
@@ -36,12 +44,10 @@ std::expected<Executor, Status> executor_of(const Manifest& manifest,
   return Executor::activegraph;
 }
 
-std::optional<Executor> executor_at(const std::filesystem::path& root) {
+bool is_activegraph_pack(const std::filesystem::path& root) {
+  if (!has_init_py(root)) return false;
   auto manifest = load_manifest(root, RuntimeRequirement::optional);
-  if (!manifest) return std::nullopt;
-  auto executor = executor_of(*manifest, root);
-  if (!executor) return std::nullopt;
-  return *executor;
+  return manifest && executor_of(*manifest, root) == Executor::activegraph;
 }
 
 }  // namespace forktrial::pack

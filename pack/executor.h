@@ -6,7 +6,6 @@
 
 #include <expected>
 #include <filesystem>
-#include <optional>
 #include <string_view>
 
 #include "base/error.h"
@@ -31,9 +30,10 @@ std::string_view executor_name(Executor executor);
 std::expected<Executor, Status> executor_of(const Manifest& manifest,
                                             const std::filesystem::path& root);
 
-// The executor of the pack at `root`, read from its manifest.toml; nullopt
-// when the manifest cannot be read or the pack is neither (whoever runs it
-// then says why).
-std::optional<Executor> executor_at(const std::filesystem::path& root);
+// Whether the pack at `root` is an activegraph pack (executor_of). A
+// directory without an __init__.py costs one stat and is not: the Lua path
+// runs it, or says why it cannot. Otherwise its manifest is read; one that
+// cannot be read is not an activegraph pack either.
+bool is_activegraph_pack(const std::filesystem::path& root);
 
 }  // namespace forktrial::pack

@@ -245,17 +245,15 @@ TrialVerdict activegraph_verdict(const ChildResult& child, const TrialLimits& li
   }
   verdict.outcome = Outcome::crashed;
   if (tail && child.exited) {
-    append_line(verdict.detail, "the child's tail says \"" +
-                                    bounded_text(tail->value("outcome", json()).dump(), 64) +
-                                    "\" but it exited with code " +
-                                    std::to_string(child.exit_code));
-  } else if (child.exited && outcome_of_exit_code(child.exit_code) != Outcome::crashed &&
-             child.exit_code != 0) {
-    // activegraph's parent takes the exit code when no tail came.
-    verdict.outcome = outcome_of_exit_code(child.exit_code);
+    const json& said = (*tail)["outcome"];
     append_line(verdict.detail,
-                "child exited " + std::to_string(child.exit_code) + " with no report tail");
+                "the child's tail says \"" +
+                    bounded_text(said.is_string() ? said.get<std::string>() : said.dump(), 64) +
+                    "\" but it exited with code " + std::to_string(child.exit_code));
   } else if (child.exited) {
+    // activegraph's parent takes the exit code when no tail came, but exit
+    // 0 without a tail is crashed.
+    if (child.exit_code != 0) verdict.outcome = outcome_of_exit_code(child.exit_code);
     append_line(verdict.detail,
                 "child exited " + std::to_string(child.exit_code) + " with no report tail");
   } else {

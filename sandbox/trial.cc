@@ -373,7 +373,30 @@ void require_valid(const TrialSpecification& spec) {
 namespace {
 
 bool runs_on_activegraph(const TrialSpecification& spec) {
-  return pack::executor_at(spec.candidate.root_dir) == pack::Executor::activegraph;
+  return pack::is_activegraph_pack(spec.candidate.root_dir);
+}
+
+// Records the fork with `accepted` events of `delta` in one transaction.
+// When the store refuses what the parent accepted (a child that corrupted
+// its scratch store can produce that), the fork is recorded without its
+// delta and `verdict` says why. Throws StoreError when even that is refused.
+void record_or_without_delta(store::EventStore& store, const TrialSpecification& spec,
+                             const store::NewRun& fork_record, std::uint64_t accepted,
+                             const DeltaSource& delta, TrialVerdict& verdict) {
+  auto record = [&](std::uint64_t events) {
+    return store.write([&](store::Writer& writer) {
+      return record_trial(writer, spec, fork_record, events, delta, verdict);
+    });
+  };
+  auto recorded = record(accepted);
+  if (!recorded && accepted > 0) {
+    verdict = without_delta(verdict, recorded.error().message);
+    recorded = record(0);
+  }
+  if (!recorded) {
+    throw store::StoreError("cannot record trial " + fork_record.id->str() +
+                            " in the store: " + recorded.error().message);
+  }
 }
 
 // An activegraph pack's trial on this machine: the fork's segment through
@@ -388,22 +411,8 @@ TrialReport run_activegraph_trial(store::EventStore& store, const TrialSpecifica
   }
   const store::RunId fork_id = store.new_run_id();
   ExecutedTrial executed = execute_activegraph_trial(segment, spec, fork_id, install, options);
-  const store::NewRun fork_record{.id = fork_id, .label = spec.label};
-  auto record = [&](std::uint64_t accepted) {
-    return store.write([&](store::Writer& writer) {
-      return record_trial(writer, spec, fork_record, accepted, delta_of(executed.events),
-                          executed.verdict);
-    });
-  };
-  auto recorded = record(executed.events.size());
-  if (!recorded && !executed.events.empty()) {
-    executed.verdict = without_delta(executed.verdict, recorded.error().message);
-    recorded = record(0);
-  }
-  if (!recorded) {
-    throw store::StoreError("cannot record trial " + fork_id.str() +
-                            " in the store: " + recorded.error().message);
-  }
+  record_or_without_delta(store, spec, store::NewRun{.id = fork_id, .label = spec.label},
+                          executed.events.size(), delta_of(executed.events), executed.verdict);
   TrialReport report = report_from_store(store.snapshot(), fork_id, fork_seq, executed.verdict);
   report.isolation = trial_isolation(Isolation::standard, spec.limits, report.warnings);
   report.executor = "activegraph";
@@ -465,26 +474,11 @@ TrialReport run_trial(store::EventStore& store, const TrialSpecification& spec,
   // 4. One transaction: the fork's lineage, the part of the child's delta
   // the parent accepts (streamed from the scratch store, never held whole),
   // and the parent's record of a wall-clock kill.
-  auto record = [&](std::uint64_t accepted) {
-    return store.write([&](store::Writer& writer) -> store::Result<std::uint64_t> {
-      DeltaSource delta = [&](const EventVisitor& visit) {
-        auto snapshot = run.scratch->snapshot();
-        snapshot.for_each_event(*run.fork, fork_seq + 1, visit);
-      };
-      return record_trial(writer, spec, fork_record, accepted, delta, run.verdict);
-    });
+  const DeltaSource delta = [&](const EventVisitor& visit) {
+    auto snapshot = run.scratch->snapshot();
+    snapshot.for_each_event(*run.fork, fork_seq + 1, visit);
   };
-  auto recorded = record(run.scan.events);
-  if (!recorded && run.scan.events > 0) {
-    // The store refused what the scan accepted (a child that corrupted its
-    // scratch store can produce that): record the fork without the delta.
-    run.verdict = without_delta(run.verdict, recorded.error().message);
-    recorded = record(0);
-  }
-  if (!recorded) {
-    throw store::StoreError("cannot record trial " + fork_id.str() +
-                            " in the store: " + recorded.error().message);
-  }
+  record_or_without_delta(store, spec, fork_record, run.scan.events, delta, run.verdict);
 
   // 5. The store is the record: counts come from it.
   TrialReport report = report_from_store(store.snapshot(), fork_id, fork_seq, run.verdict);

@@ -4,6 +4,7 @@
 #include "import/activegraph_scratch.h"
 
 #include <sqlite3.h>
+#include <sys/stat.h>
 
 #include <catch2/catch.hpp>
 
@@ -219,6 +220,14 @@ TEST_CASE("a scratch store the child reshaped is refused, naming what is wrong",
     auto appended = read_scratch_appended(s.file, s.fork, s.initial);
     REQUIRE_FALSE(appended);
     CHECK_THAT(appended.error().message, Catch::Contains("has no table \"events\""));
+  }
+  SECTION("a FIFO in the store's place") {
+    TempDir dir;
+    const auto file = dir.path() / "scratch.db";
+    REQUIRE(::mkfifo(file.c_str(), 0600) == 0);
+    auto appended = read_scratch_appended(file, RunId("f"), 0);
+    REQUIRE_FALSE(appended);
+    CHECK_THAT(appended.error().message, Catch::Contains("is not a regular file"));
   }
   SECTION("not a database") {
     TempDir dir;

@@ -32,8 +32,8 @@ std::expected<Executor, Status> executor_in(const fs::path& dir) {
 TEST_CASE("a forktrial pack runs on Lua, an activegraph package on activegraph's child",
           "[pack][executor]") {
   CHECK(executor_in(kSource / "examples/packs/greeter") == Executor::lua);
-  CHECK(executor_at(kSource / "examples/packs/greeter") == Executor::lua);
-  CHECK_FALSE(executor_at(kSource / "examples/no-such-pack"));
+  CHECK_FALSE(is_activegraph_pack(kSource / "examples/packs/greeter"));
+  CHECK_FALSE(is_activegraph_pack(kSource / "examples/no-such-pack"));
   CHECK(executor_name(Executor::lua) == "lua");
   CHECK(executor_name(Executor::activegraph) == "activegraph");
 
@@ -50,7 +50,7 @@ TEST_CASE("a forktrial pack runs on Lua, an activegraph package on activegraph's
 
   dir.write("chat/__init__.py", "# the pack\n");
   CHECK(executor_in(dir.path() / "chat") == Executor::activegraph);
-  CHECK(executor_at(dir.path() / "chat") == Executor::activegraph);
+  CHECK(is_activegraph_pack(dir.path() / "chat"));
 
   // A Python package that does not say it is activegraph's.
   std::string forktrial_range = chat;

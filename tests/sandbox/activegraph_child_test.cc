@@ -185,7 +185,7 @@ TEST_CASE("every way activegraph's child can end is the outcome activegraph's pa
     const auto executed = r.trial("lie");
     CHECK(executed.verdict.outcome == Outcome::crashed);
     CHECK_THAT(executed.verdict.detail,
-               Catch::Contains("tail says \"\"completed\"\" but it exited with code 30"));
+               Catch::Contains("tail says \"completed\" but it exited with code 30"));
     CHECK_FALSE(executed.verdict.claimed_events);
   }
   SECTION("a crash before the tail") {
