@@ -21,6 +21,7 @@
 
 #include "base/digest.h"
 #include "coordinator/ids.h"
+#include "pack/executor.h"
 #include "schema/outcome.h"
 
 namespace forktrial::coordinator {
@@ -37,6 +38,8 @@ struct TrialInput {
   // no bound. With it, an attempt's lease has a deadline heartbeats cannot
   // move (Scheduler::request_work).
   Duration run_limit{0};
+  // What runs its candidate: only a worker offering it is leased the trial.
+  pack::Executor executor = pack::Executor::lua;
   friend bool operator==(const TrialInput&, const TrialInput&) = default;
 };
 
@@ -73,8 +76,8 @@ struct JobCancelled {
 };
 
 // A worker joined (or joined again) with `slots` trial slots, room for
-// `prefetch` more assignments waiting to start, and a cache holding
-// `cached`. It is last seen at `at`.
+// `prefetch` more assignments waiting to start, a cache holding `cached`,
+// and the executors it offers. It is last seen at `at`.
 struct WorkerJoined {
   static constexpr std::string_view kType = "worker.joined";
   WorkerId worker;
@@ -82,6 +85,7 @@ struct WorkerJoined {
   std::uint32_t prefetch = 0;
   std::vector<Digest> cached;
   Instant at;
+  std::vector<pack::Executor> executors{pack::Executor::lua};
   friend bool operator==(const WorkerJoined&, const WorkerJoined&) = default;
 };
 

@@ -84,6 +84,11 @@ std::string trial_text(const TrialInput& input) {
   trial["segment"] = input.segment.str();
   trial["bundles"] = digests_json(input.bundles);
   if (input.run_limit.count() > 0) trial["run_ms"] = input.run_limit.count();
+  // Lua, the default, is not written: most trials are, and a log written
+  // before executors were told apart reads as Lua.
+  if (input.executor != pack::Executor::lua) {
+    trial["executor"] = pack::executor_name(input.executor);
+  }
   return trial.dump();
 }
 
@@ -150,6 +155,11 @@ void encode(const WorkerJoined& r, Json& out) {
   out["slots"] = r.slots;
   out["prefetch"] = r.prefetch;
   out["cached"] = digests_json(r.cached);
+  Json executors = Json::array();
+  for (const pack::Executor executor : r.executors) {
+    executors.push_back(pack::executor_name(executor));
+  }
+  out["executors"] = std::move(executors);
 }
 
 void encode(const WorkerLost& r, Json& out) {
@@ -328,6 +338,20 @@ class Fields {
     return instant(key);
   }
 
+  pack::Executor executor_or(std::string_view key, pack::Executor absent) {
+    if (object_ == nullptr || problem_.found() || !object_->contains(key)) return absent;
+    return executor_of(*take(key), name(key));
+  }
+  std::vector<pack::Executor> executors_or(std::string_view key,
+                                           std::vector<pack::Executor> absent) {
+    if (object_ == nullptr || problem_.found() || !object_->contains(key)) return absent;
+    std::vector<pack::Executor> executors;
+    each(key, [&](const Json& element, const std::string& path) {
+      executors.push_back(executor_of(element, path));
+    });
+    return executors;
+  }
+
   Instant instant(std::string_view key) {
     return Instant{Duration{integer(key, std::numeric_limits<Duration::rep>::min(),
                                     std::numeric_limits<Duration::rep>::max())}};
@@ -449,6 +473,18 @@ class Fields {
     return bytes;
   }
 
+  pack::Executor executor_of(const Json& value, const std::string& path) {
+    if (problem_.found()) return {};
+    if (!value.is_string()) {
+      problem_.mistyped(path, value, "an executor name");
+      return {};
+    }
+    const auto& text = value.get_ref<const std::string&>();
+    const auto executor = pack::executor_named(text);
+    if (!executor) problem_.report(path, quoted_excerpt(text) + " is not an executor");
+    return executor.value_or(pack::Executor::lua);
+  }
+
   Digest digest_of(const Json& value, const std::string& path) {
     if (problem_.found()) return {};
     if (!value.is_string()) {
@@ -477,6 +513,7 @@ void decode_trials(Fields& f, std::vector<TrialInput>& trials) {
     input.segment = trial.digest("segment");
     input.bundles = trial.digests("bundles");
     input.run_limit = trial.duration_or("run_ms", Duration{0});
+    input.executor = trial.executor_or("executor", pack::Executor::lua);
     trial.finish();
   });
 }
@@ -499,6 +536,7 @@ void decode(Fields& f, WorkerJoined& r) {
   r.slots = f.u32("slots");
   r.prefetch = f.u32_or("prefetch", 0);
   r.cached = f.digests("cached");
+  r.executors = f.executors_or("executors", {pack::Executor::lua});
 }
 
 void decode(Fields& f, WorkerLost& r) {

@@ -89,6 +89,7 @@ struct Trial {
   Instant lease_expires{};           // while leased
   Instant lease_deadline{};          // while leased: when it ends, renewed or not (epoch: never)
   Duration run_limit{0};
+  pack::Executor executor = pack::Executor::lua;
   WorkerIx worker = kNoWorker;  // the holder of the last lease
   Attempt attempt = 1;          // the live or next attempt
   Attempt leased_attempt = 0;   // the last attempt leased; 0: none
@@ -96,17 +97,33 @@ struct Trial {
   std::optional<Outcome> outcome;  // once reconciled
 };
 
+// The queued trials of a job that one executor runs.
+struct Queue {
+  // By index (oldest first), and by each digest they need.
+  std::set<std::uint32_t> trials;
+  std::map<DigestIx, std::set<std::uint32_t>> by_digest;
+  // Its place in the executor's round of the job's priority, while it holds
+  // trials: the lower, the sooner served.
+  std::optional<std::uint64_t> turn;
+};
+
+std::size_t executor_ix(pack::Executor executor) {
+  return static_cast<std::size_t>(executor);
+}
+
+// The executors of a worker, one bit each.
+using ExecutorSet = std::uint8_t;
+constexpr ExecutorSet bit_of(pack::Executor executor) {
+  return static_cast<ExecutorSet>(1U << static_cast<unsigned>(executor));
+}
+
 struct Job {
   JobId id;
   std::string name;
   int priority = 0;
   bool cancelled = false;
   std::vector<Trial> trials;
-  // The queued trials by index (oldest first), and by each digest they need.
-  std::set<std::uint32_t> queue;
-  std::map<DigestIx, std::set<std::uint32_t>> queued_by_digest;
-  // Its place in the round of its priority, while it has queued trials.
-  std::optional<std::list<JobIx>::iterator> turn;
+  std::array<Queue, pack::kExecutorCount> queues;
   std::array<std::uint64_t, kTrialStatusCount> counts{};
   std::array<std::uint64_t, kOutcomes.size()> outcomes{};
   std::uint64_t failed_attempts = 0;
@@ -121,6 +138,7 @@ struct Worker {
   bool alive = false;
   std::uint32_t slots = 0;
   std::uint32_t prefetch = 0;
+  ExecutorSet executors = bit_of(pack::Executor::lua);
   Instant last_seen{};
   std::set<DigestIx> cached;
   std::set<TrialKey> leases;
@@ -156,9 +174,15 @@ struct Scheduler::State {
   std::vector<Digest> digests;
   std::unordered_map<Digest, DigestIx, DigestHash> digest_by_value;
 
-  // Per priority, highest first, the jobs with queued trials in the order of
-  // their turns: the front one is served next, then goes to the back.
-  std::map<int, std::list<JobIx>, std::greater<>> rounds;
+  // Per executor, per priority (highest first), the jobs with trials queued
+  // for that executor in the order of their turns: the first is served
+  // next, then goes to the back of each round it is in. A worker offering
+  // several executors is served the job whose turn came first among theirs.
+  using Round = std::set<std::pair<std::uint64_t, JobIx>>;
+  std::array<std::map<int, Round, std::greater<>>, pack::kExecutorCount> rounds;
+  std::uint64_t turns = 0;  // the next turn given
+  // Live workers offering each executor.
+  std::array<std::size_t, pack::kExecutorCount> offering{};
   // Live leases by expiry, live workers by when they were last heard of.
   std::set<std::pair<Instant, TrialKey>> lease_expiries;
   std::set<std::pair<Instant, WorkerIx>> last_heard;
@@ -233,45 +257,72 @@ struct Scheduler::State {
 
   void enqueue(TrialKey key) {
     Job& job = jobs[key.job];
-    job.queue.insert(key.index);
-    for (const DigestIx digest : job.trials[key.index].digests) {
-      job.queued_by_digest[digest].insert(key.index);
-    }
+    const Trial& t = job.trials[key.index];
+    const std::size_t e = executor_ix(t.executor);
+    Queue& queue = job.queues[e];
+    queue.trials.insert(key.index);
+    for (const DigestIx digest : t.digests) queue.by_digest[digest].insert(key.index);
     ++queued;
-    if (!job.turn) {
-      auto& round = rounds[job.priority];
-      job.turn = round.insert(round.end(), key.job);
+    if (!queue.turn) {
+      queue.turn = turns++;
+      rounds[e][job.priority].insert({*queue.turn, key.job});
     }
   }
 
   void dequeue(TrialKey key) {
     Job& job = jobs[key.job];
-    job.queue.erase(key.index);
-    for (const DigestIx digest : job.trials[key.index].digests) {
-      const auto queued_here = job.queued_by_digest.find(digest);
-      if (queued_here == job.queued_by_digest.end()) continue;
+    const Trial& t = job.trials[key.index];
+    const std::size_t e = executor_ix(t.executor);
+    Queue& queue = job.queues[e];
+    queue.trials.erase(key.index);
+    for (const DigestIx digest : t.digests) {
+      const auto queued_here = queue.by_digest.find(digest);
+      if (queued_here == queue.by_digest.end()) continue;
       queued_here->second.erase(key.index);
-      if (queued_here->second.empty()) job.queued_by_digest.erase(queued_here);
+      if (queued_here->second.empty()) queue.by_digest.erase(queued_here);
     }
     --queued;
-    if (job.queue.empty()) leave_round(key.job);
+    if (queue.trials.empty()) leave_round(key.job, e);
   }
 
-  void leave_round(JobIx index) {
+  void leave_round(JobIx index, std::size_t e) {
     Job& job = jobs[index];
-    if (!job.turn) return;
-    const auto round = rounds.find(job.priority);
-    round->second.erase(*job.turn);
-    if (round->second.empty()) rounds.erase(round);
-    job.turn.reset();
+    Queue& queue = job.queues[e];
+    if (!queue.turn) return;
+    const auto round = rounds[e].find(job.priority);
+    round->second.erase({*queue.turn, index});
+    if (round->second.empty()) rounds[e].erase(round);
+    queue.turn.reset();
   }
 
-  // The job's turn is over: it goes to the back of its round.
+  // The job's turn is over: it goes to the back of each round it is in.
   void end_turn(JobIx index) {
     Job& job = jobs[index];
-    if (!job.turn) return;
-    auto& round = rounds.at(job.priority);
-    round.splice(round.end(), round, *job.turn);
+    for (std::size_t e = 0; e < job.queues.size(); ++e) {
+      Queue& queue = job.queues[e];
+      if (!queue.turn) continue;
+      Round& round = rounds[e].at(job.priority);
+      round.erase({*queue.turn, index});
+      queue.turn = turns++;
+      round.insert({*queue.turn, index});
+    }
+  }
+
+  // The job to serve the worker next: the first in turn among the fronts of
+  // the highest-priority rounds of the executors it offers.
+  std::optional<JobIx> next_job(const Worker& worker) const {
+    std::optional<std::tuple<int, std::uint64_t, JobIx>> best;
+    for (std::size_t e = 0; e < rounds.size(); ++e) {
+      if ((worker.executors & bit_of(pack::kExecutors[e])) == 0 || rounds[e].empty()) continue;
+      const auto& [priority, round] = *rounds[e].begin();
+      const auto [turn, job] = *round.begin();
+      if (!best || priority > std::get<0>(*best) ||
+          (priority == std::get<0>(*best) && turn < std::get<1>(*best))) {
+        best = {priority, turn, job};
+      }
+    }
+    if (!best) return std::nullopt;
+    return std::get<2>(*best);
   }
 
   void end_lease(TrialKey key) {
@@ -321,6 +372,7 @@ struct Scheduler::State {
         shared.emplace(*t.payload, t.payload);
       }
       t.run_limit = r.trials[i].run_limit;
+      t.executor = r.trials[i].executor;
       t.digests.reserve(1 + r.trials[i].bundles.size());
       t.digests.push_back(intern(r.trials[i].segment));
       for (const Digest& bundle : r.trials[i].bundles) t.digests.push_back(intern(bundle));
@@ -374,6 +426,11 @@ struct Scheduler::State {
     worker.alive = true;
     worker.slots = r.slots;
     worker.prefetch = r.prefetch;
+    worker.executors = 0;
+    for (const pack::Executor executor : r.executors) worker.executors |= bit_of(executor);
+    for (const pack::Executor executor : pack::kExecutors) {
+      if ((worker.executors & bit_of(executor)) != 0) ++offering[executor_ix(executor)];
+    }
     worker.last_seen = r.at;
     worker.cached.clear();
     for (const Digest& digest : r.cached) worker.cached.insert(intern(digest));
@@ -388,6 +445,9 @@ struct Scheduler::State {
                             std::to_string(worker.leases.size()) + " leases");
     }
     worker.alive = false;
+    for (const pack::Executor executor : pack::kExecutors) {
+      if ((worker.executors & bit_of(executor)) != 0) --offering[executor_ix(executor)];
+    }
     last_heard.erase({worker.last_seen, index});
   }
 
@@ -515,37 +575,45 @@ struct Scheduler::State {
         t.digests, [&worker](DigestIx digest) { return worker.cached.contains(digest); }));
   }
 
-  // The queued trial of the job to lease to the worker: the one holding most
-  // of its digests in the worker's cache, the oldest among equals, looking at
-  // the oldest queued trial and at the oldest one for each of at most
-  // kAffinityProbes digests the worker and the job's queue have in common,
-  // going through the smaller of the two sets.
+  // The queued trial of the job to lease to the worker, among those of the
+  // executors it offers: the one holding most of its digests in the
+  // worker's cache, the oldest among equals, looking at the oldest queued
+  // trial and at the oldest one for each of at most kAffinityProbes digests
+  // the worker and the queue have in common, going through the smaller of
+  // the two sets. The job has a trial the worker can run (next_job).
   std::uint32_t pick(const Job& job, const Worker& worker) const {
-    std::uint32_t best = *job.queue.begin();
-    std::size_t best_score = affinity(job.trials[best], worker);
-    bool complete = best_score == job.trials[best].digests.size();
+    std::optional<std::uint32_t> best;
+    std::size_t best_score = 0;
+    bool complete = false;
     const auto consider = [&](std::uint32_t candidate) {
       const std::size_t score = affinity(job.trials[candidate], worker);
-      if (score > best_score || (score == best_score && candidate < best)) {
+      if (!best || score > best_score || (score == best_score && candidate < *best)) {
         best = candidate;
         best_score = score;
         complete = score == job.trials[candidate].digests.size();
       }
     };
     std::size_t probes = 0;
-    if (worker.cached.size() <= job.queued_by_digest.size()) {
-      for (const DigestIx digest : worker.cached) {
-        if (complete || probes++ == kAffinityProbes) break;
-        const auto queued_here = job.queued_by_digest.find(digest);
-        if (queued_here != job.queued_by_digest.end()) consider(*queued_here->second.begin());
-      }
-    } else {
-      for (const auto& [digest, queued_here] : job.queued_by_digest) {
-        if (complete || probes++ == kAffinityProbes) break;
-        if (worker.cached.contains(digest)) consider(*queued_here.begin());
+    for (std::size_t e = 0; e < job.queues.size(); ++e) {
+      const Queue& queue = job.queues[e];
+      if ((worker.executors & bit_of(pack::kExecutors[e])) == 0 || queue.trials.empty()) continue;
+      consider(*queue.trials.begin());
+      if (worker.cached.size() <= queue.by_digest.size()) {
+        for (const DigestIx digest : worker.cached) {
+          if (complete || probes == kAffinityProbes) break;
+          ++probes;
+          const auto queued_here = queue.by_digest.find(digest);
+          if (queued_here != queue.by_digest.end()) consider(*queued_here->second.begin());
+        }
+      } else {
+        for (const auto& [digest, queued_here] : queue.by_digest) {
+          if (complete || probes == kAffinityProbes) break;
+          ++probes;
+          if (worker.cached.contains(digest)) consider(*queued_here.begin());
+        }
       }
     }
-    return best;
+    return *best;
   }
 
   // How a report of (trial, attempt) from the worker is to be taken.
@@ -605,10 +673,14 @@ struct Scheduler::State {
   }
 
   JobStatus status_of(const Job& job) const {
-    return JobStatus{
+    JobStatus status{
         job.id,          job.name,     job.priority,        job.cancelled,      job.trials.size(),
         job.counts,      job.outcomes, job.failed_attempts, job.fenced_reports, job.submitted_at,
         job.finished_at, job.owner};
+    for (std::size_t e = 0; e < job.queues.size(); ++e) {
+      status.queued_by_executor[e] = job.queues[e].trials.size();
+    }
+    return status;
   }
 
   // The status of every entry of `table`, in the order of their ids.
@@ -620,13 +692,17 @@ struct Scheduler::State {
   }
 
   WorkerStatus status_of(const Worker& worker) const {
-    return WorkerStatus{worker.id,
+    WorkerStatus status{worker.id,
                         worker.alive,
                         worker.slots,
                         worker.prefetch,
                         static_cast<std::uint32_t>(worker.leases.size()),
                         worker.last_seen,
                         worker.cached.size()};
+    for (const pack::Executor executor : pack::kExecutors) {
+      if ((worker.executors & bit_of(executor)) != 0) status.executors.push_back(executor);
+    }
+    return status;
   }
 };
 
@@ -700,6 +776,10 @@ std::expected<Records, Status> Scheduler::worker_joined(WorkerHello hello, Insta
                    " a worker (give a smaller --slots, or start the coordinator with a larger "
                    "--max-worker-slots)"});
   }
+  if (hello.executors.empty()) {
+    return std::unexpected(
+        Status{ErrorCode::invalid_argument, "worker " + hello.id.str() + " offers no executor"});
+  }
   if (hello.prefetch > kMaxPrefetch) {
     return std::unexpected(Status{ErrorCode::invalid_argument,
                                   "worker " + hello.id.str() + " asks to prefetch " +
@@ -711,8 +791,15 @@ std::expected<Records, Status> Scheduler::worker_joined(WorkerHello hello, Insta
   if (const auto previous = state_->find_alive(hello.id)) {
     state_->lose_worker(*previous, "it joined again, so what it ran before is gone", now, out);
   }
+  // Once each, in their order: the record says what the worker offers.
+  std::vector<pack::Executor> executors;
+  for (const pack::Executor executor : pack::kExecutors) {
+    if (std::ranges::find(hello.executors, executor) != hello.executors.end()) {
+      executors.push_back(executor);
+    }
+  }
   state_->record(out, WorkerJoined{std::move(hello.id), hello.slots, hello.prefetch,
-                                   std::move(hello.cached), now});
+                                   std::move(hello.cached), now, std::move(executors)});
   return out;
 }
 
@@ -759,8 +846,10 @@ std::expected<WorkResult, Status> Scheduler::request_work(const WorkerId& worker
   const std::size_t room = std::size_t{w.slots} + w.prefetch;
   std::size_t wanted = std::min<std::size_t>(free_slots, room > held ? room - held : 0);
   WorkResult result;
-  for (; wanted > 0 && !state_->rounds.empty(); --wanted) {
-    const JobIx job = state_->rounds.begin()->second.front();
+  for (; wanted > 0; --wanted) {
+    const std::optional<JobIx> next = state_->next_job(w);
+    if (!next) break;
+    const JobIx job = *next;
     const std::uint32_t chosen = state_->pick(state_->jobs[job], w);
     const TrialKey key{job, chosen};
     const Assignment assignment{state_->id_of(key), state_->trial(key).attempt,
@@ -930,6 +1019,21 @@ std::size_t Scheduler::queued_trials() const {
   return state_->queued;
 }
 
+std::size_t Scheduler::workers_offering(pack::Executor executor) const {
+  return state_->offering[executor_ix(executor)];
+}
+
+bool Scheduler::has_work_for(const WorkerId& worker) const {
+  const auto index = state_->find_alive(worker);
+  return index && state_->next_job(state_->workers[*index]).has_value();
+}
+
+std::optional<pack::Executor> Scheduler::executor(const TrialId& trial) const {
+  const auto key = state_->find(trial);
+  if (!key) return std::nullopt;
+  return state_->trial(*key).executor;
+}
+
 std::string Scheduler::state_text() const {
   const State& s = *state_;
   std::string text;
@@ -959,17 +1063,22 @@ std::string Scheduler::state_text() const {
            " attempt=" + std::to_string(t.attempt) + " leased=" + std::to_string(t.leased_attempt) +
            " worker=" + (t.worker == kNoWorker ? "-" : s.workers[t.worker].id.str()) +
            " expires=" + millis(t.lease_expires) + " deadline=" + millis(t.lease_deadline) +
-           " run_limit=" + std::to_string(t.run_limit.count()) + " digests" + digests +
+           " run_limit=" + std::to_string(t.run_limit.count()) +
+           " executor=" + std::string(pack::executor_name(t.executor)) + " digests" + digests +
            " payload=" + *t.payload + " reasons" + reasons +
            " outcome=" + (t.outcome ? std::string(outcome_name(*t.outcome)) : "-"));
     }
-    std::string queue;
-    for (const std::uint32_t index : job.queue) queue += " " + std::to_string(index);
-    line(" queue" + queue);
-    for (const auto& [digest, queued_here] : job.queued_by_digest) {
-      std::string trials;
-      for (const std::uint32_t index : queued_here) trials += " " + std::to_string(index);
-      line(" queued_by " + std::to_string(digest) + ":" + trials);
+    for (const pack::Executor executor : pack::kExecutors) {
+      const Queue& q = job.queues[executor_ix(executor)];
+      std::string queue;
+      for (const std::uint32_t index : q.trials) queue += " " + std::to_string(index);
+      line(" queue " + std::string(pack::executor_name(executor)) +
+           " turn=" + (q.turn ? std::to_string(*q.turn) : "-") + ":" + queue);
+      for (const auto& [digest, queued_here] : q.by_digest) {
+        std::string trials;
+        for (const std::uint32_t index : queued_here) trials += " " + std::to_string(index);
+        line(" queued_by " + std::to_string(digest) + ":" + trials);
+      }
     }
   }
   for (const Worker& worker : s.workers) {
@@ -979,13 +1088,20 @@ std::string Scheduler::state_text() const {
     for (const TrialKey key : worker.leases) leases += " " + s.id_of(key).str();
     line("worker " + worker.id.str() + " alive=" + std::to_string(worker.alive) +
          " slots=" + std::to_string(worker.slots) + " prefetch=" + std::to_string(worker.prefetch) +
-         " seen=" + millis(worker.last_seen) + " cached" + cached + " leases" + leases);
+         " executors=" + std::to_string(worker.executors) + " seen=" + millis(worker.last_seen) +
+         " cached" + cached + " leases" + leases);
   }
-  for (const auto& [priority, round] : s.rounds) {
-    std::string order;
-    for (const JobIx job : round) order += " " + s.jobs[job].id.str();
-    line("round " + std::to_string(priority) + ":" + order);
+  for (const pack::Executor executor : pack::kExecutors) {
+    for (const auto& [priority, round] : s.rounds[executor_ix(executor)]) {
+      std::string order;
+      for (const auto& [turn, job] : round) order += " " + s.jobs[job].id.str();
+      line("round " + std::string(pack::executor_name(executor)) + " " + std::to_string(priority) +
+           ":" + order);
+    }
+    line("offering " + std::string(pack::executor_name(executor)) + " " +
+         std::to_string(s.offering[executor_ix(executor)]));
   }
+  line("turns " + std::to_string(s.turns));
   for (const auto& [expires, key] : s.lease_expiries) {
     line("lease " + s.id_of(key).str() + " " + millis(expires));
   }

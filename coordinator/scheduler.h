@@ -32,9 +32,13 @@
 // they move lease expiries.
 //
 // Scheduling is pull: a worker offers free slots (request_work) and gets up to
-// that many trials. Jobs are served by priority, higher first; among jobs of
+// that many trials, only of the executors it offers (WorkerHello::executors:
+// a Lua-only worker is never leased an activegraph pack's trial). Each job
+// keeps a queue per executor, and each executor a round of the jobs with
+// trials queued for it. Jobs are served by priority, higher first; among jobs of
 // equal priority one trial each in turn (round-robin), so a large job cannot
-// starve a small one. Within the job whose turn it is, the trial whose
+// starve a small one; a worker offering several executors is served the job
+// whose turn came first in their rounds. Within the job whose turn it is, the trial whose
 // digests (segment and bundles) the worker holds most of is preferred: the
 // digests of its hello and of every trial it has been leased since. The
 // preference looks at the job's oldest queued trial and at most
@@ -132,6 +136,8 @@ struct WorkerHello {
   std::uint32_t slots = 0;
   std::uint32_t prefetch = 0;  // assignments held beyond its slots
   std::vector<Digest> cached;
+  // What it can run: it is leased only trials whose executor it offers.
+  std::vector<pack::Executor> executors{pack::Executor::lua};
 };
 
 struct Assignment {
@@ -183,6 +189,9 @@ struct JobStatus {
   Instant submitted_at{};
   std::optional<Instant> finished_at;  // the time of the record that finished it
   std::string owner{};                 // the submitting client's key; "" without keys
+  // Its queued trials by the executor that runs them (pack::kExecutors'
+  // order): with Scheduler::workers_offering, why a job waits.
+  std::array<std::uint64_t, pack::kExecutorCount> queued_by_executor{};
 
   std::uint64_t count(TrialStatus status) const { return counts[static_cast<std::size_t>(status)]; }
   // Trials that reached a final status (reconciled, cancelled, abandoned).
@@ -199,6 +208,7 @@ struct WorkerStatus {
   std::uint32_t running = 0;  // live leases
   Instant last_seen;
   std::size_t cached_digests = 0;
+  std::vector<pack::Executor> executors{};
 };
 
 // A trial as a visit of its job sees it (Scheduler::visit_trials).
@@ -332,6 +342,12 @@ class Scheduler {
   // point), as submitted; none for an unknown trial.
   std::optional<Digest> segment(const TrialId& trial) const;
   std::size_t queued_trials() const;  // of every job
+  // Live workers that offer the executor.
+  std::size_t workers_offering(pack::Executor executor) const;
+  // Whether a trial is queued that the worker, alive, could be leased.
+  bool has_work_for(const WorkerId& worker) const;
+  // What runs the trial's candidate; none for an unknown trial.
+  std::optional<pack::Executor> executor(const TrialId& trial) const;
 
   // Every value of the state, one line each, in a fixed order: equal texts
   // mean equal states (the replay tests compare them). Costs O(state).

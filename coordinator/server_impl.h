@@ -46,6 +46,9 @@ constexpr auto kParkLimit = std::chrono::seconds(1);
 // "Text from a peer"); a verdict's bounds are sandbox/delta.h's.
 constexpr std::size_t kMaxIsolationBytes = std::size_t{16} << 10;
 constexpr std::size_t kMaxReasonBytes = std::size_t{4} << 10;
+// Of a worker's hello: the executors read, and the bytes of a version kept.
+constexpr unsigned kMaxExecutorOffers = 16;
+constexpr std::size_t kMaxVersionBytes = 128;
 constexpr std::size_t kMaxJobNameBytes = 256;
 // A full store is tried again once its disk has this much room, first after
 // a second, then less and less often while the tries fail.
@@ -211,6 +214,9 @@ struct Peer {
 struct WorkerInfo {
   std::vector<std::string> warnings;  // degraded nets, from its preflight
   ordered_json isolation;             // its guarantees
+  // The executors it offers, with the version of each; its reports must
+  // name the one its trial needs, at that version.
+  std::map<pack::Executor, std::string> executors;
 };
 
 class Server {
@@ -388,6 +394,8 @@ class Server {
     std::uint64_t duration_ms = 0;
     std::chrono::steady_clock::time_point received;  // for the reconciliation's latency
     sandbox::Isolation isolation = sandbox::Isolation::standard;
+    pack::Executor executor = pack::Executor::lua;  // what ran the candidate
+    std::string executor_version;
   };
 
   // The fork point's timestamp of a submitted trial, from the store.
@@ -443,15 +451,23 @@ class Server {
   // Why the archive blob `archive` cannot stand for a pack pinned to `pin`:
   // not uploaded, not an archive, or holding a tree of another bundle hash.
   // Each (archive, pin) is read once per submission.
-  static std::optional<std::string> bundle_problem(
+  // What the check of a bundle found: a problem, or the executor of its pack.
+  struct CheckedBundle {
+    std::optional<std::string> problem;
+    pack::Executor executor = pack::Executor::lua;
+  };
+  static const CheckedBundle& check_bundle(
       const store::Snapshot& snapshot, const Digest& archive, const Digest& pin,
-      std::map<std::pair<Digest, Digest>, std::optional<std::string>>& checked);
+      std::map<std::pair<Digest, Digest>, CheckedBundle>& checked);
 
   // The blob of the parent's history up to the fork point, stored once.
   std::expected<Digest, Status> segment_of(const store::Snapshot& snapshot,
                                            const sandbox::TrialSpecification& spec);
 
   ordered_json status_json(const JobStatus& job, Instant now) const;
+  // Why the job's queued trials are not being leased (no live worker, or
+  // none offering their executor), as text; null when nothing stops them.
+  ordered_json waiting_reason(const JobStatus& job) const;
 
   static ordered_json timestamp_json(Instant at);
 

@@ -190,7 +190,7 @@ void Server::on_submit(const std::string& route, Envelope::Reader envelope, Inst
     if (added) problem_order.push_back(message);
   };
   std::map<std::pair<std::string, std::string>, std::expected<Digest, Status>> segments;
-  std::map<std::pair<Digest, Digest>, std::optional<std::string>> checked_bundles;
+  std::map<std::pair<Digest, Digest>, CheckedBundle> checked_bundles;
   std::vector<TrialInput> inputs;
   auto snapshot = store_.snapshot();
   std::size_t index = held;
@@ -212,10 +212,11 @@ void Server::on_submit(const std::string& route, Envelope::Reader envelope, Inst
         problem(trial, "pack " + pack->root_dir + " is not a pinned bundle");
         continue;
       }
-      if (auto bad =
-              bundle_problem(snapshot, *archive, *pack->expected_bundle_hash, checked_bundles)) {
-        problem(trial, *bad);
-      }
+      const CheckedBundle& checked =
+          check_bundle(snapshot, *archive, *pack->expected_bundle_hash, checked_bundles);
+      if (checked.problem) problem(trial, *checked.problem);
+      // The candidate comes last: its pack's executor is the trial's.
+      input.executor = checked.executor;
       input.bundles.push_back(*archive);
     }
     const auto key = std::make_pair(spec.parent_run_id.str(), spec.at_event.str());
@@ -272,12 +273,13 @@ void Server::on_submit(const std::string& route, Envelope::Reader envelope, Inst
   reply(route, wire::encode(message));
 }
 
-std::optional<std::string> Server::bundle_problem(
+const Server::CheckedBundle& Server::check_bundle(
     const store::Snapshot& snapshot, const Digest& archive, const Digest& pin,
-    std::map<std::pair<Digest, Digest>, std::optional<std::string>>& checked) {
+    std::map<std::pair<Digest, Digest>, CheckedBundle>& checked) {
   const auto key = std::make_pair(archive, pin);
   if (auto done = checked.find(key); done != checked.end()) return done->second;
-  std::optional<std::string> problem;
+  CheckedBundle result;
+  std::optional<std::string>& problem = result.problem;
   auto blob = snapshot.blob(archive);
   if (!blob) {
     problem = "bundle " + archive.str() + " was not uploaded";
@@ -289,10 +291,11 @@ std::optional<std::string> Server::bundle_problem(
     } else if (summary->bundle_hash != pin) {
       problem = "bundle " + archive.str() + " holds a pack that hashes to " +
                 summary->bundle_hash.str() + ", not to its pin " + pin.str();
+    } else {
+      result.executor = summary->executor;
     }
   }
-  checked.emplace(key, problem);
-  return problem;
+  return checked.emplace(key, std::move(result)).first->second;
 }
 
 std::expected<Digest, Status> Server::segment_of(const store::Snapshot& snapshot,

@@ -116,16 +116,15 @@ UnixMillis Server::fork_point_time(const sandbox::TrialSpecification& spec) {
 std::expected<Server::Reconciliation, Status> Server::reconciliation_of(
     const std::string& route, std::uint64_t request, const WorkerId& worker, const TrialId& trial,
     Attempt attempt, schema::wire::Report::Reader report, Instant now) {
-  Reconciliation r{route,
-                   request,
-                   worker,
-                   trial,
-                   attempt,
-                   now,
-                   {},
-                   {},
-                   report.getDurationMillis(),
-                   world_.monotonic_now()};
+  Reconciliation r;
+  r.route = route;
+  r.request = request;
+  r.worker = worker;
+  r.trial = trial;
+  r.attempt = attempt;
+  r.at = now;
+  r.duration_ms = report.getDurationMillis();
+  r.received = world_.monotonic_now();
   sandbox::TrialVerdict& verdict = r.verdict;
   // An enum holds whatever number the peer wrote.
   const auto outcome_ordinal = static_cast<std::uint16_t>(report.getOutcome());
@@ -148,6 +147,36 @@ std::expected<Server::Reconciliation, Status> Server::reconciliation_of(
                          std::to_string(static_cast<std::uint16_t>(report.getIsolation())) +
                          " is neither standard nor strict");
   }
+  // What ran it: the executor its candidate needs, at the version the
+  // worker's hello offered (a report without one is a Lua worker's).
+  const auto needed = scheduler_.executor(trial).value_or(pack::Executor::lua);
+  const std::string named = report.hasExecutor() ? wire::text(report.getExecutor().getName()) : "";
+  const auto ran = named.empty() ? std::optional(pack::Executor::lua) : pack::executor_named(named);
+  if (ran != needed) {
+    return failure(ErrorCode::invalid_argument,
+                   "it says " + wire::prose(named.empty() ? "lua" : named, 64) +
+                       " ran the candidate, which needs the " +
+                       std::string(pack::executor_name(needed)) + " executor");
+  }
+  const std::string version =
+      report.hasExecutor() ? wire::prose(report.getExecutor().getVersion(), kMaxVersionBytes) : "";
+  const auto info = worker_info_.find(worker);
+  const auto offered = info == worker_info_.end() ? std::nullopt
+                       : info->second.executors.contains(needed)
+                           ? std::optional(info->second.executors.at(needed))
+                           : std::nullopt;
+  if (!offered) {
+    return failure(ErrorCode::invalid_argument, "its worker's hello did not offer the " +
+                                                    std::string(pack::executor_name(needed)) +
+                                                    " executor");
+  }
+  if (version != *offered) {
+    return failure(ErrorCode::invalid_argument,
+                   "it says " + std::string(pack::executor_name(needed)) + " " + version +
+                       " ran the candidate, but its worker's hello offered " + *offered);
+  }
+  r.executor = needed;
+  r.executor_version = version;
   verdict.detail = wire::prose(report.getDetail(), sandbox::kMaxVerdictDetailBytes);
   const auto warnings = report.getWarnings();
   for (unsigned i = 0; i < warnings.size() && i < sandbox::kMaxVerdictWarnings; ++i) {
@@ -216,6 +245,8 @@ store::Result<std::uint64_t> Server::record_reconciliation(store::Writer& writer
   result["behavior_failures_after_fork"] =
       writer.events_of_type(*run, "behavior.failed", fork_seq).size();
   result["duration_ms"] = r.duration_ms;
+  result["executor"] = {{"name", std::string(pack::executor_name(r.executor))},
+                        {"version", r.executor_version}};
   // What isolation the trial had, as its worker ran it and its warnings say.
   result["isolation"] = ordered_json::parse(sandbox::isolation_json(
       sandbox::trial_isolation(r.isolation, submitted.spec().limits, v.warnings)));

@@ -13,6 +13,11 @@ ordered_json Server::status_json(const JobStatus& job, Instant now) const {
   for (std::size_t o = 0; o < kOutcomes.size(); ++o) {
     outcomes[std::string(outcome_name(kOutcomes[o]))] = job.outcomes[o];
   }
+  ordered_json queued = ordered_json::object();
+  for (const pack::Executor executor : pack::kExecutors) {
+    queued[std::string(pack::executor_name(executor))] =
+        job.queued_by_executor[static_cast<std::size_t>(executor)];
+  }
   return ordered_json{
       {"job", job.id.str()},
       {"name", job.name},
@@ -28,7 +33,32 @@ ordered_json Server::status_json(const JobStatus& job, Instant now) const {
       {"submitted_at", timestamp_json(job.submitted_at)},
       {"finished_at", job.finished_at ? timestamp_json(*job.finished_at) : ordered_json(nullptr)},
       {"throughput", activity_.throughput(job, now)},
-      {"owner", job.owner}};
+      {"owner", job.owner},
+      {"queued_by_executor", queued},
+      {"waiting", waiting_reason(job)}};
+}
+
+ordered_json Server::waiting_reason(const JobStatus& job) const {
+  if (job.count(TrialStatus::queued) == 0 || job.cancelled) return nullptr;
+  bool anyone = false;
+  for (const WorkerStatus& worker : scheduler_.workers()) anyone = anyone || worker.alive;
+  if (!anyone) {
+    return "no worker is alive: its " + std::to_string(job.count(TrialStatus::queued)) +
+           " queued trials wait for one to join";
+  }
+  std::string why;
+  for (const pack::Executor executor : pack::kExecutors) {
+    const std::uint64_t count = job.queued_by_executor[static_cast<std::size_t>(executor)];
+    if (count == 0 || scheduler_.workers_offering(executor) > 0) continue;
+    if (!why.empty()) why += "; ";
+    why += std::to_string(count) + " queued trials need the " +
+           std::string(pack::executor_name(executor)) + " executor, which no live worker offers";
+    if (executor == pack::Executor::activegraph) {
+      why += " (a worker offers it when activegraph imports with its --python)";
+    }
+  }
+  if (why.empty()) return nullptr;
+  return why;
 }
 
 ordered_json Server::timestamp_json(Instant at) {
@@ -153,8 +183,20 @@ ordered_json Server::workers_doc() const {
                     {"running", w.running},
                     {"last_seen", format_timestamp(w.last_seen.time_since_epoch().count())},
                     {"cached_digests", w.cached_digests}});
+    // The executors it offers, with their versions when this process heard
+    // its hello.
+    const auto info = worker_info_.find(w.id);
+    ordered_json executors = ordered_json::array();
+    for (const pack::Executor executor : w.executors) {
+      ordered_json offer{{"name", std::string(pack::executor_name(executor))}};
+      if (info != worker_info_.end() && info->second.executors.contains(executor)) {
+        offer["version"] = info->second.executors.at(executor);
+      }
+      executors.push_back(std::move(offer));
+    }
+    list.back()["executors"] = std::move(executors);
     // What its hello said of its host, when this process heard it.
-    if (auto info = worker_info_.find(w.id); info != worker_info_.end()) {
+    if (info != worker_info_.end()) {
       list.back()["degraded_nets"] = info->second.warnings;
       list.back()["isolation"] = info->second.isolation;
     }

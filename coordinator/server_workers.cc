@@ -35,6 +35,20 @@ void Server::on_worker_hello(const std::string& route, Envelope::Reader envelope
   for (auto digest : hello.getCached()) {
     if (auto d = wire::digest_of(digest)) input.cached.push_back(*d);
   }
+  // What it offers: executors this coordinator does not know are left out
+  // (a newer worker's), and a hello without the list is a worker that runs
+  // Lua alone.
+  std::map<pack::Executor, std::string> offers;
+  const auto executors = hello.getExecutors();
+  for (unsigned i = 0; i < executors.size() && i < kMaxExecutorOffers; ++i) {
+    const auto name = executors[i].getName();
+    const auto executor = pack::executor_named(std::string_view(name.begin(), name.size()));
+    if (!executor) continue;
+    offers.try_emplace(*executor, wire::prose(executors[i].getVersion(), kMaxVersionBytes));
+  }
+  if (executors.size() == 0) offers.emplace(pack::Executor::lua, "");
+  input.executors.clear();
+  for (const auto& [executor, version] : offers) input.executors.push_back(executor);
   // A live worker this process has not heard from yet is one that was
   // connected before this coordinator restarted: it keeps the leases
   // `recover` renewed, and its next heartbeat says which it still runs.
@@ -62,6 +76,7 @@ void Server::on_worker_hello(const std::string& route, Envelope::Reader envelope
                            (reconnected ? " reconnected, keeping its leases," : " joined") +
                            " with " + std::to_string(input.slots) + " slots");
   WorkerInfo& info = worker_info_[input.id];
+  info.executors = std::move(offers);
   info.warnings.clear();
   const auto warnings = hello.getWarnings();
   for (unsigned i = 0; i < warnings.size() && i < sandbox::kMaxVerdictWarnings; ++i) {
@@ -93,7 +108,7 @@ void Server::on_request_work(const std::string& route, const WorkerId& worker,
   // A worker the scheduler does not hold alive is answered at once (with
   // outOfOrder, by assign), so that it says hello again.
   const auto status = scheduler_.worker_status(worker);
-  if (free > 0 && scheduler_.queued_trials() == 0 && status && status->alive) {
+  if (free > 0 && !scheduler_.has_work_for(worker) && status && status->alive) {
     // Nothing to give: the offer waits here (long poll) until there is,
     // rather than the worker asking again and again.
     parked_[route] = Parked{worker, free, envelope.getRequestId(), world_.monotonic_now()};
@@ -106,7 +121,7 @@ void Server::serve_parked(Instant now) {
   const auto steady = world_.monotonic_now();
   for (auto it = parked_.begin(); it != parked_.end();) {
     const Parked& p = it->second;
-    if (scheduler_.queued_trials() > 0 || steady - p.since >= kParkLimit) {
+    if (scheduler_.has_work_for(p.worker) || steady - p.since >= kParkLimit) {
       assign(it->first, p.worker, p.free, p.request, now);
       it = parked_.erase(it);
     } else {

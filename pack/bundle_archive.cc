@@ -236,6 +236,8 @@ std::expected<ParsedArchive, ArchiveError> parse(std::string_view bytes,
   parsed.files.reserve(static_cast<std::size_t>(*count));
   PathSet paths;
   Sha256 hash;
+  std::string_view manifest;
+  bool init_py = false;
   for (std::uint64_t index = 0; index < *count; ++index) {
     const std::string which = "file " + std::to_string(index + 1) + " of " + std::to_string(*count);
     const auto path_size = reader.integer(4);
@@ -278,6 +280,8 @@ std::expected<ParsedArchive, ArchiveError> parse(std::string_view bytes,
     hash.update(length, sizeof length);
     hash.update(content);
     parsed.summary.content_bytes += *size;
+    if (path == kManifestFile) manifest = content;
+    if (path == "__init__.py") init_py = true;
     parsed.files.push_back({std::move(path), content});
   }
   if (reader.left() != 0) {
@@ -287,6 +291,7 @@ std::expected<ParsedArchive, ArchiveError> parse(std::string_view bytes,
   }
   parsed.summary.files = *count;
   parsed.summary.bundle_hash = hash.finish();
+  parsed.summary.executor = executor_of_files(manifest, init_py);
   return parsed;
 }
 

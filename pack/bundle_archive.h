@@ -32,6 +32,7 @@
 #include "base/digest.h"
 #include "base/error.h"
 #include "pack/bundle_hash.h"
+#include "pack/executor.h"
 
 namespace forktrial::pack {
 
@@ -76,6 +77,9 @@ struct ArchiveSummary {
   Digest bundle_hash;
   std::uint64_t files = 0;
   std::uint64_t content_bytes = 0;
+  // What runs the pack once extracted (pack/executor.h), told from its
+  // manifest.toml and whether an __init__.py is at its root.
+  Executor executor = Executor::lua;
 };
 
 // Validates every rule of the format without writing anything.

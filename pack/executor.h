@@ -4,8 +4,12 @@
 // before anything of the pack runs.
 #pragma once
 
+#include <array>
+#include <cstddef>
 #include <expected>
 #include <filesystem>
+#include <optional>
+#include <string>
 #include <string_view>
 
 #include "base/error.h"
@@ -18,9 +22,15 @@ enum class Executor {
   activegraph,  // no [runtime], an __init__.py at the root, dependencies.activegraph
 };
 
+inline constexpr std::size_t kExecutorCount = 2;
+inline constexpr std::array<Executor, kExecutorCount> kExecutors = {Executor::lua,
+                                                                    Executor::activegraph};
+
 // "lua" or "activegraph": the names a worker's hello, a result and the
 // command line use.
 std::string_view executor_name(Executor executor);
+// The executor of that name; none for a name forktrial does not have.
+std::optional<Executor> executor_named(std::string_view name);
 
 // The executor of the pack at `root` whose manifest (parsed with [runtime]
 // optional) is given. Refused (invalid_argument, saying what is missing)
@@ -35,5 +45,11 @@ std::expected<Executor, Status> executor_of(const Manifest& manifest,
 // runs it, or says why it cannot. Otherwise its manifest is read; one that
 // cannot be read is not an activegraph pack either.
 bool is_activegraph_pack(const std::filesystem::path& root);
+
+// The same rule for a pack known by its manifest's text and whether a regular
+// file __init__.py is at its root (a pack archive, before it is extracted):
+// activegraph when the text parses with [runtime] optional and executor_of
+// says so, Lua otherwise (the Lua path says what is wrong with the rest).
+Executor executor_of_files(std::string_view manifest_text, bool init_py);
 
 }  // namespace forktrial::pack

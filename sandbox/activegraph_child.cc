@@ -279,6 +279,8 @@ ExecutedTrial execute_activegraph_trial(std::span<const std::byte> segment,
     auto verified = pack::verify_bundle_hash(pack->expected_bundle_hash->str(), pack->root_dir);
     if (verified) continue;
     ExecutedTrial refused;
+    refused.executor = "activegraph";
+    refused.executor_version = install.version;
     refused.verdict.outcome = Outcome::materialization_failed;
     refused.verdict.exit_code = exit_code_of(Outcome::materialization_failed);
     refused.verdict.detail = "the pack at " + pack->root_dir +
@@ -325,6 +327,8 @@ ExecutedTrial execute_activegraph_trial(std::span<const std::byte> segment,
   const ChildResult child = run_child(request);
 
   ExecutedTrial executed;
+  executed.executor = "activegraph";
+  executed.executor_version = install.version;
   executed.fork_seq = fork_seq;
   executed.verdict = activegraph_verdict(child, spec.limits);
   if (options.isolation == Isolation::strict) {

@@ -415,8 +415,8 @@ TrialReport run_activegraph_trial(store::EventStore& store, const TrialSpecifica
                           executed.events.size(), delta_of(executed.events), executed.verdict);
   TrialReport report = report_from_store(store.snapshot(), fork_id, fork_seq, executed.verdict);
   report.isolation = trial_isolation(Isolation::standard, spec.limits, report.warnings);
-  report.executor = "activegraph";
-  report.executor_version = install.version;
+  report.executor = executed.executor;
+  report.executor_version = executed.executor_version;
   return report;
 }
 

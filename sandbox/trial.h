@@ -115,6 +115,9 @@ struct ExecutedTrial {
   TrialVerdict verdict;
   std::vector<store::NewEvent> events;
   std::uint64_t fork_seq = 0;  // the fork point's seq: the events in the segment
+  // What ran the candidate, as TrialReport says it.
+  std::string executor = "lua";
+  std::string executor_version;
 };
 
 // Runs the trial `spec` describes against a fork whose history is `segment`

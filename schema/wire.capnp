@@ -112,6 +112,14 @@ struct WorkerHello {
   isolation @3 :Text;          # its guarantees, as JSON
   cached @4 :List(Digest);     # what its cache holds (bounded)
   prefetch @5 :UInt32;         # assignments it holds beyond its slots, ready to start
+  executors @6 :List(ExecutorOffer);  # what it can run; empty: Lua alone (a worker before them)
+}
+
+# An executor a worker offers (docs/pack-format.md "Executors"): "lua" or
+# "activegraph", and the version it runs, which the worker's results carry.
+struct ExecutorOffer {
+  name @0 :Text;
+  version @1 :Text;
 }
 
 struct Welcome {
@@ -195,6 +203,7 @@ struct Report {
   events @11 :List(Event);     # the accepted delta, oldest first
   durationMillis @12 :UInt64;
   isolation @13 :IsolationLevel;  # the level the trial ran at
+  executor @14 :ExecutorOffer;    # what ran the candidate, as the worker's hello offered it
 }
 
 enum IsolationLevel {

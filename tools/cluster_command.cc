@@ -24,6 +24,7 @@
 #include "coordinator/client.h"
 #include "coordinator/server.h"
 #include "pack/bundle_archive.h"
+#include "sandbox/activegraph_child.h"
 #include "sandbox/executor.h"
 #include "sandbox/limit_units.h"
 #include "sandbox/trial.h"
@@ -288,10 +289,14 @@ void add_worker(CLI::App& app) {
   auto endpoint = std::make_shared<std::string>();
   auto keys = std::make_shared<KeyOptions>();
   auto http = std::make_shared<std::string>();
+  auto python = std::make_shared<std::string>("python3");
   auto* cmd = app.add_subcommand(
       "worker",
       "Run a worker: it checks that trial children can start here (preflight), joins the "
-      "coordinator, and runs the trials it pulls, one per slot, each in a fresh child");
+      "coordinator, and runs the trials it pulls, one per slot, each in a fresh child. It "
+      "offers the lua executor, and activegraph's (for activegraph Python packs) when "
+      "activegraph imports with --python and its trial child answers; the coordinator leases "
+      "it only trials it can run");
   cmd->add_option("--connect", *endpoint, "The coordinator's endpoint (env FORKTRIAL_COORDINATOR)");
   cmd->add_option("--cache", *cache, "Directory of the blob cache and materialized bundles")
       ->capture_default_str();
@@ -310,6 +315,10 @@ void add_worker(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(1u, 1'000'000u));
   add_isolation_option(cmd, config->child.isolation);
+  cmd->add_option("--python", *python,
+                  "the interpreter activegraph packs run with (a path, or a name on PATH); "
+                  "without activegraph importable there the worker offers lua alone")
+      ->capture_default_str();
   add_http_option(
       cmd, *http,
       "/healthz and /readyz (the coordinator welcomed it) for an orchestrator's probes, and "
@@ -319,6 +328,7 @@ void add_worker(CLI::App& app) {
   cmd->footer(examples_footer({
       "forktrial worker --connect tcp://coord:7600 --cache /var/cache/ft --slots 8",
       "forktrial worker --connect tcp://coord:7600 --isolation strict",
+      "forktrial worker --connect tcp://coord:7600 --python /opt/ag/bin/python3",
   }));
   cmd->callback([=] {
     if (endpoint->empty()) *endpoint = default_endpoint();
@@ -345,6 +355,21 @@ void add_worker(CLI::App& app) {
                           e.what());
     }
     for (const auto& warning : config->preflight_warnings) log(LogLevel::warn, warning);
+    config->child.python = *python;
+    config->executors = {{"lua", ""}};
+    auto activegraph = sandbox::find_activegraph(*python);
+    std::optional<Status> activegraph_problem =
+        activegraph ? sandbox::activegraph_preflight(*activegraph) : activegraph.error();
+    if (activegraph_problem) {
+      log(LogLevel::info, "not offering the activegraph executor: " + activegraph_problem->message);
+    } else {
+      log(LogLevel::info,
+          "offering the activegraph executor: activegraph " +
+              (activegraph->version.empty() ? "(no version)" : activegraph->version) + " with " +
+              activegraph->python.string());
+      config->executors.push_back({"activegraph", activegraph->version});
+      config->child.activegraph = *activegraph;
+    }
     const sandbox::LocalSubprocessExecutor executor(config->child);
     ordered_json isolation{
         {"level", std::string(sandbox::isolation_name(executor.isolation().level))}};
@@ -367,6 +392,14 @@ void add_worker(CLI::App& app) {
 
 // ---- clients
 
+// Why the job's queued trials are not leased, as the coordinator says; none
+// when nothing stops them.
+std::optional<std::string> waiting(const ordered_json& status) {
+  const auto reason = status.find("waiting");
+  if (reason == status.end() || !reason->is_string()) return std::nullopt;
+  return terminal_text(reason->get<std::string>());
+}
+
 std::string progress_line(const ordered_json& status) {
   const std::uint64_t total = status["total"];
   const std::uint64_t done = status["done"];
@@ -381,6 +414,7 @@ std::string progress_line(const ordered_json& status) {
   const std::uint64_t abandoned = status["status"]["abandoned"];
   if (abandoned > 0) line += "  abandoned " + std::to_string(abandoned);
   if (status.contains("store_full")) line += "  PAUSED: the coordinator's store is full";
+  if (waiting(status)) line += "  WAITING";
   return line;
 }
 
@@ -410,10 +444,18 @@ std::pair<ordered_json, bool> wait_for(coordinator::Client& client, const std::s
   const auto until = std::chrono::steady_clock::now() +
                      std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                          std::chrono::duration<double>(max_wait));
+  std::string said_waiting;
   for (;;) {
     ordered_json status = client.status(job);
     if (tty) std::fprintf(stderr, "\r%s", progress_line(status).c_str());
     if (!tty) say_if_store_full(status);
+    // Each reason once, when it starts: a job that cannot progress says why.
+    if (const auto reason = waiting(status); progress && reason && *reason != said_waiting) {
+      std::fprintf(stderr, "%swaiting: %s\n", tty ? "\n" : "", reason->c_str());
+      said_waiting = *reason;
+    } else if (!reason) {
+      said_waiting.clear();
+    }
     const bool finished = status["finished"].get<bool>();
     if (finished || (max_wait > 0 && std::chrono::steady_clock::now() >= until)) {
       if (tty) std::fprintf(stderr, "\n");
@@ -702,6 +744,7 @@ void add_status(CLI::App& app) {
     say_if_store_full(status);
     if (!job->empty()) {
       std::printf("%s\n", progress_line(status).c_str());
+      if (const auto reason = waiting(status)) std::printf("waiting: %s\n", reason->c_str());
       return;
     }
     std::printf("%-22s %-20s %8s %8s  %s\n", "JOB", "NAME", "TRIALS", "DONE", "PROGRESS");
@@ -709,6 +752,11 @@ void add_status(CLI::App& app) {
       std::printf("%-22s %-20s %8s %8s  %s\n", j["job"].get<std::string>().c_str(),
                   terminal_text(j["name"].get<std::string>()).c_str(), j["total"].dump().c_str(),
                   j["done"].dump().c_str(), progress_line(j).c_str());
+    }
+    for (const auto& j : status["jobs"]) {
+      if (const auto reason = waiting(j)) {
+        std::printf("%s waiting: %s\n", j["job"].get<std::string>().c_str(), reason->c_str());
+      }
     }
   });
 }
@@ -783,11 +831,22 @@ void add_workers(CLI::App& app) {
       std::printf("%s\n", workers.dump().c_str());
       return;
     }
-    std::printf("%-28s %-6s %6s %8s  %s\n", "WORKER", "ALIVE", "SLOTS", "RUNNING", "LAST SEEN");
+    std::printf("%-28s %-6s %6s %8s  %-24s  %s\n", "WORKER", "ALIVE", "SLOTS", "RUNNING",
+                "LAST SEEN", "EXECUTORS");
     for (const auto& w : workers["workers"]) {
-      std::printf("%-28s %-6s %6s %8s  %s\n", terminal_text(w["worker"].get<std::string>()).c_str(),
+      std::string executors;
+      for (const auto& e : w.value("executors", ordered_json::array())) {
+        if (!executors.empty()) executors += ",";
+        executors += e.value("name", "?");
+        if (const std::string version = e.value("version", ""); !version.empty()) {
+          executors += " " + version;
+        }
+      }
+      std::printf("%-28s %-6s %6s %8s  %-24s  %s\n",
+                  terminal_text(w["worker"].get<std::string>()).c_str(),
                   w["alive"].get<bool>() ? "yes" : "no", w["slots"].dump().c_str(),
-                  w["running"].dump().c_str(), w["last_seen"].get<std::string>().c_str());
+                  w["running"].dump().c_str(), w["last_seen"].get<std::string>().c_str(),
+                  terminal_text(executors).c_str());
     }
   });
 }

@@ -83,6 +83,11 @@ void WorkerSession::say_hello(Clock::time_point now) {
   auto warnings = hello.initWarnings(static_cast<unsigned>(config_.warnings.size()));
   for (unsigned i = 0; i < config_.warnings.size(); ++i) warnings.set(i, config_.warnings[i]);
   hello.setIsolation(config_.isolation);
+  auto executors = hello.initExecutors(static_cast<unsigned>(config_.executors.size()));
+  for (unsigned i = 0; i < config_.executors.size(); ++i) {
+    executors[i].setName(config_.executors[i].name);
+    executors[i].setVersion(config_.executors[i].version);
+  }
   // A bounded summary: the coordinator only uses it to prefer this worker.
   std::vector<Digest> held = config_.cached ? config_.cached() : std::vector<Digest>{};
   if (held.size() > 4096) held.resize(4096);

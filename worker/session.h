@@ -79,14 +79,23 @@ std::string failure_frame(const AttemptKey& key, const std::string& reason);
 inline constexpr std::chrono::milliseconds kPrefetchCover{50};
 std::size_t prefetch_wanted(unsigned prefetch, unsigned slots, double mean_trial_us);
 
+// An executor the worker offers (pack/executor.h names them), with the
+// version it runs: the hello lists them, and a report names the one that ran.
+struct ExecutorOffer {
+  std::string name;
+  std::string version;
+  friend bool operator==(const ExecutorOffer&, const ExecutorOffer&) = default;
+};
+
 struct SessionConfig {
   std::string worker_id;
   unsigned slots = 1;
   unsigned prefetch = 8;  // the most assignments held beyond the slots
   std::chrono::milliseconds heartbeat{1000};
   std::chrono::milliseconds coordinator_timeout{5000};
-  std::vector<std::string> warnings;  // the hello's: nets degraded on this host
-  std::string isolation = "{}";       // the hello's: its guarantees, as JSON
+  std::vector<std::string> warnings;                  // the hello's: nets degraded on this host
+  std::string isolation = "{}";                       // the hello's: its guarantees, as JSON
+  std::vector<ExecutorOffer> executors{{"lua", ""}};  // the hello's: what it can run
   // What the cache holds, for the hello (none: nothing).
   std::function<std::vector<Digest>()> cached;
   // Called as each hello goes (none: not called).

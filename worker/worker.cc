@@ -90,6 +90,9 @@ std::string report_frame(const AttemptKey& key, const sandbox::ExecutedTrial& ex
   report.setClaimedFailures(verdict.claimed_failures.value_or(0));
   report.setForkSeq(executed.fork_seq);
   report.setDurationMillis(static_cast<std::uint64_t>(duration.count()));
+  auto executor = report.initExecutor();
+  executor.setName(executed.executor);
+  executor.setVersion(executed.executor_version);
   auto events = report.initEvents(static_cast<unsigned>(executed.events.size()));
   for (unsigned i = 0; i < executed.events.size(); ++i) {
     const auto& e = executed.events[i];
@@ -163,6 +166,7 @@ class Worker {
     session.coordinator_timeout = config_.coordinator_timeout;
     session.warnings = config_.preflight_warnings;
     session.isolation = config_.isolation;
+    session.executors = config_.executors;
     session.cached = [this] { return cache_.summary(); };
     // A hello starts over: the chunks asked of the coordinator before it
     // are asked again.

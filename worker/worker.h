@@ -25,6 +25,7 @@
 #include "sandbox/trial.h"
 #include "transport/curve.h"
 #include "transport/http_server.h"
+#include "worker/session.h"
 
 namespace forktrial::worker {
 
@@ -46,6 +47,9 @@ struct WorkerConfig {
   std::chrono::milliseconds coordinator_timeout{5000};
   std::vector<std::string> preflight_warnings;  // what preflight said at start
   std::string isolation;                        // its guarantees, as JSON
+  // What it offers to run: Lua always; activegraph when the tool found it
+  // and its child answered preflight (child.activegraph is then set).
+  std::vector<ExecutorOffer> executors{{"lua", ""}};
   // Messages ZeroMQ holds for the coordinator while it does not take them
   // (its send high-water mark); past it a message is not sent, logged, and
   // sent again later.

@@ -68,7 +68,14 @@ std::vector<OrchestrationRecord> edge_records() {
                                  std::numeric_limits<std::uint32_t>::max(),
                                  7,
                                  {digest(1), digest(2)},
-                                 kFarFuture});
+                                 kFarFuture,
+                                 {pack::Executor::lua, pack::Executor::activegraph}});
+  records.push_back(WorkerJoined{WorkerId{"py"}, 1, 0, {}, kEpoch, {pack::Executor::activegraph}});
+  {
+    TrialInput python{"p", digest(1), {digest(2)}};
+    python.executor = pack::Executor::activegraph;
+    records.push_back(JobSubmitted{JobId{"py"}, 0, "py", {python, TrialInput{}}, at(1)});
+  }
   records.push_back(LeasesRenewed{WorkerId{"w"}, {}, kEpoch, kEpoch});
   records.push_back(LeasesRenewed{WorkerId{"w"},
                                   {{trial("a", 0), 1}, {trial("b\n", kMaxIndex), kMaxAttempt}},
@@ -246,6 +253,28 @@ TEST_CASE("a worker.joined record written before prefetch existed reads as no pr
   CHECK(decode_error("worker.joined",
                      R"({"worker":"w","slots":3,"prefetch":-1,"cached":[],"at":5})") ==
         "event evt_042 (worker.joined): field \"prefetch\" is -1, not an integer in 0..4294967295");
+}
+
+TEST_CASE("records written before executors were told apart read as Lua's",
+          "[coordinator][orchestration_log][executor]") {
+  const auto joined = record_of(
+      store::view_of(event_of("worker.joined", R"({"worker":"w","slots":3,"cached":[],"at":5})")));
+  REQUIRE(joined);
+  CHECK(std::get<WorkerJoined>(*joined).executors == std::vector{pack::Executor::lua});
+  const std::string trial = R"({"payload":"p","segment":")" + digest(1).str() + R"(","bundles":[])";
+  const auto submitted = record_of(
+      store::view_of(event_of("job.submitted", R"({"job":"j","priority":0,"name":"n","trials":[)" +
+                                                   trial + R"(}],"at":1})")));
+  REQUIRE(submitted);
+  CHECK(std::get<JobSubmitted>(*submitted).trials.at(0).executor == pack::Executor::lua);
+  // A Lua trial is written as before; an activegraph one names its executor.
+  TrialInput python{"p", digest(1), {}};
+  python.executor = pack::Executor::activegraph;
+  CHECK_THAT(to_event(JobSubmitted{JobId{"j"}, 0, "n", {python}, at(1)}, 1).payload,
+             Catch::Contains(R"("bundles":[],"executor":"activegraph"})"));
+  CHECK(decode_error("worker.joined",
+                     R"({"worker":"w","slots":3,"cached":[],"executors":["cobol"],"at":5})") ==
+        "event evt_042 (worker.joined): field \"executors[0]\" \"cobol\" is not an executor");
 }
 
 TEST_CASE("the record types are told from the coordinator's other events",

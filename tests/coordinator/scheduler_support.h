@@ -3,6 +3,7 @@
 // every record it returned.
 #pragma once
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <string>
@@ -29,11 +30,14 @@ inline TrialInput trial_input(int segment, int bundle = 0) {
   return TrialInput{"segment " + std::to_string(segment), digest(segment), {digest(1000 + bundle)}};
 }
 
-// `n` trials, trial i on segment i.
-inline JobSubmission job(const std::string& id, int priority, std::size_t n) {
+// `n` trials, trial i on segment i; the trials whose index is in `python`
+// are activegraph packs' (the others Lua packs').
+inline JobSubmission job(const std::string& id, int priority, std::size_t n,
+                         const std::vector<std::size_t>& python = {}) {
   JobSubmission submission{JobId{id}, priority, "job " + id, {}};
   for (std::size_t i = 0; i < n; ++i) {
-    submission.trials.push_back(trial_input(static_cast<int>(i)));
+    TrialInput& input = submission.trials.emplace_back(trial_input(static_cast<int>(i)));
+    if (std::ranges::find(python, i) != python.end()) input.executor = pack::Executor::activegraph;
   }
   return submission;
 }
@@ -69,8 +73,10 @@ struct Logged {
     keep(scheduler.submit(std::move(submission), now));
   }
   void join(const std::string& worker, std::uint32_t slots, Instant now,
-            std::vector<Digest> cached = {}) {
-    keep(scheduler.worker_joined(WorkerHello{WorkerId{worker}, slots, 0, std::move(cached)}, now));
+            std::vector<Digest> cached = {},
+            std::vector<pack::Executor> executors = {pack::Executor::lua}) {
+    keep(scheduler.worker_joined(
+        WorkerHello{WorkerId{worker}, slots, 0, std::move(cached), std::move(executors)}, now));
   }
   std::vector<Assignment> work(const std::string& worker, std::uint32_t slots, Instant now) {
     return keep(scheduler.request_work(WorkerId{worker}, slots, now)).assignments;
@@ -138,6 +144,12 @@ inline void busy_morning(Logged& s) {
   s.heartbeat("w3", {}, at(14'000));
   s.tick(at(21'500));  // w3's leases lapse for the second time: abandoned
   s.work("w3", 4, at(21'600));
+  // A job of Lua and activegraph packs' trials: the Lua-only worker leaves
+  // the activegraph ones queued for the worker that offers both.
+  s.submit(testing::job("d", 0, 4, {1, 2}), at(22'000));
+  s.work("w3", 4, at(22'100));
+  s.join("w4", 2, at(22'200), {}, {pack::Executor::lua, pack::Executor::activegraph});
+  s.work("w4", 1, at(22'300));
 }
 
 }  // namespace forktrial::coordinator::testing

@@ -217,6 +217,62 @@ TEST_CASE("a worker offering more slots than the coordinator takes is refused",
   CHECK(SchedulerConfig{}.max_worker_slots == 1024);
 }
 
+constexpr pack::Executor kLua = pack::Executor::lua;
+constexpr pack::Executor kPython = pack::Executor::activegraph;
+
+TEST_CASE("a trial is leased only to a worker that offers its executor",
+          "[coordinator][scheduler][executor]") {
+  Logged s;
+  s.submit(testing::job("mix", 0, 6, {1, 3, 4}), at(0));
+  s.join("lua", 8, at(1));
+  CHECK(names(s.work("lua", 8, at(2))) == Names{"mix#0", "mix#2", "mix#5"});
+  CHECK(s.work("lua", 8, at(3)).empty());  // what is left needs activegraph
+  JobStatus waiting = s.job("mix");
+  CHECK(waiting.count(TrialStatus::queued) == 3);
+  CHECK(waiting.queued_by_executor == std::array<std::uint64_t, 2>{0, 3});
+  CHECK(s.scheduler.workers_offering(kLua) == 1);
+  CHECK(s.scheduler.workers_offering(kPython) == 0);
+
+  s.join("both", 8, at(4), {}, {kPython, kLua, kPython});
+  CHECK(s.scheduler.workers_offering(kPython) == 1);
+  CHECK(names(s.work("both", 8, at(5))) == Names{"mix#1", "mix#3", "mix#4"});
+  CHECK(s.job("mix").queued_by_executor == std::array<std::uint64_t, 2>{0, 0});
+  const auto both = s.scheduler.worker_status(WorkerId{"both"});
+  REQUIRE(both);
+  CHECK(both->executors == std::vector<pack::Executor>{kLua, kPython});  // once each, in order
+
+  // A lost worker no longer counts, and what it held waits for another.
+  s.keep(s.scheduler.worker_lost(WorkerId{"both"}, "gone", at(6)));
+  CHECK(s.scheduler.workers_offering(kPython) == 0);
+  CHECK(s.job("mix").queued_by_executor == std::array<std::uint64_t, 2>{0, 3});
+  CHECK(s.work("lua", 8, at(7)).empty());
+  CHECK(testing::replayed(s.log).state_text() == s.scheduler.state_text());
+}
+
+TEST_CASE("a worker offering several executors is served the jobs of both in turn",
+          "[coordinator][scheduler][executor]") {
+  Logged s;
+  s.submit(testing::job("lua", 0, 3), at(0));
+  s.submit(testing::job("py", 0, 3, {0, 1, 2}), at(1));
+  s.submit(testing::job("urgent-py", 1, 1, {0}), at(2));
+  s.join("both", 8, at(3), {}, {kLua, kPython});
+  CHECK(names(s.work("both", 5, at(4))) == Names{"urgent-py#0", "lua#0", "py#0", "lua#1", "py#1"});
+  // A Lua-only worker skips the activegraph job without taking its turn.
+  s.submit(testing::job("py2", 0, 2, {0, 1}), at(5));
+  s.join("lua-only", 4, at(6));
+  CHECK(names(s.work("lua-only", 4, at(7))) == Names{"lua#2"});
+  CHECK(names(s.work("both", 3, at(8))) == Names{"py#2", "py2#0", "py2#1"});
+  CHECK(testing::replayed(s.log).state_text() == s.scheduler.state_text());
+}
+
+TEST_CASE("a worker that offers no executor is refused", "[coordinator][scheduler][executor]") {
+  Scheduler scheduler;
+  auto refused = scheduler.worker_joined(WorkerHello{WorkerId{"idle"}, 2, 0, {}, {}}, at(0));
+  REQUIRE_FALSE(refused);
+  CHECK(refused.error().code == ErrorCode::invalid_argument);
+  CHECK(refused.error().message == "worker idle offers no executor");
+}
+
 TEST_CASE("a late report of a superseded attempt is fenced and changes nothing else",
           "[coordinator][scheduler]") {
   Logged s(kShortLeases);

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "pack/bundle_archive.h"
 #include "tests/support/temp_dir.h"
 
 namespace forktrial::pack {
@@ -62,6 +63,39 @@ TEST_CASE("a forktrial pack runs on Lua, an activegraph package on activegraph's
   auto other = executor_in(dir.path() / "other");
   REQUIRE_FALSE(other);
   CHECK_THAT(other.error().message, Catch::Contains("without dependencies.activegraph"));
+}
+
+TEST_CASE("a pack archive tells its executor by the same rule, before it is extracted",
+          "[pack][executor]") {
+  const auto executor_of_archive = [](const fs::path& root) {
+    auto archive = archive_pack(root);
+    REQUIRE(archive);
+    auto summary = check_archive(archive->bytes);
+    REQUIRE(summary);
+    return summary->executor;
+  };
+  CHECK(executor_of_archive(kSource / "examples/packs/greeter") == Executor::lua);
+
+  TempDir dir;
+  const std::string chat =
+      text_of(kSource / "tests/pack/data/activegraph-packs/chat/manifest.toml");
+  dir.write("chat/manifest.toml", chat);
+  dir.write("chat/behaviors.py", "# behaviors\n");
+  CHECK(executor_of_archive(dir.path() / "chat") == Executor::lua);  // no __init__.py
+  dir.write("chat/__init__.py", "# the pack\n");
+  CHECK(executor_of_archive(dir.path() / "chat") == Executor::activegraph);
+  // An __init__.py below the root does not make a package of the pack.
+  dir.write("nested/manifest.toml", chat);
+  dir.write("nested/sub/__init__.py", "");
+  CHECK(executor_of_archive(dir.path() / "nested") == Executor::lua);
+  // Nor does a manifest that does not parse.
+  dir.write("broken/manifest.toml", "[pack\n");
+  dir.write("broken/__init__.py", "");
+  CHECK(executor_of_archive(dir.path() / "broken") == Executor::lua);
+
+  CHECK(executor_of_files(chat, true) == Executor::activegraph);
+  CHECK(executor_of_files(chat, false) == Executor::lua);
+  CHECK(executor_of_files("", true) == Executor::lua);
 }
 
 }  // namespace
