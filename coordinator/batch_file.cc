@@ -26,6 +26,12 @@
 namespace forktrial::coordinator {
 namespace {
 
+// What runs the pack read as `files` (pack/executor.h).
+pack::Executor executor_of_dir(const pack::PackFiles& files) {
+  return pack::is_activegraph_pack(files.root()) ? pack::Executor::activegraph
+                                                 : pack::Executor::lua;
+}
+
 namespace fs = std::filesystem;
 using nlohmann::json;
 
@@ -163,8 +169,11 @@ class PackDirectories {
     if (!dir.manifest_problem) {
       std::optional<std::string> problem;
       if (const pack::PackFiles* checked = files(i)) {
+        // An activegraph pack has no [runtime]: activegraph's child runs it.
         const pack::PackCheck check =
-            pack::check_pack(*checked, pack::RuntimeRequirement::required);
+            pack::check_pack(*checked, executor_of_dir(*checked) == pack::Executor::activegraph
+                                           ? pack::RuntimeRequirement::optional
+                                           : pack::RuntimeRequirement::required);
         if (!check.ok()) {
           std::string text = escape_controls(dir.root.string()) +
                              " is not a pack a trial can run, so nothing of it is archived "
@@ -557,7 +566,8 @@ std::vector<Scenario> read_scenarios(const toml::table& doc, ProblemList& proble
       continue;
     }
     if (!spec) continue;
-    auto parsed = pack::parse_scenario_spec(*spec);
+    // Which form is the candidates' to say, once they are read.
+    auto parsed = pack::parse_any_scenario_spec(*spec);
     if (!parsed) {
       problems.add(file_key, file, escape_controls(parsed.error().message));
       continue;
@@ -725,14 +735,17 @@ std::expected<Batch, forktrial::Problems> parse_toml(std::string_view text, cons
     };
     check(candidate.pack);
     for (const PackUse& extra : candidate.extras) check(extra);
-    // Each scenario must be a Lua file of each candidate, as the runtime
-    // will look it up (among the hashed files).
+    // Each scenario must be a file of each candidate its executor runs: a
+    // Lua file as the runtime will look it up (among the hashed files), or
+    // an activegraph pack's Python file.
     if (const pack::PackFiles* files = dirs.files(candidate.pack.dir)) {
+      const pack::Executor executor = executor_of_dir(*files);
       for (const Scenario& scenario : scenarios) {
-        if (auto found = files->lua_file(scenario.path, "scenario path"); !found) {
+        if (auto bad =
+                pack::scenario_file_problem(*files, executor, scenario.spec, "scenario path")) {
           problems.add(scenario.key + ".file", scenario.node,
                        "in " + candidate.key + " (" + escape_controls(candidate.name) +
-                           "): " + escape_controls(found.error().message));
+                           "): " + escape_controls(bad->message));
         }
       }
     }
@@ -844,7 +857,7 @@ std::expected<Batch, forktrial::Problems> parse_json_lines(std::string_view text
     }
     if (!spec->scenario.empty()) {
       // The file itself is looked up once the candidate is read, below.
-      if (auto parsed = pack::parse_scenario_spec(spec->scenario); !parsed) {
+      if (auto parsed = pack::parse_any_scenario_spec(spec->scenario); !parsed) {
         problems.add(where + ": scenario: " + escape_controls(parsed.error().message));
       }
     }
@@ -892,9 +905,9 @@ std::expected<Batch, forktrial::Problems> parse_json_lines(std::string_view text
     }
     pack.expected_bundle_hash = files->bundle_hash();
     if (use.extra < 0 && !spec.scenario.empty()) {
-      const auto parsed = pack::parse_scenario_spec(spec.scenario);
-      if (auto found = files->lua_file(parsed->path, "scenario path"); !found) {
-        problems.add(where + "scenario: " + escape_controls(found.error().message));
+      if (auto bad = pack::scenario_file_problem(*files, executor_of_dir(*files), spec.scenario,
+                                                 "scenario path")) {
+        problems.add(where + "scenario: " + escape_controls(bad->message));
       }
     }
   }

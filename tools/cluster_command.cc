@@ -24,6 +24,7 @@
 #include "coordinator/client.h"
 #include "coordinator/server.h"
 #include "pack/bundle_archive.h"
+#include "pack/executor.h"
 #include "sandbox/activegraph_child.h"
 #include "sandbox/executor.h"
 #include "sandbox/limit_units.h"
@@ -940,6 +941,7 @@ void add_batch(CLI::App& app) {
   auto by = std::make_shared<std::string>();
   auto log_level = std::make_shared<std::string>("warn");
   auto isolation = std::make_shared<sandbox::Isolation>(sandbox::Isolation::standard);
+  auto python = std::make_shared<std::string>("python3");
   auto* cmd = app.add_subcommand(
       "batch",
       "Run a batch file on this machine alone: a coordinator and N workers as local processes "
@@ -955,6 +957,10 @@ void add_batch(CLI::App& app) {
   cmd->add_flag("--json", *json, "Results as JSON Lines, then the summary object");
   cmd->add_option("--log-level", *log_level, "The daemons' log level")->capture_default_str();
   add_isolation_option(cmd, *isolation);
+  cmd->add_option("--python", *python,
+                  "the interpreter the workers run activegraph packs with (a path, or a name on "
+                  "PATH)")
+      ->capture_default_str();
   cmd->footer(examples_footer({
       "forktrial batch nightly.toml --workers 2",
       "forktrial batch nightly.toml --by candidate",
@@ -963,6 +969,23 @@ void add_batch(CLI::App& app) {
   cmd->callback([=] {
     if (*workers == 0) throw CommandFailed("--workers: give at least 1", kUsageError);
     auto batch = read_batch_or_fail(*file);
+    // activegraph packs need activegraph here: without it no local worker
+    // could run them, and the batch would wait for ever.
+    if (std::ranges::any_of(batch.trials, [](const sandbox::TrialSpecification& spec) {
+          return pack::is_activegraph_pack(spec.candidate.root_dir);
+        })) {
+      auto activegraph = sandbox::find_activegraph(*python);
+      const std::optional<Status> problem =
+          activegraph ? sandbox::activegraph_preflight(*activegraph) : activegraph.error();
+      if (problem) {
+        throw CommandFailed(
+            "the batch has activegraph packs, and activegraph's trial child "
+            "cannot run here: " +
+            problem->message +
+            "\ninstall activegraph for that interpreter, or name another with "
+            "--python; `forktrial preflight --python PY` checks");
+      }
+    }
     // A private directory (mkdtemp: mode 0700, a name nobody can guess or
     // take first): the endpoint in it has no keys, so only this user may
     // reach it.
@@ -988,7 +1011,7 @@ void add_batch(CLI::App& app) {
           "forktrial", "worker", "--connect", endpoint, "--cache",
           (scratch / ("cache-" + std::to_string(i))).string(), "--slots", std::to_string(*slots),
           "--id", "local-" + std::to_string(i), "--log-level", *log_level, "--isolation",
-          std::string(sandbox::isolation_name(*isolation))}));
+          std::string(sandbox::isolation_name(*isolation)), "--python", *python}));
     }
     sandbox::Cancellation stop;
     StopSignals signals(stop);

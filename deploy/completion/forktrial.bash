@@ -42,12 +42,12 @@ _forktrial_options() {
       "--max-queued --max-worker-slots --key --allow-workers --allow-clients --admin-clients" \
       "--insecure --http --log-level --log-json" ;;
     worker) echo "--help --connect --cache --cache-size --slots --prefetch --id --send-queue" \
-      "--isolation --http --key --coordinator-key --log-level --log-json" ;;
+      "--isolation --python --http --key --coordinator-key --log-level --log-json" ;;
     submit) echo "--help --wait --max-wait $client" ;;
     wait) echo "--help --max-wait $client" ;;
     status | cancel | workers) echo "--help $client" ;;
     results) echo "--help --csv --by $client" ;;
-    batch) echo "--help --store --workers --slots --by --json --log-level --isolation" ;;
+    batch) echo "--help --store --workers --slots --by --json --log-level --isolation --python" ;;
   esac
 }
 

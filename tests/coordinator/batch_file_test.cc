@@ -372,7 +372,9 @@ file = "scenarios/absent.lua"
       "candidates[1].extra_packs[1].pin (line 18): unknown key; the keys here are pack, expect",
       "candidates[2].pack (line 19): missing; add pack = \"<pack directory>\"",
       "candidates[2].expect (line 20): malformed bundle pin \"sha256:0000\"",
-      "scenarios[0].file (line 22): scenario \"replay.py\" does not name a .lua file",
+      // A Python scenario is an activegraph pack's: this Lua candidate cannot run it.
+      "scenarios[0].file (line 22): in candidates[1] (echo): scenario \"replay.py\" does not "
+      "name a .lua file; write \"path.lua\" or \"path.lua::fn\" (the candidate is a Lua pack)",
       "scenarios[1].file (line 24): scenario path \"../outside.lua\" must be a relative path "
       "inside the candidate",
       "candidates[0].pack (line 14): no pack directory at " + normal(dir.path() / "packs/missing") +

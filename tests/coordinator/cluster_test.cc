@@ -82,6 +82,201 @@ TEST_CASE("a batch of 200 trials across two workers ends in every outcome, each 
   CHECK(json::parse(shown.out)["events"] == 31);
 }
 
+namespace {
+
+// activegraph Python packs for the stand-in of activegraph's trial child
+// (tests/python/standin: activegraph itself cannot be installed here): one
+// whose scenarios end every way a child can, and one that does not import.
+constexpr const char* kPythonScenarios = R"(import os, signal, time
+
+def complete(rt):
+    rt.emit("custom.noted", {"n": 1}, "standin.pack")
+    rt.emit("custom.noted", {"n": 2}, "standin.pack")
+
+def fail(rt):
+    rt.emit("custom.noted", {"n": 1}, "standin.pack")
+    raise ValueError("the candidate gave up")
+
+def lie(rt):
+    print('{"outcome": "completed", "fork_run_id": "x", "events_appended": 9, '
+          '"behavior_failures": 0, "detail": ""}', flush=True)
+    os._exit(30)
+
+def crash(rt):
+    rt.emit("custom.noted", {"n": 1}, "standin.pack")
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+def sleep(rt):
+    time.sleep(60)
+
+def allocate(rt):
+    hoard = []
+    while True:
+        hoard.append(bytearray(16 << 20))
+
+def flood(rt):
+    for n in range(50):
+        rt.emit("custom.noted", {"n": n}, "standin.pack")
+)";
+
+const std::string kStandin = FORKTRIAL_SOURCE_DIR "/tests/python/standin";
+
+// A pack as activegraph lays one out, its manifest's content hash true.
+std::string python_pack(Cluster& cluster, const std::string& name, const std::string& init) {
+  cluster.dir.write(name + "/__init__.py", init);
+  cluster.dir.write(name + "/scenarios.py", kPythonScenarios);
+  const std::string root = (cluster.dir.path() / name).string();
+  const auto hashed = run_forktrial({"pack", "hash", "--content", root});
+  REQUIRE(hashed.exit_code == 0);
+  cluster.dir.write(name + "/manifest.toml",
+                    "[pack]\nname = \"" + name +
+                        "\"\nversion = \"0.1.0\"\ndescription = \"a stand-in pack\"\n"
+                        "[pack.provenance]\nauthors = [\"forktrial tests\"]\n"
+                        "authored_by = \"human\"\n"
+                        "[pack.integrity]\ncontent_hash = \"" +
+                        forktrial::testing::lines_of(hashed.out).at(0) +
+                        "\"\n[dependencies]\nactivegraph = \">=1.4,<2.0\"\n[surface]\n");
+  return root;
+}
+
+std::string python_trial(const std::string& root, const std::string& scenario, const json& limits) {
+  return json{{"schema_version", 1},
+              {"parent_run_id", "run_chat"},
+              {"at_event", "evt_031"},
+              {"label", scenario},
+              {"candidate", {{"root_dir", root}}},
+              {"extra_packs", json::array()},
+              {"scenario", "scenarios.py::" + scenario},
+              {"limits", limits}}
+             .dump() +
+         "\n";
+}
+
+}  // namespace
+
+TEST_CASE(
+    "a batch of Lua and activegraph candidates runs where one worker alone offers activegraph",
+    "[cluster][activegraph]") {
+  Cluster cluster;
+  cluster.start_coordinator();
+  cluster.start_worker(1);  // no activegraph where its python3 looks: Lua alone
+  const std::string pack = python_pack(cluster, "ag_pack", "PACK = 'ag'\n");
+  const std::string broken = python_pack(cluster, "ag_broken", "raise ImportError('no dep')\n");
+  const json base{{"wall_clock_seconds", 20}};
+  // Each Python scenario, the outcome activegraph's parent reads from it,
+  // and the events its fork keeps.
+  struct Expected {
+    std::string scenario;
+    std::string outcome;
+    std::uint64_t events;
+  };
+  const std::vector<Expected> expected{{"complete", "completed", 2},
+                                       {"fail", "scenario_failed", 1},
+                                       {"lie", "crashed", 0},
+                                       {"crash", "crashed", 1},
+                                       {"sleep", "limits_exceeded", 1},  // the kill's record
+                                       {"allocate", "limits_exceeded", 0},
+                                       {"flood", "limits_exceeded", 11},
+                                       {"broken", "materialization_failed", 0}};
+  std::string text = cluster.read(cluster.outcome_batch(2));  // 8 Lua trials
+  for (const auto& e : expected) {
+    json limits = base;
+    if (e.scenario == "sleep") limits["wall_clock_seconds"] = 1;
+    if (e.scenario == "allocate") limits["max_rss_bytes"] = 256 << 20;
+    if (e.scenario == "flood") limits["max_appended_events"] = 10;
+    text += python_trial(e.scenario == "broken" ? broken : pack,
+                         e.scenario == "broken" ? "complete" : e.scenario, limits);
+  }
+  const std::string job = cluster.submit(cluster.dir.write("mixed.jsonl", text).string());
+
+  // The Lua worker runs the Lua trials; the job then says why it waits.
+  cluster.wait_until_done(job, 8);
+  json status;
+  for (int i = 0; i < 500; ++i) {
+    status = json::parse(cluster.client({"status", job, "--json"}).out);
+    if (status["status"]["queued"] == expected.size()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  INFO(status.dump() << cluster.log_text());
+  CHECK(status["done"] == 8);
+  CHECK(status["queued_by_executor"] == json{{"lua", 0}, {"activegraph", expected.size()}});
+  CHECK(status["waiting"] ==
+        "8 queued trials need the activegraph executor, which no live worker offers (a worker "
+        "offers it when activegraph imports with its --python)");
+  const auto shown = cluster.client({"status", job});
+  CHECK_THAT(shown.out, Catch::Contains("WAITING") &&
+                            Catch::Contains("waiting: 8 queued trials need the activegraph "
+                                            "executor"));
+  CHECK(status["status"]["leased"] == 0);  // never leased to the worker that cannot run them
+
+  // A worker with activegraph on its interpreter's path offers it, and runs them.
+  cluster.start_worker(2, 2, {"PYTHONPATH=" + kStandin});
+  const json summary = cluster.wait(job);
+  CHECK(summary["total"] == 16);
+  CHECK(summary["reconciled"] == 16);
+  const auto results = cluster.results(job);
+  REQUIRE(results.size() == 16);
+  require_exactly_once(cluster, results);
+  std::size_t python = 0;
+  for (const auto& r : results) {
+    INFO(r.dump());
+    if (r["executor"]["name"] == "lua") {
+      CHECK(r["executor"]["version"] == "");
+      continue;
+    }
+    const Expected& e = expected.at(python++);
+    CHECK(r["executor"] == json{{"name", "activegraph"}, {"version", "0.0.0+standin"}});
+    CHECK(r["worker"] == "w2");
+    CHECK(r["outcome"] == e.outcome);
+    CHECK(r["events_appended"] == e.events);
+    CHECK(r["attempts"] == 1);
+  }
+  CHECK(python == expected.size());
+  const json known = json::parse(cluster.client({"workers", "--json"}).out);
+  for (const auto& w : known["workers"]) {
+    CHECK(w["executors"].size() == (w["worker"] == "w1" ? 1U : 2U));
+  }
+  CHECK_THAT(cluster.log_text(), Catch::Contains("not offering the activegraph executor") &&
+                                     Catch::Contains("offering the activegraph executor: "
+                                                     "activegraph 0.0.0+standin"));
+}
+
+TEST_CASE("forktrial batch runs activegraph packs where activegraph imports, and says so where not",
+          "[cluster][activegraph]") {
+  Cluster cluster;
+  const std::string pack = python_pack(cluster, "ag_pack", "PACK = 'ag'\n");
+  const auto batch =
+      cluster.dir.write("py.toml",
+                        "name = \"py\"\nrun = \"run_chat\"\nat = \"evt_031\"\nrepeat = 2\n"
+                        "[[candidates]]\npack = \"" +
+                            pack +
+                            "\"\n[[scenarios]]\nfile = \"scenarios.py::complete\"\n"
+                            "[[scenarios]]\nfile = \"scenarios.py::fail\"\n");
+  auto ran = forktrial::testing::run_command({"env", "PYTHONPATH=" + kStandin, FORKTRIAL_BINARY,
+                                              "batch", batch.string(), "--store", cluster.store,
+                                              "--workers", "1", "--json"});
+  INFO(ran.err);
+  REQUIRE(ran.exit_code == 0);  // every trial reconciled, whatever its outcome
+  const auto lines = forktrial::testing::lines_of(ran.out);
+  REQUIRE(lines.size() == 5);
+  std::map<std::string, int> outcomes;
+  for (std::size_t i = 0; i < 4; ++i) {
+    const json r = json::parse(lines[i]);
+    ++outcomes[r["outcome"].get<std::string>()];
+    CHECK(r["executor"]["name"] == "activegraph");
+  }
+  CHECK(outcomes == std::map<std::string, int>{{"completed", 2}, {"scenario_failed", 2}});
+
+  auto refused =
+      forktrial::testing::run_command({"env", "-u", "PYTHONPATH", FORKTRIAL_BINARY, "batch",
+                                       batch.string(), "--store", cluster.store, "--workers", "1"});
+  CHECK(refused.exit_code == 1);
+  CHECK_THAT(refused.err,
+             Catch::Contains("the batch has activegraph packs, and activegraph's trial child "
+                             "cannot run here: activegraph does not import with") &&
+                 Catch::Contains("--python"));
+}
+
 TEST_CASE("a worker killed in the middle of a batch loses nothing and doubles nothing",
           "[cluster]") {
   Cluster cluster;
