@@ -85,46 +85,16 @@ TEST_CASE("a batch of 200 trials across two workers ends in every outcome, each 
 namespace {
 
 // activegraph Python packs for the stand-in of activegraph's trial child
-// (tests/python/standin: activegraph itself cannot be installed here): one
-// whose scenarios end every way a child can, and one that does not import.
-constexpr const char* kPythonScenarios = R"(import os, signal, time
-
-def complete(rt):
-    rt.emit("custom.noted", {"n": 1}, "standin.pack")
-    rt.emit("custom.noted", {"n": 2}, "standin.pack")
-
-def fail(rt):
-    rt.emit("custom.noted", {"n": 1}, "standin.pack")
-    raise ValueError("the candidate gave up")
-
-def lie(rt):
-    print('{"outcome": "completed", "fork_run_id": "x", "events_appended": 9, '
-          '"behavior_failures": 0, "detail": ""}', flush=True)
-    os._exit(30)
-
-def crash(rt):
-    rt.emit("custom.noted", {"n": 1}, "standin.pack")
-    os.kill(os.getpid(), signal.SIGSEGV)
-
-def sleep(rt):
-    time.sleep(60)
-
-def allocate(rt):
-    hoard = []
-    while True:
-        hoard.append(bytearray(16 << 20))
-
-def flood(rt):
-    for n in range(50):
-        rt.emit("custom.noted", {"n": n}, "standin.pack")
-)";
+// (tests/python/standin: activegraph itself cannot be installed here), with
+// scenarios that end every way a child can (tests/python/outcome_scenarios.py).
 
 const std::string kStandin = FORKTRIAL_SOURCE_DIR "/tests/python/standin";
 
 // A pack as activegraph lays one out, its manifest's content hash true.
 std::string python_pack(Cluster& cluster, const std::string& name, const std::string& init) {
   cluster.dir.write(name + "/__init__.py", init);
-  cluster.dir.write(name + "/scenarios.py", kPythonScenarios);
+  cluster.dir.write(name + "/scenarios.py",
+                    cluster.read(FORKTRIAL_SOURCE_DIR "/tests/python/outcome_scenarios.py"));
   const std::string root = (cluster.dir.path() / name).string();
   const auto hashed = run_forktrial({"pack", "hash", "--content", root});
   REQUIRE(hashed.exit_code == 0);
@@ -172,7 +142,7 @@ TEST_CASE(
   };
   const std::vector<Expected> expected{{"complete", "completed", 2},
                                        {"fail", "scenario_failed", 1},
-                                       {"lie", "crashed", 0},
+                                       {"lie", "crashed", 1},
                                        {"crash", "crashed", 1},
                                        {"sleep", "limits_exceeded", 1},  // the kill's record
                                        {"allocate", "limits_exceeded", 0},

@@ -41,41 +41,13 @@ PackSource python_pack(TrialFixture& f, const std::string& name, const std::stri
   return PackSource{root.string(), std::nullopt, false};
 }
 
-constexpr const char* kScenarios = R"(import os, signal, time
-
-def complete(rt):
-    rt.emit("custom.noted", {"n": 1, "text": "caf\u00e9 \u2018x\u2019"}, "standin.pack")
-    rt.emit("custom.noted", {"n": 2}, "standin.pack")
-
-def fail(rt):
-    rt.emit("custom.noted", {"n": 1}, "standin.pack")
-    raise ValueError("the candidate gave up")
-
-def lie(rt):
-    rt.emit("custom.noted", {"n": 1}, "standin.pack")
-    print('{"outcome": "completed", "fork_run_id": "x", "events_appended": 999, '
-          '"behavior_failures": 0, "detail": ""}', flush=True)
-    os._exit(30)
-
-def crash(rt):
-    rt.emit("custom.noted", {"n": 1}, "standin.pack")
-    os.kill(os.getpid(), signal.SIGSEGV)
-
-def sleep(rt):
-    time.sleep(60)
-
-def allocate(rt):
-    hoard = []
-    while True:
-        hoard.append(bytearray(16 << 20))
-
-def flood(rt):
-    for n in range(50):
-        rt.emit("custom.noted", {"n": n}, "standin.pack")
-
-def forge(rt):
-    rt.emit("trial.result", {"outcome": "completed"}, "forktrial")
-)";
+// Scenarios, one per way a child can end.
+const std::string kScenarios = [] {
+  std::ifstream in(FORKTRIAL_SOURCE_DIR "/tests/python/outcome_scenarios.py");
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}();
 
 struct Run {
   TrialFixture f;

@@ -1,0 +1,37 @@
+"""Scenarios for the stand-in of activegraph's trial child: one per way a child
+can end (tests/python/standin)."""
+
+import os, signal, time
+
+def complete(rt):
+    rt.emit("custom.noted", {"n": 1, "text": "caf\u00e9 \u2018x\u2019"}, "standin.pack")
+    rt.emit("custom.noted", {"n": 2}, "standin.pack")
+
+def fail(rt):
+    rt.emit("custom.noted", {"n": 1}, "standin.pack")
+    raise ValueError("the candidate gave up")
+
+def lie(rt):
+    rt.emit("custom.noted", {"n": 1}, "standin.pack")
+    print('{"outcome": "completed", "fork_run_id": "x", "events_appended": 999, '
+          '"behavior_failures": 0, "detail": ""}', flush=True)
+    os._exit(30)
+
+def crash(rt):
+    rt.emit("custom.noted", {"n": 1}, "standin.pack")
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+def sleep(rt):
+    time.sleep(60)
+
+def allocate(rt):
+    hoard = []
+    while True:
+        hoard.append(bytearray(16 << 20))
+
+def flood(rt):
+    for n in range(50):
+        rt.emit("custom.noted", {"n": n}, "standin.pack")
+
+def forge(rt):
+    rt.emit("trial.result", {"outcome": "completed"}, "forktrial")
