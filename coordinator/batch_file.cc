@@ -740,6 +740,12 @@ std::expected<Batch, forktrial::Problems> parse_toml(std::string_view text, cons
     // an activegraph pack's Python file.
     if (const pack::PackFiles* files = dirs.files(candidate.pack.dir)) {
       const pack::Executor executor = executor_of_dir(*files);
+      if (executor == pack::Executor::lua) {
+        if (auto bad = sandbox::lua_limits_problem(limits)) {
+          problems.add("in " + candidate.key + " (" + escape_controls(candidate.name) +
+                       "): " + *bad);
+        }
+      }
       for (const Scenario& scenario : scenarios) {
         if (auto bad =
                 pack::scenario_file_problem(*files, executor, scenario.spec, "scenario path")) {
@@ -882,6 +888,7 @@ std::expected<Batch, forktrial::Problems> parse_json_lines(std::string_view text
   dirs.read_all();
   dirs.report_unreadable(problems, {});
   std::set<std::size_t> not_packs;  // reported once each
+  std::map<std::size_t, pack::Executor> executors;  // by directory
   for (const Use& use : uses) {
     const pack::PackFiles* files = dirs.files(use.dir);
     if (files == nullptr) continue;
@@ -904,9 +911,19 @@ std::expected<Batch, forktrial::Problems> parse_json_lines(std::string_view text
       check_pin(pack.expected_bundle_hash->str(), where + field, nullptr, *files, problems);
     }
     pack.expected_bundle_hash = files->bundle_hash();
-    if (use.extra < 0 && !spec.scenario.empty()) {
-      if (auto bad = pack::scenario_file_problem(*files, executor_of_dir(*files), spec.scenario,
-                                                 "scenario path")) {
+    if (use.extra < 0) {
+      // Told once per directory: a batch of a million trials of one pack
+      // looks at it once.
+      auto known = executors.find(use.dir);
+      if (known == executors.end())
+        known = executors.emplace(use.dir, executor_of_dir(*files)).first;
+      const pack::Executor executor = known->second;
+      if (executor == pack::Executor::lua) {
+        if (auto bad = sandbox::lua_limits_problem(spec.limits)) problems.add(where + *bad);
+      }
+      if (spec.scenario.empty()) continue;
+      if (auto bad =
+              pack::scenario_file_problem(*files, executor, spec.scenario, "scenario path")) {
         problems.add(where + "scenario: " + escape_controls(bad->message));
       }
     }

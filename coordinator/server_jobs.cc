@@ -219,6 +219,10 @@ void Server::on_submit(const std::string& route, Envelope::Reader envelope, Inst
       input.executor = checked.executor;
       input.bundles.push_back(*archive);
     }
+    // What forktrial's Lua child needs, once the candidate is known to be Lua.
+    if (input.executor == pack::Executor::lua) {
+      if (auto bad = sandbox::lua_limits_problem(spec.limits)) problem(trial, *bad);
+    }
     const auto key = std::make_pair(spec.parent_run_id.str(), spec.at_event.str());
     auto segment = segments.find(key);
     if (segment == segments.end())

@@ -296,12 +296,14 @@ ExecutedTrial execute_activegraph_trial(std::span<const std::byte> segment,
 
   // The fork and its history, in activegraph's layout.
   UnixMillis tip = 0;
+  std::uint64_t inherited_failures = 0;
   std::optional<Status> unreadable;
   const import::ScratchFork fork{fork_id, spec.parent_run_id, spec.at_event, spec.label,
                                  now_timestamp()};
   auto written = import::write_scratch_store(store_path, fork, [&](const auto& visit) {
     auto read = store::for_each_segment_event(segment, [&](const store::EventView& event) {
       tip = parse_timestamp(event.timestamp).value_or(tip);
+      if (event.type == "behavior.failed") ++inherited_failures;
       return visit(event);
     });
     if (!read) unreadable = read.error();
@@ -331,6 +333,12 @@ ExecutedTrial execute_activegraph_trial(std::span<const std::byte> segment,
   executed.executor_version = install.version;
   executed.fork_seq = fork_seq;
   executed.verdict = activegraph_verdict(child, spec.limits);
+  // activegraph's tail counts the behavior failures of the fork's whole log;
+  // a verdict's claim is of those after the fork point, as the store counts.
+  if (auto& claimed = executed.verdict.claimed_failures;
+      claimed && *claimed >= inherited_failures) {
+    *claimed -= inherited_failures;
+  }
   if (options.isolation == Isolation::strict) {
     executed.verdict.warnings.push_back(
         "strict isolation: not applied to activegraph's child yet; it ran under standard "

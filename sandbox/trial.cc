@@ -361,8 +361,14 @@ ScratchRun run_on_scratch(const std::filesystem::path& scratch_store,
   return run;
 }
 
+// Every problem of the specification, and of its limits for the executor
+// that will run its candidate.
 void require_valid(const TrialSpecification& spec) {
-  if (auto problems = check_trial_specification(spec); !problems.empty()) {
+  auto problems = check_trial_specification(spec);
+  if (!pack::is_activegraph_pack(spec.candidate.root_dir)) {
+    if (auto bad = lua_limits_problem(spec.limits)) problems.push_back(*bad);
+  }
+  if (!problems.empty()) {
     throw TrialSetupError(TrialSetupError::Kind::invalid_specification,
                           invalid_message("the trial specification is invalid:", problems));
   }
@@ -527,7 +533,9 @@ ExecutedTrial execute_trial(std::span<const std::byte> segment, const TrialSpeci
 
 std::vector<std::string> preflight(const TrialLimits& limits, std::chrono::milliseconds timeout,
                                    const ChildOptions& options) {
-  if (auto problems = check_trial_limits(limits); !problems.empty()) {
+  auto problems = check_trial_limits(limits);
+  if (auto bad = lua_limits_problem(limits)) problems.push_back(*bad);
+  if (!problems.empty()) {
     throw TrialSetupError(TrialSetupError::Kind::invalid_specification,
                           invalid_message("the limits to probe are invalid:", problems));
   }

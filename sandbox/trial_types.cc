@@ -259,12 +259,10 @@ std::vector<std::string> check_trial_limits(const TrialLimits& limits) {
                        " s is more than the 7 days (" + seconds_text(kMaxWallClockSeconds) +
                        " s) a trial may be given; give less (0 disables the net)");
   }
-  if (limits.max_rss_bytes && *limits.max_rss_bytes != 0 &&
-      (*limits.max_rss_bytes < kMinMaxRssBytes || *limits.max_rss_bytes > kMaxMaxRssBytes)) {
+  if (limits.max_rss_bytes && *limits.max_rss_bytes > kMaxMaxRssBytes) {
     problems.push_back("limits.max_rss_bytes: " + std::to_string(*limits.max_rss_bytes) +
-                       " bytes is outside the range a trial child can run in, " +
-                       std::to_string(kMinMaxRssBytes) + " (64 MiB) to " +
-                       std::to_string(kMaxMaxRssBytes) + " (1 TiB); 0 or null disables the net");
+                       " bytes is more than the " + std::to_string(kMaxMaxRssBytes) +
+                       " (1 TiB) a trial may be given; 0 or null disables the net");
   }
   if (limits.max_cpu_seconds &&
       (*limits.max_cpu_seconds == 0 ||
@@ -281,6 +279,17 @@ std::vector<std::string> check_trial_limits(const TrialLimits& limits) {
     }
   }
   return problems;
+}
+
+std::optional<std::string> lua_limits_problem(const TrialLimits& limits) {
+  if (!limits.max_rss_bytes || *limits.max_rss_bytes == 0 ||
+      *limits.max_rss_bytes >= kMinMaxRssBytes) {
+    return std::nullopt;
+  }
+  return "limits.max_rss_bytes: " + std::to_string(*limits.max_rss_bytes) + " bytes is below the " +
+         std::to_string(kMinMaxRssBytes) +
+         " (64 MiB) forktrial's Lua child runs in; give at least that (0 or null disables the "
+         "net; an activegraph pack takes a smaller cap)";
 }
 
 std::vector<std::string> check_trial_specification(const TrialSpecification& spec) {

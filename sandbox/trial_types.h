@@ -60,12 +60,20 @@ struct TrialLimits {
 // accident (a wall clock of 1e-9 s rounds to none, 1e300 s overflows).
 inline constexpr double kMinWallClockSeconds = 0.001;
 inline constexpr double kMaxWallClockSeconds = 7 * 24 * 3600;
+// The memory cap: any positive cap up to 1 TiB, as activegraph takes any
+// (its child fails, limits_exceeded, under one too small to start); forktrial's
+// Lua child needs 64 MiB (lua_limits_problem), checked where the candidate's
+// executor is known.
 inline constexpr std::uint64_t kMinMaxRssBytes = std::uint64_t{64} << 20;
 inline constexpr std::uint64_t kMaxMaxRssBytes = std::uint64_t{1} << 40;
 
 // Every problem with the values of `limits`, each naming its field
 // ("limits.wall_clock_seconds: ..."); empty when they are all in range.
 std::vector<std::string> check_trial_limits(const TrialLimits& limits);
+
+// What forktrial's Lua child cannot run under (a memory cap below
+// kMinMaxRssBytes), naming the field; nothing when it can.
+std::optional<std::string> lua_limits_problem(const TrialLimits& limits);
 
 // The child's exit code for each outcome (schema/outcome.h); anything else,
 // or a signal, is `crashed`.

@@ -417,15 +417,26 @@ at = "e"
 [[candidates]]
 pack = "p"
 [limits]
-max_rss = "1M"
+max_rss = "2T"
 wall_clock_seconds = 1e-9
 )");
   CHECK(read_problems(ranges) ==
         Texts{"limits.wall_clock_seconds (line 7): 1e-09 s is below the 1 ms the wall-clock "
               "net can measure; give at least 0.001 (0 disables the net)",
-              "limits.max_rss (line 6): 1048576 bytes is outside the range a trial child can "
-              "run in, 67108864 (64 MiB) to 1099511627776 (1 TiB); 0 or null disables the "
-              "net"});
+              "limits.max_rss (line 6): 2199023255552 bytes is more than the 1099511627776 "
+              "(1 TiB) a trial may be given; 0 or null disables the net"});
+  // A cap activegraph takes, and forktrial's Lua child cannot run under.
+  const auto small = dir.write("d.toml", R"(run = "r"
+at = "e"
+[[candidates]]
+pack = "p"
+[limits]
+max_rss = "32M"
+)");
+  CHECK(read_problems(small) ==
+        Texts{"in candidates[0] (p): limits.max_rss_bytes: 33554432 bytes is below the 67108864 "
+              "(64 MiB) forktrial's Lua child runs in; give at least that (0 or null disables "
+              "the net; an activegraph pack takes a smaller cap)"});
 }
 
 TEST_CASE("a missing run, fork point or candidate list is named with what to add",

@@ -199,6 +199,25 @@ TEST_CASE("every way activegraph's child can end is the outcome activegraph's pa
   }
 }
 
+TEST_CASE("a memory cap activegraph takes is taken, though forktrial's Lua child needs more",
+          "[trial][activegraph]") {
+  Run r;
+  TrialLimits limits;
+  limits.max_rss_bytes = std::uint64_t{32} << 20;
+  CHECK(check_trial_limits(limits).empty());
+  REQUIRE(lua_limits_problem(limits));
+  CHECK_THAT(*lua_limits_problem(limits), Catch::Contains("below the 67108864 (64 MiB)"));
+  const TrialReport report = r.recorded("complete", limits);
+  CHECK(report.outcome == Outcome::completed);
+  CHECK(report.events_appended == 2);
+  // activegraph's tail counts the whole log's behavior failures; read as
+  // those after the fork, it agrees with the store.
+  CHECK(report.detail.empty());
+  const auto hoarded = r.trial("allocate", limits);
+  CHECK(hoarded.verdict.outcome == Outcome::limits_exceeded);
+  CHECK_THAT(hoarded.verdict.detail, Catch::Contains("MemoryError"));
+}
+
 TEST_CASE("run_trial sends an activegraph pack to activegraph's child, and records its delta",
           "[trial][activegraph]") {
   Run r;

@@ -249,6 +249,13 @@ TEST_CASE("forktrial trial refuses bad input with what to do", "[trial][cli]") {
   CHECK(bad_size.exit_code == 2);
   CHECK(bad_size.err.find("--max-rss: \"lots\" is not a size") != std::string::npos);
 
+  // A cap an activegraph pack may have, below what the Lua child runs in.
+  auto small = cli({"trial", "--store", store, "--run", "run_chat", "--at", "evt_001", "--pack",
+                    kExamples + "/packs/greeter", "--max-rss", "32M"});
+  CHECK(small.exit_code == 2);
+  CHECK_THAT(small.err, Catch::Contains("33554432 bytes is below the 67108864 (64 MiB) "
+                                        "forktrial's Lua child runs in"));
+
   auto no_store = cli({"trial", "--store", (dir.path() / "none").string(), "--run", "r", "--at",
                        "e", "--pack", kExamples + "/packs/greeter"});
   CHECK(no_store.exit_code == 1);
