@@ -887,7 +887,7 @@ std::expected<Batch, forktrial::Problems> parse_json_lines(std::string_view text
 
   dirs.read_all();
   dirs.report_unreadable(problems, {});
-  std::set<std::size_t> not_packs;  // reported once each
+  std::set<std::size_t> not_packs;                  // reported once each
   std::map<std::size_t, pack::Executor> executors;  // by directory
   for (const Use& use : uses) {
     const pack::PackFiles* files = dirs.files(use.dir);
