@@ -139,6 +139,7 @@ void Server::assign(const std::string& route, const WorkerId& worker, std::uint3
   auto list = wire::start(message, request)
                   .initAssignments()
                   .initAssignments(static_cast<unsigned>(work->assignments.size()));
+  std::optional<store::Snapshot> snapshot;  // read once, for activegraph trials alone
   for (unsigned i = 0; i < work->assignments.size(); ++i) {
     const Assignment& a = work->assignments[i];
     auto out = list[i];
@@ -158,6 +159,15 @@ void Server::assign(const std::string& route, const WorkerId& worker, std::uint3
       wire::set_digest(bundles[p].initArchive(), *wire::archive_of_root(packs[p]->root_dir));
     }
     out.setLeaseExpiresMillis(a.expires.time_since_epoch().count());
+    // activegraph's child finds the parent's goal and frame on the fork's row.
+    if (scheduler_.executor(a.trial) == pack::Executor::activegraph) {
+      if (!snapshot) snapshot.emplace(store_.snapshot());
+      if (const auto parent = snapshot->run(submitted.spec().parent_run_id)) {
+        auto context = out.initParentRun();
+        if (parent->goal) context.getGoal().setGoalText(*parent->goal);
+        if (parent->frame_id) context.getFrame().setFrameId(*parent->frame_id);
+      }
+    }
   }
   reply(route, wire::encode(message));
 }

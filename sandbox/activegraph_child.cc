@@ -266,7 +266,8 @@ TrialVerdict activegraph_verdict(const ChildResult& child, const TrialLimits& li
 ExecutedTrial execute_activegraph_trial(std::span<const std::byte> segment,
                                         const TrialSpecification& spec, const store::RunId& fork_id,
                                         const ActivegraphInstall& install,
-                                        const ChildOptions& options) {
+                                        const ChildOptions& options,
+                                        const ParentRunContext& parent) {
   if (auto problems = check_trial_specification(spec); !problems.empty()) {
     std::string message = "the trial specification is invalid:";
     for (const auto& problem : problems) message += "\n  " + problem;
@@ -298,8 +299,8 @@ ExecutedTrial execute_activegraph_trial(std::span<const std::byte> segment,
   UnixMillis tip = 0;
   std::uint64_t inherited_failures = 0;
   std::optional<Status> unreadable;
-  const import::ScratchFork fork{fork_id, spec.parent_run_id, spec.at_event, spec.label,
-                                 now_timestamp()};
+  const import::ScratchFork fork{fork_id,         spec.parent_run_id, spec.at_event,  spec.label,
+                                 now_timestamp(), parent.goal,        parent.frame_id};
   auto written = import::write_scratch_store(store_path, fork, [&](const auto& visit) {
     auto read = store::for_each_segment_event(segment, [&](const store::EventView& event) {
       tip = parse_timestamp(event.timestamp).value_or(tip);

@@ -77,7 +77,8 @@ TrialVerdict activegraph_verdict(const ChildResult& child, const TrialLimits& li
 ExecutedTrial execute_activegraph_trial(std::span<const std::byte> segment,
                                         const TrialSpecification& spec, const store::RunId& fork_id,
                                         const ActivegraphInstall& install,
-                                        const ChildOptions& options = {});
+                                        const ChildOptions& options = {},
+                                        const ParentRunContext& parent = {});
 
 // The activegraph `options` names, or the one find_activegraph(options.python)
 // finds (asked once per process and interpreter). Throws SandboxStartupError

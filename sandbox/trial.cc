@@ -411,12 +411,16 @@ TrialReport run_activegraph_trial(store::EventStore& store, const TrialSpecifica
                                   std::uint64_t fork_seq, const ChildOptions& options) {
   const ActivegraphInstall install = activegraph_install(options);
   std::vector<std::byte> segment;
+  ParentRunContext context;
   {
     auto snapshot = store.snapshot();
-    segment = snapshot.segment(*snapshot.run(spec.parent_run_id), fork_seq);
+    const auto parent = snapshot.run(spec.parent_run_id);
+    segment = snapshot.segment(*parent, fork_seq);
+    context = ParentRunContext{parent->goal, parent->frame_id};
   }
   const store::RunId fork_id = store.new_run_id();
-  ExecutedTrial executed = execute_activegraph_trial(segment, spec, fork_id, install, options);
+  ExecutedTrial executed =
+      execute_activegraph_trial(segment, spec, fork_id, install, options, context);
   record_or_without_delta(store, spec, store::NewRun{.id = fork_id, .label = spec.label},
                           executed.events.size(), delta_of(executed.events), executed.verdict);
   TrialReport report = report_from_store(store.snapshot(), fork_id, fork_seq, executed.verdict);
@@ -493,10 +497,12 @@ TrialReport run_trial(store::EventStore& store, const TrialSpecification& spec,
 }
 
 ExecutedTrial execute_trial(std::span<const std::byte> segment, const TrialSpecification& spec,
-                            const store::RunId& fork_id, const ChildOptions& options) {
+                            const store::RunId& fork_id, const ChildOptions& options,
+                            const ParentRunContext& parent) {
   require_valid(spec);
   if (runs_on_activegraph(spec)) {
-    return execute_activegraph_trial(segment, spec, fork_id, activegraph_install(options), options);
+    return execute_activegraph_trial(segment, spec, fork_id, activegraph_install(options), options,
+                                     parent);
   }
   ScratchDir scratch(options.scratch_parent);
   const auto scratch_store = scratch.path() / "store";

@@ -126,8 +126,18 @@ struct ExecutedTrial {
 // the fork run `fork_id`. The pack directories of `spec` are local. Records
 // nothing: the caller sends the result to the store's holder. Throws as
 // run_trial does; a segment that cannot be loaded is a TrialSetupError.
+// What a fork inherits from its parent run besides its history: activegraph's
+// runs.goal and runs.frame_id, which activegraph's child finds on the fork's
+// row (none: NULL there). A Lua trial does not read them.
+struct ParentRunContext {
+  std::optional<std::string> goal = std::nullopt;
+  std::optional<std::string> frame_id = std::nullopt;
+  friend bool operator==(const ParentRunContext&, const ParentRunContext&) = default;
+};
+
 ExecutedTrial execute_trial(std::span<const std::byte> segment, const TrialSpecification& spec,
-                            const store::RunId& fork_id, const ChildOptions& options = {});
+                            const store::RunId& fork_id, const ChildOptions& options = {},
+                            const ParentRunContext& parent = {});
 
 // Probes with a representative memory cap (256 MiB) and the default wall clock.
 TrialLimits default_preflight_limits();

@@ -137,6 +137,20 @@ struct Assignment {
   segment @3 :Digest;          # the parent's history up to the fork point
   bundles @4 :List(Bundle);    # every pack of the trial, candidate last
   leaseExpiresMillis @5 :Int64;
+  parentRun @6 :ParentRun;     # set for an activegraph pack's trial: what its fork inherits
+}
+
+# activegraph's runs.goal and runs.frame_id of a trial's parent run, which
+# activegraph's child finds on the fork's row; absent is NULL there.
+struct ParentRun {
+  goal :union {
+    noGoal @0 :Void;
+    goalText @1 :Text;
+  }
+  frame :union {
+    noFrame @2 :Void;
+    frameId @3 :Text;
+  }
 }
 
 struct Bundle {

@@ -45,6 +45,7 @@ struct Trial {
   AttemptKey key;
   std::string spec;
   std::string fork_run_id;
+  sandbox::ParentRunContext parent;  // an activegraph trial's
   Digest segment;
   std::vector<BundleRef> bundles;
   std::vector<BlobCache::Pin> pins;  // what it needs stays in the cache
@@ -328,6 +329,15 @@ class Worker {
     trial.arrival = ++arrivals_;
     trial.spec = wire::text(assignment.getSpec());
     trial.fork_run_id = wire::text(assignment.getForkRunId());
+    if (assignment.hasParentRun()) {
+      const auto parent = assignment.getParentRun();
+      if (parent.getGoal().isGoalText()) {
+        trial.parent.goal = wire::text(parent.getGoal().getGoalText());
+      }
+      if (parent.getFrame().isFrameId()) {
+        trial.parent.frame_id = wire::text(parent.getFrame().getFrameId());
+      }
+    }
     auto segment = wire::digest_of(assignment.getSegment());
     if (!segment) {
       finished_frame(trial.key, failure_frame(trial.key, "the assignment names no segment"));
@@ -557,8 +567,8 @@ class Worker {
       sandbox::ChildOptions options = child_;
       options.cancellation = trial.cancel.get();
       const auto bytes = std::as_bytes(std::span(segment->data(), segment->size()));
-      auto executed =
-          sandbox::execute_trial(bytes, *spec, store::RunId(trial.fork_run_id), options);
+      auto executed = sandbox::execute_trial(bytes, *spec, store::RunId(trial.fork_run_id), options,
+                                             trial.parent);
       if (const int signal = stopped_from_outside(executed.verdict)) {
         // Said by the coordinator in its log, with the attempt.
         frame = failure_frame(trial.key, "its child was stopped by SIG" +

@@ -3,6 +3,9 @@ can end (tests/python/standin)."""
 
 import os, signal, time
 
+def context(rt):
+    rt.emit("custom.context", rt.run_row(), "standin.pack")
+
 def complete(rt):
     rt.emit("custom.noted", {"n": 1, "text": "caf\u00e9 \u2018x\u2019"}, "standin.pack")
     rt.emit("custom.noted", {"n": 2}, "standin.pack")

@@ -218,6 +218,23 @@ TEST_CASE("a memory cap activegraph takes is taken, though forktrial's Lua child
   CHECK_THAT(hoarded.verdict.detail, Catch::Contains("MemoryError"));
 }
 
+TEST_CASE("the fork's row carries its parent's goal and frame id to activegraph's child",
+          "[trial][activegraph]") {
+  Run r;
+  const auto read_context = [&](const ParentRunContext& parent) {
+    const TrialSpecification spec =
+        testing::specification(r.f.recorded, r.candidate, "scenarios.py::context", {});
+    const auto executed =
+        execute_activegraph_trial(r.segment, spec, r.fork_id, standin(), {}, parent);
+    REQUIRE(executed.verdict.outcome == Outcome::completed);
+    REQUIRE(executed.events.size() == 1);
+    return nlohmann::json::parse(executed.events[0].payload);
+  };
+  CHECK(read_context({"find the bug", "frame_7"}) ==
+        nlohmann::json{{"goal", "find the bug"}, {"frame_id", "frame_7"}});
+  CHECK(read_context({}) == nlohmann::json{{"goal", nullptr}, {"frame_id", nullptr}});
+}
+
 TEST_CASE("run_trial sends an activegraph pack to activegraph's child, and records its delta",
           "[trial][activegraph]") {
   Run r;

@@ -10,8 +10,8 @@ prints one JSON tail line, exiting 0 completed, 30 scenario_failed,
 40 limits_exceeded, 50 materialization_failed.
 
 The scenario gets a runtime with emit(type, payload, actor=None,
-caused_by=None), events() (the fork's rows) and fail(behavior, message) (a
-behavior.failed row). Standard library only; no activegraph semantics.
+caused_by=None), events() (the fork's rows), run_row() (the fork's goal and
+frame_id) and fail(behavior, message) (a behavior.failed row). Standard library only; no activegraph semantics.
 """
 
 import importlib.util
@@ -68,6 +68,12 @@ class Runtime:
                                              "exception_type": "ValueError",
                                              "message": message, "traceback": ""},
                          "runtime", caused_by)
+
+    def run_row(self):
+        """The fork's goal and frame_id, as activegraph's runtime reads them."""
+        row = self.conn.execute("SELECT goal, frame_id FROM runs WHERE run_id = ?",
+                                (self.run_id,)).fetchone()
+        return {"goal": row[0], "frame_id": row[1]} if row else None
 
     def failures(self):
         return self.conn.execute(
