@@ -85,6 +85,7 @@ struct TrialOptions {
   std::string label = "trial";
   std::string spec_file;  // --spec: the whole trial as a TrialSpecification
   sandbox::Isolation isolation = sandbox::Isolation::standard;
+  std::string python = "python3";  // activegraph packs' interpreter
   bool json = false;
 };
 
@@ -214,6 +215,7 @@ void run_trial_command(const TrialOptions& o) {
   sandbox::ChildOptions child_options;
   child_options.cancellation = &cancellation;
   child_options.isolation = o.isolation;
+  child_options.python = o.python;
   sandbox::TrialReport report;
   bool stopped = false;
   {
@@ -315,6 +317,9 @@ void add_trial_command(CLI::App& app) {
   cmd->add_option("--env-pass", o->env_pass, "an environment variable to pass to the child");
   cmd->add_option("--label", o->label, "label of the fork run")->capture_default_str();
   add_isolation_option(cmd, o->isolation);
+  cmd->add_option("--python", o->python,
+                  "the interpreter an activegraph pack runs with (a path, or a name on PATH)")
+      ->capture_default_str();
   cmd->add_flag("--json", o->json, "print the report as JSON");
   cmd->footer(examples_footer({
       "forktrial run import examples/runs/chat.jsonl --id run_chat",

@@ -35,7 +35,7 @@ _forktrial_options() {
     "run import") echo "--help --store --json --label --id --fork-of --at" ;;
     trial) echo "--help --store --spec --run --at --pack --expect --extra-pack --scenario" \
       "--wall-clock --max-rss --max-events --max-cpu --max-appended-events" \
-      "--max-appended-bytes --env-pass --label --isolation --json" ;;
+      "--max-appended-bytes --env-pass --label --isolation --python --json" ;;
     preflight) echo "--help --max-rss --wall-clock --isolation --python --json" ;;
     keygen) echo "--help --force --json" ;;
     coordinator) echo "--help --store --listen --lease --max-attempts --commit-window" \

@@ -98,6 +98,11 @@ child=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["child"
 [ "$child" = /usr/libexec/forktrial/forktrial-child ] ||
   fail "the installed forktrial starts its trials with $child, not /usr/libexec/forktrial/forktrial-child"
 examples=$FORKTRIAL_SOURCE/examples
+# The Python package is installed with it, for Debian's interpreter; it finds
+# the installed command on PATH.
+found=$(cd / && env -u FORKTRIAL_BINARY /usr/bin/python3 -c 'import forktrial; print(forktrial.find_binary())') ||
+  fail "Debian's python3 cannot import the installed forktrial package"
+[ "$found" = /usr/bin/forktrial ] || fail "the Python package finds $found, not /usr/bin/forktrial"
 /usr/bin/forktrial run import "$examples/runs/chat.jsonl" --store store --id run_chat \
   --label "recorded chat" >/dev/null
 pin=$(/usr/bin/forktrial pack hash "$examples/packs/chat_echo")

@@ -1,0 +1,28 @@
+"""forktrial from Python: a client for a coordinator, and an activegraph
+TrialExecutor that runs trials through forktrial.
+
+- ``forktrial.Client``: submit a batch, follow its progress, iterate its
+  results, cancel it, list the workers (``forktrial.client``).
+- ``forktrial.ForktrialTrialExecutor``: activegraph's provider-neutral
+  ``TrialExecutor`` contract, on this machine or on a cluster
+  (``forktrial.executor``). activegraph is imported only when an executor
+  runs, so everything else works without it.
+- ``forktrial.import_run``: import an activegraph JSON Lines run into a
+  store on this machine.
+
+Both drive the ``forktrial`` command's JSON interface (``--json``), found
+on PATH or named by ``FORKTRIAL_BINARY``; the standard library is all this
+package needs.
+"""
+
+from forktrial.command import ForktrialError, find_binary, import_run
+from forktrial.client import Client
+from forktrial.executor import ForktrialTrialExecutor
+
+__all__ = [
+    "Client",
+    "ForktrialError",
+    "ForktrialTrialExecutor",
+    "find_binary",
+    "import_run",
+]

@@ -1,0 +1,69 @@
+"""The Python client against a real coordinator and worker."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from forktrial import Client, ForktrialError, import_run
+
+from conftest import ROOT, eventually
+
+
+def lua_batch(directory: Path, trials: int) -> Path:
+    line = json.dumps({
+        "schema_version": 1, "parent_run_id": "run_chat", "at_event": "evt_031",
+        "label": "greeter", "candidate": {"root_dir": str(ROOT / "examples/packs/greeter")},
+        "extra_packs": [], "scenario": "scenarios/smoke.lua",
+        "limits": {"wall_clock_seconds": 20}})
+    path = directory / "batch.jsonl"
+    path.write_text((line + "\n") * trials)
+    return path
+
+
+def test_submit_follow_and_read_a_job(cluster, tmp_path):
+    cluster.start_worker("w1")
+    client = Client(cluster.endpoint)
+    job = client.submit(lua_batch(tmp_path, 5))
+    seen = list(client.progress(job, interval=0.05))
+    assert seen[-1]["finished"] is True
+    assert seen[-1]["done"] == 5
+    assert all(s["job"] == job for s in seen)
+    summary = client.wait(job)
+    assert summary["reconciled"] == 5 and summary["completed"] == 5
+    results = list(client.results(job))
+    assert [r["index"] for r in results] == [0, 1, 2, 3, 4]
+    assert {r["executor"]["name"] for r in results} == {"lua"}
+    workers = client.workers()["workers"]
+    assert [w["worker"] for w in workers] == ["w1"]
+    assert {e["name"] for e in workers[0]["executors"]} == {"lua", "activegraph"}
+    assert job in [j["job"] for j in client.status()["jobs"]]
+
+
+def test_a_job_no_worker_can_run_says_why_and_can_be_cancelled(cluster, tmp_path):
+    client = Client(cluster.endpoint)
+    job = client.submit(lua_batch(tmp_path, 3))
+    status = client.status(job)
+    assert status["waiting"] == "no worker is alive: its 3 queued trials wait for one to join"
+    with pytest.raises(TimeoutError):
+        client.wait(job, max_wait=0.2)
+    client.cancel(job)
+    status = eventually(lambda: (s := client.status(job))["finished"] and s)
+    assert status["cancelled"] is True
+    assert status["status"]["cancelled"] == 3
+
+
+def test_errors_carry_the_coordinators_message(cluster):
+    client = Client(cluster.endpoint)
+    with pytest.raises(ForktrialError) as raised:
+        client.status("job_nope")
+    assert "no job job_nope" in raised.value.message
+    assert raised.value.status == 1
+
+
+def test_a_run_is_imported_into_a_store(binary, tmp_path):
+    made = import_run(ROOT / "examples/runs/chat.jsonl", tmp_path / "s", run_id="run_x")
+    assert made["id"] == "run_x"
+    assert made["events"] == 31
