@@ -189,6 +189,24 @@ std::expected<Server::Reconciliation, Status> Server::reconciliation_of(
   verdict.exit_code = report.getExitCode();
   verdict.stopped_by_net = report.getStoppedByNet();
   verdict.wall_clock_killed = report.getWallClockKilled();
+  const auto net_ordinal = static_cast<std::uint16_t>(report.getNet());
+  const auto net = net_from_ordinal(net_ordinal);
+  if (!net) {
+    return failure(ErrorCode::invalid_argument,
+                   "its net " + std::to_string(net_ordinal) + " is not one forktrial has");
+  }
+  if (*net != Net::none && verdict.outcome != Outcome::limits_exceeded) {
+    return failure(ErrorCode::invalid_argument,
+                   "it names the " + std::string(net_name(*net)) + " net, but its outcome is " +
+                       std::string(outcome_name(verdict.outcome)) +
+                       "; only a limits_exceeded trial was stopped by a net");
+  }
+  if (verdict.wall_clock_killed && *net != Net::wall_clock) {
+    return failure(ErrorCode::invalid_argument,
+                   "it says the wall clock killed the child, but names the " +
+                       std::string(net_name(*net)) + " net");
+  }
+  verdict.net = *net;
   if (verdict.wall_clock_killed &&
       (verdict.outcome != Outcome::limits_exceeded || !verdict.stopped_by_net)) {
     return failure(ErrorCode::invalid_argument,
@@ -247,6 +265,7 @@ store::Result<std::uint64_t> Server::record_reconciliation(store::Writer& writer
   result["duration_ms"] = r.duration_ms;
   result["executor"] = {{"name", std::string(pack::executor_name(r.executor))},
                         {"version", r.executor_version}};
+  result["limit"] = v.net == Net::none ? ordered_json(nullptr) : ordered_json(net_name(v.net));
   // What isolation the trial had, as its worker ran it and its warnings say.
   result["isolation"] = ordered_json::parse(sandbox::isolation_json(
       sandbox::trial_isolation(r.isolation, submitted.spec().limits, v.warnings)));

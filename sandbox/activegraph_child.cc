@@ -205,6 +205,20 @@ std::string activegraph_job(const std::filesystem::path& store_path, const store
   return job.dump();
 }
 
+namespace {
+
+// Which net activegraph's child says stopped it: its tail has no field for
+// it, so it is read from the detail the child writes for each (a
+// MemoryError under RLIMIT_AS; its runtime's budget running out); none
+// when the detail names neither.
+Net net_in(std::string_view detail) {
+  if (detail.find("MemoryError") != std::string_view::npos) return Net::memory;
+  if (detail.find("budget") != std::string_view::npos) return Net::event_budget;
+  return Net::none;
+}
+
+}  // namespace
+
 TrialVerdict activegraph_verdict(const ChildResult& child, const TrialLimits& limits) {
   TrialVerdict verdict;
   verdict.exit_code = child.exited ? child.exit_code : -child.signal;
@@ -212,6 +226,7 @@ TrialVerdict activegraph_verdict(const ChildResult& child, const TrialLimits& li
   if (child.wall_clock_killed) {
     verdict.outcome = Outcome::limits_exceeded;
     verdict.stopped_by_net = true;
+    verdict.net = Net::wall_clock;
     verdict.detail = "wall clock exceeded " + json(limits.wall_clock_seconds).dump() +
                      "s; child killed (its process group)";
     return verdict;
@@ -219,6 +234,7 @@ TrialVerdict activegraph_verdict(const ChildResult& child, const TrialLimits& li
   if (!child.exited && child.signal == SIGXCPU) {
     verdict.outcome = Outcome::limits_exceeded;
     verdict.stopped_by_net = true;
+    verdict.net = Net::cpu;
     verdict.detail = "CPU net: the child used up its RLIMIT_CPU of " +
                      std::to_string(cpu_seconds(limits)) + " s of CPU time (SIGXCPU)";
     return verdict;
@@ -241,6 +257,7 @@ TrialVerdict activegraph_verdict(const ChildResult& child, const TrialLimits& li
     };
     verdict.claimed_events = count("events_appended");
     verdict.claimed_failures = count("behavior_failures");
+    if (verdict.outcome == Outcome::limits_exceeded) verdict.net = net_in(verdict.detail);
     return verdict;
   }
   verdict.outcome = Outcome::crashed;
@@ -374,6 +391,7 @@ ExecutedTrial execute_activegraph_trial(std::span<const std::byte> segment,
   if (!cut.empty()) {
     if (!verdict.stopped_by_net) {
       verdict.outcome = over_budget ? Outcome::limits_exceeded : Outcome::crashed;
+      verdict.net = over_budget ? Net::write_budget : Net::none;
     }
     append_line(verdict.detail, cut);
     verdict.claimed_events.reset();

@@ -259,6 +259,7 @@ TrialReport report_from_store(const store::Snapshot& snapshot, const store::RunI
                               std::uint64_t fork_seq, const TrialVerdict& verdict) {
   TrialReport report;
   report.outcome = verdict.outcome;
+  report.net = verdict.net;
   report.fork_run_id = fork_id.str();
   report.detail = verdict.detail;
   report.warnings = verdict.warnings;

@@ -32,6 +32,10 @@ struct TrialVerdict {
   // even if the store later refuses the delta.
   bool stopped_by_net = false;
   bool wall_clock_killed = false;  // the parent records trial.wall_clock_exhausted
+  // Which net stopped a limits_exceeded trial: the parent's (wall clock, CPU,
+  // write budget, the cgroup's memory), or the one the child's agreeing tail
+  // names; none otherwise, or when it is not known (the cgroup's task limit).
+  Net net = Net::none;
   // The child's own claim about what it appended after the fork point (its
   // tail), when it made one and its delta was accepted whole: compared with
   // what the store holds, which wins.

@@ -146,7 +146,9 @@ void add_strict_findings(TrialVerdict& verdict, const ChildResult& child,
   if (!strict.active) return;
   const auto events = strict.cgroup ? strict.cgroup->events() : TrialCgroup::Events{};
   std::string stopped;
+  Net net = Net::none;  // the task limit is no Net of its own
   if (events.oom_kills > 0) {
+    net = Net::memory;
     stopped = "memory net: the trial's cgroup reached its memory limit of " +
               std::to_string(limits.max_rss_bytes.value_or(0)) +
               " bytes (max_rss_bytes, real memory) and the kernel's OOM killer killed " +
@@ -159,11 +161,13 @@ void add_strict_findings(TrialVerdict& verdict, const ChildResult& child,
   if (!stopped.empty() && !verdict.wall_clock_killed) {
     verdict.outcome = Outcome::limits_exceeded;
     verdict.stopped_by_net = true;
+    verdict.net = net;
     verdict.detail = stopped + (verdict.detail.empty() ? "" : "\n" + verdict.detail);
   }
   if (!child.exited && child.signal == SIGSYS && !verdict.wall_clock_killed) {
     const auto number = refused_syscall(child.stderr_tail);
     verdict.outcome = Outcome::crashed;
+    verdict.net = Net::none;
     verdict.detail = "strict filter: " +
                      (number ? "system call " + syscall_name(*number) + " refused"
                              : std::string("a system call was refused")) +
@@ -270,6 +274,7 @@ TrialVerdict decide_verdict(const ChildResult& child, const DeltaScan& scan,
   if (child.wall_clock_killed) {
     verdict.outcome = Outcome::limits_exceeded;
     verdict.stopped_by_net = true;
+    verdict.net = Net::wall_clock;
     append_line(verdict.detail,
                 "wall clock exhausted: the child ran past wall_clock_seconds = " +
                     nlohmann::json(limits.wall_clock_seconds).dump() +
@@ -277,6 +282,7 @@ TrialVerdict decide_verdict(const ChildResult& child, const DeltaScan& scan,
   } else if (!child.exited && child.signal == SIGXCPU) {
     verdict.outcome = Outcome::limits_exceeded;
     verdict.stopped_by_net = true;
+    verdict.net = Net::cpu;
     append_line(verdict.detail, "CPU net: the child used up its RLIMIT_CPU of " +
                                     std::to_string(cpu_seconds_for(limits)) +
                                     " s of CPU time (SIGXCPU)");
@@ -284,9 +290,11 @@ TrialVerdict decide_verdict(const ChildResult& child, const DeltaScan& scan,
     verdict.outcome = Outcome::crashed;
   } else if (scan.over_budget) {
     verdict.outcome = Outcome::limits_exceeded;
+    verdict.net = Net::write_budget;
   } else if (child.exited && outcome_of_exit_code(child.exit_code) != Outcome::crashed && tail &&
              exit_code_of(tail->outcome) == child.exit_code) {
     verdict.outcome = tail->outcome;
+    if (tail->outcome == Outcome::limits_exceeded) verdict.net = tail->net;
     append_line(verdict.detail, tail->detail);
     verdict.warnings = tail->warnings;
   } else {

@@ -100,6 +100,8 @@ struct TrialReport {
   // "activegraph" with the activegraph version it ran under.
   std::string executor = "lua";
   std::string executor_version;
+  // Which net stopped a limits_exceeded trial (TrialVerdict::net).
+  Net net = Net::none;
 };
 
 // The isolation a trial run at `level` under `limits` had, read from the

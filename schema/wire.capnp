@@ -218,6 +218,7 @@ struct Report {
   durationMillis @12 :UInt64;
   isolation @13 :IsolationLevel;  # the level the trial ran at
   executor @14 :ExecutorOffer;    # what ran the candidate, as the worker's hello offered it
+  net @15 :Trial.Net;             # which net stopped a limitsExceeded trial; none otherwise
 }
 
 enum IsolationLevel {

@@ -139,6 +139,7 @@ ordered_json report_json(const sandbox::TrialReport& r) {
   j["warnings"] = r.warnings;
   j["isolation"] = ordered_json::parse(sandbox::isolation_json(r.isolation));
   j["executor"] = {{"name", r.executor}, {"version", r.executor_version}};
+  j["limit"] = r.net == Net::none ? ordered_json(nullptr) : ordered_json(net_name(r.net));
   return j;
 }
 
@@ -152,6 +153,9 @@ void print_report(const sandbox::TrialReport& r) {
               static_cast<unsigned long long>(r.behavior_failures),
               static_cast<unsigned long long>(r.behavior_failures_after_fork));
   std::printf("child exit code    %d\n", r.exit_code);
+  if (r.net != Net::none) {
+    std::printf("limit              %s\n", std::string(net_name(r.net)).c_str());
+  }
   std::printf(
       "executor           %s\n",
       terminal_safe(r.executor_version.empty() ? r.executor : r.executor + " " + r.executor_version)

@@ -70,6 +70,9 @@ struct Finished {
   std::optional<Outcome> outcome{};  // the report's; none for a failure or a stop
 };
 
+static_assert(static_cast<int>(schema::Net::WRITE_BUDGET) == static_cast<int>(Net::write_budget),
+              "the wire's nets are schema/outcome.h's, in its order");
+
 std::string report_frame(const AttemptKey& key, const sandbox::ExecutedTrial& executed,
                          sandbox::Isolation isolation, std::chrono::milliseconds duration) {
   capnp::MallocMessageBuilder message;
@@ -91,6 +94,7 @@ std::string report_frame(const AttemptKey& key, const sandbox::ExecutedTrial& ex
   report.setClaimedFailures(verdict.claimed_failures.value_or(0));
   report.setForkSeq(executed.fork_seq);
   report.setDurationMillis(static_cast<std::uint64_t>(duration.count()));
+  report.setNet(static_cast<schema::Net>(std::to_underlying(verdict.net)));
   auto executor = report.initExecutor();
   executor.setName(executed.executor);
   executor.setVersion(executed.executor_version);

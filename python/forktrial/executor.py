@@ -10,7 +10,10 @@ How forktrial's result maps onto activegraph's ``TrialResult``:
 
 - ``status``: the outcome; ``failure``: None when completed, else
   ``TrialFailureDetails(kind=<the outcome>, message=<the detail>,
-  exit_code)``, since the contract requires the kind to be the status.
+  exit_code)``, since the contract requires the kind to be the status;
+  which net stopped a limits_exceeded trial (``wall_clock``, ``cpu``,
+  ``memory``, ``event_budget``, ``write_budget``) is the report's
+  ``limit``, in the artifact.
 - ``budget_use``: the store's ``events_appended`` and
   ``behavior_failures`` (the fork's whole log, as activegraph counts
   them), and the specification's limits.
@@ -23,7 +26,8 @@ How forktrial's result maps onto activegraph's ``TrialResult``:
 - ``detail``, ``exit_code``, ``warnings``: as forktrial reports them.
 - ``artifacts``: one, ``forktrial-report``: forktrial's whole report as a
   ``data:`` URI of JSON with its SHA-256 digest (the per-trial nets, the
-  executor and its version, the worker, ``behavior_failures_after_fork``).
+  executor and its version, the worker, ``behavior_failures_after_fork``,
+  the ``limit``).
 """
 
 from __future__ import annotations

@@ -98,17 +98,17 @@ class TestConformance:
 
 
 @pytest.mark.parametrize(
-    "scenario, limits, status, events",
+    "scenario, limits, status, events, limit",
     [
-        ("complete", {}, "completed", 2),
-        ("fail", {}, "scenario_failed", 1),
-        ("lie", {}, "crashed", 1),
-        ("sleep", {"wall_clock_seconds": 1.0}, "limits_exceeded", 1),
-        ("allocate", {"max_rss_bytes": 32 << 20}, "limits_exceeded", 0),
+        ("complete", {}, "completed", 2, None),
+        ("fail", {}, "scenario_failed", 1, None),
+        ("lie", {}, "crashed", 1, None),
+        ("sleep", {"wall_clock_seconds": 1.0}, "limits_exceeded", 1, "wall_clock"),
+        ("allocate", {"max_rss_bytes": 32 << 20}, "limits_exceeded", 0, "memory"),
     ],
 )
 def test_every_field_of_the_result_maps_from_forktrials_report(
-    binary, store, ag_pack, scenario, limits, status, events
+    binary, store, ag_pack, scenario, limits, status, events, limit
 ):
     spec = specification(ag_pack, scenario, **limits)
     executor = ForktrialTrialExecutor(store)
@@ -134,6 +134,7 @@ def test_every_field_of_the_result_maps_from_forktrials_report(
     # What the report adds beyond the contract travels in the artifact.
     assert report["executor"] == {"name": "activegraph", "version": "0.0.0+standin"}
     assert "behavior_failures_after_fork" in report
+    assert report["limit"] == limit  # which net stopped it, by name
     assert {net["name"] for net in report["isolation"]["nets"]} >= {"memory", "wall_clock"}
     # The fork's events are in the forktrial store the event log names.
     assert result.event_log.store_path == str(store.resolve())

@@ -139,15 +139,17 @@ TEST_CASE(
     std::string scenario;
     std::string outcome;
     std::uint64_t events;
+    json limit = nullptr;  // the net that stopped it
   };
-  const std::vector<Expected> expected{{"complete", "completed", 2},
-                                       {"fail", "scenario_failed", 1},
-                                       {"lie", "crashed", 1},
-                                       {"crash", "crashed", 1},
-                                       {"sleep", "limits_exceeded", 1},  // the kill's record
-                                       {"allocate", "limits_exceeded", 0},
-                                       {"flood", "limits_exceeded", 11},
-                                       {"broken", "materialization_failed", 0}};
+  const std::vector<Expected> expected{
+      {"complete", "completed", 2},
+      {"fail", "scenario_failed", 1},
+      {"lie", "crashed", 1},
+      {"crash", "crashed", 1},
+      {"sleep", "limits_exceeded", 1, "wall_clock"},  // 1: the kill's record
+      {"allocate", "limits_exceeded", 0, "memory"},
+      {"flood", "limits_exceeded", 11, "write_budget"},
+      {"broken", "materialization_failed", 0}};
   std::string text = cluster.read(cluster.outcome_batch(2));  // 8 Lua trials
   for (const auto& e : expected) {
     json limits = base;
@@ -192,6 +194,7 @@ TEST_CASE(
     INFO(r.dump());
     if (r["executor"]["name"] == "lua") {
       CHECK(r["executor"]["version"] == "");
+      if (r["candidate"] == "runaway") CHECK(r["limit"] == "event_budget");
       continue;
     }
     const Expected& e = expected.at(python++);
@@ -199,6 +202,7 @@ TEST_CASE(
     CHECK(r["worker"] == "w2");
     CHECK(r["outcome"] == e.outcome);
     CHECK(r["events_appended"] == e.events);
+    CHECK(r["limit"] == e.limit);
     CHECK(r["attempts"] == 1);
   }
   CHECK(python == expected.size());

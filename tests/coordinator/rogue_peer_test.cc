@@ -322,6 +322,26 @@ std::vector<Forgery> forgeries() {
        {},
        "wall clock killed",
        [](auto report) { report.setWallClockKilled(true); }},
+      {"a net forktrial does not have",
+       {},
+       "net 99",
+       [](auto report) { report.setNet(static_cast<forktrial::schema::Net>(99)); }},
+      {"a net that stopped a completed trial",
+       {},
+       "names the memory net, but its outcome is completed",
+       [](auto report) { report.setNet(forktrial::schema::Net::MEMORY); }},
+      {"an executor its trial does not run on",
+       {},
+       "it says activegraph ran the candidate, which needs the lua executor",
+       [](auto report) { report.initExecutor().setName("activegraph"); }},
+      {"a Lua version its worker's hello did not offer",
+       {},
+       "but its worker's hello offered",
+       [](auto report) {
+         auto executor = report.initExecutor();
+         executor.setName("lua");
+         executor.setVersion("9.9");
+       }},
   };
 }
 

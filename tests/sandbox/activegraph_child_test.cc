@@ -172,6 +172,7 @@ TEST_CASE("every way activegraph's child can end is the outcome activegraph's pa
     const auto executed = r.trial("sleep", limits);
     CHECK(executed.verdict.outcome == Outcome::limits_exceeded);
     CHECK(executed.verdict.wall_clock_killed);
+    CHECK(executed.verdict.net == Net::wall_clock);
     CHECK_THAT(executed.verdict.detail, Catch::Contains("wall clock exceeded 0.5s"));
   }
   SECTION("an allocation past the memory cap") {
@@ -180,6 +181,7 @@ TEST_CASE("every way activegraph's child can end is the outcome activegraph's pa
     const auto executed = r.trial("allocate", limits);
     CHECK(executed.verdict.outcome == Outcome::limits_exceeded);
     CHECK(executed.verdict.exit_code == 40);
+    CHECK(executed.verdict.net == Net::memory);
     CHECK_THAT(executed.verdict.detail, Catch::Contains("MemoryError"));
   }
   SECTION("more rows than the write budget") {
@@ -189,6 +191,7 @@ TEST_CASE("every way activegraph's child can end is the outcome activegraph's pa
     CHECK(executed.verdict.outcome == Outcome::limits_exceeded);
     // The budget, and the one closing record every delta may add to it.
     CHECK(executed.events.size() == 11);
+    CHECK(executed.verdict.net == Net::write_budget);
     CHECK_THAT(executed.verdict.detail, Catch::Contains("write budget"));
   }
   SECTION("a row only the parent writes") {
