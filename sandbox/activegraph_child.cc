@@ -15,6 +15,8 @@
 #include "pack/bundle_hash.h"
 #include "sandbox/delta.h"
 #include "sandbox/scratch.h"
+#include "sandbox/strict_parent.h"
+#include "sandbox/tail.h"
 
 extern char** environ;
 
@@ -35,7 +37,8 @@ except BaseException as e:
     sys.exit(3)
 root = os.path.dirname(os.path.dirname(os.path.abspath(activegraph.__file__)))
 print(json.dumps({"root": root, "version": str(getattr(activegraph, "__version__", "")),
-                  "path": [p for p in sys.path if p and os.path.isdir(p)]}))
+                  "path": [p for p in sys.path if p and os.path.isdir(p)],
+                  "executable": sys.executable}))
 )";
 
 constexpr std::size_t kDetailBytes = 4096;
@@ -107,6 +110,27 @@ std::string joined(const std::vector<std::string>& parts) {
   return out;
 }
 
+// What a confined CPython reads: the system's programs and libraries, the
+// interpreter's own prefix (a virtual environment's or pyenv's lies outside
+// /usr), and every directory of its PYTHONPATH; each that exists, once.
+std::vector<std::string> python_dirs(const ActivegraphInstall& install) {
+  std::vector<std::string> dirs;
+  const auto add = [&dirs](const std::filesystem::path& dir) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(dir, ec)) return;
+    const std::string text = dir.lexically_normal().string();
+    if (std::ranges::find(dirs, text) == dirs.end()) dirs.push_back(text);
+  };
+  for (const char* system : {"/usr", "/lib", "/lib64", "/bin"}) add(system);
+  std::error_code ec;
+  const auto real = std::filesystem::canonical(install.python, ec);
+  for (const auto& python : {install.python, ec ? install.python : real}) {
+    if (!python.string().starts_with("/usr/")) add(python.parent_path().parent_path());
+  }
+  for (const auto& dir : install.python_path) add(dir);
+  return dirs;
+}
+
 SpawnRequest python_request(const ActivegraphInstall& install, std::vector<std::string> env,
                             std::string stdin_data, std::chrono::milliseconds wall_clock) {
   SpawnRequest request;
@@ -155,7 +179,14 @@ std::expected<ActivegraphInstall, Status> find_activegraph(const std::string& py
     return failure(ErrorCode::unavailable, why);
   }
   ActivegraphInstall install;
+  // The interpreter itself, not a wrapper that finds it (pyenv's shims are
+  // shell scripts): what the child runs is what was asked.
   install.python = *program;
+  if (const json& executable = (*answer)["executable"];
+      executable.is_string() && executable.get<std::string>().starts_with('/') &&
+      ::access(executable.get<std::string>().c_str(), X_OK) == 0) {
+    install.python = executable.get<std::string>();
+  }
   install.python_path.push_back((*answer)["root"].get<std::string>());
   if ((*answer)["version"].is_string()) install.version = (*answer)["version"];
   if ((*answer)["path"].is_array()) {
@@ -310,7 +341,11 @@ ExecutedTrial execute_activegraph_trial(std::span<const std::byte> segment,
     return refused;
   }
   ScratchDir scratch(options.scratch_parent);
-  const auto store_path = scratch.path() / "activegraph.db";
+  // In a directory of its own: under strict isolation the child sees it
+  // alone writable (SQLite writes its journal beside the store).
+  const auto store_dir = scratch.path() / "store";
+  std::filesystem::create_directory(store_dir);
+  const auto store_path = store_dir / "activegraph.db";
 
   // The fork and its history, in activegraph's layout.
   UnixMillis tip = 0;
@@ -344,7 +379,27 @@ ExecutedTrial execute_activegraph_trial(std::span<const std::byte> segment,
   SpawnRequest request = python_request(
       install, std::move(env), activegraph_job(store_path, fork_id, fork_seq, spec), wall_clock);
   request.cancellation = options.cancellation;
-  const ChildResult child = run_child(request);
+  // Under strict isolation forktrial's child confines itself (namespaces, a
+  // read-only root, the filter widened for CPython), joins the trial's
+  // cgroup, and execs activegraph's child in its place.
+  ChildJob launcher;
+  const StrictParent strict = prepare_strict(options, spec.limits, scratch.path(), launcher);
+  ChildResult child;
+  std::vector<std::string> launch_warnings;
+  if (strict.active) {
+    launcher.limits = spec.limits;
+    launcher.spec = spec;
+    launcher.scratch_store = store_dir.string();
+    launcher.exec_argv = {request.program};
+    launcher.exec_argv.insert(launcher.exec_argv.end(), request.args.begin(), request.args.end());
+    launcher.exec_env = request.env;
+    launcher.exec_stdin = request.stdin_data;
+    launcher.exec_read_only = python_dirs(install);
+    child = run_strict_child(child_request(options, launcher, wall_clock), strict);
+    if (auto said = decode_tail(child.tail)) launch_warnings = said->warnings;
+  } else {
+    child = run_child(request);
+  }
 
   ExecutedTrial executed;
   executed.executor = "activegraph";
@@ -357,10 +412,13 @@ ExecutedTrial execute_activegraph_trial(std::span<const std::byte> segment,
       claimed && *claimed >= inherited_failures) {
     *claimed -= inherited_failures;
   }
-  if (options.isolation == Isolation::strict) {
-    executed.verdict.warnings.push_back(
-        "strict isolation: not applied to activegraph's child yet; it ran under standard "
-        "isolation (a fresh process, a closed environment, its own rlimits, the wall clock)");
+  if (strict.active) {
+    for (const auto& warning : launch_warnings) {
+      append_line(executed.verdict.detail, "warning: " + warning);
+    }
+    executed.verdict.warnings.insert(executed.verdict.warnings.begin(), launch_warnings.begin(),
+                                     launch_warnings.end());
+    add_strict_findings(executed.verdict, child, strict, spec.limits);
   }
 
   // What the child appended, held to the rules every delta is held to; a

@@ -18,6 +18,7 @@
 // parent reports that as a crash with this process's stderr.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -305,6 +306,47 @@ std::expected<std::vector<pack::PackFiles>, std::string> materialize(
   finish(tail);
 }
 
+// Launch mode (ChildJob::exec_argv): confined and under the nets, this
+// process becomes the program the parent chose, with the job's stdin. What
+// did not apply goes to the parent as a tail's warnings on fd 3, closed
+// before the exec so that nothing the program runs can write it.
+[[noreturn]] void launch(const ChildJob& job) {
+  ChildTail tail;
+  if (job.strict) tail.warnings = enter_namespaces(confinement_for(job));
+  for (auto& warning : apply_nets(job.limits, net_setter())) {
+    tail.warnings.push_back(std::move(warning));
+  }
+  const int input = ::memfd_create("forktrial-exec-stdin", MFD_CLOEXEC);
+  if (input < 0) {
+    diagnose("memfd_create: " + errno_text(errno));
+    ::_exit(kCannotStart);
+  }
+  write_all(input, job.exec_stdin);
+  if (::lseek(input, 0, SEEK_SET) != 0 || ::dup2(input, STDIN_FILENO) != STDIN_FILENO) {
+    diagnose("the program's stdin: " + errno_text(errno));
+    ::_exit(kCannotStart);
+  }
+  ::close(input);
+  std::vector<char*> argv;
+  for (const auto& arg : job.exec_argv) argv.push_back(const_cast<char*>(arg.c_str()));
+  argv.push_back(nullptr);
+  std::vector<char*> envp;
+  for (const auto& entry : job.exec_env) envp.push_back(const_cast<char*>(entry.c_str()));
+  envp.push_back(nullptr);
+  if (job.strict) {
+    for (auto& warning : lock_down(true)) tail.warnings.push_back(std::move(warning));
+  }
+  for (const auto& warning : tail.warnings)
+    std::fprintf(stderr, "forktrial-child: %s\n", warning.c_str());
+  tail.outcome = Outcome::completed;
+  write_all(kTailFd, encode_tail(tail));
+  ::close(kTailFd);
+  std::fflush(stderr);
+  ::execve(argv[0], argv.data(), envp.data());
+  std::fprintf(stderr, "forktrial-child: execve(%s): %s\n", argv[0], errno_text(errno).c_str());
+  ::_exit(kCannotStart);
+}
+
 int run(int, char**) {
   // A trial must not outlive the parent that supervises it (the wall-clock
   // kill lives there): die with it. The parent pid in the job closes the race
@@ -329,6 +371,8 @@ int run(int, char**) {
     std::fprintf(stderr, "forktrial-child: the parent process %d is gone\n", job->parent_pid);
     return kCannotStart;
   }
+
+  if (!job->exec_argv.empty()) launch(*job);
 
   tail_reserve = std::malloc(kTailReserveBytes);
   std::set_terminate(on_terminate);

@@ -131,6 +131,9 @@ Confinement confinement_for(const ChildJob& job) {
       c.read_only.push_back(fs::absolute(pack->root_dir).lexically_normal().string());
     }
   }
+  for (const auto& dir : job.exec_read_only) {
+    c.read_only.push_back(fs::absolute(dir).lexically_normal().string());
+  }
   if (!job.scratch_store.empty()) {
     c.writable.push_back(fs::absolute(job.scratch_store).lexically_normal().string());
   }
@@ -166,7 +169,7 @@ std::vector<std::string> enter_namespaces(const Confinement& confinement) {
   return warnings;
 }
 
-std::vector<std::string> lock_down() {
+std::vector<std::string> lock_down(bool exec) {
   std::vector<std::string> warnings;
   // In its user namespace the child holds every capability over what the
   // namespace owns; outside one (the host lacks them), a root caller's.
@@ -177,7 +180,7 @@ std::vector<std::string> lock_down() {
   if (::syscall(SYS_capset, &header, none) != 0) {
     warnings.push_back("privileges not dropped: capset(0): " + errno_text(errno));
   }
-  if (auto failed = install_syscall_filter()) {
+  if (auto failed = install_syscall_filter(exec)) {
     warnings.push_back("seccomp net unavailable: " + *failed +
                        "; the trial's system calls are not filtered");
   }

@@ -52,7 +52,8 @@ bool in_strict_namespaces();
 // process, the warnings for what did not apply; the init never returns.
 std::vector<std::string> enter_namespaces(const Confinement& confinement);
 
-// Step 3: the warnings for what did not apply (empty when all did).
-std::vector<std::string> lock_down();
+// Step 3: the warnings for what did not apply (empty when all did). `exec`:
+// the filter for a program the child then execs (install_syscall_filter).
+std::vector<std::string> lock_down(bool exec = false);
 
 }  // namespace forktrial::sandbox

@@ -36,6 +36,12 @@ std::string encode_job(const ChildJob& job) {
            {"parent_pid", job.parent_pid},
            {"strict", job.strict},
            {"strict_root", job.strict_root}};
+  if (!job.exec_argv.empty()) {
+    out["exec"] = json{{"argv", job.exec_argv},
+                       {"env", job.exec_env},
+                       {"stdin", job.exec_stdin},
+                       {"read_only", job.exec_read_only}};
+  }
   return out.dump();
 }
 
@@ -66,6 +72,15 @@ std::expected<ChildJob, Status> decode_job(std::string_view text) {
     job.parent_pid = doc.at("parent_pid").get<int>();
     job.strict = doc.at("strict").get<bool>();
     job.strict_root = doc.at("strict_root").get<std::string>();
+    if (const auto exec = doc.find("exec"); exec != doc.end()) {
+      job.exec_argv = exec->at("argv").get<std::vector<std::string>>();
+      job.exec_env = exec->at("env").get<std::vector<std::string>>();
+      job.exec_stdin = exec->at("stdin").get<std::string>();
+      job.exec_read_only = exec->at("read_only").get<std::vector<std::string>>();
+      if (job.exec_argv.empty()) {
+        return failure(ErrorCode::invalid_argument, std::string("the job's exec has no program"));
+      }
+    }
     return job;
   } catch (const json::exception& e) {
     return failure(ErrorCode::invalid_argument,

@@ -29,6 +29,17 @@ struct ChildJob {
   // namespaces it mounts its new root on `strict_root`, an empty directory.
   bool strict = false;
   std::string strict_root;
+  // Launch mode: instead of running a Lua trial, the child confines itself
+  // as above, applies the nets, and replaces itself with `exec_argv` (a
+  // program the parent chose: activegraph's trial child), with `exec_env`
+  // as its environment and `exec_stdin` on its stdin. `exec_read_only` are
+  // the directories that program reads (the interpreter, its packages),
+  // shown read-only besides the packs. Its own warnings go on fd 3 as a
+  // tail, which it closes before the exec.
+  std::vector<std::string> exec_argv;
+  std::vector<std::string> exec_env;
+  std::string exec_stdin;
+  std::vector<std::string> exec_read_only;
   friend bool operator==(const ChildJob&, const ChildJob&) = default;
 };
 

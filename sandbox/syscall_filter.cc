@@ -46,6 +46,11 @@ constexpr const char* kAllowed[] = {
     "clock_gettime", "clock_getres", "clock_nanosleep", "nanosleep", "gettimeofday", "time",
     "getrandom"};
 
+// What a confined CPython also calls, from its exec on (install_syscall_filter).
+constexpr const char* kExecAllowed[] = {"execve",  "arch_prctl", "chdir",   "fchdir",  "umask",
+                                        "sysinfo", "fchown",     "fchmod",  "getpgrp", "getsid",
+                                        "pipe2",   "select",     "pselect6"};
+
 #if defined(FORKTRIAL_SANITIZED)
 // Builds with a sanitizer (scripts/test's checking passes, with gcc or clang:
 // FORKTRIAL_SANITIZED, not a compiler's own macro) also allow what
@@ -80,11 +85,12 @@ std::string seccomp_error(const std::string& call, int rc) {
 
 }  // namespace
 
-std::optional<std::string> install_syscall_filter() {
+std::optional<std::string> install_syscall_filter(bool exec) {
   std::unique_ptr<void, FilterDeleter> filter(seccomp_init(SCMP_ACT_TRAP));
   if (!filter) return std::string("seccomp_init(SCMP_ACT_TRAP): failed");
   scmp_filter_ctx ctx = filter.get();
   std::vector<const char*> allowed(std::begin(kAllowed), std::end(kAllowed));
+  if (exec) allowed.insert(allowed.end(), std::begin(kExecAllowed), std::end(kExecAllowed));
 #if defined(FORKTRIAL_SANITIZED)
   allowed.insert(allowed.end(), std::begin(kSanitizerAllowed), std::end(kSanitizerAllowed));
 #endif
@@ -109,6 +115,9 @@ std::optional<std::string> install_syscall_filter() {
       {"ioctl(TCGETS)", SCMP_ACT_ALLOW, SCMP_SYS(ioctl), SCMP_A1(SCMP_CMP_EQ, TCGETS)},
       {"ioctl(other)", SCMP_ACT_ERRNO(ENOTTY), SCMP_SYS(ioctl), SCMP_A1(SCMP_CMP_NE, TCGETS)},
       {"tgkill(self)", SCMP_ACT_ALLOW, SCMP_SYS(tgkill), SCMP_A0(SCMP_CMP_EQ, self)},
+      // A process signalling itself (CPython's os.kill(os.getpid(), ...)):
+      // its pid survives its exec.
+      {"kill(self)", SCMP_ACT_ALLOW, SCMP_SYS(kill), SCMP_A0(SCMP_CMP_EQ, self)},
       {"prctl(PR_SET_NAME)", SCMP_ACT_ALLOW, SCMP_SYS(prctl), SCMP_A0(SCMP_CMP_EQ, PR_SET_NAME)},
       {"prctl(PR_GET_NAME)", SCMP_ACT_ALLOW, SCMP_SYS(prctl), SCMP_A0(SCMP_CMP_EQ, PR_GET_NAME)},
   };

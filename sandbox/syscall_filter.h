@@ -29,7 +29,12 @@ inline constexpr std::string_view kFilterRefusal = "the strict filter refused sy
 // Sets no_new_privs, installs the SIGSYS reporter and loads the filter into
 // this process (and the threads it starts later). The error names the
 // failing call and errno; nothing is loaded then.
-std::optional<std::string> install_syscall_filter();
+// `exec` widens the list as far as a confined CPython needs to start and
+// run activegraph's child against an SQLite store (kExecAllowed in the
+// source): execve, arch_prctl, kill of itself, chdir, umask, sysinfo,
+// fchown and fchmod (SQLite matches its journal's owner when running as
+// root). Processes, sockets and mounts stay refused.
+std::optional<std::string> install_syscall_filter(bool exec = false);
 
 // "socket (41)" for the native architecture's number 41; "system call 999"
 // for a number libseccomp does not know.

@@ -24,6 +24,7 @@
 #include "sandbox/rlimits.h"
 #include "sandbox/scratch.h"
 #include "sandbox/spawn.h"
+#include "sandbox/strict_parent.h"
 #include "sandbox/syscall_filter.h"
 #include "sandbox/tail.h"
 
@@ -79,19 +80,8 @@ DeltaScan scan_delta(const store::Snapshot& scratch, const store::RunInfo& fork,
   return scan;
 }
 
-// The parent's half of strict isolation for one child (sandbox/isolation.h):
-// the cgroup it joins, and the warnings for what this host cannot apply.
-// Inactive for standard isolation. Owns the cgroup, so it must outlive the
-// child; its destructor removes the cgroup.
-struct StrictParent {
-  bool active = false;
-  std::optional<TrialCgroup> cgroup;
-  std::vector<std::string> warnings;
-};
+}  // namespace
 
-// Prepares strict isolation when `options` asks for it: marks the job
-// strict with an empty root directory in `scratch_dir`, and makes the
-// cgroup, whose absence is a warning.
 StrictParent prepare_strict(const ChildOptions& options, const TrialLimits& limits,
                             const std::filesystem::path& scratch_dir, ChildJob& job) {
   StrictParent strict;
@@ -115,9 +105,6 @@ StrictParent prepare_strict(const ChildOptions& options, const TrialLimits& limi
   return strict;
 }
 
-// Starts and supervises the child under `strict`; a strict child's init
-// reports a trial's death by signal as an exit status, read back here as
-// the signal.
 ChildResult run_strict_child(SpawnRequest request, const StrictParent& strict) {
   if (strict.active) {
     request.strict.emplace();
@@ -137,10 +124,6 @@ ChildResult run_strict_child(SpawnRequest request, const StrictParent& strict) {
   return child;
 }
 
-// What the strict nets stopped, in the verdict: the cgroup's OOM kill and
-// task limit as limits_exceeded naming the limit, a system call the filter
-// refused as a crash naming the call, and every net this host could not
-// apply as a warning.
 void add_strict_findings(TrialVerdict& verdict, const ChildResult& child,
                          const StrictParent& strict, const TrialLimits& limits) {
   if (!strict.active) return;
@@ -177,7 +160,6 @@ void add_strict_findings(TrialVerdict& verdict, const ChildResult& child,
   verdict.warnings.insert(verdict.warnings.begin(), child.warnings.begin(), child.warnings.end());
 }
 
-// How every trial child is started: the closed environment, the job on stdin.
 SpawnRequest child_request(const ChildOptions& options, const ChildJob& job,
                            std::chrono::milliseconds wall_clock) {
   SpawnRequest request;
@@ -192,6 +174,8 @@ SpawnRequest child_request(const ChildOptions& options, const ChildJob& job,
   request.cancellation = options.cancellation;
   return request;
 }
+
+namespace {
 
 // The last `max_lines` lines within the last `max_bytes` of `text` (a line
 // cut by the byte limit is dropped, unless it is the only one).
@@ -432,7 +416,7 @@ TrialReport run_activegraph_trial(store::EventStore& store, const TrialSpecifica
   record_or_without_delta(store, spec, store::NewRun{.id = fork_id, .label = spec.label},
                           executed.events.size(), delta_of(executed.events), executed.verdict);
   TrialReport report = report_from_store(store.snapshot(), fork_id, fork_seq, executed.verdict);
-  report.isolation = trial_isolation(Isolation::standard, spec.limits, report.warnings);
+  report.isolation = trial_isolation(options.isolation, spec.limits, report.warnings);
   report.executor = executed.executor;
   report.executor_version = executed.executor_version;
   return report;

@@ -36,5 +36,23 @@ def flood(rt):
     for n in range(50):
         rt.emit("custom.noted", {"n": n}, "standin.pack")
 
+def confined(rt):
+    """What the trial can reach of the host: read /etc, write /tmp and /usr."""
+    found = {}
+    for what, attempt in (("etc", lambda: open("/etc/passwd").read()),
+                          ("tmp", lambda: open("/tmp/forktrial-escape", "w").write("x")),
+                          ("usr", lambda: open("/usr/forktrial-escape", "w").write("x"))):
+        try:
+            attempt()
+            found[what] = "reached"
+        except OSError as e:
+            found[what] = type(e).__name__
+    rt.emit("custom.confined", found, "standin.pack")
+
+def network(rt):
+    import socket
+    socket.socket()
+    rt.emit("custom.noted", {"socket": "opened"}, "standin.pack")
+
 def forge(rt):
     rt.emit("trial.result", {"outcome": "completed"}, "forktrial")

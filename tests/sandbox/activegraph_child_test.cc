@@ -13,6 +13,7 @@
 #include "pack/bundle_hash.h"
 #include "sandbox/delta.h"
 #include "tests/sandbox/trial_fixture.h"
+#include "tests/support/skip.h"
 
 namespace forktrial::sandbox {
 namespace {
@@ -236,6 +237,59 @@ TEST_CASE("the fork's row carries its parent's goal and frame id to activegraph'
   CHECK(read_context({"find the bug", "frame_7"}) ==
         nlohmann::json{{"goal", "find the bug"}, {"frame_id", "frame_7"}});
   CHECK(read_context({}) == nlohmann::json{{"goal", nullptr}, {"frame_id", nullptr}});
+}
+
+TEST_CASE("under strict isolation activegraph's child runs confined, as forktrial's own does",
+          "[trial][activegraph][strict]") {
+  if (const auto why = testing::strict_unavailable()) {
+    forktrial::testing::skip(*why);
+    return;
+  }
+  Run r;
+  ChildOptions strict;
+  strict.isolation = Isolation::strict;
+  const auto trial = [&](const std::string& scenario, const ChildOptions& options,
+                         TrialLimits limits = {}) {
+    const TrialSpecification spec =
+        testing::specification(r.f.recorded, r.candidate, "scenarios.py::" + scenario, limits);
+    return execute_activegraph_trial(r.segment, spec, r.fork_id, standin(), options);
+  };
+  const auto completed = trial("complete", strict);
+  INFO(completed.verdict.detail);
+  CHECK(completed.verdict.outcome == Outcome::completed);
+  CHECK(completed.events.size() == 2);
+  testing::check_no_degraded_net(completed.verdict.warnings);
+
+  // The host's files are out of sight or read-only; standard isolation, the
+  // control, reaches them.
+  const auto reached = [&](const ChildOptions& options) {
+    const auto executed = trial("confined", options);
+    REQUIRE(executed.verdict.outcome == Outcome::completed);
+    REQUIRE(executed.events.size() == 1);
+    return nlohmann::json::parse(executed.events[0].payload);
+  };
+  const auto confined = reached(strict);
+  CHECK(confined["etc"] == "FileNotFoundError");
+  CHECK(confined["tmp"] != "reached");
+  CHECK(confined["usr"] != "reached");
+  CHECK_FALSE(std::filesystem::exists("/tmp/forktrial-escape"));
+  CHECK_FALSE(std::filesystem::exists("/usr/forktrial-escape"));
+  CHECK(reached({})["etc"] == "reached");
+  std::filesystem::remove("/tmp/forktrial-escape");
+  std::filesystem::remove("/usr/forktrial-escape");
+
+  // A socket is a system call the filter refuses.
+  const auto network = trial("network", strict);
+  CHECK(network.verdict.outcome == Outcome::crashed);
+  CHECK_THAT(network.verdict.detail, Catch::Contains("strict filter"));
+  CHECK(network.events.empty());
+
+  // The memory net holds in the launched interpreter.
+  TrialLimits capped;
+  capped.max_rss_bytes = std::uint64_t{256} << 20;
+  const auto hoarded = trial("allocate", strict, capped);
+  CHECK(hoarded.verdict.outcome == Outcome::limits_exceeded);
+  CHECK(hoarded.verdict.net == Net::memory);
 }
 
 TEST_CASE("run_trial sends an activegraph pack to activegraph's child, and records its delta",

@@ -25,25 +25,11 @@ using forktrial::testing::contains;
 
 namespace {
 
-// Why strict isolation cannot be tested here, if it cannot: the reason of
-// each net in `needed` that does not apply.
-std::optional<std::string> unavailable(std::vector<std::string> needed = {"namespaces",
-                                                                          "seccomp"}) {
-  std::string why;
-  for (const auto& net : probe_strict_nets()) {
-    if (!net.applies && std::find(needed.begin(), needed.end(), net.name) != needed.end()) {
-      why += (why.empty() ? "" : "; ") + net.name + ": " + net.how;
-    }
-  }
-  if (why.empty()) return std::nullopt;
-  return why;
-}
-
 // `candidate` run by the real forktrial-child under strict isolation;
 // nullopt, after saying why, where the host cannot apply the nets.
 std::optional<TrialReport> strict_lua_trial(testing::TrialFixture& f, const PackSource& candidate,
                                             const TrialLimits& limits = {}) {
-  if (const auto why = unavailable()) {
+  if (const auto why = testing::strict_unavailable()) {
     forktrial::testing::skip(*why);
     return std::nullopt;
   }
@@ -59,7 +45,7 @@ struct Probe {
   // saying why, where the host cannot apply the nets in `needed`.
   std::optional<TrialReport> strict(const std::string& mode,
                                     std::vector<std::string> needed = {"namespaces", "seccomp"}) {
-    if (const auto why = unavailable(std::move(needed))) {
+    if (const auto why = testing::strict_unavailable(std::move(needed))) {
       forktrial::testing::skip(*why);
       return std::nullopt;
     }

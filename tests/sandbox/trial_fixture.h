@@ -2,12 +2,15 @@
 // written with tests/support/pack_writer.h).
 #pragma once
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "sandbox/isolation.h"
 #include "sandbox/trial.h"
 #include "store/event_store.h"
 #include "tests/support/pack_writer.h"
@@ -69,6 +72,20 @@ inline void check_no_degraded_net(const std::vector<std::string>& warnings) {
     CHECK(false);
 #endif
   }
+}
+
+// Why strict isolation cannot be tested here, if it cannot: the reason of
+// each net in `needed` that does not apply on this host.
+inline std::optional<std::string> strict_unavailable(const std::vector<std::string>& needed = {
+                                                         "namespaces", "seccomp"}) {
+  std::string why;
+  for (const auto& net : sandbox::probe_strict_nets()) {
+    if (!net.applies && std::find(needed.begin(), needed.end(), net.name) != needed.end()) {
+      why += (why.empty() ? "" : "; ") + net.name + ": " + net.how;
+    }
+  }
+  if (why.empty()) return std::nullopt;
+  return why;
 }
 
 }  // namespace forktrial::testing
