@@ -270,6 +270,24 @@ ResultsPage Client::results(const std::string& job, std::uint32_t after, std::ui
   return page;
 }
 
+nlohmann::ordered_json Client::import_run(const std::string& bytes, const std::string& run_id,
+                                          const std::string& label, const std::string& fork_of,
+                                          const std::string& at) {
+  const Digest digest = Sha256::of(bytes);
+  if (!find_missing({digest}).empty()) put_blob(digest, bytes);
+  auto frame = impl_->call(
+      [&](Envelope::Builder envelope) {
+        auto request = envelope.initImportRun();
+        wire::set_digest(request.initBlob(), digest);
+        request.setRunId(run_id);
+        request.setLabel(label);
+        request.setForkOf(fork_of);
+        request.setAt(at);
+      },
+      Impl::kIdempotent);
+  return nlohmann::ordered_json::parse(wire::text(frame.envelope().getRunImported().getText()));
+}
+
 nlohmann::ordered_json Client::workers() {
   auto frame = impl_->call([](Envelope::Builder envelope) { envelope.setWorkersRequest(); },
                            Impl::kIdempotent);

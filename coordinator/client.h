@@ -71,6 +71,12 @@ class Client {
   nlohmann::ordered_json cancel(const std::string& job);
   ResultsPage results(const std::string& job, std::uint32_t after, std::uint32_t limit);
   nlohmann::ordered_json workers();
+  // Imports the activegraph JSON Lines `bytes` as run `run_id` (a fork of
+  // `fork_of` at `at` when given) into the coordinator's store, uploading
+  // them first; the run ({"id", "label", "events", "parent"}).
+  nlohmann::ordered_json import_run(const std::string& bytes, const std::string& run_id,
+                                    const std::string& label, const std::string& fork_of = "",
+                                    const std::string& at = "");
 
   struct Impl;
 

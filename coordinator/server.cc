@@ -246,6 +246,8 @@ void Server::handle(const std::string& route, Envelope::Reader envelope, Instant
       return on_results(route, envelope);
     case Envelope::WORKERS_REQUEST:
       return on_workers(route, request);
+    case Envelope::IMPORT_RUN:
+      return on_import_run(route, envelope);
     default:
       return reply_error(route, request, ErrorCode::invalid_argument,
                          "a client may not send this message");

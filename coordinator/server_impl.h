@@ -61,7 +61,7 @@ constexpr auto kStillFullLog = std::chrono::seconds(30);
 inline bool writes(Envelope::Which which) {
   if (wire::is_worker_message(which)) return which != Envelope::FETCH_BLOB;
   return which == Envelope::SUBMIT_JOB || which == Envelope::CANCEL_JOB ||
-         which == Envelope::PUT_BLOB;
+         which == Envelope::PUT_BLOB || which == Envelope::IMPORT_RUN;
 }
 
 // The coordinator's store flushes each commit's meta page with the next
@@ -491,6 +491,12 @@ class Server {
   void on_status(const std::string& route, Envelope::Reader envelope);
 
   void on_cancel(const std::string& route, Envelope::Reader envelope, Instant now);
+
+  // importRun: the uploaded JSON Lines file imported as a new run (or fork)
+  // of the coordinator's store, in one transaction; a resend of one already
+  // imported (same id, label and parent) is answered with that run.
+  void on_import_run(const std::string& route, Envelope::Reader envelope);
+  void reply_run(const std::string& route, std::uint64_t request, const store::RunInfo& run);
 
   void on_results(const std::string& route, Envelope::Reader envelope);
 

@@ -201,6 +201,9 @@ void check_reply(const std::string& frame, Leases& leased) {
     case Envelope::WORKERS:
       json_ok(envelope.getWorkers().getText());
       break;
+    case Envelope::RUN_IMPORTED:
+      json_ok(envelope.getRunImported().getText());
+      break;
     case Envelope::RESULTS:
       for (auto line : envelope.getResults().getLines()) json_ok(line);
       break;

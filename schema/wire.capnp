@@ -60,7 +60,22 @@ struct Envelope {
     results @25 :Results;
     workers @26 :Json;
     ok @27 :Void;
+
+    # client -> coordinator, and its answer
+    importRun @28 :ImportRun;
+    runImported @29 :Json;
   }
+}
+
+# Import a run of activegraph JSON Lines into the coordinator's store, as
+# `forktrial run import` does into a local one. The file is uploaded first
+# as a blob (findMissing, putBlob), then named here.
+struct ImportRun {
+  blob @0 :Digest;     # the JSON Lines file's bytes
+  runId @1 :Text;      # the new run's id (the client chooses it, so a resend is recognised)
+  label @2 :Text;
+  forkOf @3 :Text;     # "": a root run; else the stored run it forks
+  at @4 :Text;         # with forkOf: the parent's event it branches after
 }
 
 # forktrial's error categories (base/error.h ErrorCode), one to one and in

@@ -160,7 +160,7 @@ std::expected<Frame, Status> decode(std::string_view bytes, std::size_t max_byte
                                         std::to_string(schema::wire::K_PROTOCOL_VERSION)});
     }
     // An arm newer than this build reads as an ordinal past the last known.
-    if (static_cast<unsigned>(envelope.which()) > static_cast<unsigned>(Envelope::OK)) {
+    if (static_cast<unsigned>(envelope.which()) > static_cast<unsigned>(Envelope::RUN_IMPORTED)) {
       return std::unexpected(Status{ErrorCode::invalid_argument,
                                     "message arm " +
                                         std::to_string(static_cast<unsigned>(envelope.which())) +

@@ -821,6 +821,63 @@ void add_results(CLI::App& app) {
   });
 }
 
+void add_import_to_coordinator(CLI::App& app) {
+  auto o = std::make_shared<ClientOptions>();
+  auto file = std::make_shared<std::string>();
+  auto id = std::make_shared<std::string>();
+  auto label = std::make_shared<std::string>();
+  auto fork_of = std::make_shared<std::string>();
+  auto at = std::make_shared<std::string>();
+  auto* cmd = app.add_subcommand(
+      "import",
+      "Import an activegraph JSON Lines run into the coordinator's store, so jobs can fork it "
+      "(forktrial run import imports into a store on this machine)");
+  cmd->add_option("FILE", *file, "The JSON Lines file")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--id", *id, "The new run's id (default: generated)");
+  cmd->add_option("--label", *label, "A label for the new run (default: the file name)");
+  auto* parent = cmd->add_option("--fork-of", *fork_of,
+                                 "Import the file as a fork of this run of the coordinator's "
+                                 "store (with --at)");
+  cmd->add_option("--at", *at, "The parent's event the fork branches after (with --fork-of)")
+      ->needs(parent);
+  parent->needs("--at");
+  o->add_to(cmd);
+  cmd->footer(examples_footer({
+      "forktrial import trace.jsonl --id run_chat --coordinator tcp://coord:7600",
+      "forktrial import whatif.jsonl --fork-of run_chat --at evt_009 --json",
+  }));
+  cmd->callback([=] {
+    std::ifstream in(*file, std::ios::binary);
+    if (!in) throw CommandFailed("cannot read " + *file);
+    const std::string bytes(std::istreambuf_iterator<char>(in), {});
+    // The client names the run, so that a resend after a lost answer finds
+    // the run it made rather than making a second.
+    std::string run_id = *id;
+    if (run_id.empty()) {
+      char hex[17];
+      std::snprintf(hex, sizeof hex, "%016llx",
+                    static_cast<unsigned long long>(real_world().random64()));
+      run_id = std::string("run_") + hex;
+    }
+    const std::string name = label->empty() ? fs::path(*file).filename().string() : *label;
+    auto client = o->connect();
+    ordered_json run;
+    try {
+      run = client.import_run(bytes, run_id, terminal_safe(name), *fork_of, *at);
+    } catch (const Error& e) {
+      throw CommandFailed("cannot import " + *file + " into the coordinator's store: " + e.what() +
+                          "; nothing was imported");
+    }
+    if (o->json) {
+      std::printf("%s\n", run.dump().c_str());
+      return;
+    }
+    std::printf("%s\n", run["id"].get<std::string>().c_str());
+    std::fprintf(stderr, "imported %s events into the coordinator's store as %s\n",
+                 run["events"].dump().c_str(), run["id"].get<std::string>().c_str());
+  });
+}
+
 void add_workers(CLI::App& app) {
   auto o = std::make_shared<ClientOptions>();
   auto* cmd = app.add_subcommand("workers", "The workers the coordinator knows");
@@ -1105,6 +1162,7 @@ void add_cluster_commands(CLI::App& app) {
   add_cancel(app);
   add_results(app);
   add_workers(app);
+  add_import_to_coordinator(app);
   add_batch(app);
 }
 

@@ -11,7 +11,7 @@
 # The subcommands under a command path ("" is forktrial itself).
 _forktrial_subcommands() {
   case $1 in
-    "") echo "pack run trial preflight keygen coordinator worker submit status wait cancel results workers batch" ;;
+    "") echo "pack run trial preflight keygen coordinator worker submit status wait cancel results workers import batch" ;;
     pack) echo "hash verify check" ;;
     run) echo "new ls show events graph fork export import import-sqlite" ;;
   esac
@@ -46,6 +46,7 @@ _forktrial_options() {
     submit) echo "--help --wait --max-wait $client" ;;
     wait) echo "--help --max-wait $client" ;;
     status | cancel | workers) echo "--help $client" ;;
+    import) echo "--help --id --label --fork-of --at $client" ;;
     results) echo "--help --csv --by $client" ;;
     batch) echo "--help --store --workers --slots --by --json --log-level --isolation --python" ;;
   esac
@@ -63,7 +64,7 @@ _forktrial_is_flag() {
 # What a command path's positional argument is: file, dir, or nothing.
 _forktrial_positional() {
   case $1 in
-    keygen | submit | batch | "run import" | "run import-sqlite") echo file ;;
+    keygen | submit | batch | import | "run import" | "run import-sqlite") echo file ;;
     "pack hash" | "pack verify" | "pack check") echo dir ;;
   esac
 }

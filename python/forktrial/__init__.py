@@ -2,7 +2,8 @@
 TrialExecutor that runs trials through forktrial.
 
 - ``forktrial.Client``: submit a batch, follow its progress, iterate its
-  results, cancel it, list the workers (``forktrial.client``).
+  results, cancel it, list the workers, import a run into the coordinator's
+  store (``forktrial.client``).
 - ``forktrial.ForktrialTrialExecutor``: activegraph's provider-neutral
   ``TrialExecutor`` contract, on this machine or on a cluster
   (``forktrial.executor``). activegraph is imported only when an executor

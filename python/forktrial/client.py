@@ -95,6 +95,30 @@ class Client:
 
         self._command.run(["cancel", job, "--json"])
 
+    def import_run(
+        self,
+        file: str | os.PathLike[str],
+        *,
+        run_id: Optional[str] = None,
+        label: Optional[str] = None,
+        fork_of: Optional[str] = None,
+        at: Optional[str] = None,
+    ) -> dict[str, Any]:
+        """Imports an activegraph JSON Lines run into the coordinator's store
+        (a fork of its run ``fork_of`` at event ``at`` when given), so jobs
+        can fork it; the run (``id``, ``label``, ``events``, ``parent``)."""
+
+        args = ["import", str(Path(file)), "--json"]
+        if run_id is not None:
+            args += ["--id", run_id]
+        if label is not None:
+            args += ["--label", label]
+        if (fork_of is None) != (at is None):
+            raise ValueError("a fork names both fork_of and at")
+        if fork_of is not None:
+            args += ["--fork-of", fork_of, "--at", at]
+        return self._command.json(args)
+
     def workers(self) -> dict[str, Any]:
         """The workers the coordinator knows, with the executors each
         offers."""

@@ -63,6 +63,22 @@ def test_errors_carry_the_coordinators_message(cluster):
     assert raised.value.status == 1
 
 
+def test_a_run_is_imported_into_the_coordinators_store_and_forked(cluster, tmp_path):
+    cluster.start_worker("w1")
+    client = Client(cluster.endpoint)
+    run = client.import_run(ROOT / "examples/runs/chat.jsonl", run_id="run_remote")
+    assert run == {"id": "run_remote", "label": "chat.jsonl", "events": 31, "parent": None}
+    fork = client.import_run(ROOT / "examples/runs/chat-whatif.jsonl", run_id="run_whatif",
+                             fork_of="run_remote", at="evt_009")
+    assert fork["parent"] == {"run": "run_remote", "at": "evt_009"}
+    batch = lua_batch(tmp_path, 2)
+    batch.write_text(batch.read_text().replace("run_chat", "run_remote"))
+    job = client.submit(batch)
+    assert client.wait(job)["completed"] == 2
+    with pytest.raises(ValueError):
+        client.import_run(ROOT / "examples/runs/chat.jsonl", fork_of="run_remote")
+
+
 def test_a_run_is_imported_into_a_store(binary, tmp_path):
     made = import_run(ROOT / "examples/runs/chat.jsonl", tmp_path / "s", run_id="run_x")
     assert made["id"] == "run_x"

@@ -251,6 +251,41 @@ TEST_CASE("forktrial batch runs activegraph packs where activegraph imports, and
                  Catch::Contains("--python"));
 }
 
+TEST_CASE("a run imported into a remote coordinator's store is forked by its jobs",
+          "[cluster][import]") {
+  Cluster cluster;
+  cluster.start_coordinator();
+  cluster.start_worker(1);
+  const std::string trace = kExamples + "/runs/chat.jsonl";
+  auto imported = cluster.client({"import", trace, "--id", "run_remote", "--json"});
+  INFO(imported.err);
+  REQUIRE(imported.exit_code == 0);
+  const json run = json::parse(imported.out);
+  CHECK(run ==
+        json{{"id", "run_remote"}, {"label", "chat.jsonl"}, {"events", 31}, {"parent", nullptr}});
+  // Sent again (an answer lost, say), it is the same run; another file
+  // under that id is refused.
+  auto again = cluster.client({"import", trace, "--id", "run_remote", "--json"});
+  CHECK(again.exit_code == 0);
+  CHECK(json::parse(again.out) == run);
+  auto taken = cluster.client({"import", trace, "--id", "run_remote", "--label", "other"});
+  CHECK(taken.exit_code == 1);
+  CHECK_THAT(taken.err, Catch::Contains("has a run run_remote already"));
+  const auto bad = cluster.dir.write("bad.jsonl", "{\"id\": \"evt_1\"}\nnot json\n");
+  auto refused = cluster.client({"import", bad.string(), "--id", "run_bad"});
+  CHECK(refused.exit_code == 1);
+  CHECK_THAT(refused.err, Catch::Contains("nothing was imported"));
+  // A fork of it, then a job forking that.
+  auto fork = cluster.client({"import", kExamples + "/runs/chat-whatif.jsonl", "--id", "run_whatif",
+                              "--fork-of", "run_remote", "--at", "evt_009", "--json"});
+  INFO(fork.err);
+  REQUIRE(fork.exit_code == 0);
+  CHECK(json::parse(fork.out)["parent"] == json{{"run", "run_remote"}, {"at", "evt_009"}});
+  const std::string job = cluster.submit(cluster.outcome_batch(2, 1, "run_remote"));
+  const json summary = cluster.wait(job);
+  CHECK(summary["completed"] == 2);
+}
+
 TEST_CASE("a worker killed in the middle of a batch loses nothing and doubles nothing",
           "[cluster]") {
   Cluster cluster;
