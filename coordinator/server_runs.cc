@@ -54,27 +54,25 @@ void Server::on_import_run(const std::string& route, Envelope::Reader envelope) 
     return reply_error(route, request, ErrorCode::not_found,
                        "the file " + blob->str() + " was not uploaded");
   }
-  std::istringstream in(
-      std::string(reinterpret_cast<const char*>(bytes->data()), bytes->size()));
+  std::istringstream in(std::string(reinterpret_cast<const char*>(bytes->data()), bytes->size()));
   auto events = import::jsonl::parse_events(in);
   if (!events) {
     return reply_error(route, request, ErrorCode::invalid_argument,
                        events.error().message + "; nothing was imported");
   }
   const store::NewRun spec{.id = id, .label = label};
-  auto run = fork_of.empty() ? store_.import_run(spec, *events)
-                             : import::jsonl::import_fork(store_, store::RunId(fork_of),
-                                                          store::EventId(at), spec,
-                                                          std::move(*events));
+  auto run = fork_of.empty()
+                 ? store_.import_run(spec, *events)
+                 : import::jsonl::import_fork(store_, store::RunId(fork_of), store::EventId(at),
+                                              spec, std::move(*events));
   if (!run) return reply_error(route, request, run.error());
   turn_durable_ = true;  // answered once it is on disk
-  log_(LogLevel::info, "run " + run->id.str() + " imported with " + std::to_string(run->head) +
-                           " events");
+  log_(LogLevel::info,
+       "run " + run->id.str() + " imported with " + std::to_string(run->head) + " events");
   reply_run(route, request, *run);
 }
 
-void Server::reply_run(const std::string& route, std::uint64_t request,
-                       const store::RunInfo& run) {
+void Server::reply_run(const std::string& route, std::uint64_t request, const store::RunInfo& run) {
   capnp::MallocMessageBuilder message;
   wire::start(message, request).initRunImported().setText(run_json(run).dump());
   reply(route, wire::encode(message));
