@@ -11,9 +11,12 @@ TrialExecutor that runs trials through forktrial.
 - ``forktrial.import_run``: import an activegraph JSON Lines run into a
   store on this machine.
 
-Both drive the ``forktrial`` command's JSON interface (``--json``), found
-on PATH or named by ``FORKTRIAL_BINARY``; the standard library is all this
-package needs.
+The client speaks the coordinator's wire protocol itself for status,
+progress, results, cancel and the workers (ZeroMQ, through Debian's
+``python3-zmq``; ``forktrial.wire``). Submitting a batch, importing a run and
+running a local trial drive the ``forktrial`` command's JSON interface
+(``--json``), which pins, archives and uploads packs; it is found on PATH or
+named by ``FORKTRIAL_BINARY``.
 """
 
 from forktrial.command import ForktrialError, find_binary, import_run

@@ -1,4 +1,10 @@
-"""A coordinator's client: submit, follow, read, cancel."""
+"""A coordinator's client: submit, follow, read, cancel, import.
+
+Status, progress, results, cancel and the workers go over the wire itself
+(ZeroMQ, with Debian's python3-zmq: ``forktrial.wire``), one connection
+held open, so following a job costs no process per poll. Submitting a batch
+and importing a run drive the ``forktrial`` command, which pins, archives
+and uploads the packs and the file."""
 
 from __future__ import annotations
 
@@ -8,16 +14,81 @@ import time
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from forktrial.command import EXIT_ERROR, EXIT_WAIT_EXPIRED, Command, ForktrialError
+from forktrial import wire
+from forktrial.command import Command, ForktrialError
+
+DEFAULT_ENDPOINT = "tcp://127.0.0.1:7600"
+_RESEND_SECONDS = 1.0  # as the command's client: a request unanswered is sent again
+_RESULTS_PAGE = 2000
+
+
+class Connection:
+    """One DEALER connection to a coordinator, one request at a time, each
+    answered or timed out (``timeout`` seconds). Not thread-safe."""
+
+    def __init__(self, endpoint: str, timeout: float,
+                 keys: Optional[tuple[str, str, str]] = None) -> None:
+        import zmq  # Debian's python3-zmq
+
+        self._zmq = zmq
+        self.endpoint = endpoint
+        self.timeout = timeout
+        self._socket = zmq.Context.instance().socket(zmq.DEALER)
+        self._socket.setsockopt(zmq.LINGER, 0)
+        if keys is not None:
+            public, secret, server = keys
+            self._socket.curve_publickey = public.encode()
+            self._socket.curve_secretkey = secret.encode()
+            self._socket.curve_serverkey = server.encode()
+        self._socket.connect(endpoint)
+        self.call("clientHello")
+
+    def close(self) -> None:
+        self._socket.close(0)
+
+    def call(self, arm: str, **fields: Any) -> wire.Answer:
+        """Sends the request and returns its answer; raises ForktrialError
+        with the coordinator's category and message when it refuses, and
+        ``unavailable`` when nothing answered in time. A coordinator that
+        no longer knows this client (it restarted) is greeted again, once."""
+
+        answer = self._exchange(arm, fields)
+        if answer.arm == "error" and answer.code == "failed_precondition" and arm != "clientHello":
+            self._exchange("clientHello", {})
+            answer = self._exchange(arm, fields)
+        if answer.arm == "error":
+            raise ForktrialError(answer.text, code=answer.code)
+        return answer
+
+    def _exchange(self, arm: str, fields: dict[str, Any]) -> wire.Answer:
+        request = wire.next_request_id()
+        frame = wire.encode(arm, request, **fields)
+        deadline = time.monotonic() + self.timeout
+        while True:
+            self._socket.send(frame)
+            resend = min(deadline, time.monotonic() + _RESEND_SECONDS)
+            while (left := resend - time.monotonic()) > 0:
+                if not self._socket.poll(int(left * 1000) + 1):
+                    continue
+                answer = wire.decode(self._socket.recv())
+                if answer.request_id == request:
+                    return answer
+                # An answer to a request given up on before, or a message of
+                # the coordinator's own: not this one's.
+            if time.monotonic() >= deadline:
+                raise ForktrialError(
+                    f"the coordinator at {self.endpoint} did not answer within "
+                    f"{self.timeout:g} s; is a coordinator listening there?",
+                    code="unavailable")
 
 
 class Client:
     """The client of the coordinator at ``coordinator`` (a ZeroMQ endpoint,
-    ``tcp://host:7600``; default ``$FORKTRIAL_COORDINATOR``, else the
-    command's default). ``timeout`` bounds each answer, in seconds. With
-    ``key`` (this client's keypair file) and ``coordinator_key`` (the
-    coordinator's public key or its .pub file) the connection is
-    authenticated and encrypted.
+    ``tcp://host:7600``; default ``$FORKTRIAL_COORDINATOR``, else
+    ``tcp://127.0.0.1:7600``). ``timeout`` bounds each answer, in seconds.
+    With ``key`` (this client's keypair file, from ``forktrial keygen``)
+    and ``coordinator_key`` (the coordinator's public key or its .pub file)
+    the connection is authenticated and encrypted (CurveZMQ).
 
     Every method raises ``forktrial.ForktrialError`` with the coordinator's
     or the command's message when a request fails."""
@@ -31,30 +102,56 @@ class Client:
         coordinator_key: Optional[str | os.PathLike[str]] = None,
         binary: Optional[str] = None,
     ) -> None:
-        extra = ["--timeout", repr(float(timeout))]
-        coordinator = coordinator or os.environ.get("FORKTRIAL_COORDINATOR")
-        if coordinator:
-            extra += ["--coordinator", coordinator]
+        self.coordinator = coordinator or os.environ.get("FORKTRIAL_COORDINATOR") \
+            or DEFAULT_ENDPOINT
+        if (key is None) != (coordinator_key is None):
+            raise ValueError("give both key (this client's keypair) and coordinator_key, or "
+                             "neither")
+        extra = ["--timeout", repr(float(timeout)), "--coordinator", self.coordinator]
+        keys = None
         if key is not None:
-            extra += ["--key", str(key)]
-        if coordinator_key is not None:
-            extra += ["--coordinator-key", str(coordinator_key)]
-        self.coordinator = coordinator
-        self._command = Command(binary, extra)
+            public, secret = wire.read_keypair(key)
+            keys = (public, secret, wire.read_public_key(coordinator_key))
+            extra += ["--key", str(key), "--coordinator-key", str(coordinator_key)]
+        self._timeout = timeout
+        self._keys = keys
+        self._connection: Optional[Connection] = None
+        self._binary = binary
+        self._extra = extra
+
+    def _wire(self) -> Connection:
+        if self._connection is None:
+            self._connection = Connection(self.coordinator, self._timeout, self._keys)
+        return self._connection
+
+    def _command(self) -> Command:
+        return Command(self._binary, self._extra)
+
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self.close()
 
     def submit(self, batch: str | os.PathLike[str]) -> str:
         """Submits the batch file (TOML, or JSON Lines of trial
         specifications), uploading the bundles the coordinator lacks; the
-        job's id."""
+        job's id. (Through the ``forktrial`` command, which pins and
+        archives the packs.)"""
 
-        return self._command.json(["submit", str(Path(batch)), "--json"])["job"]
+        return self._command().json(["submit", str(Path(batch)), "--json"])["job"]
 
     def status(self, job: Optional[str] = None) -> dict[str, Any]:
         """The job's status (``total``, ``done``, ``finished``, ``status``
         and ``outcomes`` counts, ``waiting``: why its queued trials are not
         leased, or None), or every job's (``{"jobs": [...]}``) without one."""
 
-        return self._command.json(["status", *([job] if job else []), "--json"])
+        return json.loads(self._wire().call("statusRequest", job=job or "").text)
 
     def progress(self, job: str, interval: float = 0.5) -> Iterator[dict[str, Any]]:
         """The job's status every ``interval`` seconds, the last one
@@ -67,33 +164,46 @@ class Client:
                 return
             time.sleep(interval)
 
-    def wait(self, job: str, max_wait: Optional[float] = None) -> dict[str, Any]:
-        """Waits for the job to finish; its summary (counts by status and
-        outcome). Raises TimeoutError when ``max_wait`` seconds pass first
-        (the job goes on)."""
+    def wait(self, job: str, max_wait: Optional[float] = None,
+             interval: float = 0.2) -> dict[str, Any]:
+        """Waits for the job to finish; its final status. Raises
+        TimeoutError when ``max_wait`` seconds pass first (the job goes
+        on)."""
 
-        args = ["wait", job, "--json"]
-        if max_wait is not None:
-            args += ["--max-wait", repr(float(max_wait))]
-        done = self._command.run(args, ok=(0, EXIT_ERROR, EXIT_WAIT_EXPIRED))
-        lines = [line for line in done.stdout.splitlines() if line.strip()]
-        if done.returncode == EXIT_WAIT_EXPIRED:
-            raise TimeoutError(f"job {job} did not finish within {max_wait} s; it goes on")
-        if not lines:
-            raise ForktrialError(self._command_line("wait"), done.returncode, done.stderr)
-        return json.loads(lines[-1])
+        until = None if max_wait is None else time.monotonic() + max_wait
+        while True:
+            status = self.status(job)
+            if status["finished"]:
+                return status
+            if until is not None and time.monotonic() >= until:
+                raise TimeoutError(f"job {job} did not finish within {max_wait} s; it goes on")
+            time.sleep(interval)
 
     def results(self, job: str) -> Iterator[dict[str, Any]]:
         """One result per trial, in index order: its outcome, fork run,
-        counts, detail, worker, isolation and executor."""
+        counts, detail, worker, isolation, executor and limit; read a page
+        at a time."""
 
-        return self._command.json_lines(["results", job, "--json"])
+        after = 0
+        while True:
+            page = self._wire().call("resultsRequest", job=job, after=after, limit=_RESULTS_PAGE)
+            for line in page.lines:
+                yield json.loads(line)
+            if page.next >= page.total or page.next <= after:
+                return
+            after = page.next
 
-    def cancel(self, job: str) -> None:
+    def cancel(self, job: str) -> dict[str, Any]:
         """Cancels the job: its queued trials are dropped, its running ones
-        killed on their workers."""
+        killed on their workers; its status after."""
 
-        self._command.run(["cancel", job, "--json"])
+        return json.loads(self._wire().call("cancelJob", job=job).text)
+
+    def workers(self) -> dict[str, Any]:
+        """The workers the coordinator knows, with the executors each
+        offers."""
+
+        return json.loads(self._wire().call("workersRequest").text)
 
     def import_run(
         self,
@@ -108,22 +218,13 @@ class Client:
         (a fork of its run ``fork_of`` at event ``at`` when given), so jobs
         can fork it; the run (``id``, ``label``, ``events``, ``parent``)."""
 
+        if (fork_of is None) != (at is None):
+            raise ValueError("a fork names both fork_of and at")
         args = ["import", str(Path(file)), "--json"]
         if run_id is not None:
             args += ["--id", run_id]
         if label is not None:
             args += ["--label", label]
-        if (fork_of is None) != (at is None):
-            raise ValueError("a fork names both fork_of and at")
         if fork_of is not None:
             args += ["--fork-of", fork_of, "--at", at]
-        return self._command.json(args)
-
-    def workers(self) -> dict[str, Any]:
-        """The workers the coordinator knows, with the executors each
-        offers."""
-
-        return self._command.json(["workers", "--json"])
-
-    def _command_line(self, verb: str) -> list[str]:
-        return [self._command.binary, verb, *self._command.extra]
+        return self._command().json(args)

@@ -17,16 +17,21 @@ EXIT_WAIT_EXPIRED = 3
 
 
 class ForktrialError(RuntimeError):
-    """The ``forktrial`` command failed: ``status`` is its exit status and
-    ``message`` what it said on stderr (what failed, why, what to do)."""
+    """A request failed. ``message`` says what failed, why and what to do;
+    ``code`` is forktrial's error category when the coordinator refused
+    (``not_found``, ``invalid_argument``, ``unavailable``, ...); ``status``
+    the ``forktrial`` command's exit status when it was the command that
+    failed (``command`` its arguments)."""
 
-    def __init__(self, args: Sequence[str], status: int, message: str) -> None:
-        self.command = list(args)
-        self.status = status
+    def __init__(self, message: str, *, status: int = 1, code: Optional[str] = None,
+                 command: Optional[Sequence[str]] = None) -> None:
         self.message = message.strip()
-        super().__init__(
-            f"forktrial {' '.join(self.command[1:2])} exited {status}: {self.message}"
-        )
+        self.status = status
+        self.code = code
+        self.command = list(command) if command else []
+        what = f"forktrial {self.command[1]} exited {status}" if len(self.command) > 1 else (
+            f"the coordinator refused ({code})" if code else "forktrial")
+        super().__init__(f"{what}: {self.message}")
 
 
 def find_binary(binary: Optional[str] = None) -> str:
@@ -72,7 +77,7 @@ class Command:
             check=False,
         )
         if done.returncode not in ok:
-            raise ForktrialError(command, done.returncode, done.stderr)
+            raise ForktrialError(done.stderr, status=done.returncode, command=command)
         return done
 
     def json(self, args: Sequence[str], **kwargs: Any) -> Any:

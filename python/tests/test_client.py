@@ -31,8 +31,8 @@ def test_submit_follow_and_read_a_job(cluster, tmp_path):
     assert seen[-1]["finished"] is True
     assert seen[-1]["done"] == 5
     assert all(s["job"] == job for s in seen)
-    summary = client.wait(job)
-    assert summary["reconciled"] == 5 and summary["completed"] == 5
+    final = client.wait(job)
+    assert final["status"]["reconciled"] == 5 and final["outcomes"]["completed"] == 5
     results = list(client.results(job))
     assert [r["index"] for r in results] == [0, 1, 2, 3, 4]
     assert {r["executor"]["name"] for r in results} == {"lua"}
@@ -49,7 +49,7 @@ def test_a_job_no_worker_can_run_says_why_and_can_be_cancelled(cluster, tmp_path
     assert status["waiting"] == "no worker is alive: its 3 queued trials wait for one to join"
     with pytest.raises(TimeoutError):
         client.wait(job, max_wait=0.2)
-    client.cancel(job)
+    assert client.cancel(job)["cancelled"] is True
     status = eventually(lambda: (s := client.status(job))["finished"] and s)
     assert status["cancelled"] is True
     assert status["status"]["cancelled"] == 3
@@ -60,7 +60,25 @@ def test_errors_carry_the_coordinators_message(cluster):
     with pytest.raises(ForktrialError) as raised:
         client.status("job_nope")
     assert "no job job_nope" in raised.value.message
-    assert raised.value.status == 1
+    assert raised.value.code == "not_found"
+
+
+def test_a_silent_endpoint_is_unavailable_after_the_timeout(tmp_path):
+    client = Client(f"ipc://{tmp_path / 'nobody'}", timeout=0.3)
+    with pytest.raises(ForktrialError) as raised:
+        client.status()
+    assert raised.value.code == "unavailable"
+    assert "did not answer within 0.3 s" in raised.value.message
+
+
+def test_results_of_a_large_job_come_in_pages_across_segments(cluster, tmp_path):
+    cluster.start_worker("w1")
+    client = Client(cluster.endpoint)
+    job = client.submit(lua_batch(tmp_path, 150))
+    client.wait(job)
+    results = list(client.results(job))
+    assert [r["index"] for r in results] == list(range(150))
+    assert {r["outcome"] for r in results} == {"completed"}
 
 
 def test_a_run_is_imported_into_the_coordinators_store_and_forked(cluster, tmp_path):
@@ -74,7 +92,7 @@ def test_a_run_is_imported_into_the_coordinators_store_and_forked(cluster, tmp_p
     batch = lua_batch(tmp_path, 2)
     batch.write_text(batch.read_text().replace("run_chat", "run_remote"))
     job = client.submit(batch)
-    assert client.wait(job)["completed"] == 2
+    assert client.wait(job)["outcomes"]["completed"] == 2
     with pytest.raises(ValueError):
         client.import_run(ROOT / "examples/runs/chat.jsonl", fork_of="run_remote")
 
