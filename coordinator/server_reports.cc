@@ -267,8 +267,8 @@ store::Result<std::uint64_t> Server::record_reconciliation(store::Writer& writer
                         {"version", r.executor_version}};
   result["limit"] = v.net == Net::none ? ordered_json(nullptr) : ordered_json(net_name(v.net));
   // What isolation the trial had, as its worker ran it and its warnings say.
-  result["isolation"] = ordered_json::parse(sandbox::isolation_json(
-      sandbox::trial_isolation(r.isolation, submitted.spec().limits, v.warnings)));
+  result["isolation"] = ordered_json::parse(sandbox::isolation_json(sandbox::trial_isolation(
+      r.isolation, submitted.spec().limits, v.warnings, pack::executor_name(r.executor))));
   // The store is the record: say when the child claimed otherwise.
   std::string detail = result["detail"];
   sandbox::append_detail_line(detail,

@@ -416,7 +416,8 @@ TrialReport run_activegraph_trial(store::EventStore& store, const TrialSpecifica
   record_or_without_delta(store, spec, store::NewRun{.id = fork_id, .label = spec.label},
                           executed.events.size(), delta_of(executed.events), executed.verdict);
   TrialReport report = report_from_store(store.snapshot(), fork_id, fork_seq, executed.verdict);
-  report.isolation = trial_isolation(options.isolation, spec.limits, report.warnings);
+  report.isolation =
+      trial_isolation(options.isolation, spec.limits, report.warnings, executed.executor);
   report.executor = executed.executor;
   report.executor_version = executed.executor_version;
   return report;

@@ -480,7 +480,9 @@ std::string isolation_json(const TrialIsolation& isolation) {
 }
 
 TrialIsolation trial_isolation(Isolation level, const TrialLimits& limits,
-                               const std::vector<std::string>& warnings) {
+                               const std::vector<std::string>& warnings,
+                               std::string_view executor) {
+  const bool lua = executor != "activegraph";
   TrialIsolation out{level, {}};
   // The first warning starting with one of `prefixes`, if any.
   const auto warned = [&](std::initializer_list<std::string_view> prefixes) -> const std::string* {
@@ -506,8 +508,8 @@ TrialIsolation trial_isolation(Isolation level, const TrialLimits& limits,
   const bool memory = limits.max_rss_bytes && *limits.max_rss_bytes > 0;
   net("process", true, "a fresh child process per trial, in its own process group", {});
   net("memory", memory,
-      memory ? "RLIMIT_AS and the Lua allocator cap at " + std::to_string(*limits.max_rss_bytes) +
-                   " bytes"
+      memory ? (lua ? "RLIMIT_AS and the Lua allocator cap at " : "RLIMIT_AS at ") +
+                   std::to_string(*limits.max_rss_bytes) + " bytes"
              : "max_rss_bytes is not set",
       {"memory net degraded"});
   const std::uint64_t cpu = cpu_seconds_for(limits);
@@ -531,7 +533,10 @@ TrialIsolation trial_isolation(Isolation level, const TrialLimits& limits,
   net("namespaces", strict, strict ? "user, mount, PID, network and IPC namespaces" : standard,
       {"namespaces unavailable", "PID namespace init"});
   net("filesystem", strict,
-      strict ? "a root holding only its packs and its scratch store" : standard,
+      strict ? (lua ? "a root holding only its packs and its scratch store"
+                    : "a root holding only its packs, its scratch store, and read-only the "
+                      "system's programs and libraries and the interpreter's directories")
+             : standard,
       {"filesystem net degraded", "namespaces unavailable"});
   net("seccomp", strict, strict ? "a system-call allow-list" : standard,
       {"seccomp net unavailable"});

@@ -111,8 +111,11 @@ struct TrialReport {
 // for it, applied otherwise. The nets, in order: process, memory, cpu,
 // wall_clock, write_budget, environment, then strict's namespaces,
 // filesystem, seccomp, cgroup, privileges (off under standard).
+// `executor` is what ran the candidate ("lua" or "activegraph"): the memory
+// and file-system nets differ in what provides them.
 TrialIsolation trial_isolation(Isolation level, const TrialLimits& limits,
-                               const std::vector<std::string>& warnings);
+                               const std::vector<std::string>& warnings,
+                               std::string_view executor = "lua");
 
 // `isolation` as a JSON object: {"level": "strict", "nets": [{"name":
 // "memory", "state": "applied", "detail": "..."}, ...]}; what `forktrial

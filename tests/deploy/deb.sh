@@ -286,7 +286,8 @@ while read -r path; do
   case $path in
     /. | /usr | /usr/bin | /usr/libexec | /usr/share | /usr/share/man | /usr/share/man/man1 | \
       /usr/share/doc | /usr/share/bash-completion | /usr/share/bash-completion/completions | \
-      /lib | /lib/systemd | /lib/systemd/system) continue ;;
+      /lib | /lib/systemd | /lib/systemd/system | /usr/lib | /usr/lib/python3 | \
+      /usr/lib/python3/dist-packages) continue ;;
   esac
   [ -e "$path" ] || [ -L "$path" ] && left+=("$path")
 done <"$TMPDIR/files"
