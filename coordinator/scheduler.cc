@@ -63,6 +63,13 @@ std::uint64_t JobStatus::done() const {
   return done_of(counts);
 }
 
+std::string_view JobStatus::state() const {
+  if (cancelled) return "cancelled";
+  if (finished()) return count(TrialStatus::abandoned) > 0 ? "abandoned" : "finished";
+  const bool started = count(TrialStatus::queued) < trials || failed_attempts > 0;
+  return started ? "running" : "queued";
+}
+
 namespace {
 
 // The state refers to jobs, workers and digests by their position in a
@@ -749,6 +756,12 @@ std::expected<CancelResult, Status> Scheduler::cancel(const JobId& job, Instant 
   CancelResult result;
   const Job& cancelled = state_->jobs[found->second];
   if (cancelled.cancelled) return result;
+  if (cancelled.finished_at) {
+    return std::unexpected(
+        Status{ErrorCode::conflict, "job " + job.str() + " has finished (every trial " +
+                                        "reconciled or abandoned): there is nothing to cancel, "
+                                        "and its results stand"});
+  }
   for (std::uint32_t i = 0; i < cancelled.trials.size(); ++i) {
     const Trial& t = cancelled.trials[i];
     if (t.status == TrialStatus::leased) {

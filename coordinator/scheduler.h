@@ -198,6 +198,10 @@ struct JobStatus {
   std::uint64_t done() const;
   // No trial is queued, leased or reported.
   bool finished() const { return done() == trials; }
+  // "queued" (no trial started yet), "running", "finished" (every trial
+  // reconciled), "abandoned" (finished, some trials abandoned after their
+  // last attempt) or "cancelled".
+  std::string_view state() const;
 };
 
 struct WorkerStatus {
@@ -251,7 +255,8 @@ class Scheduler {
 
   // Cancels the job (job.cancelled): queued and leased trials become
   // cancelled; `running` lists the leased ones, to be killed. Cancelling a
-  // cancelled job changes nothing. Refused: an unknown job. Costs O(trials
+  // cancelled job changes nothing. Refused: an unknown job (not_found), a
+  // job that has finished (conflict: its results stand). Costs O(trials
   // of the job), the one input that visits a whole job.
   std::expected<CancelResult, Status> cancel(const JobId& job, Instant now);
 

@@ -35,7 +35,11 @@ ordered_json Server::status_json(const JobStatus& job, Instant now) const {
       {"throughput", activity_.throughput(job, now)},
       {"owner", job.owner},
       {"queued_by_executor", queued},
-      {"waiting", waiting_reason(job)}};
+      {"waiting", waiting_reason(job)},
+      {"state", std::string(job.state())},
+      {"dropped",
+       {{"cancelled", job.count(TrialStatus::cancelled)},
+        {"abandoned", job.count(TrialStatus::abandoned)}}}};
 }
 
 ordered_json Server::waiting_reason(const JobStatus& job) const {

@@ -404,8 +404,11 @@ std::optional<std::string> waiting(const ordered_json& status) {
 std::string progress_line(const ordered_json& status) {
   const std::uint64_t total = status["total"];
   const std::uint64_t done = status["done"];
+  // The bar fills with the trials that have a result: a cancelled job's
+  // dropped trials are done, and fill none of it.
+  const std::uint64_t reconciled = status["status"].value("reconciled", done);
   const int width = 30;
-  const int filled = total == 0 ? width : static_cast<int>(width * done / total);
+  const int filled = total == 0 ? width : static_cast<int>(width * reconciled / total);
   std::string bar(static_cast<std::size_t>(filled), '#');
   bar.resize(width, '.');
   std::string line = "[" + bar + "] " + std::to_string(done) + "/" + std::to_string(total);
@@ -414,6 +417,12 @@ std::string progress_line(const ordered_json& status) {
   }
   const std::uint64_t abandoned = status["status"]["abandoned"];
   if (abandoned > 0) line += "  abandoned " + std::to_string(abandoned);
+  const std::string state = status.value("state", "");
+  if (state == "cancelled") {
+    line += "  CANCELLED (" + status["status"]["cancelled"].dump() + " trials dropped)";
+  } else if (!state.empty()) {
+    line += "  " + state;
+  }
   if (status.contains("store_full")) line += "  PAUSED: the coordinator's store is full";
   if (waiting(status)) line += "  WAITING";
   return line;
@@ -732,9 +741,18 @@ void add_submit(CLI::App& app) {
 void add_status(CLI::App& app) {
   auto o = std::make_shared<ClientOptions>();
   auto job = std::make_shared<std::string>();
-  auto* cmd = app.add_subcommand("status", "Jobs and their progress (one job with JOB)");
+  auto* cmd = app.add_subcommand(
+      "status",
+      "Jobs and their progress (one job with JOB): each job's state (queued, running, "
+      "finished, cancelled or abandoned), its trials done, its outcomes, and why its queued "
+      "trials wait when nothing can run them");
   cmd->add_option("JOB", *job, "A job id");
   o->add_to(cmd);
+  cmd->footer(examples_footer({
+      "forktrial status --coordinator tcp://coord:7600",
+      "forktrial status job_1f2e3d4c5b6a7980",
+      "forktrial status job_1f2e3d4c5b6a7980 --json   # counts by status and outcome, state",
+  }));
   cmd->callback([=] {
     auto client = o->connect();
     auto status = client.status(*job);
@@ -777,6 +795,10 @@ void add_wait(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   o->add_to(cmd);
+  cmd->footer(examples_footer({
+      "forktrial wait job_1f2e3d4c5b6a7980",
+      "forktrial wait job_1f2e3d4c5b6a7980 --max-wait 600 --json   # exit 3 after 10 minutes",
+  }));
   cmd->callback([=] {
     auto client = o->connect();
     end_wait(wait_for(client, *job, true, *max_wait), *max_wait, o->json);
@@ -787,9 +809,15 @@ void add_cancel(CLI::App& app) {
   auto o = std::make_shared<ClientOptions>();
   auto job = std::make_shared<std::string>();
   auto* cmd = app.add_subcommand(
-      "cancel", "Cancel a job: queued trials are dropped, running ones killed on their workers");
+      "cancel",
+      "Cancel a job: queued trials are dropped, running ones killed on their workers; a job "
+      "that has finished is not cancelled");
   cmd->add_option("JOB", *job, "The job id")->required();
   o->add_to(cmd);
+  cmd->footer(examples_footer({
+      "forktrial cancel job_1f2e3d4c5b6a7980",
+      "forktrial cancel job_1f2e3d4c5b6a7980 --json   # the job's status after",
+  }));
   cmd->callback([=] {
     auto client = o->connect();
     auto status = client.cancel(*job);
@@ -814,6 +842,11 @@ void add_results(CLI::App& app) {
   cmd->add_flag("--csv", *csv, "Print CSV");
   cmd->add_option("--by", *by, "Aggregate: candidate")->check(CLI::IsMember({"candidate"}));
   o->add_to(cmd);
+  cmd->footer(examples_footer({
+      "forktrial results job_1f2e3d4c5b6a7980 --by candidate",
+      "forktrial results job_1f2e3d4c5b6a7980 --json > results.jsonl",
+      "forktrial results job_1f2e3d4c5b6a7980 --csv > results.csv",
+  }));
   cmd->callback([=] {
     auto client = o->connect();
     const auto results = all_results(client, *job);
@@ -880,8 +913,13 @@ void add_import_to_coordinator(CLI::App& app) {
 
 void add_workers(CLI::App& app) {
   auto o = std::make_shared<ClientOptions>();
-  auto* cmd = app.add_subcommand("workers", "The workers the coordinator knows");
+  auto* cmd = app.add_subcommand(
+      "workers", "The workers the coordinator knows: alive, slots, running, executors");
   o->add_to(cmd);
+  cmd->footer(examples_footer({
+      "forktrial workers --coordinator tcp://coord:7600",
+      "forktrial workers --json   # with each worker's isolation and degraded nets",
+  }));
   cmd->callback([=] {
     auto client = o->connect();
     auto workers = client.workers();

@@ -104,14 +104,18 @@
     const rows = jobs.map((job) => {
       const tr = el("tr");
       tr.dataset.job = job.job;
-      if (job.finished) tr.classList.add("finished");
+      if (job.finished) tr.classList.add(job.cancelled ? "cancelled" : "finished");
       const done = cell("", "num done");
       done.append(el("span", job.done, "done-n"), " / ", el("span", job.total, "total-n"));
       const outcomes = cell();
       const named = Object.assign({}, job.status, job.outcomes);
       outcomes.append(counts(named, OUTCOMES.concat(STATUSES)));
+      // A cancelled job's dropped trials are done, and fill none of the bar.
       const bar = cell("", "progress-cell");
-      bar.append(progress(job.done, job.total));
+      bar.append(progress(job.done - ((job.status && job.status.cancelled) || 0), job.total));
+      if (job.state) {
+        done.append(" ", el("span", job.state, `state state-${job.state}`));
+      }
       const rate = Number(job.throughput) || 0;
       tr.append(cell(job.job, "id"), cell(job.name), bar, done, outcomes,
         cell(`${rate.toFixed(1)} /s`, "num throughput"), timeCell(job.submitted_at),

@@ -284,6 +284,21 @@ TEST_CASE("a run imported into a remote coordinator's store is forked by its job
   const std::string job = cluster.submit(cluster.outcome_batch(2, 1, "run_remote"));
   const json summary = cluster.wait(job);
   CHECK(summary["completed"] == 2);
+  // A finished job keeps its results: cancelling it is refused, saying so.
+  CHECK(json::parse(cluster.client({"status", job, "--json"}).out)["state"] == "finished");
+  auto late = cluster.client({"cancel", job});
+  CHECK(late.exit_code == 1);
+  CHECK_THAT(late.err, Catch::Contains("has finished") && Catch::Contains("nothing to cancel"));
+  CHECK(cluster.client({"wait", job}).exit_code == 0);
+}
+
+TEST_CASE("each client command's help shows its own examples", "[cluster]") {
+  for (const std::string command : {"status", "wait", "cancel", "results", "workers", "import"}) {
+    INFO(command);
+    const auto help = run_forktrial({command, "--help"});
+    CHECK(help.exit_code == 0);
+    CHECK_THAT(help.out, Catch::Contains("forktrial " + command + " "));
+  }
 }
 
 TEST_CASE("a worker killed in the middle of a batch loses nothing and doubles nothing",
@@ -661,7 +676,13 @@ TEST_CASE("cancel drops the queued trials of a job and the coordinator says so",
   auto cancelled = cluster.client({"cancel", job, "--json"});
   INFO(cancelled.err);
   REQUIRE(cancelled.exit_code == 0);
-  CHECK(json::parse(cancelled.out)["status"]["cancelled"] == 20);
+  const json after = json::parse(cancelled.out);
+  CHECK(after["status"]["cancelled"] == 20);
+  CHECK(after["state"] == "cancelled");
+  CHECK(after["dropped"] == json{{"cancelled", 20}, {"abandoned", 0}});
+  const auto shown = cluster.client({"status", job});
+  CHECK_THAT(shown.out, Catch::Contains("CANCELLED (20 trials dropped)") &&
+                            Catch::Contains("[..............................] 20/20"));
   cluster.start_worker(1);
   auto waited = cluster.client({"wait", job, "--json"});
   CHECK(waited.exit_code == 1);  // cancelled: not every trial was reconciled

@@ -273,6 +273,43 @@ TEST_CASE("a worker that offers no executor is refused", "[coordinator][schedule
   CHECK(refused.error().message == "worker idle offers no executor");
 }
 
+TEST_CASE("a job's state follows its trials, and a finished job is not cancelled",
+          "[coordinator][scheduler]") {
+  Logged s(kShortLeases);
+  s.submit(testing::job("a", 0, 2), at(0));
+  CHECK(s.job("a").state() == "queued");
+  s.join("w1", 2, at(1));
+  s.work("w1", 2, at(2));
+  CHECK(s.job("a").state() == "running");
+  for (std::uint32_t i = 0; i < 2; ++i) {
+    s.report("w1", trial("a", i), 1, at(3));
+    s.reconcile(trial("a", i), at(4));
+  }
+  CHECK(s.job("a").state() == "finished");
+  auto refused = s.scheduler.cancel(JobId{"a"}, at(5));
+  REQUIRE_FALSE(refused);
+  CHECK(refused.error().code == ErrorCode::conflict);
+  CHECK(refused.error().message ==
+        "job a has finished (every trial reconciled or abandoned): there is nothing to cancel, "
+        "and its results stand");
+  CHECK_FALSE(s.job("a").cancelled);
+
+  s.submit(testing::job("b", 0, 3), at(6));
+  s.keep(s.scheduler.cancel(JobId{"b"}, at(7)));
+  CHECK(s.job("b").state() == "cancelled");
+  CHECK(s.job("b").count(TrialStatus::cancelled) == 3);
+
+  // A job whose trial ran out of attempts ends abandoned.
+  SchedulerConfig once = kShortLeases;
+  once.max_attempts = 1;
+  Logged t(once);
+  t.submit(testing::job("c", 0, 1), at(0));
+  t.join("w1", 1, at(1));
+  t.work("w1", 1, at(2));
+  t.tick(at(20'000));
+  CHECK(t.job("c").state() == "abandoned");
+}
+
 TEST_CASE("a late report of a superseded attempt is fenced and changes nothing else",
           "[coordinator][scheduler]") {
   Logged s(kShortLeases);
