@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "base/timestamp.h"
 #include "coordinator/batch_file.h"
 #include "coordinator/candidate_ranking.h"
 #include "coordinator/client.h"
@@ -401,6 +402,55 @@ std::optional<std::string> waiting(const ordered_json& status) {
   return terminal_text(reason->get<std::string>());
 }
 
+// "2h05m", "3m02s", "12s": a span of time as a person reads it.
+std::string span_text(std::int64_t millis) {
+  const std::int64_t seconds = std::max<std::int64_t>(0, (millis + 500) / 1000);
+  char text[32];
+  if (seconds >= 3600) {
+    std::snprintf(text, sizeof text, "%lldh%02lldm", static_cast<long long>(seconds / 3600),
+                  static_cast<long long>(seconds / 60 % 60));
+  } else if (seconds >= 60) {
+    std::snprintf(text, sizeof text, "%lldm%02llds", static_cast<long long>(seconds / 60),
+                  static_cast<long long>(seconds % 60));
+  } else {
+    std::snprintf(text, sizeof text, "%llds", static_cast<long long>(seconds));
+  }
+  return text;
+}
+
+// The pace of a job: its rate, its time so far (or in all), and an estimate
+// of the time left at the recent rate; "" when the status has no times.
+std::string pace_text(const ordered_json& status) {
+  const auto submitted = status.find("submitted_at");
+  if (submitted == status.end() || !submitted->is_string()) return "";
+  const auto start = parse_timestamp(submitted->get<std::string>());
+  if (!start) return "";
+  const double rate = status.value("throughput", 0.0);
+  std::string text;
+  if (rate > 0) {
+    char shown[32];
+    std::snprintf(shown, sizeof shown, "%.1f/s", rate);
+    text = shown;
+  }
+  const auto finished = status.find("finished_at");
+  if (finished != status.end() && finished->is_string()) {
+    if (const auto end = parse_timestamp(finished->get<std::string>())) {
+      return text + (text.empty() ? "" : ", ") + "took " + span_text(*end - *start);
+    }
+  }
+  const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                       std::chrono::system_clock::now().time_since_epoch())
+                       .count();
+  text += (text.empty() ? "" : ", ") + span_text(now - *start) + " elapsed";
+  const std::uint64_t left =
+      status.value("total", std::uint64_t{0}) -
+      std::min(status.value("total", std::uint64_t{0}), status.value("done", std::uint64_t{0}));
+  if (rate > 0 && left > 0) {
+    text += ", ~" + span_text(static_cast<std::int64_t>(1000.0 * left / rate)) + " left";
+  }
+  return text;
+}
+
 std::string progress_line(const ordered_json& status) {
   const std::uint64_t total = status["total"];
   const std::uint64_t done = status["done"];
@@ -417,6 +467,7 @@ std::string progress_line(const ordered_json& status) {
   }
   const std::uint64_t abandoned = status["status"]["abandoned"];
   if (abandoned > 0) line += "  abandoned " + std::to_string(abandoned);
+  if (const std::string pace = pace_text(status); !pace.empty()) line += "  (" + pace + ")";
   const std::string state = status.value("state", "");
   if (state == "cancelled") {
     line += "  CANCELLED (" + status["status"]["cancelled"].dump() + " trials dropped)";
@@ -738,24 +789,81 @@ void add_submit(CLI::App& app) {
   });
 }
 
+// The jobs of a `status` answer that pass the filters: a state, submitted
+// at or after `since` (an ISO-8601 time, or a span back from now such as
+// 2h), the `limit` most recently submitted (0: all), oldest first.
+ordered_json filtered_jobs(const ordered_json& jobs, const std::string& state,
+                           const std::string& since, std::size_t limit) {
+  std::optional<UnixMillis> from;
+  if (!since.empty()) {
+    if (auto at = parse_timestamp(since)) {
+      from = *at;
+    } else if (auto back = sandbox::parse_duration_seconds(since); back && *back >= 0) {
+      const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                           std::chrono::system_clock::now().time_since_epoch())
+                           .count();
+      from = now - static_cast<UnixMillis>(*back * 1000);
+    } else {
+      throw CommandFailed("--since: \"" + since +
+                              "\" is neither an ISO-8601 time (2026-12-03T10:00:00Z) nor a span "
+                              "back from now (30m, 2h)",
+                          kUsageError);
+    }
+  }
+  ordered_json kept = ordered_json::array();
+  for (const auto& j : jobs) {
+    if (!state.empty() && j.value("state", "") != state) continue;
+    if (from) {
+      const auto at = parse_timestamp(j.value("submitted_at", ""));
+      if (!at || *at < *from) continue;
+    }
+    kept.push_back(j);
+  }
+  if (limit > 0 && kept.size() > limit) {
+    std::stable_sort(kept.begin(), kept.end(), [](const ordered_json& a, const ordered_json& b) {
+      return a.value("submitted_at", "") < b.value("submitted_at", "");
+    });
+    kept.erase(kept.begin(), kept.end() - static_cast<std::ptrdiff_t>(limit));
+  }
+  return kept;
+}
+
 void add_status(CLI::App& app) {
   auto o = std::make_shared<ClientOptions>();
   auto job = std::make_shared<std::string>();
+  auto state = std::make_shared<std::string>();
+  auto since = std::make_shared<std::string>();
+  auto limit = std::make_shared<std::size_t>(0);
   auto* cmd = app.add_subcommand(
       "status",
       "Jobs and their progress (one job with JOB): each job's state (queued, running, "
       "finished, cancelled or abandoned), its trials done, its outcomes, and why its queued "
       "trials wait when nothing can run them");
   cmd->add_option("JOB", *job, "A job id");
+  cmd->add_option("--state", *state, "Only the jobs in this state")
+      ->check(CLI::IsMember({"queued", "running", "finished", "abandoned", "cancelled"}));
+  cmd->add_option("--since", *since,
+                  "Only the jobs submitted since then: an ISO-8601 time, or a span back from "
+                  "now (30m, 2h)");
+  cmd->add_option("--limit", *limit, "Only the N most recently submitted jobs (0: all)")
+      ->capture_default_str();
   o->add_to(cmd);
   cmd->footer(examples_footer({
       "forktrial status --coordinator tcp://coord:7600",
+      "forktrial status --state running --since 2h --limit 20",
       "forktrial status job_1f2e3d4c5b6a7980",
       "forktrial status job_1f2e3d4c5b6a7980 --json   # counts by status and outcome, state",
   }));
   cmd->callback([=] {
+    if (!job->empty() && (!state->empty() || !since->empty() || *limit > 0)) {
+      throw CommandFailed(
+          "--state, --since and --limit filter the list of jobs; give them "
+          "without a JOB",
+          kUsageError);
+    }
     auto client = o->connect();
     auto status = client.status(*job);
+    if (job->empty()) status["jobs"] = filtered_jobs(status["jobs"], *state, *since, *limit);
     if (o->json) {
       std::printf("%s\n", status.dump().c_str());
       return;

@@ -45,7 +45,8 @@ _forktrial_options() {
       "--isolation --python --http --key --coordinator-key --log-level --log-json" ;;
     submit) echo "--help --wait --max-wait $client" ;;
     wait) echo "--help --max-wait $client" ;;
-    status | cancel | workers) echo "--help $client" ;;
+    status) echo "--help --state --since --limit $client" ;;
+    cancel | workers) echo "--help $client" ;;
     import) echo "--help --id --label --fork-of --at $client" ;;
     results) echo "--help --csv --by $client" ;;
     batch) echo "--help --store --workers --slots --by --json --log-level --isolation --python" ;;
@@ -120,6 +121,7 @@ _forktrial() {
       --isolation) _forktrial_words "standard strict" "$cur" ;;
       --log-level) _forktrial_words "debug info warn error" "$cur" ;;
       --by) _forktrial_words "candidate" "$cur" ;;
+      --state) _forktrial_words "queued running finished abandoned cancelled" "$cur" ;;
       --store | --cache | --pack | --extra-pack) _forktrial_dirs "$cur" ;;
       --spec | --key | --coordinator-key | --allow-workers | --allow-clients | --admin-clients | \
         --output | -o)

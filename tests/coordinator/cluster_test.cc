@@ -290,6 +290,25 @@ TEST_CASE("a run imported into a remote coordinator's store is forked by its job
   CHECK(late.exit_code == 1);
   CHECK_THAT(late.err, Catch::Contains("has finished") && Catch::Contains("nothing to cancel"));
   CHECK(cluster.client({"wait", job}).exit_code == 0);
+  // The list of jobs, filtered; the line of a finished job says what it took.
+  const auto listed = [&](std::vector<std::string> filters) {
+    filters.insert(filters.begin(), {"status", "--json"});
+    auto shown = cluster.client(filters);
+    INFO(shown.err);
+    REQUIRE(shown.exit_code == 0);
+    return json::parse(shown.out)["jobs"].size();
+  };
+  CHECK(listed({}) == 1);
+  CHECK(listed({"--state", "finished"}) == 1);
+  CHECK(listed({"--state", "running"}) == 0);
+  CHECK(listed({"--since", "1h"}) == 1);
+  CHECK(listed({"--since", "2020-01-01T00:00:00Z", "--limit", "1"}) == 1);
+  CHECK(listed({"--since", "2999-01-01T00:00:00Z"}) == 0);
+  auto unparsed = cluster.client({"status", "--since", "yesterday"});
+  CHECK(unparsed.exit_code == 2);
+  CHECK_THAT(unparsed.err, Catch::Contains("neither an ISO-8601 time"));
+  CHECK_THAT(cluster.client({"status", job}).out,
+             Catch::Contains("took ") && Catch::Contains("finished"));
 }
 
 TEST_CASE("each client command's help shows its own examples", "[cluster]") {
