@@ -211,12 +211,8 @@ for p in json.load(open(sys.argv[1])):
 step "liveness and readiness probes answer 200"
 # What the pods' prometheus.io annotations point Prometheus at.
 code=$(curl -s -o "$work/metrics" -w '%{http_code}' "http://127.0.0.1:$http_port/metrics")
-if [ "$code" = 404 ]; then
-  say "WARN: this forktrial serves no /metrics yet: the Prometheus annotations are not checked"
-else
-  if [ "$code" != 200 ] || ! grep -q '^# TYPE ' "$work/metrics"; then
-    fail "the coordinator's /metrics answered $code, not Prometheus text"
-  fi
+if [ "$code" != 200 ] || ! grep -q '^# TYPE ' "$work/metrics"; then
+  fail "the coordinator's /metrics answered $code, not Prometheus text"
 fi
 
 # ---- the store outlives the pods
