@@ -1,7 +1,10 @@
 #include "coordinator/client.h"
 
+#include <netdb.h>
+
 #include <cstdio>
 #include <functional>
+#include <optional>
 #include <zmq.hpp>
 
 #include "schema/wire_codec.h"
@@ -113,12 +116,44 @@ struct Client::Impl {
   }
 };
 
+namespace {
+
+// Why the host of a tcp:// endpoint cannot be reached, when the system can
+// tell at once (a name that does not resolve: not_found; a resolver that
+// cannot answer now: unavailable); none otherwise. ZeroMQ would retry it
+// silently until the timeout. A refused connection is not told here: a
+// coordinator that is starting or restarting refuses for a moment.
+std::optional<Status> unresolvable(const std::string& endpoint) {
+  constexpr std::string_view kTcp = "tcp://";
+  if (!endpoint.starts_with(kTcp)) return std::nullopt;
+  std::string host = endpoint.substr(kTcp.size());
+  if (const auto colon = host.rfind(':'); colon != std::string::npos) host.resize(colon);
+  if (host.starts_with('[') && host.ends_with(']')) host = host.substr(1, host.size() - 2);
+  if (host.empty() || host == "*" || host.find(';') != std::string::npos) return std::nullopt;
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &found);
+  if (found != nullptr) ::freeaddrinfo(found);
+  bool unknown = rc == EAI_NONAME || rc == EAI_FAIL;
+#ifdef EAI_NODATA
+  unknown = unknown || rc == EAI_NODATA;
+#endif
+  if (!unknown && rc != EAI_AGAIN) return std::nullopt;
+  return Status{unknown ? ErrorCode::not_found : ErrorCode::unavailable,
+                "the coordinator's host \"" + host + "\" does not resolve (" +
+                    std::string(::gai_strerror(rc)) + "); check the endpoint " + endpoint};
+}
+
+}  // namespace
+
 Client::Client(const std::string& endpoint, std::chrono::milliseconds timeout,
                const std::optional<transport::ClientKeys>& keys, World& world)
     : impl_(std::make_unique<Impl>()) {
   impl_->world = &world;
   impl_->timeout = timeout;
   impl_->endpoint = endpoint;
+  if (auto why = unresolvable(endpoint)) throw Error(*why);
   if (keys) {
     transport::make_curve_client(impl_->socket, *keys);
     impl_->curve = true;

@@ -22,6 +22,24 @@ _RESEND_SECONDS = 1.0  # as the command's client: a request unanswered is sent a
 _RESULTS_PAGE = 2000
 
 
+def _check_host(endpoint: str) -> None:
+    """Says at once that a tcp:// endpoint's host does not resolve, which
+    ZeroMQ would retry silently until the timeout."""
+
+    if not endpoint.startswith("tcp://"):
+        return
+    host = endpoint[len("tcp://"):].rsplit(":", 1)[0].strip("[]")
+    if not host or host == "*":
+        return
+    import socket
+
+    try:
+        socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except socket.gaierror as error:
+        raise ForktrialError(f'the coordinator\'s host "{host}" does not resolve ({error.strerror}); '
+                             f"check the endpoint {endpoint}", code="not_found") from error
+
+
 class Connection:
     """One DEALER connection to a coordinator, one request at a time, each
     answered or timed out (``timeout`` seconds). Not thread-safe."""
@@ -40,6 +58,7 @@ class Connection:
             self._socket.curve_publickey = public.encode()
             self._socket.curve_secretkey = secret.encode()
             self._socket.curve_serverkey = server.encode()
+        _check_host(endpoint)
         self._socket.connect(endpoint)
         self.call("clientHello")
 

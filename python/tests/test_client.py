@@ -63,6 +63,12 @@ def test_errors_carry_the_coordinators_message(cluster):
     assert raised.value.code == "not_found"
 
 
+def test_a_host_that_does_not_resolve_is_said_at_once():
+    with pytest.raises(ForktrialError) as raised:
+        Client("tcp://no-such-host.invalid:7600").status()
+    assert "does not resolve" in raised.value.message
+
+
 def test_a_silent_endpoint_is_unavailable_after_the_timeout(tmp_path):
     client = Client(f"ipc://{tmp_path / 'nobody'}", timeout=0.3)
     with pytest.raises(ForktrialError) as raised:

@@ -311,6 +311,15 @@ TEST_CASE("a run imported into a remote coordinator's store is forked by its job
              Catch::Contains("took ") && Catch::Contains("finished"));
 }
 
+TEST_CASE("a coordinator whose host does not resolve is said at once, not after the timeout",
+          "[cluster]") {
+  auto status = run_forktrial(
+      {"status", "--coordinator", "tcp://no-such-host.invalid:7600", "--timeout", "30"});
+  CHECK(status.exit_code == 1);
+  // Whether the resolver answers "unknown" or, offline, "not now".
+  CHECK_THAT(status.err, Catch::Contains("host \"no-such-host.invalid\" does not resolve"));
+}
+
 TEST_CASE("each client command's help shows its own examples", "[cluster]") {
   for (const std::string command : {"status", "wait", "cancel", "results", "workers", "import"}) {
     INFO(command);
