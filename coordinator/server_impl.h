@@ -96,6 +96,14 @@ inline store::RunId fork_run_of(const TrialId& trial, Attempt attempt) {
                       std::to_string(attempt));
 }
 
+// Whether `id` is one the coordinator names runs with itself: its trials'
+// forks (fork_run_of: jobs are job_...) and its own runs (forktrial.*). A
+// client may not take one, or it could stop a trial from ever being
+// recorded.
+inline bool coordinator_run_id(std::string_view id) {
+  return id.starts_with("run_job_") || id.starts_with("forktrial.");
+}
+
 // A trial's specification, parsed, with its canonical JSON.
 struct ParsedSpec {
   sandbox::TrialSpecification spec;

@@ -35,6 +35,12 @@ void Server::on_import_run(const std::string& route, Envelope::Reader envelope) 
     return reply_error(route, request, ErrorCode::invalid_argument,
                        "an imported run needs an id (the client chooses it)");
   }
+  if (coordinator_run_id(id.str())) {
+    return reply_error(route, request, ErrorCode::invalid_argument,
+                       "run id " + id.str() +
+                           " is the coordinator's own (run_job_... names its trials' forks, "
+                           "forktrial.* its own runs); give the run another id");
+  }
   if (fork_of.empty() != at.empty()) {
     return reply_error(route, request, ErrorCode::invalid_argument,
                        "a fork names both the run it forks and the event it branches after");

@@ -268,6 +268,12 @@ TEST_CASE("a run imported into a remote coordinator's store is forked by its job
   auto again = cluster.client({"import", trace, "--id", "run_remote", "--json"});
   CHECK(again.exit_code == 0);
   CHECK(json::parse(again.out) == run);
+  // An id the coordinator names its trials' forks with is not a client's to
+  // take (it would stop that trial from ever being recorded).
+  auto squatting = cluster.client({"import", trace, "--id", "run_job_0123456789abcdef_0_a1"});
+  CHECK(squatting.exit_code == 1);
+  CHECK_THAT(squatting.err, Catch::Contains("is the coordinator's own") &&
+                                Catch::Contains("give the run another id"));
   auto taken = cluster.client({"import", trace, "--id", "run_remote", "--label", "other"});
   CHECK(taken.exit_code == 1);
   CHECK_THAT(taken.err, Catch::Contains("has a run run_remote already"));
