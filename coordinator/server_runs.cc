@@ -9,6 +9,10 @@ namespace forktrial::coordinator::detail {
 
 namespace {
 
+// The largest file a client imports: parsed and written on the loop thread,
+// so that no client stalls the cluster for long with one import.
+constexpr std::size_t kMaxImportBytes = std::size_t{64} << 20;
+
 ordered_json run_json(const store::RunInfo& run) {
   ordered_json out{{"id", run.id.str()}, {"label", run.label}, {"events", run.head}};
   out["parent"] = run.fork_of ? ordered_json{{"run", run.fork_of->parent.str()},
@@ -59,6 +63,13 @@ void Server::on_import_run(const std::string& route, Envelope::Reader envelope) 
   if (!bytes) {
     return reply_error(route, request, ErrorCode::not_found,
                        "the file " + blob->str() + " was not uploaded");
+  }
+  if (bytes->size() > kMaxImportBytes) {
+    return reply_error(route, request, ErrorCode::resource_exhausted,
+                       "the file is " + std::to_string(bytes->size()) +
+                           " bytes; a client imports at most " + std::to_string(kMaxImportBytes) +
+                           " (larger runs are imported on the coordinator's host, into its "
+                           "store, while it is stopped)");
   }
   std::istringstream in(std::string(reinterpret_cast<const char*>(bytes->data()), bytes->size()));
   auto events = import::jsonl::parse_events(in);

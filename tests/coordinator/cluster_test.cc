@@ -274,6 +274,11 @@ TEST_CASE("a run imported into a remote coordinator's store is forked by its job
   CHECK(squatting.exit_code == 1);
   CHECK_THAT(squatting.err, Catch::Contains("is the coordinator's own") &&
                                 Catch::Contains("give the run another id"));
+  // A file past what the coordinator parses on its loop is refused, saying so.
+  const auto huge = cluster.dir.write("huge.jsonl", std::string((std::size_t{64} << 20) + 1, '\n'));
+  auto too_big = cluster.client({"import", huge.string(), "--id", "run_huge"});
+  CHECK(too_big.exit_code == 1);
+  CHECK_THAT(too_big.err, Catch::Contains("a client imports at most 67108864"));
   auto taken = cluster.client({"import", trace, "--id", "run_remote", "--label", "other"});
   CHECK(taken.exit_code == 1);
   CHECK_THAT(taken.err, Catch::Contains("has a run run_remote already"));
