@@ -791,7 +791,10 @@ std::expected<Records, Status> Scheduler::worker_joined(WorkerHello hello, Insta
   }
   if (hello.executors.empty()) {
     return std::unexpected(
-        Status{ErrorCode::invalid_argument, "worker " + hello.id.str() + " offers no executor"});
+        Status{ErrorCode::invalid_argument,
+               "worker " + hello.id.str() +
+                   " offers no executor this coordinator knows (lua, activegraph); a worker "
+                   "offers lua whatever its --python"});
   }
   if (hello.prefetch > kMaxPrefetch) {
     return std::unexpected(Status{ErrorCode::invalid_argument,

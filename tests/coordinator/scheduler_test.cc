@@ -270,7 +270,9 @@ TEST_CASE("a worker that offers no executor is refused", "[coordinator][schedule
   auto refused = scheduler.worker_joined(WorkerHello{WorkerId{"idle"}, 2, 0, {}, {}}, at(0));
   REQUIRE_FALSE(refused);
   CHECK(refused.error().code == ErrorCode::invalid_argument);
-  CHECK(refused.error().message == "worker idle offers no executor");
+  CHECK(refused.error().message ==
+        "worker idle offers no executor this coordinator knows (lua, activegraph); a worker "
+        "offers lua whatever its --python");
 }
 
 TEST_CASE("a job's state follows its trials, and a finished job is not cancelled",
