@@ -348,6 +348,11 @@ void add_worker(CLI::App& app) {
       config->worker_id = std::string(host) + "-" + std::to_string(::getpid());
     }
     const Log log = logging->make("worker");
+    // Handled from here: a stop that comes while the probes below run (a
+    // cluster manager cancelling a worker it just started) ends the worker
+    // cleanly instead of killing it.
+    sandbox::Cancellation stop;
+    StopSignals signals(stop);
     try {
       config->preflight_warnings = sandbox::preflight(sandbox::default_preflight_limits(),
                                                       std::chrono::seconds(30), config->child);
@@ -385,8 +390,6 @@ void add_worker(CLI::App& app) {
       isolation[name] = {{"provided", guarantee.provided}, {"how", guarantee.how}};
     }
     config->isolation = isolation.dump();
-    sandbox::Cancellation stop;
-    StopSignals signals(stop);
     const int code = worker::run_worker(*config, stop, log);
     if (code != 0) throw ExitStatus(code);
   });
