@@ -100,7 +100,8 @@ struct WorkerLost {
 };
 
 // The worker heartbeat at `at`; the leases in `renewed` now expire at
-// `expires`.
+// `expires`. Applied in memory and never written: logs written before
+// liveness left the log hold it, and replay it.
 struct LeasesRenewed {
   static constexpr std::string_view kType = "worker.heartbeat";
   WorkerId worker;

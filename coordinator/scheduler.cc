@@ -843,7 +843,7 @@ std::expected<HeartbeatResult, Status> Scheduler::heartbeat(const WorkerId& work
                       state_->trial(*key).attempt == entry.attempt;
     (live ? renewal.renewed : result.stale).push_back(entry);
   }
-  state_->record(result.records, std::move(renewal));
+  state_->apply(OrchestrationRecord{std::move(renewal)});  // liveness: in memory only
   return result;
 }
 
@@ -969,7 +969,7 @@ Records Scheduler::recover(Instant now) {
     for (const TrialKey key : worker.leases) {
       renewal.renewed.push_back({s.id_of(key), s.trial(key).attempt});
     }
-    s.record(out, std::move(renewal));
+    s.apply(OrchestrationRecord{std::move(renewal)});  // liveness: in memory only
   }
   const std::set<TrialKey> unreconciled = s.reported;  // fail_attempt ends them
   for (const TrialKey key : unreconciled) {
@@ -1078,7 +1078,7 @@ std::string Scheduler::state_text() const {
       line(" trial " + std::to_string(i) + " " + std::string(trial_status_name(t.status)) +
            " attempt=" + std::to_string(t.attempt) + " leased=" + std::to_string(t.leased_attempt) +
            " worker=" + (t.worker == kNoWorker ? "-" : s.workers[t.worker].id.str()) +
-           " expires=" + millis(t.lease_expires) + " deadline=" + millis(t.lease_deadline) +
+           " deadline=" + millis(t.lease_deadline) +
            " run_limit=" + std::to_string(t.run_limit.count()) +
            " executor=" + std::string(pack::executor_name(t.executor)) + " digests" + digests +
            " payload=" + *t.payload + " reasons" + reasons +
@@ -1104,8 +1104,8 @@ std::string Scheduler::state_text() const {
     for (const TrialKey key : worker.leases) leases += " " + s.id_of(key).str();
     line("worker " + worker.id.str() + " alive=" + std::to_string(worker.alive) +
          " slots=" + std::to_string(worker.slots) + " prefetch=" + std::to_string(worker.prefetch) +
-         " executors=" + std::to_string(worker.executors) + " seen=" + millis(worker.last_seen) +
-         " cached" + cached + " leases" + leases);
+         " executors=" + std::to_string(worker.executors) + " cached" + cached + " leases" +
+         leases);
   }
   for (const pack::Executor executor : pack::kExecutors) {
     for (const auto& [priority, round] : s.rounds[executor_ix(executor)]) {
@@ -1118,12 +1118,12 @@ std::string Scheduler::state_text() const {
          std::to_string(s.offering[executor_ix(executor)]));
   }
   line("turns " + std::to_string(s.turns));
-  for (const auto& [expires, key] : s.lease_expiries) {
-    line("lease " + s.id_of(key).str() + " " + millis(expires));
-  }
-  for (const auto& [seen, worker] : s.last_heard) {
-    line("heard " + s.workers[worker].id.str() + " " + millis(seen));
-  }
+  // Which leases and workers the liveness indexes hold, not when they end.
+  std::set<std::string> indexed;
+  for (const auto& [expires, key] : s.lease_expiries) indexed.insert("lease " + s.id_of(key).str());
+  for (const auto& [seen, worker] : s.last_heard)
+    indexed.insert("heard " + s.workers[worker].id.str());
+  for (const std::string& entry : indexed) line(entry);
   for (const TrialKey key : s.reported) line("reported " + s.id_of(key).str());
   line("queued " + std::to_string(s.queued));
   return text;

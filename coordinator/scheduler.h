@@ -26,10 +26,14 @@
 // store's orchestration log (before it tells any peer about them: "state
 // changes are events first"); a restarted coordinator replays the log into a
 // fresh Scheduler and has the state the old one had when it wrote the last
-// record, with the same decisions to come, then calls `recover` once. A
+// record (but liveness, below), then calls `recover` once. A
 // record applies without the configuration: it carries what was decided.
-// Liveness is state too: heartbeats are recorded (worker.heartbeat), since
-// they move lease expiries.
+// Liveness is not recorded: a heartbeat moves its worker's last contact and
+// its leases' expiries in memory only, so a worker adds no record while it
+// merely runs. A replayed state holds the expiries its leases were granted
+// with; `recover` then renews every live lease and hears every live worker
+// at the restart, as a heartbeat would. What the decisions that follow need
+// (a lapse, a loss) is recorded as it is decided.
 //
 // Scheduling is pull: a worker offers free slots (request_work) and gets up to
 // that many trials, only of the executors it offers (WorkerHello::executors:
@@ -155,7 +159,6 @@ struct HeartbeatResult {
   // Entries of the running set that are not the sender's live leases (a
   // superseded attempt, a cancelled job): the worker should stop them.
   std::vector<AttemptRef> stale;
-  Records records;
 };
 
 struct ReportResult {
@@ -266,9 +269,10 @@ class Scheduler {
   // max_worker_slots, a prefetch past kMaxPrefetch.
   std::expected<Records, Status> worker_joined(WorkerHello hello, Instant now);
 
-  // The worker's running set: renews those that are its live leases
-  // (worker.heartbeat), returns the others as stale. A lease the worker does
-  // not list is left to run out (its assignment may still be on the way).
+  // The worker's running set: renews those that are its live leases and
+  // hears the worker (in memory: no record), returns the others as stale. A
+  // lease the worker does not list is left to run out (its assignment may
+  // still be on the way).
   // Refused: a worker that is unknown or lost (it should join again).
   std::expected<HeartbeatResult, Status> heartbeat(const WorkerId& worker,
                                                    std::span<const AttemptRef> running,
@@ -325,7 +329,8 @@ class Scheduler {
 
   // Called once after the last record is replayed, before any other input.
   // The time the coordinator was down counts against no one: every live
-  // worker's leases are renewed and it is heard of now (worker.heartbeat).
+  // worker's leases are renewed and it is heard of now (in memory, as a
+  // heartbeat: the records returned are the failed attempts below).
   // A reported trial was being reconciled when the coordinator stopped, and
   // its reconciliation, one store transaction with trial.reconciled, did not
   // commit: the report is gone, and the attempt fails (requeued or abandoned);
@@ -354,8 +359,11 @@ class Scheduler {
   // What runs the trial's candidate; none for an unknown trial.
   std::optional<pack::Executor> executor(const TrialId& trial) const;
 
-  // Every value of the state, one line each, in a fixed order: equal texts
-  // mean equal states (the replay tests compare them). Costs O(state).
+  // Every durable value of the state, one line each, in a fixed order: equal
+  // texts mean equal states but for liveness (lease expiries and workers'
+  // last contact, which heartbeats move without a record), so a replayed
+  // state's text equals the live one's (the replay tests compare them).
+  // Costs O(state).
   std::string state_text() const;
 
  private:

@@ -182,7 +182,6 @@ void Server::on_heartbeat(const std::string& route, const WorkerId& worker,
   if (!beat) {
     return reply_error(route, envelope.getRequestId(), beat.error());
   }
-  keep(std::move(beat->records));
   // Always answered: a worker that hears nothing presumes a restart.
   if (beat->stale.empty()) return reply_ok(route, envelope.getRequestId());
   send_stop(route, beat->stale);

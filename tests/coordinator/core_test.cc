@@ -6,6 +6,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <span>
 #include <string>
 
@@ -457,4 +458,88 @@ TEST_CASE("a submission sent again under its token makes one job", "[coordinator
   auto status = only_reply(core.turn("c", status_request(15, ""), kNow));
   CHECK_THAT(wire::text(status.envelope().getJobStatus().getText()),
              Catch::Contains("job_0123456789abcdef") && !Catch::Contains("fedcba9876543210"));
+}
+
+namespace {
+
+std::string heartbeat(std::uint64_t request,
+                      const std::vector<std::pair<std::uint32_t, std::uint32_t>>& running,
+                      const std::string& job) {
+  capnp::MallocMessageBuilder message;
+  auto list = wire::start(message, request)
+                  .initHeartbeat()
+                  .initRunning(static_cast<unsigned>(running.size()));
+  for (unsigned i = 0; i < running.size(); ++i) {
+    list[i].setJob(job);
+    list[i].setIndex(running[i].first);
+    list[i].setAttempt(running[i].second);
+  }
+  return wire::encode(message);
+}
+
+// The orchestration log's events, by type.
+std::map<std::string, std::size_t> logged_types(const std::filesystem::path& path) {
+  std::map<std::string, std::size_t> types;
+  store::EventStore store(path);
+  const auto snapshot = store.snapshot();
+  snapshot.for_each_event(*snapshot.run(kOrchestrationRun), 1, [&](const store::EventView& e) {
+    ++types[std::string(e.type)];
+    return true;
+  });
+  return types;
+}
+
+}  // namespace
+
+TEST_CASE("a worker that merely runs adds no record, and a restart renews what it holds",
+          "[coordinator][core]") {
+  GreeterStore greeter;
+  ServerConfig config;
+  config.store = greeter.store;
+  const TrialId first{JobId("job_0123456789abcdef"), 0};
+  // Within the trials' deadline (their run limit and a lease each side).
+  const Instant later = kNow + std::chrono::seconds(90);
+  {
+    CoordinatorCore core(config, quiet);
+    only_reply(core.turn("c", client_hello(1), kNow));
+    REQUIRE(only_reply(
+                core.turn("c", tokened_submission(2, "0123456789abcdef", greeter.trial, 2), kNow))
+                .envelope()
+                .isJobAccepted());
+    REQUIRE(only_reply(core.turn("w", worker_hello(3, "runner", 2), kNow)).envelope().isWelcome());
+    auto work = only_reply(core.turn("w", request_work(4, 2), kNow));
+    REQUIRE(work.envelope().getAssignments().getAssignments().size() == 2);
+    // Ninety seconds of heartbeats, one a second, naming both trials: the
+    // leases (30 s) hold, and the log does not grow.
+    std::uint64_t request = 5;
+    for (Instant now = kNow + std::chrono::seconds(1); now <= later;
+         now += std::chrono::seconds(1)) {
+      const auto replies =
+          core.turn("w", heartbeat(request++, {{0, 1}, {1, 1}}, first.job.str()), now);
+      REQUIRE(replies.size() == 1);
+      REQUIRE(wire::decode(replies[0].second)->envelope().isOk());
+    }
+    const auto leased = core.scheduler().trial_state(first);
+    CHECK(leased->status == TrialStatus::leased);
+    CHECK(*leased->lease_expires == later + ServerConfig{}.scheduler.lease_duration);
+    CHECK(core.scheduler().worker_status(WorkerId("runner"))->last_seen == later);
+  }
+  // The job, the worker's hello and the two leases: nothing of the
+  // heartbeats.
+  const auto after = logged_types(config.store);
+  CHECK(after == std::map<std::string, std::size_t>{
+                     {"job.submitted", 1}, {"trial.leased", 2}, {"worker.joined", 1}});
+
+  // Restarted 30 s later, past the expiries the log holds: recovery renews
+  // the leases from the restart, and the worker is heard of then.
+  const Instant restart = later + std::chrono::seconds(30);
+  {
+    CoordinatorCore restarted(config, quiet, 0, restart);
+    const auto renewed = restarted.scheduler().trial_state(first);
+    CHECK(renewed->status == TrialStatus::leased);
+    CHECK(*renewed->lease_expires == restart + ServerConfig{}.scheduler.lease_duration);
+    CHECK(restarted.scheduler().worker_status(WorkerId("runner"))->alive);
+  }
+  // Recovery, in memory too, wrote nothing.
+  CHECK(logged_types(config.store) == after);
 }

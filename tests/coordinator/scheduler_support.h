@@ -63,7 +63,7 @@ struct Logged {
     if (!result) FAIL(result.error().message);
     if constexpr (std::is_same_v<T, Records>) {
       keep(static_cast<const Records&>(*result));
-    } else {
+    } else if constexpr (!std::is_same_v<T, HeartbeatResult>) {
       keep(static_cast<const Records&>(result->records));
     }
     return std::move(*result);

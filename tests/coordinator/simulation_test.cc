@@ -253,7 +253,6 @@ class Simulation {
         join(worker, now);  // the coordinator lost it: start over
         return;
       }
-      s_.keep(beat->records);
       for (const AttemptRef& stale : beat->stale) worker.running.erase(stale);
       worker.next_heartbeat = now + (worker.slow ? 9'000 : 1'000);
     }
