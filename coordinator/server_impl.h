@@ -101,7 +101,7 @@ inline store::RunId fork_run_of(const TrialId& trial, Attempt attempt) {
 // client may not take one, or it could stop a trial from ever being
 // recorded.
 inline bool coordinator_run_id(std::string_view id) {
-  return id.starts_with("run_job_") || id.starts_with("forktrial.");
+  return id.starts_with(store::kJobForkPrefix) || id.starts_with(store::kInternalRunPrefix);
 }
 
 // A trial's specification, parsed, with its canonical JSON.

@@ -410,7 +410,7 @@ TrialReport run_activegraph_trial(store::EventStore& store, const TrialSpecifica
     segment = snapshot.segment(*parent, fork_seq);
     context = ParentRunContext{parent->goal, parent->frame_id};
   }
-  const store::RunId fork_id = store.new_run_id();
+  const store::RunId fork_id = store::trial_fork_id(store.new_run_id());
   ExecutedTrial executed =
       execute_activegraph_trial(segment, spec, fork_id, install, options, context);
   record_or_without_delta(store, spec, store::NewRun{.id = fork_id, .label = spec.label},
@@ -455,7 +455,7 @@ TrialReport run_trial(store::EventStore& store, const TrialSpecification& spec,
     tip = parse_timestamp(point->timestamp).value_or(0);
   }
   if (runs_on_activegraph(spec)) return run_activegraph_trial(store, spec, fork_seq, options);
-  const store::RunId fork_id = store.new_run_id();
+  const store::RunId fork_id = store::trial_fork_id(store.new_run_id());
   const store::NewRun fork_record{.id = fork_id, .label = spec.label};
 
   // 2. A scratch store holding only the fork, seeded from its segment.

@@ -45,6 +45,22 @@ using EventId = StringId<struct EventIdTag>;
 // "evt_1234").
 EventId numbered_event_id(std::uint64_t n);
 
+// What a run is, told by its id: the runs forktrial names itself are hidden
+// from listings unless asked for (`forktrial run ls --all`).
+enum class RunKind : std::uint8_t {
+  user,        // imported or created by a user: any other id
+  trial_fork,  // a trial's fork: run_trial_... (local), run_job_... (a cluster's)
+  internal,    // forktrial's own bookkeeping: forktrial.* (the orchestration log)
+};
+inline constexpr std::string_view kTrialForkPrefix = "run_trial_";
+inline constexpr std::string_view kJobForkPrefix = "run_job_";
+inline constexpr std::string_view kInternalRunPrefix = "forktrial.";
+RunKind run_kind(std::string_view id);
+
+// The id of a local trial's fork made of a drawn run id ("run_<hex>" becomes
+// "run_trial_<hex>"; any other text is kept behind the prefix).
+RunId trial_fork_id(const RunId& drawn);
+
 }  // namespace forktrial::store
 
 template <typename Tag>

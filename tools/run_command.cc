@@ -139,17 +139,48 @@ void add_new(CLI::App& run_app) {
   });
 }
 
+// Which runs `run ls` lists: the user's, unless asked for forktrial's own
+// (trials' forks, the orchestration log) or one job's forks.
+struct ListFilter {
+  bool all = false;
+  std::string job;
+  bool shows(const RunInfo& run) const {
+    if (!job.empty()) return run.id.str().starts_with("run_" + job + "_");
+    return all || store::run_kind(run.id.str()) == store::RunKind::user;
+  }
+};
+
 void add_ls(CLI::App& run_app) {
   auto common = std::make_shared<Common>();
-  auto* cmd = run_app.add_subcommand("ls", "List the runs of the store, oldest first");
+  auto filter = std::make_shared<ListFilter>();
+  auto* cmd = run_app.add_subcommand(
+      "ls",
+      "List the runs of the store, oldest first: those imported or made by a user, or with "
+      "--all every run, trials' forks and the coordinator's log too");
   add_common(cmd, *common);
+  cmd->add_flag("--all,-a", filter->all,
+                "Also list the runs forktrial made: trials' forks (run_trial_..., run_job_...) "
+                "and the coordinator's orchestration log (forktrial.orchestration)");
+  cmd->add_option("--job", filter->job,
+                  "List only the forks of this cluster job's trials (run_<JOB>_<index>_a<attempt>)")
+      ->excludes("--all");
   cmd->footer(examples_footer({
       "forktrial run ls",
+      "forktrial run ls --all                        # trials' forks too",
+      "forktrial run ls --job job_0123456789abcdef   # one job's forks",
       "forktrial run ls --store /data/store --json   # a JSON array of runs",
   }));
   cmd->callback([=] {
     EventStore store = open_store(common->store, false);
-    auto runs = store.snapshot().runs();
+    std::vector<RunInfo> runs;
+    std::size_t hidden = 0;
+    for (RunInfo& run : store.snapshot().runs()) {
+      if (filter->shows(run)) {
+        runs.push_back(std::move(run));
+      } else {
+        ++hidden;
+      }
+    }
     if (common->json) {
       ordered_json all = ordered_json::array();
       for (const RunInfo& run : runs) all.push_back(run_json(run));
@@ -161,6 +192,15 @@ void add_ls(CLI::App& run_app) {
       std::printf("%-24s %8llu  %-27s  %-20s  %s\n", terminal_safe(run.id.str()).c_str(),
                   static_cast<unsigned long long>(run.head), terminal_safe(run.created_at).c_str(),
                   column(run.label, 20).c_str(), terminal_safe(fork_text(run)).c_str());
+    }
+    if (runs.empty() && !filter->job.empty()) {
+      std::fprintf(stderr, "(no fork of job %s: its trials' forks are run_%s_<index>_a<attempt>)\n",
+                   terminal_safe(filter->job).c_str(), terminal_safe(filter->job).c_str());
+    } else if (hidden > 0 && filter->job.empty()) {
+      std::fprintf(stderr,
+                   "(%zu run%s forktrial made not shown: trials' forks, the orchestration log; "
+                   "--all lists them)\n",
+                   hidden, hidden == 1 ? "" : "s");
     }
   });
 }

@@ -27,7 +27,8 @@ _forktrial_options() {
     "pack verify") echo "--help --expect --json" ;;
     "pack check") echo "--help --executable --json" ;;
     "run new") echo "--help --store --json --label --id" ;;
-    "run ls" | "run show" | "run import-sqlite") echo "--help --store --json" ;;
+    "run ls") echo "--help --store --json --all --job" ;;
+    "run show" | "run import-sqlite") echo "--help --store --json" ;;
     "run events") echo "--help --store --json --from --type --limit" ;;
     "run graph") echo "--help --store --json --at" ;;
     "run fork") echo "--help --store --json --at --label --id" ;;
@@ -57,7 +58,7 @@ _forktrial_options() {
 _forktrial_is_flag() {
   case $1 in
     -h | --help | --version | --json | --csv | --content | --executable | --force | --wait | \
-      --insecure | --log-json) return 0 ;;
+      --insecure | --log-json | --all) return 0 ;;
   esac
   return 1
 }

@@ -230,7 +230,7 @@ struct Cluster {
 
   // Every fork of run_chat in the store, by run id.
   std::map<std::string, json> forks() {
-    auto listed = run_forktrial({"run", "ls", "--store", store, "--json"});
+    auto listed = run_forktrial({"run", "ls", "--store", store, "--json", "--all"});
     REQUIRE(listed.exit_code == 0);
     std::map<std::string, json> out;
     for (const auto& run : json::parse(listed.out)) {

@@ -233,7 +233,7 @@ std::map<std::uint32_t, json> results_by_index(Cluster& cluster, const std::stri
 // Every run of the store reads back whole, as scripts read it: `run export`
 // and `run events --json` of every run succeed.
 void every_run_reads_back(Cluster& cluster) {
-  auto listed = run_forktrial({"run", "ls", "--store", cluster.store, "--json"});
+  auto listed = run_forktrial({"run", "ls", "--store", cluster.store, "--json", "--all"});
   REQUIRE(listed.exit_code == 0);
   for (const auto& run : json::parse(listed.out)) {
     const std::string id = run["id"];

@@ -233,7 +233,7 @@ TEST_CASE("a recorded fork whose prefix differs from its parent is refused, nami
   CHECK(refused.err.find("event evt_003 (line 3) differs from the parent's evt_003") !=
         std::string::npos);
   // Nothing was imported.
-  CHECK(cli({"run", "ls", "--store", store, "--json"}).out.find("changed.jsonl") ==
+  CHECK(cli({"run", "ls", "--store", store, "--json", "--all"}).out.find("changed.jsonl") ==
         std::string::npos);
   // A fork point the parent does not have.
   auto unknown = forktrial::testing::run_forktrial(

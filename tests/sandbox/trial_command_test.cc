@@ -196,7 +196,7 @@ TEST_CASE("forktrial trial --spec runs activegraph's TrialSpecification JSON", "
   CHECK(report["outcome"] == "completed");
   CHECK(result.err.find("store_path \"/srv/ag.db\" is ignored; the trial runs against the store "
                         "given by --store") != std::string::npos);
-  auto runs = nlohmann::json::parse(cli({"run", "ls", "--store", store, "--json"}).out);
+  auto runs = nlohmann::json::parse(cli({"run", "ls", "--store", store, "--json", "--all"}).out);
   bool labelled = false;
   for (const auto& run : runs) labelled = labelled || run["label"] == "from-activegraph";
   CHECK(labelled);
@@ -265,7 +265,7 @@ TEST_CASE("forktrial trial refuses bad input with what to do", "[trial][cli]") {
 TEST_CASE("a malformed pin or limit is a usage error and records nothing", "[trial][cli]") {
   TempDir dir;
   const auto store = imported_store(dir);
-  const auto runs = [&] { return cli({"run", "ls", "--store", store, "--json"}).out; };
+  const auto runs = [&] { return cli({"run", "ls", "--store", store, "--json", "--all"}).out; };
   const auto before = runs();
   const std::vector<std::string> trial = {"trial",   "--store",  store,
                                           "--run",   "run_chat", "--at",
@@ -488,7 +488,7 @@ std::string read_file(const std::filesystem::path& path) {
 
 // The ids of the runs in `store`.
 std::vector<std::string> run_ids(const std::string& store) {
-  auto listed = cli({"run", "ls", "--store", store, "--json"});
+  auto listed = cli({"run", "ls", "--store", store, "--json", "--all"});
   REQUIRE(listed.exit_code == 0);
   std::vector<std::string> ids;
   for (const auto& run : nlohmann::json::parse(listed.out)) ids.push_back(run["id"]);
@@ -615,7 +615,7 @@ TEST_CASE("forktrial trial refuses a label that is not plain text before running
   CHECK(result.err.find('\x1b') == std::string::npos);
   CHECK(result.err.find("label \"\\x1b[2J\\x1b[Hforged\" contains the control character "
                         "U+001B at offset 0") != std::string::npos);
-  auto runs = nlohmann::json::parse(cli({"run", "ls", "--store", store, "--json"}).out);
+  auto runs = nlohmann::json::parse(cli({"run", "ls", "--store", store, "--json", "--all"}).out);
   CHECK(runs.size() == 1);
 }
 

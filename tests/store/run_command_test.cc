@@ -123,6 +123,40 @@ TEST_CASE("run new creates empty runs and refuses a taken id", "[store][cli]") {
   CHECK(again.out.empty());
 }
 
+TEST_CASE("run ls leaves out the runs forktrial made unless asked", "[store][cli]") {
+  Cli cli;
+  auto input = cli.dir.write("session.jsonl", kInput);
+  cli.ok({"run", "import", input.string(), "--id", "run_session"});
+  // Runs named as a local trial's fork, a cluster job's forks and the
+  // coordinator's log are named.
+  for (const char* id : {"run_trial_0123456789abcdef", "run_job_00000000000000aa_0_a1",
+                         "run_job_00000000000000aa_1_a2", "run_job_00000000000000bb_0_a1",
+                         "forktrial.orchestration"}) {
+    cli.ok({"run", "fork", "run_session", "--at", "evt_002", "--id", id});
+  }
+  cli.ok({"run", "fork", "run_session", "--at", "evt_002", "--id", "run_mine"});
+  const auto ids = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {"run", "ls", "--json"});
+    std::vector<std::string> out;
+    for (const auto& run : json::parse(cli.ok(args))) out.push_back(run["id"]);
+    return out;
+  };
+  CHECK(ids({}) == std::vector<std::string>{"run_session", "run_mine"});
+  CHECK(ids({"--all"}).size() == 7);
+  CHECK(ids({"--job", "job_00000000000000aa"}) ==
+        std::vector<std::string>{"run_job_00000000000000aa_0_a1", "run_job_00000000000000aa_1_a2"});
+  CHECK(ids({"--job", "job_ffffffffffffffff"}).empty());
+  // The table says what it left out, on stderr.
+  const CommandResult table = cli.run({"run", "ls"});
+  REQUIRE(table.exit_code == 0);
+  CHECK_THAT(table.out, Catch::Contains("run_mine") && !Catch::Contains("run_trial_"));
+  CHECK_THAT(table.err, Catch::Contains("5 runs forktrial made not shown") &&
+                            Catch::Contains("--all lists them"));
+  const CommandResult none = cli.run({"run", "ls", "--job", "job_ffffffffffffffff"});
+  CHECK_THAT(none.err, Catch::Contains("no fork of job job_ffffffffffffffff"));
+  CHECK(cli.run({"run", "ls", "--all", "--job", "job_00000000000000aa"}).exit_code != 0);
+}
+
 TEST_CASE("a malformed import line fails the import with its line number", "[store][cli]") {
   Cli cli;
   cli.ok({"run", "new", "--id", "run_existing"});
