@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <utility>
 
@@ -156,6 +157,10 @@ Result<Digest> EventStore::store_fork_segment(const RunId& run) {
 
 Result<RunInfo> EventStore::load_segment(std::span<const std::byte> segment, const NewRun& run) {
   return write([&](Writer& w) { return w.load_segment(segment, run); });
+}
+
+Result<DeletedRuns> EventStore::delete_runs(std::span<const RunId> runs) {
+  return write([&](Writer& w) { return w.delete_runs(runs); });
 }
 
 // ---- Writer ----
@@ -449,6 +454,77 @@ Result<RunInfo> Writer::load_segment(std::span<const std::byte> segment, const N
     }
   }
   return state_.reader().info(*record);
+}
+
+namespace {
+
+// Deletes every key of `dbi` that starts with the 8-byte run number `number`;
+// adds what it removed to `deleted`.
+std::uint64_t delete_numbered(lmdb::Txn& txn, MDB_dbi dbi, std::uint64_t number,
+                              DeletedRuns& deleted) {
+  const auto prefix = codec::u64_key(number);
+  lmdb::Cursor cursor(txn.get(), dbi);
+  std::uint64_t removed = 0;
+  for (;;) {
+    MDB_val key = lmdb::val(std::span<const std::byte>(prefix));
+    MDB_val value{};
+    if (!cursor.get(key, value, MDB_SET_RANGE)) break;
+    if (key.mv_size < prefix.size() ||
+        std::memcmp(key.mv_data, prefix.data(), prefix.size()) != 0) {
+      break;
+    }
+    deleted.bytes += key.mv_size + value.mv_size;
+    cursor.del();
+    ++removed;
+  }
+  return removed;
+}
+
+}  // namespace
+
+Result<DeletedRuns> Writer::delete_runs(std::span<const RunId> runs) {
+  auto reader = state_.reader();
+  const Dbis& dbis = state_.env.dbis();
+  std::map<RunId, codec::RunRecord> doomed;
+  for (const RunId& id : runs) {
+    auto record = reader.record(id);
+    if (!record) {
+      return std::unexpected(
+          refuse(Refused::unknown_run, "cannot delete run " + id.str() + ": no such run"));
+    }
+    if (!doomed.emplace(id, std::move(*record)).second) {
+      return std::unexpected(refuse(Refused::invalid_input,
+                                    "run " + id.str() + " is named twice; nothing was deleted"));
+    }
+  }
+  // A run forked from one of them keeps it, unless it goes too.
+  lmdb::Cursor all(state_.txn.get(), dbis.runs);
+  MDB_val key{};
+  MDB_val value{};
+  for (bool ok = all.get(key, value, MDB_FIRST); ok; ok = all.get(key, value, MDB_NEXT)) {
+    const RunId child(std::string(lmdb::chars(key)));
+    if (doomed.contains(child)) continue;
+    const auto record = reader.record_or_corrupt(child);
+    if (record.fork_of && doomed.contains(record.fork_of->parent)) {
+      return std::unexpected(refuse(Refused::invalid_input,
+                                    "cannot delete run " + record.fork_of->parent.str() + ": run " +
+                                        child.str() + " forks from it; nothing was deleted"));
+    }
+  }
+  DeletedRuns deleted;
+  for (const auto& [id, record] : doomed) {
+    deleted.events += delete_numbered(state_.txn, dbis.events, record.number, deleted);
+    delete_numbered(state_.txn, dbis.event_ids, record.number, deleted);
+    const auto number = codec::u64_key(record.number);
+    if (auto stored = state_.txn.get(dbis.runs, lmdb::val(id.str()))) {
+      deleted.bytes += id.str().size() + stored->mv_size;
+    }
+    state_.txn.del(dbis.run_numbers, lmdb::val(std::span<const std::byte>(number)));
+    state_.txn.del(dbis.runs, lmdb::val(id.str()));
+    deleted.bytes += number.size() + id.str().size();
+    ++deleted.runs;
+  }
+  return deleted;
 }
 
 // ---- Snapshot ----

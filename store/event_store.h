@@ -184,6 +184,16 @@ inline constexpr std::string_view kSegmentMagic = "FTSEGMT1";
 
 class Snapshot;
 
+// What Writer::delete_runs removed.
+struct DeletedRuns {
+  std::uint64_t runs = 0;
+  std::uint64_t events = 0;
+  // Bytes of keys and values removed from the tables (runs, events, their
+  // indexes): the room freed inside the store's file, which LMDB reuses but
+  // never gives back to the disk.
+  std::uint64_t bytes = 0;
+};
+
 // The write side of one transaction, handed to the body of EventStore::write.
 // Every call sees the writes made before it in the same transaction. A Writer
 // is only valid inside that body.
@@ -207,6 +217,12 @@ class Writer {
   Result<Digest> store_segment(const RunId& run, std::uint64_t up_to_seq);
   // Creates a root run holding exactly the events of a segment.
   Result<RunInfo> load_segment(std::span<const std::byte> segment, const NewRun& run);
+  // Deletes the runs and their own events (and the events' id index), so
+  // their ids may be taken again; blobs stay. Refused, with nothing deleted:
+  // an unknown run, a run named twice, or a run another run forks from that
+  // is not deleted with it (that fork's history would lose events). Costs
+  // O(runs in the store) for the forks check, plus O(log n) per entry deleted.
+  Result<DeletedRuns> delete_runs(std::span<const RunId> runs);
   // Reads of this transaction, own writes included, as Snapshot's. The
   // coordinator reconciles a report by appending a delta and recounting
   // events in one transaction.
@@ -279,6 +295,7 @@ class EventStore {
   // as a blob. Refused for an unknown run or a run that is not a fork.
   Result<Digest> store_fork_segment(const RunId& run);
   Result<RunInfo> load_segment(std::span<const std::byte> segment, const NewRun& run);
+  Result<DeletedRuns> delete_runs(std::span<const RunId> runs);
 
   // A consistent read-only view of the store as of now. Throws ResizeBlocked
   // when another process wrote past this process's map and the map cannot

@@ -117,6 +117,13 @@ bool Txn::put_new(MDB_dbi dbi, MDB_val key, MDB_val value) {
   return true;
 }
 
+bool Txn::del(MDB_dbi dbi, MDB_val key) {
+  int rc = mdb_del(txn_, dbi, &key, nullptr);
+  if (rc == MDB_NOTFOUND) return false;
+  check(rc, "mdb_del");
+  return true;
+}
+
 std::span<std::byte> Txn::reserve(MDB_dbi dbi, MDB_val key, std::size_t size) {
   MDB_val value{size, nullptr};
   int rc = mdb_put(txn_, dbi, &key, &value, MDB_RESERVE);
@@ -144,6 +151,10 @@ bool Cursor::get(MDB_val& key, MDB_val& value, MDB_cursor_op op) {
 
 void Cursor::put(MDB_val key, MDB_val value, unsigned flags) {
   check(mdb_cursor_put(cursor_, &key, &value, flags), "mdb_cursor_put");
+}
+
+void Cursor::del() {
+  check(mdb_cursor_del(cursor_, 0), "mdb_cursor_del");
 }
 
 std::span<std::byte> Cursor::reserve(MDB_val key, std::size_t size, unsigned flags) {

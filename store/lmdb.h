@@ -113,6 +113,8 @@ class Txn {
   void put(MDB_dbi dbi, MDB_val key, MDB_val value, unsigned flags = 0);
   // Puts with MDB_NOOVERWRITE; returns false, writing nothing, if `key` exists.
   bool put_new(MDB_dbi dbi, MDB_val key, MDB_val value);
+  // Deletes `key`; returns false when there was none.
+  bool del(MDB_dbi dbi, MDB_val key);
   // Reserves `size` bytes for `key` and returns them for the caller to fill
   // before the next update in this transaction (MDB_RESERVE).
   std::span<std::byte> reserve(MDB_dbi dbi, MDB_val key, std::size_t size);
@@ -134,6 +136,8 @@ class Cursor {
   // are filled on success.
   bool get(MDB_val& key, MDB_val& value, MDB_cursor_op op);
   void put(MDB_val key, MDB_val value, unsigned flags = 0);
+  // Deletes the item the cursor is at (mdb_cursor_del).
+  void del();
   // mdb_cursor_put with MDB_RESERVE | flags; see Txn::reserve.
   std::span<std::byte> reserve(MDB_val key, std::size_t size, unsigned flags = 0);
 

@@ -659,3 +659,62 @@ TEST_CASE("opening a store touches no descriptor another thread owns", "[store]"
 
 }  // namespace
 }  // namespace forktrial::store
+
+namespace forktrial::store {
+namespace {
+
+TEST_CASE("deleted runs leave nothing behind, and a fork keeps its parent", "[store]") {
+  forktrial::testing::TempDir dir;
+  EventStore store(dir.path() / "s", testing::fixed_options());
+  const RunInfo root = *store.import_run({.id = RunId("run_root")}, testing::events("r", 5));
+  const RunInfo fork = *store.fork(root.id, EventId("r3"), {.id = RunId("run_fork")});
+  REQUIRE(store.append(fork.id, 3, testing::events("f", 4)) == 7u);
+  const RunInfo grandchild = *store.fork(fork.id, EventId("f2"), {.id = RunId("run_grand")});
+  const RunInfo other = *store.import_run({.id = RunId("run_other")}, testing::events("o", 2));
+
+  // The fork has a fork of its own: it cannot go alone, and nothing goes.
+  const std::vector<RunId> fork_only{fork.id};
+  auto refused = store.delete_runs(fork_only);
+  REQUIRE_FALSE(refused.has_value());
+  CHECK(refused.error().message ==
+        "cannot delete run run_fork: run run_grand forks from it; nothing was deleted");
+  CHECK(store.snapshot().run(fork.id).has_value());
+  const std::vector<RunId> unknown{RunId("run_nope")};
+  CHECK(store.delete_runs(unknown).error().kind == Refused::unknown_run);
+  const std::vector<RunId> twice{other.id, other.id};
+  CHECK(store.delete_runs(twice).error().kind == Refused::invalid_input);
+
+  // With its fork, it goes: its own events and their ids, not its parent's.
+  const std::vector<RunId> both{grandchild.id, fork.id};
+  const auto deleted = store.delete_runs(both);
+  REQUIRE(deleted.has_value());
+  CHECK(deleted->runs == 2);
+  CHECK(deleted->events == 4);
+  CHECK(deleted->bytes > 0);
+  {
+    auto snap = store.snapshot();
+    CHECK_FALSE(snap.run(fork.id).has_value());
+    CHECK_FALSE(snap.run(grandchild.id).has_value());
+    std::vector<std::string> listed;
+    for (const RunInfo& run : snap.runs()) listed.push_back(run.id.str());
+    CHECK(listed == Strings{"run_root", "run_other"});
+    const RunInfo kept = *snap.run(root.id);
+    CHECK(kept.head == 5);
+    CHECK(testing::ids_of(snap.history(kept)) == Strings{"r1", "r2", "r3", "r4", "r5"});
+    CHECK(testing::ids_of(snap.history(*snap.run(other.id))) == Strings{"o1", "o2"});
+  }
+  // The ids are free again, and a new run under one starts empty: no event
+  // or event id of the old one is read through it.
+  const RunInfo again = *store.fork(root.id, EventId("r3"), {.id = RunId("run_fork")});
+  CHECK(again.head == 3);
+  REQUIRE(store.append(again.id, 3, testing::events("f", 1)) == 4u);
+  CHECK(testing::ids_of(store.snapshot().history(*store.snapshot().run(again.id))) ==
+        Strings{"r1", "r2", "r3", "f1"});
+  // A run created after the deletion, numbered like none before it, reads
+  // its own events only.
+  const RunInfo fresh = *store.import_run({.id = RunId("run_fresh")}, testing::events("n", 1));
+  CHECK(testing::ids_of(store.snapshot().history(fresh)) == Strings{"n1"});
+}
+
+}  // namespace
+}  // namespace forktrial::store
