@@ -48,4 +48,12 @@ struct TrialId {
   friend auto operator<=>(const TrialId&, const TrialId&) = default;
 };
 
+// The run a trial's attempt is recorded as, "run_<job>_<index>_a<attempt>":
+// one per attempt, so a superseded attempt can never write into the fork of
+// the one that replaced it.
+inline store::RunId fork_run_of(const TrialId& trial, Attempt attempt) {
+  return store::RunId("run_" + trial.job.str() + "_" + std::to_string(trial.index) + "_a" +
+                      std::to_string(attempt));
+}
+
 }  // namespace forktrial::coordinator

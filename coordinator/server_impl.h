@@ -89,13 +89,6 @@ inline store::StoreOptions coordinator_store_options(World& world, const ServerC
   return options;
 }
 
-// The run a trial's attempt is recorded as: one per attempt, so a superseded
-// attempt can never write into the fork of the one that replaced it.
-inline store::RunId fork_run_of(const TrialId& trial, Attempt attempt) {
-  return store::RunId("run_" + trial.job.str() + "_" + std::to_string(trial.index) + "_a" +
-                      std::to_string(attempt));
-}
-
 // Whether `id` is one the coordinator names runs with itself: its trials'
 // forks (fork_run_of: jobs are job_...) and its own runs (forktrial.*). A
 // client may not take one, or it could stop a trial from ever being

@@ -138,6 +138,14 @@ void Environment::sync() {
   lmdb::check(mdb_env_sync(env_.get(), 1), "mdb_env_sync(force)");
 }
 
+void Environment::copy_compacted(const std::filesystem::path& to) {
+  // Held while LMDB copies from its own read transaction, so the map does not
+  // change under the copy.
+  const ReadTxn held = read();
+  lmdb::check(mdb_env_copy2(env_.get(), to.c_str(), MDB_CP_COMPACT),
+              "mdb_env_copy2(" + to.string() + ", MDB_CP_COMPACT)");
+}
+
 void Environment::write(const std::function<bool(lmdb::Txn&)>& body) {
   for (;;) {
     const std::size_t size_at_start = map_size_;

@@ -101,6 +101,11 @@ class Environment {
   // must survive a power loss for. Throws LmdbError when the flush fails.
   void sync();
 
+  // Writes a compacted copy of the store (live pages only, free pages
+  // dropped) into the directory `to`, which must exist and hold no store
+  // (mdb_env_copy2 with MDB_CP_COMPACT). Throws LmdbError when it fails.
+  void copy_compacted(const std::filesystem::path& to);
+
   // Begins a read-only transaction, held by the calling thread, adopting
   // another process's map size first if needed. Throws ResizeBlocked when the
   // map cannot follow it now, StoreError (MDB_READERS_FULL, ...) otherwise.

@@ -87,6 +87,18 @@ std::size_t EventStore::map_size() const {
   return impl_->map_size();
 }
 
+void EventStore::copy_compacted(const std::filesystem::path& to) const {
+  std::error_code error;
+  if (std::filesystem::exists(to, error) || error) {
+    throw StoreError("cannot copy the store to " + to.string() +
+                     ": it exists; give a new directory");
+  }
+  if (!std::filesystem::create_directories(to, error) || error) {
+    throw StoreError("cannot create " + to.string() + ": " + error.message());
+  }
+  impl_->copy_compacted(to);
+}
+
 void EventStore::write_transaction(const std::function<bool(Writer&)>& body) {
   impl_->write([&](lmdb::Txn& txn) {
     Writer::State state{*impl_, txn};

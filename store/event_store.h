@@ -256,6 +256,11 @@ class EventStore {
   // when the disk refuses the flush.
   void sync();
   std::size_t map_size() const;
+  // Writes a compacted copy of the store, without the room deleted runs
+  // left, into the new directory `to` (created; refused with StoreError when
+  // it exists): the way to give that room back to the disk, since LMDB's
+  // file never shrinks. Writers wait for nothing: the copy reads a snapshot.
+  void copy_compacted(const std::filesystem::path& to) const;
 
   // Runs `body` in one write transaction, committed when it returns a value
   // and aborted when it returns a Refusal or throws. When the map must grow

@@ -43,6 +43,7 @@ int main(int argc, char** argv) {
   forktrial::tools::add_trial_command(app);
   forktrial::tools::add_preflight_command(app);
   forktrial::tools::add_cluster_commands(app);
+  forktrial::tools::add_store_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

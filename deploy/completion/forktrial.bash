@@ -11,7 +11,7 @@
 # The subcommands under a command path ("" is forktrial itself).
 _forktrial_subcommands() {
   case $1 in
-    "") echo "pack run trial preflight keygen coordinator worker submit status wait cancel results workers import batch" ;;
+    "") echo "pack run trial preflight keygen coordinator worker submit status wait cancel results workers import batch gc compact" ;;
     pack) echo "hash verify check" ;;
     run) echo "new ls show events graph fork export import import-sqlite" ;;
   esac
@@ -51,6 +51,8 @@ _forktrial_options() {
     import) echo "--help --id --label --fork-of --at $client" ;;
     results) echo "--help --csv --by $client" ;;
     batch) echo "--help --store --workers --slots --by --json --log-level --isolation --python" ;;
+    gc) echo "--help --store --keep --older-than --batch --dry-run --json" ;;
+    compact) echo "--help --store --output --json" ;;
   esac
 }
 
@@ -58,7 +60,7 @@ _forktrial_options() {
 _forktrial_is_flag() {
   case $1 in
     -h | --help | --version | --json | --csv | --content | --executable | --force | --wait | \
-      --insecure | --log-json | --all) return 0 ;;
+      --insecure | --log-json | --all | --dry-run) return 0 ;;
   esac
   return 1
 }
@@ -123,6 +125,7 @@ _forktrial() {
       --log-level) _forktrial_words "debug info warn error" "$cur" ;;
       --by) _forktrial_words "candidate" "$cur" ;;
       --state) _forktrial_words "queued running finished abandoned cancelled" "$cur" ;;
+      --keep) _forktrial_words "all failures none" "$cur" ;;
       --store | --cache | --pack | --extra-pack) _forktrial_dirs "$cur" ;;
       --spec | --key | --coordinator-key | --allow-workers | --allow-clients | --admin-clients | \
         --output | -o)

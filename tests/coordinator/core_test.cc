@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
+#include <set>
 #include <span>
 #include <string>
 
@@ -331,14 +333,15 @@ std::string results_request(std::uint64_t request, const std::string& job) {
 
 }  // namespace
 
-// The path the simulation takes for a share of its reports
-// (simulation/simulator.cc, kRefusedDeltas): the same code, so the same
-// answer. The three reports arrive in one turn, as a daemon's commit window
-// gathers them, and share its transaction until the store refuses it.
-TEST_CASE("reports sharing a turn: the one whose delta the store refuses costs only its delta",
-          "[coordinator][core]") {
-  GreeterCore fixture;
-  auto& [greeter, config, core] = fixture;
+namespace {
+
+// A job of three trials of `greeter`, leased to worker w1, whose reports
+// arrive in one turn: trial 1's names evt_001, which is in every fork's
+// inherited history, so the rules every delta is held to pass it and the
+// store refuses it; 0 and 2 append evt_new. Returns the job's id; `acks`
+// gets the reports' answers.
+std::string three_reports_in_a_turn(CoordinatorCore& core, const GreeterStore& greeter,
+                                    std::vector<std::pair<std::string, std::string>>& acks) {
   auto accepted = only_reply(core.turn("c", untokened_submission(2, greeter.trial, 3), kNow));
   REQUIRE(accepted.envelope().isJobAccepted());
   const std::string job = wire::text(accepted.envelope().getJobAccepted().getJob());
@@ -347,16 +350,28 @@ TEST_CASE("reports sharing a turn: the one whose delta the store refuses costs o
   REQUIRE(work.envelope().isAssignments());
   const auto assignments = work.envelope().getAssignments().getAssignments();
   REQUIRE(assignments.size() == 3);
-
-  // evt_001 is in every fork's inherited history: the rules every delta is
-  // held to pass it, and the store refuses it.
   std::vector<CoordinatorCore::Frame> reports;
   for (unsigned i = 0; i < 3; ++i) {
     reports.push_back({"w", report_with_event(10 + i, assignments[i].getTrial(),
                                               i == 1 ? "evt_001" : "evt_new")});
   }
-  const auto acks = core.turn(reports, kNow);
+  acks = core.turn(reports, kNow);
   REQUIRE(acks.size() == 3);
+  return job;
+}
+
+}  // namespace
+
+// The path the simulation takes for a share of its reports
+// (simulation/simulator.cc, kRefusedDeltas): the same code, so the same
+// answer. The three reports arrive in one turn, as a daemon's commit window
+// gathers them, and share its transaction until the store refuses it.
+TEST_CASE("reports sharing a turn: the one whose delta the store refuses costs only its delta",
+          "[coordinator][core]") {
+  GreeterCore fixture;
+  auto& [greeter, config, core] = fixture;
+  std::vector<std::pair<std::string, std::string>> acks;
+  const std::string job = three_reports_in_a_turn(core, greeter, acks);
   for (const auto& [route, frame] : acks) {
     auto ack = wire::decode(frame);
     REQUIRE(ack.has_value());
@@ -542,4 +557,118 @@ TEST_CASE("a worker that merely runs adds no record, and a restart renews what i
   }
   // Recovery, in memory too, wrote nothing.
   CHECK(logged_types(config.store) == after);
+}
+
+TEST_CASE("gc deletes the forks a policy no longer keeps, never a result or a user's run",
+          "[coordinator][core][gc]") {
+  GreeterStore greeter;
+  ServerConfig config;
+  config.store = greeter.store;
+  std::string job;
+  {
+    CoordinatorCore core(config, quiet);
+    only_reply(core.turn("c", client_hello(1), kNow));
+    // Trial 1's delta is refused: it is recorded crashed. 0 and 2 complete.
+    std::vector<std::pair<std::string, std::string>> acks;
+    job = three_reports_in_a_turn(core, greeter, acks);
+    // A second job stays queued: unfinished, never touched.
+    REQUIRE(only_reply(core.turn("c", untokened_submission(20, greeter.trial, 1), kNow))
+                .envelope()
+                .isJobAccepted());
+  }
+  const auto fork = [&](unsigned index) {
+    return "run_" + job + "_" + std::to_string(index) + "_a1";
+  };
+  {
+    // A user forks trial 2's fork, and a local trial left a fork.
+    store::EventStore events(config.store);
+    REQUIRE(events.fork(store::RunId(fork(2)), store::EventId("evt_new"),
+                        {.id = store::RunId("run_mine")}));
+    REQUIRE(events.fork(store::RunId("run_chat"), store::EventId("evt_031"),
+                        {.id = store::RunId("run_trial_0123456789abcdef")}));
+  }
+  const std::string store = config.store.string();
+  const auto gc = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {"gc", "--store", store, "--json"});
+    const auto result = forktrial::testing::run_forktrial(args);
+    INFO(result.err);
+    REQUIRE(result.exit_code == 0);
+    return nlohmann::json::parse(result.out);
+  };
+  const auto runs = [&] {
+    std::set<std::string> ids;
+    const auto listed =
+        forktrial::testing::run_forktrial({"run", "ls", "--all", "--store", store, "--json"});
+    for (const auto& run : nlohmann::json::parse(listed.out)) ids.insert(run["id"]);
+    return ids;
+  };
+  const auto all = runs();
+
+  // A dry run plans: trial 0's fork (completed); trial 1's is a failure,
+  // trial 2's is forked from.
+  auto planned = gc({"--keep", "failures", "--dry-run"});
+  CHECK(planned["forks_planned"] == 1);
+  CHECK(planned["forks_deleted"] == 0);
+  CHECK(planned["forks_kept"] == 1);
+  CHECK(planned["forks_forked_from"] == 1);
+  CHECK(planned["local_forks_kept"] == 1);
+  CHECK(planned["jobs_collected"] == 1);
+  CHECK(planned["jobs_unfinished"] == 1);
+  CHECK(runs() == all);
+  // The job finished in 2023: not 5000 days ago.
+  CHECK(gc({"--keep", "none", "--older-than", "5000d", "--dry-run"})["jobs_too_recent"] == 1);
+
+  auto failures = gc({"--keep", "failures"});
+  CHECK(failures["forks_deleted"] == 1);
+  CHECK(failures["events_deleted"] == 1);
+  CHECK(failures["bytes_freed"].get<std::uint64_t>() > 0);
+  auto left = all;
+  left.erase(fork(0));
+  CHECK(runs() == left);
+
+  auto none = gc({"--keep", "none"});
+  CHECK(none["forks_deleted"] == 2);  // trial 1's, and the local trial's
+  CHECK(none["forks_already_gone"] == 1);
+  CHECK(none["forks_forked_from"] == 1);
+  left.erase(fork(1));
+  left.erase("run_trial_0123456789abcdef");
+  CHECK(runs() == left);
+  CHECK(left.contains("run_chat"));
+  CHECK(left.contains("run_mine"));
+  CHECK(left.contains(fork(2)));
+  CHECK(left.contains("forktrial.orchestration"));
+
+  // Every result stands, read by a restarted coordinator.
+  {
+    CoordinatorCore restarted(config, quiet);
+    only_reply(restarted.turn("c", client_hello(30), kNow));
+    auto results = only_reply(restarted.turn("c", results_request(31, job), kNow));
+    const auto lines = results.envelope().getResults().getLines();
+    REQUIRE(lines.size() == 3);
+    CHECK_THAT(wire::text(lines[0]), Catch::Contains(R"("outcome":"completed")") &&
+                                         Catch::Contains(R"("fork_run_id":")" + fork(0)));
+    CHECK_THAT(wire::text(lines[1]), Catch::Contains(R"("outcome":"crashed")"));
+  }
+
+  // The compacted copy holds the same runs, in a file no larger.
+  const auto copy = config.store.parent_path() / "compacted";
+  const auto compacted = forktrial::testing::run_forktrial(
+      {"compact", "--store", store, "--output", copy.string(), "--json"});
+  INFO(compacted.err);
+  REQUIRE(compacted.exit_code == 0);
+  const auto sizes = nlohmann::json::parse(compacted.out);
+  CHECK(sizes["bytes_after"].get<std::uint64_t>() <= sizes["bytes_before"].get<std::uint64_t>());
+  {
+    store::EventStore copied(copy);
+    std::set<std::string> ids;
+    for (const auto& run : copied.snapshot().runs()) ids.insert(run.id.str());
+    CHECK(ids == left);
+  }
+  const auto again =
+      forktrial::testing::run_forktrial({"compact", "--store", store, "--output", copy.string()});
+  CHECK(again.exit_code == 2);
+  CHECK_THAT(again.err, Catch::Contains("exists; give a new directory"));
+  const auto bad = forktrial::testing::run_forktrial({"gc", "--store", store, "--keep", "some"});
+  CHECK(bad.exit_code == 2);
+  CHECK_THAT(bad.err, Catch::Contains("give all, failures or none"));
 }

@@ -1,0 +1,137 @@
+#include "coordinator/retention.h"
+
+#include <algorithm>
+#include <set>
+#include <utility>
+
+#include "base/timestamp.h"
+#include "coordinator/orchestration_log.h"
+#include "coordinator/scheduler.h"
+
+namespace forktrial::coordinator {
+
+std::string_view keep_forks_name(KeepForks keep) {
+  switch (keep) {
+    case KeepForks::all:
+      return "all";
+    case KeepForks::failures:
+      return "failures";
+    case KeepForks::none:
+      return "none";
+  }
+  return "all";
+}
+
+std::optional<KeepForks> parse_keep_forks(std::string_view name) {
+  for (const KeepForks keep : {KeepForks::all, KeepForks::failures, KeepForks::none}) {
+    if (keep_forks_name(keep) == name) return keep;
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+// Whether the policy keeps the fork of a trial with `outcome`.
+bool kept(KeepForks keep, Outcome outcome) {
+  return keep == KeepForks::all || (keep == KeepForks::failures && outcome != Outcome::completed);
+}
+
+}  // namespace
+
+std::expected<GcPlan, Status> plan_gc(const store::Snapshot& snapshot,
+                                      const RetentionPolicy& policy, Instant now) {
+  GcPlan plan;
+  // Runs other runs fork from, and the runs there are.
+  std::set<store::RunId> parents;
+  std::set<store::RunId> present;
+  std::vector<store::RunInfo> local;
+  for (store::RunInfo& run : snapshot.runs()) {
+    if (run.fork_of) parents.insert(run.fork_of->parent);
+    if (run.id.str().starts_with(store::kTrialForkPrefix)) local.push_back(run);
+    present.insert(std::move(run.id));
+  }
+  const auto take = [&](const store::RunId& fork) {
+    if (parents.contains(fork)) {
+      ++plan.forks_forked_from;
+      return;
+    }
+    plan.forks.push_back(fork);
+  };
+
+  // The jobs, as a restarted coordinator sees them.
+  Scheduler scheduler;
+  auto read = read_log(
+      snapshot, [&](OrchestrationRecord&& record) { scheduler.replay(std::move(record)); },
+      [](const store::EventView&) {});
+  if (!read) return std::unexpected(read.error());
+  for (const JobStatus& job : scheduler.jobs()) {
+    if (!job.finished() || !job.finished_at) {
+      ++plan.jobs_unfinished;
+      continue;
+    }
+    if (now - *job.finished_at < policy.after) {
+      ++plan.jobs_too_recent;
+      continue;
+    }
+    ++plan.jobs_collected;
+    scheduler.visit_trials(job.id, [&](const TrialSummary& trial) {
+      if (trial.status != TrialStatus::reconciled || !trial.outcome) return;
+      if (kept(policy.keep, *trial.outcome)) {
+        ++plan.forks_kept;
+        return;
+      }
+      const TrialId id{job.id, trial.index};
+      const store::RunId fork = fork_run_of(id, scheduler.trial_state(id)->attempt);
+      if (!present.contains(fork)) {
+        ++plan.forks_gone;
+        return;
+      }
+      take(fork);
+    });
+  }
+
+  // Local trials' forks: their outcome is not in the store, so only `none`
+  // collects them, by age.
+  for (const store::RunInfo& run : local) {
+    const auto created = parse_timestamp(run.created_at);
+    const bool old_enough = created && now - Instant(Duration(*created)) >= policy.after;
+    if (policy.keep != KeepForks::none || !old_enough) {
+      ++plan.local_forks_kept;
+      continue;
+    }
+    const std::size_t before = plan.forks.size();
+    take(run.id);
+    plan.local_forks += plan.forks.size() - before;
+  }
+  return plan;
+}
+
+GcResult apply_gc(store::EventStore& store, std::span<const store::RunId> forks, std::size_t batch,
+                  const std::function<void(std::uint64_t done)>& progress) {
+  GcResult result;
+  const auto add = [&](const store::DeletedRuns& deleted) {
+    result.deleted.runs += deleted.runs;
+    result.deleted.events += deleted.events;
+    result.deleted.bytes += deleted.bytes;
+  };
+  batch = std::max<std::size_t>(batch, 1);
+  for (std::size_t from = 0; from < forks.size(); from += batch) {
+    const auto part = forks.subspan(from, std::min(batch, forks.size() - from));
+    if (auto deleted = store.delete_runs(part)) {
+      add(*deleted);
+    } else {
+      for (const store::RunId& fork : part) {
+        auto one = store.delete_runs(std::span(&fork, 1));
+        if (one) {
+          add(*one);
+        } else if (one.error().kind != store::Refused::unknown_run) {
+          result.skipped.push_back(fork.str() + ": " + one.error().message);
+        }
+      }
+    }
+    if (progress) progress(from + part.size());
+  }
+  return result;
+}
+
+}  // namespace forktrial::coordinator

@@ -1,0 +1,83 @@
+// Retention: what is kept of a finished job's trials' forks, and the
+// collection that applies it to a store (`forktrial gc`).
+//
+// A trial's fork (run_<job>_<index>_a<attempt>) holds what its candidate
+// appended; its result (outcome, counts, detail) is a `trial.result` event
+// of the orchestration log and never goes. A policy keeps every fork, only
+// the forks of trials that did not complete (a failure is what one wants to
+// replay and inspect), or none, once the job has been finished for a while.
+// Local trials' forks (run_trial_...) have no result in the store, so only
+// `none` collects them, by their age. Runs a user imported or made, and the
+// orchestration log, are never touched.
+//
+// plan_gc reads a snapshot (the log replayed through the scheduler, the way a
+// coordinator starts, and the list of runs) and decides; apply_gc deletes in
+// batches, one transaction each, so a coordinator writing the same store
+// waits at most one batch. A fork some other run forks from is kept (its
+// history would lose events).
+//
+// Thread-safety: free functions over the store's own rules
+// (store/event_store.h). Errors: plan_gc returns the log's corruption as a
+// Status; the store's failures throw StoreError.
+#pragma once
+
+#include <cstdint>
+#include <expected>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/error.h"
+#include "coordinator/ids.h"
+#include "store/event_store.h"
+
+namespace forktrial::coordinator {
+
+enum class KeepForks : std::uint8_t {
+  all,       // keep every fork
+  failures,  // keep the forks of trials whose outcome is not `completed`
+  none,      // keep only the results
+};
+// "all", "failures", "none".
+std::string_view keep_forks_name(KeepForks keep);
+std::optional<KeepForks> parse_keep_forks(std::string_view name);
+
+struct RetentionPolicy {
+  KeepForks keep = KeepForks::all;
+  // A job's forks are collected once it has been finished this long (a local
+  // fork once it is this old).
+  Duration after{0};
+};
+
+struct GcPlan {
+  std::vector<store::RunId> forks;      // to delete, in the order of their jobs
+  std::uint64_t jobs_collected = 0;     // finished long enough ago: the policy applied
+  std::uint64_t jobs_too_recent = 0;    // finished less than `after` ago
+  std::uint64_t jobs_unfinished = 0;    // never touched
+  std::uint64_t forks_kept = 0;         // of collected jobs, kept by the policy
+  std::uint64_t forks_gone = 0;         // of collected jobs, deleted before
+  std::uint64_t forks_forked_from = 0;  // kept: another run forks from them
+  std::uint64_t local_forks = 0;        // run_trial_... among `forks`
+  std::uint64_t local_forks_kept = 0;   // run_trial_... kept (too young, or not `none`)
+};
+
+// What `policy` collects in the store as of `now`. An error when the
+// orchestration log does not replay (a corrupt log).
+std::expected<GcPlan, Status> plan_gc(const store::Snapshot& snapshot,
+                                      const RetentionPolicy& policy, Instant now);
+
+struct GcResult {
+  store::DeletedRuns deleted;
+  std::vector<std::string> skipped;  // forks not deleted, and why (forked from meanwhile)
+};
+
+// Deletes `forks`, `batch` per transaction, calling `progress` with the count
+// done after each. A batch the store refuses (a fork forked from since the
+// plan) is deleted one run at a time, the refused ones skipped.
+GcResult apply_gc(store::EventStore& store, std::span<const store::RunId> forks, std::size_t batch,
+                  const std::function<void(std::uint64_t done)>& progress);
+
+}  // namespace forktrial::coordinator

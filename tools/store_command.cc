@@ -1,0 +1,238 @@
+// `forktrial gc` and `forktrial compact`: a long-lived store's upkeep. gc
+// deletes the trials' forks a retention policy no longer keeps
+// (coordinator/retention.h); compact writes a copy of the store without the
+// room deleted runs left, since LMDB's file never shrinks.
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "coordinator/retention.h"
+#include "sandbox/limit_units.h"
+#include "store/event_store.h"
+#include "tools/cli_support.h"
+#include "tools/commands.h"
+#include "tools/store_access.h"
+#include "tools/terminal.h"
+
+namespace forktrial::tools {
+namespace {
+
+namespace fs = std::filesystem;
+using coordinator::KeepForks;
+using nlohmann::ordered_json;
+
+// "7d", "12h", "30m", "90s", "0": how long a job has been finished.
+coordinator::Duration parse_age(const std::string& text) {
+  double seconds = -1;
+  if (text.size() > 1 && text.back() == 'd') {
+    if (auto days = sandbox::parse_duration_seconds(text.substr(0, text.size() - 1))) {
+      seconds = *days * 86'400;
+    }
+  } else if (auto parsed = sandbox::parse_duration_seconds(text)) {
+    seconds = *parsed;
+  }
+  if (!(seconds >= 0) || seconds > 1e11) {
+    throw CommandFailed("--older-than: \"" + text +
+                            "\" is not an age; give a number and a unit, such as 7d, 12h, 30m or 0",
+                        kUsageError);
+  }
+  return coordinator::Duration(static_cast<std::int64_t>(seconds * 1000));
+}
+
+// "12.3 MiB".
+std::string bytes_text(std::uint64_t bytes) {
+  const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  std::size_t unit = 0;
+  while (value >= 1024 && unit + 1 < std::size(units)) {
+    value /= 1024;
+    ++unit;
+  }
+  char text[64];
+  std::snprintf(text, sizeof text, unit == 0 ? "%.0f %s" : "%.1f %s", value, units[unit]);
+  return text;
+}
+
+std::uint64_t file_bytes(const fs::path& store) {
+  std::error_code error;
+  const auto size = fs::file_size(store / "data.mdb", error);
+  return error ? 0 : size;
+}
+
+struct GcOptions {
+  std::string store = kDefaultStore;
+  std::string keep;
+  std::string older_than = "0";
+  std::size_t batch = 1000;
+  bool dry_run = false;
+  bool json = false;
+};
+
+void run_gc(const GcOptions& o) {
+  const auto keep = coordinator::parse_keep_forks(o.keep);
+  if (!keep) {
+    throw CommandFailed("--keep: \"" + o.keep + "\" is not a policy; give all, failures or none",
+                        kUsageError);
+  }
+  const coordinator::RetentionPolicy policy{*keep, parse_age(o.older_than)};
+  store::EventStore store = open_store(o.store, false);
+  const auto now =
+      std::chrono::time_point_cast<coordinator::Duration>(std::chrono::system_clock::now());
+  auto plan = coordinator::plan_gc(store.snapshot(), policy, now);
+  if (!plan) {
+    throw CommandFailed("cannot plan the collection: " + plan.error().message +
+                        "; the store's orchestration log is corrupt, and nothing was deleted");
+  }
+  const bool progress = !o.json && !plan->forks.empty();
+  coordinator::GcResult result;
+  if (!o.dry_run) {
+    result = coordinator::apply_gc(store, plan->forks, o.batch, [&](std::uint64_t done) {
+      if (progress) {
+        std::fprintf(stderr, "gc: %llu of %zu forks deleted\r",
+                     static_cast<unsigned long long>(done), plan->forks.size());
+      }
+    });
+    if (progress) std::fprintf(stderr, "\n");
+  }
+  const std::uint64_t file = file_bytes(store.path());
+  if (o.json) {
+    ordered_json doc{{"dry_run", o.dry_run},
+                     {"keep", std::string(coordinator::keep_forks_name(*keep))},
+                     {"older_than_ms", policy.after.count()},
+                     {"forks_planned", plan->forks.size()},
+                     {"forks_deleted", result.deleted.runs},
+                     {"events_deleted", result.deleted.events},
+                     {"bytes_freed", result.deleted.bytes},
+                     {"forks_kept", plan->forks_kept},
+                     {"forks_already_gone", plan->forks_gone},
+                     {"forks_forked_from", plan->forks_forked_from},
+                     {"local_forks_planned", plan->local_forks},
+                     {"local_forks_kept", plan->local_forks_kept},
+                     {"jobs_collected", plan->jobs_collected},
+                     {"jobs_too_recent", plan->jobs_too_recent},
+                     {"jobs_unfinished", plan->jobs_unfinished},
+                     {"skipped", result.skipped},
+                     {"store_file_bytes", file}};
+    std::cout << json_text(doc) << '\n';
+    return;
+  }
+  if (o.dry_run) {
+    std::printf("would delete %zu fork(s) (%llu of local trials); nothing was deleted\n",
+                plan->forks.size(), static_cast<unsigned long long>(plan->local_forks));
+  } else {
+    std::printf("deleted %llu fork(s): %llu events, %s freed inside the store\n",
+                static_cast<unsigned long long>(result.deleted.runs),
+                static_cast<unsigned long long>(result.deleted.events),
+                bytes_text(result.deleted.bytes).c_str());
+  }
+  std::printf(
+      "kept %llu fork(s) by the policy (--keep %s), %llu that other runs fork from, "
+      "%llu local trials' forks\n",
+      static_cast<unsigned long long>(plan->forks_kept), o.keep.c_str(),
+      static_cast<unsigned long long>(plan->forks_forked_from),
+      static_cast<unsigned long long>(plan->local_forks_kept));
+  const std::string recent = policy.after.count() == 0
+                                 ? ""
+                                 : std::to_string(plan->jobs_too_recent) + " finished less than " +
+                                       terminal_safe(o.older_than) + " ago, ";
+  std::printf(
+      "finished jobs collected: %llu; %s%llu unfinished (untouched); every result is "
+      "kept\n",
+      static_cast<unsigned long long>(plan->jobs_collected), recent.c_str(),
+      static_cast<unsigned long long>(plan->jobs_unfinished));
+  for (const std::string& skipped : result.skipped) {
+    std::printf("skipped %s\n", terminal_safe(skipped).c_str());
+  }
+  if (result.deleted.runs > 0) {
+    std::printf(
+        "the store's file stays %s: LMDB reuses the room but never shrinks its file; "
+        "`forktrial compact --store %s --output NEW` writes a copy without it\n",
+        bytes_text(file).c_str(), terminal_safe(o.store).c_str());
+  }
+}
+
+void add_gc(CLI::App& app) {
+  auto o = std::make_shared<GcOptions>();
+  auto* cmd = app.add_subcommand(
+      "gc",
+      "Delete the trials' forks a retention policy no longer keeps: of finished jobs, every fork, "
+      "or only those of trials that completed, once the job has been finished a while. Results "
+      "and verdicts are never deleted, nor runs a user imported or made");
+  cmd->add_option("--store", o->store, "The store directory (a coordinator may be running on it)")
+      ->capture_default_str()
+      ->envname("FORKTRIAL_STORE");
+  cmd->add_option("--keep", o->keep,
+                  "What to keep of a finished job's forks: all, failures (the forks of trials "
+                  "whose outcome is not completed) or none (results only)")
+      ->required();
+  cmd->add_option("--older-than", o->older_than,
+                  "Collect only jobs finished at least this long ago (7d, 12h, 30m; 0: all). A "
+                  "local trial's fork (run_trial_...) goes with --keep none once this old")
+      ->capture_default_str();
+  cmd->add_option("--batch", o->batch, "Forks deleted per transaction")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1'000'000));
+  cmd->add_flag("--dry-run", o->dry_run, "Say what would be deleted, and delete nothing");
+  cmd->add_flag("--json", o->json, "Print JSON for scripts instead of text");
+  cmd->footer(examples_footer({
+      "forktrial gc --keep failures --older-than 7d   # a week after a job, drop completed forks",
+      "forktrial gc --keep none --older-than 30d --dry-run",
+      "forktrial gc --keep none --json",
+  }));
+  cmd->callback([o] { run_gc(*o); });
+}
+
+void add_compact(CLI::App& app) {
+  auto store_dir = std::make_shared<std::string>(kDefaultStore);
+  auto output = std::make_shared<std::string>();
+  auto json = std::make_shared<bool>(false);
+  auto* cmd = app.add_subcommand(
+      "compact",
+      "Write a compacted copy of the store to a new directory: the room gc freed goes back to the "
+      "disk once the copy replaces the store (stop the coordinator, move the copy in place)");
+  cmd->add_option("--store", *store_dir, "The store directory")
+      ->capture_default_str()
+      ->envname("FORKTRIAL_STORE");
+  cmd->add_option("--output,-o", *output, "The new directory to write the copy into")->required();
+  cmd->add_flag("--json", *json, "Print JSON for scripts instead of text");
+  cmd->footer(examples_footer({
+      "forktrial compact --store /var/lib/forktrial/store --output /var/lib/forktrial/store.new",
+  }));
+  cmd->callback([=] {
+    if (fs::exists(*output)) {
+      throw CommandFailed("--output " + *output + " exists; give a new directory", kUsageError);
+    }
+    std::uint64_t before = 0;
+    {
+      store::EventStore store = open_store(*store_dir, false);
+      before = file_bytes(store.path());
+      store.copy_compacted(*output);
+    }
+    const std::uint64_t after = file_bytes(*output);
+    if (*json) {
+      std::cout << json_text(ordered_json{{"store", *store_dir},
+                                          {"output", *output},
+                                          {"bytes_before", before},
+                                          {"bytes_after", after}})
+                << '\n';
+      return;
+    }
+    std::printf("wrote %s (%s; the store's file is %s)\n", terminal_safe(*output).c_str(),
+                bytes_text(after).c_str(), bytes_text(before).c_str());
+    std::printf("to use it: stop what uses %s, move it aside, move %s in its place\n",
+                terminal_safe(*store_dir).c_str(), terminal_safe(*output).c_str());
+  });
+}
+
+}  // namespace
+
+void add_store_commands(CLI::App& app) {
+  add_gc(app);
+  add_compact(app);
+}
+
+}  // namespace forktrial::tools
