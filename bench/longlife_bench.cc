@@ -1,0 +1,362 @@
+// A coordinator's long life, measured: N trivial trials run through the
+// coordinator's real message handling and recording (CoordinatorCore, the
+// daemon's loop without its socket), then a restart, a gc and a compaction
+// of the store. Prints
+//
+//  - the store's bytes per trial (its file's growth over the trials), and
+//    where they go: each table's pages, and the orchestration log's event
+//    bytes by type;
+//  - the restart's time (the log replayed into the scheduler, results
+//    indexed), against the time to read the same log without applying it,
+//    measured in the same run;
+//  - the store's file before and after `gc --keep none` and after a
+//    compacting copy.
+//
+// A trivial trial's worker report carries --events events of a few bytes
+// (default 1). Trials are submitted in jobs of --job trials and leased to
+// one synthetic worker; time is the core's virtual time.
+//
+// usage: longlife_bench [--trials N] [--job N] [--events N] [--dir DIR]
+// Exit status: 0 when measured (the figures are for the README), 2 on a
+// usage or setup error.
+#include <capnp/message.h>
+#include <lmdb.h>
+#include <stdlib.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "coordinator/orchestration_log.h"
+#include "coordinator/retention.h"
+#include "coordinator/server.h"
+#include "pack/bundle_archive.h"
+#include "schema/wire_codec.h"
+#include "store/event_store.h"
+
+namespace {
+
+using namespace forktrial;
+using namespace forktrial::coordinator;
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using Replies = std::vector<std::pair<std::string, std::string>>;
+
+struct Config {
+  std::uint64_t trials = 100'000;
+  std::uint32_t job = 1'000;
+  std::uint32_t events = 1;
+  fs::path dir = fs::temp_directory_path();
+};
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+std::uint64_t file_bytes(const fs::path& store) {
+  std::error_code error;
+  const auto size = fs::file_size(store / "data.mdb", error);
+  return error ? 0 : size;
+}
+
+// A frame's decoded envelope; throws when the core answered an error.
+wire::Frame answer(const Replies& replies, std::size_t at = 0) {
+  if (replies.size() <= at) throw std::runtime_error("the core did not answer");
+  auto frame = wire::decode(replies[at].second);
+  if (!frame) throw std::runtime_error("the core's answer does not decode");
+  if (frame->envelope().isError()) {
+    throw std::runtime_error("the core refused: " +
+                             wire::text(frame->envelope().getError().getMessage()));
+  }
+  return std::move(*frame);
+}
+
+std::string encode(capnp::MallocMessageBuilder& message) {
+  return wire::encode(message);
+}
+
+class Bench {
+ public:
+  explicit Bench(const Config& config) : config_(config) {
+    std::string pattern = (config.dir / "forktrial-longlife-XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+    root_ = pattern;
+    server_.store = root_ / "store";
+  }
+  ~Bench() {
+    std::error_code ignored;
+    fs::remove_all(root_, ignored);
+  }
+
+  void run() {
+    seed_store();
+    const std::uint64_t seeded = file_bytes(server_.store);
+    const auto ran = Clock::now();
+    run_trials();
+    const double trial_seconds = seconds_since(ran);
+    const std::uint64_t grown = file_bytes(server_.store) - seeded;
+    std::printf("trials                 %llu in jobs of %u, %u event(s) each, %.1f s (%.0f/s)\n",
+                static_cast<unsigned long long>(config_.trials), config_.job, config_.events,
+                trial_seconds, static_cast<double>(config_.trials) / trial_seconds);
+    std::printf("store per trial        %.0f bytes (the file grew %.1f MiB)\n",
+                static_cast<double>(grown) / static_cast<double>(config_.trials),
+                static_cast<double>(grown) / (1 << 20));
+    print_tables();
+    print_log_types();
+
+    // Restart: a new core on the store replays the log.
+    const auto restart = Clock::now();
+    { CoordinatorCore restarted(server_, quiet_); }
+    const double restart_seconds = seconds_since(restart);
+    const auto read = Clock::now();
+    std::uint64_t records = 0;
+    {
+      store::EventStore store(server_.store);
+      auto snapshot = store.snapshot();
+      auto log = read_log(
+          snapshot, [&](OrchestrationRecord&&) { ++records; }, [](const store::EventView&) {});
+      if (!log) throw std::runtime_error("the log does not read: " + log.error().message);
+    }
+    const double read_seconds = seconds_since(read);
+    std::printf("restart                %.2f s; reading its %llu records alone %.2f s: %.2fx\n",
+                restart_seconds, static_cast<unsigned long long>(records), read_seconds,
+                restart_seconds / read_seconds);
+
+    // gc --keep none, then a compacting copy.
+    const std::uint64_t before_gc = file_bytes(server_.store);
+    store::DeletedRuns deleted;
+    std::uint64_t compacted = 0;
+    {
+      store::EventStore store(server_.store);
+      const auto now = std::chrono::time_point_cast<Duration>(std::chrono::system_clock::now());
+      auto plan = plan_gc(store.snapshot(), RetentionPolicy{KeepForks::none, Duration(0)}, now);
+      if (!plan) throw std::runtime_error("gc cannot plan: " + plan.error().message);
+      const auto collected = Clock::now();
+      deleted = apply_gc(store, plan->forks, 1000, {}).deleted;
+      std::printf("gc --keep none         %llu forks, %llu events, %.1f MiB freed in %.2f s\n",
+                  static_cast<unsigned long long>(deleted.runs),
+                  static_cast<unsigned long long>(deleted.events),
+                  static_cast<double>(deleted.bytes) / (1 << 20), seconds_since(collected));
+      store.copy_compacted(root_ / "compacted");
+      compacted = file_bytes(root_ / "compacted");
+    }
+    std::printf(
+        "store file             %.1f MiB before gc, %.1f MiB after (LMDB keeps its "
+        "file), %.1f MiB compacted: %.0f bytes per trial kept\n",
+        static_cast<double>(before_gc) / (1 << 20),
+        static_cast<double>(file_bytes(server_.store)) / (1 << 20),
+        static_cast<double>(compacted) / (1 << 20),
+        static_cast<double>(compacted - seeded) / static_cast<double>(config_.trials));
+  }
+
+ private:
+  // A root run of 31 events and the greeter pack's bundle, as the core tests
+  // seed theirs; `trial_` is a specification forking it at evt_031.
+  void seed_store() {
+    const fs::path source(FORKTRIAL_SOURCE_DIR);
+    store::EventStore events(server_.store);
+    std::vector<store::NewEvent> history;
+    for (int i = 1; i <= 31; ++i) {
+      store::NewEvent event;
+      event.id = store::numbered_event_id(static_cast<std::uint64_t>(i));
+      event.type = "note.added";
+      event.payload = R"({"n":)" + std::to_string(i) + "}";
+      event.timestamp = "2026-01-05T10:00:00Z";
+      history.push_back(std::move(event));
+    }
+    if (!events.import_run({.id = store::RunId("run_chat"), .label = "chat"}, history)) {
+      throw std::runtime_error("cannot import the parent run");
+    }
+    auto archive = pack::archive_pack(source / "examples/packs/greeter");
+    if (!archive) throw std::runtime_error("cannot archive examples/packs/greeter");
+    events.put_blob(std::as_bytes(std::span(archive->bytes.data(), archive->bytes.size())));
+    trial_ = R"({"candidate":"greeter","spec":{"at_event":"evt_031","candidate":{"root_dir":")" +
+             wire::bundle_root(Sha256::of(archive->bytes)) + R"(","expected_bundle_hash":")" +
+             archive->bundle_hash.str() +
+             R"("},"extra_packs":[],"label":"t","limits":{},"parent_run_id":"run_chat",)"
+             R"("scenario":"","schema_version":1}})";
+  }
+
+  void run_trials() {
+    CoordinatorCore core(server_, quiet_, 1, now_);
+    answer(core.turn("c", client_hello(), now_));
+    answer(core.turn("w", worker_hello(), now_));
+    std::uint64_t done = 0;
+    while (done < config_.trials) {
+      const auto size =
+          static_cast<std::uint32_t>(std::min<std::uint64_t>(config_.job, config_.trials - done));
+      tick();
+      answer(core.turn("c", submission(size), now_));
+      std::uint32_t left = size;
+      while (left > 0) {
+        tick();
+        auto work = answer(core.turn("w", request_work(left), now_));
+        const auto assignments = work.envelope().getAssignments().getAssignments();
+        if (assignments.size() == 0) throw std::runtime_error("no work leased");
+        std::vector<CoordinatorCore::Frame> reports;
+        for (auto assignment : assignments) reports.push_back({"w", report(assignment.getTrial())});
+        for (std::size_t from = 0; from < reports.size(); from += 256) {
+          tick();
+          const std::size_t to = std::min(reports.size(), from + 256);
+          const auto acks = core.turn(std::span(reports).subspan(from, to - from), now_);
+          for (std::size_t i = 0; i < acks.size(); ++i) answer(acks, i);
+        }
+        left -= assignments.size();
+      }
+      done += size;
+      if (done % 10'000 < size) {
+        std::fprintf(stderr, "longlife: %llu of %llu trials\r",
+                     static_cast<unsigned long long>(done),
+                     static_cast<unsigned long long>(config_.trials));
+      }
+    }
+    std::fprintf(stderr, "\n");
+  }
+
+  void tick() { now_ += std::chrono::milliseconds(1); }
+
+  std::string client_hello() {
+    capnp::MallocMessageBuilder message;
+    wire::start(message, ++request_).setClientHello();
+    return encode(message);
+  }
+  std::string worker_hello() {
+    capnp::MallocMessageBuilder message;
+    auto hello = wire::start(message, ++request_).initWorkerHello();
+    hello.setWorkerId("w1");
+    hello.setSlots(1024);
+    hello.setIsolation("{}");
+    return encode(message);
+  }
+  std::string submission(std::uint32_t trials) {
+    capnp::MallocMessageBuilder message;
+    auto job = wire::start(message, ++request_).initSubmitJob();
+    job.setName("longlife");
+    auto specs = job.initSpecs(trials);
+    for (std::uint32_t i = 0; i < trials; ++i) specs.set(i, trial_);
+    return encode(message);
+  }
+  std::string request_work(std::uint32_t slots) {
+    capnp::MallocMessageBuilder message;
+    wire::start(message, ++request_).initRequestWork().setFreeSlots(std::min(slots, 1024u));
+    return encode(message);
+  }
+  std::string report(schema::wire::TrialRef::Reader trial) {
+    capnp::MallocMessageBuilder message;
+    auto report = wire::start(message, ++request_).initReport();
+    report.setTrial(trial);
+    report.setOutcome(schema::TrialOutcome::COMPLETED);
+    report.setDetail("ran");
+    auto events = report.initEvents(config_.events);
+    for (std::uint32_t i = 0; i < config_.events; ++i) {
+      events[i].setId("evt_new_" + std::to_string(i));
+      events[i].setType("note.added");
+      events[i].setPayload("{}");
+      events[i].setTimestamp("2026-01-05T10:00:00Z");
+      events[i].getActor().setActorName("candidate");
+    }
+    return encode(message);
+  }
+
+  // The pages of each table (mdb_stat), read with the store closed.
+  void print_tables() const {
+    MDB_env* env = nullptr;
+    if (mdb_env_create(&env) != 0) return;
+    mdb_env_set_maxdbs(env, 16);
+    if (mdb_env_open(env, server_.store.c_str(), MDB_RDONLY, 0600) != 0) {
+      mdb_env_close(env);
+      return;
+    }
+    MDB_txn* txn = nullptr;
+    mdb_txn_begin(env, nullptr, MDB_RDONLY, &txn);
+    std::printf("tables (bytes per trial of their pages):");
+    for (const char* name : {"runs", "run_numbers", "events", "event_ids", "blobs"}) {
+      MDB_dbi dbi = 0;
+      MDB_stat stat{};
+      if (mdb_dbi_open(txn, name, 0, &dbi) != 0 || mdb_stat(txn, dbi, &stat) != 0) continue;
+      const double bytes =
+          static_cast<double>(stat.ms_psize) *
+          static_cast<double>(stat.ms_branch_pages + stat.ms_leaf_pages + stat.ms_overflow_pages);
+      std::printf(" %s %.0f", name, bytes / static_cast<double>(config_.trials));
+    }
+    std::printf("\n");
+    mdb_txn_abort(txn);
+    mdb_env_close(env);
+  }
+
+  // The orchestration log's payload bytes per trial, by event type.
+  void print_log_types() const {
+    store::EventStore store(server_.store);
+    auto snapshot = store.snapshot();
+    std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> types;  // count, bytes
+    if (auto log = snapshot.run(kOrchestrationRun)) {
+      snapshot.for_each_event(*log, 1, [&](const store::EventView& event) {
+        auto& [count, bytes] = types[std::string(event.type)];
+        ++count;
+        bytes += event.payload.size();
+        return true;
+      });
+    }
+    std::printf("log payload bytes per trial:");
+    for (const auto& [type, counted] : types) {
+      std::printf(" %s %.0f (%llu events)", type.c_str(),
+                  static_cast<double>(counted.second) / static_cast<double>(config_.trials),
+                  static_cast<unsigned long long>(counted.first));
+    }
+    std::printf("\n");
+  }
+
+  Config config_;
+  // The core keeps a reference to its log.
+  const Log quiet_ = [](LogLevel, const std::string&) {};
+  fs::path root_;
+  ServerConfig server_;
+  std::string trial_;
+  Instant now_{std::chrono::milliseconds(1'700'000'000'000)};
+  std::uint64_t request_ = 0;
+};
+
+bool parse_number(const char* text, std::uint64_t& out) {
+  char* end = nullptr;
+  out = std::strtoull(text, &end, 10);
+  return end != text && *end == '\0';
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Config config;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    std::uint64_t value = 0;
+    const bool has_value = i + 1 < argc;
+    if (arg == "--trials" && has_value && parse_number(argv[++i], value) && value > 0) {
+      config.trials = value;
+    } else if (arg == "--job" && has_value && parse_number(argv[++i], value) && value > 0 &&
+               value <= 1'000'000) {
+      config.job = static_cast<std::uint32_t>(value);
+    } else if (arg == "--events" && has_value && parse_number(argv[++i], value) && value <= 1000) {
+      config.events = static_cast<std::uint32_t>(value);
+    } else if (arg == "--dir" && has_value) {
+      config.dir = argv[++i];
+    } else {
+      std::fprintf(stderr,
+                   "usage: longlife_bench [--trials N] [--job N] [--events 0..1000] [--dir DIR]\n");
+      return 2;
+    }
+  }
+  try {
+    Bench bench(config);
+    bench.run();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "longlife_bench: %s\n", e.what());
+    return 2;
+  }
+  return 0;
+}
