@@ -24,7 +24,7 @@
 // read_log joins them into the one record again.
 //
 // The log also holds events of the coordinator's own that are not records
-// (e.g. "trial.result", written in the same transaction as a
+// (e.g. "trial.verdict", written in the same transaction as a
 // trial.reconciled); read_log hands those over untouched.
 //
 // Thread-safety: the functions are pure apart from the Writer or Snapshot

@@ -4,6 +4,52 @@
 
 namespace forktrial::coordinator::detail {
 
+std::optional<std::string> Server::result_from_verdict(const TrialId& trial,
+                                                       std::string_view stored) {
+  const auto doc = ordered_json::parse(stored, nullptr, false);
+  const auto text = [&](const char* key, const std::string& otherwise = "") {
+    const auto found = doc.find(key);
+    return found != doc.end() && found->is_string() ? found->get<std::string>() : otherwise;
+  };
+  const auto number = [&](const char* key) {
+    const auto found = doc.find(key);
+    return found != doc.end() && found->is_number_unsigned() ? found->get<std::uint64_t>() : 0;
+  };
+  const std::string* payload = scheduler_.payload(trial);
+  if (!doc.is_object() || payload == nullptr) return std::nullopt;
+  auto submitted = read_payload(*payload, specs_);
+  const auto outcome = outcome_from_name(text("outcome"));
+  const auto executor = pack::executor_named(text("executor", "lua"));
+  const auto isolation = sandbox::parse_isolation(text("isolation", "standard"));
+  if (!submitted || !outcome || !executor || !isolation) return std::nullopt;
+  sandbox::TrialVerdict v;
+  v.outcome = *outcome;
+  const auto exit_code = doc.find("exit_code");
+  v.exit_code =
+      exit_code != doc.end() && exit_code->is_number_integer() ? exit_code->get<int>() : 0;
+  v.detail = text("detail");
+  if (const auto warnings = doc.find("warnings"); warnings != doc.end() && warnings->is_array()) {
+    for (const auto& warning : *warnings) {
+      if (warning.is_string()) v.warnings.push_back(warning.get<std::string>());
+    }
+  }
+  const auto attempt = static_cast<Attempt>(number("attempt"));
+  ordered_json line = result_json(trial, attempt, *submitted, v, WorkerId(text("worker")));
+  line["fork_run_id"] = fork_run_of(trial, attempt).str();
+  line["events_appended"] = number("events_appended");
+  line["behavior_failures"] = number("behavior_failures");
+  line["behavior_failures_after_fork"] = number("behavior_failures_after_fork");
+  line["duration_ms"] = number("duration_ms");
+  line["executor"] = {{"name", std::string(pack::executor_name(*executor))},
+                      {"version", text("executor_version")}};
+  const std::string limit = text("limit");
+  line["limit"] = limit.empty() ? ordered_json(nullptr) : ordered_json(limit);
+  // What isolation the trial had, as its worker ran it and its warnings say.
+  line["isolation"] = ordered_json::parse(sandbox::isolation_json(sandbox::trial_isolation(
+      *isolation, submitted->spec().limits, v.warnings, pack::executor_name(*executor))));
+  return line.dump();
+}
+
 void Server::remember_result(const store::EventView& event) {
   auto doc = ordered_json::parse(event.payload, nullptr, false);
   if (!doc.is_object() || !doc["job"].is_string() || !doc["index"].is_number_unsigned()) return;
@@ -30,7 +76,10 @@ std::optional<std::string> Server::stored_result(const TrialId& trial,
   if (!run) return std::nullopt;
   std::optional<std::string> payload;
   snapshot.for_each_event(*run, seq, [&](const store::EventView& event) {
-    if (event.seq == seq && event.type == kResultType) payload = std::string(event.payload);
+    if (event.seq != seq) return false;
+    // A log written before verdicts were cut holds whole result lines.
+    if (event.type == kResultType) payload = std::string(event.payload);
+    if (event.type == kVerdictType) payload = result_from_verdict(trial, event.payload);
     return false;
   });
   return payload;
@@ -256,28 +305,34 @@ store::Result<std::uint64_t> Server::record_reconciliation(store::Writer& writer
   records.push_back(TrialReconciled{r.trial, r.attempt, v.outcome, r.at});
   auto run = writer.run(fork_id);
   const std::uint64_t fork_seq = run->fork_of ? run->fork_of->seq : 0;
-  ordered_json result = result_json(r.trial, r.attempt, submitted, v, r.worker);
-  result["fork_run_id"] = fork_id.str();
-  result["events_appended"] = run->head - fork_seq;
-  result["behavior_failures"] = writer.events_of_type(*run, "behavior.failed").size();
-  result["behavior_failures_after_fork"] =
+  // What the store and the worker established, and nothing the job's
+  // specification or the fork's id already say: the result line is this,
+  // completed from the job when it is read (result_line).
+  const std::uint64_t appended = run->head - fork_seq;
+  const std::uint64_t failures_after =
       writer.events_of_type(*run, "behavior.failed", fork_seq).size();
-  result["duration_ms"] = r.duration_ms;
-  result["executor"] = {{"name", std::string(pack::executor_name(r.executor))},
-                        {"version", r.executor_version}};
-  result["limit"] = v.net == Net::none ? ordered_json(nullptr) : ordered_json(net_name(v.net));
-  // What isolation the trial had, as its worker ran it and its warnings say.
-  result["isolation"] = ordered_json::parse(sandbox::isolation_json(sandbox::trial_isolation(
-      r.isolation, submitted.spec().limits, v.warnings, pack::executor_name(r.executor))));
   // The store is the record: say when the child claimed otherwise.
-  std::string detail = result["detail"];
-  sandbox::append_detail_line(detail,
-                              sandbox::claim_disagreement(v, result["events_appended"],
-                                                          result["behavior_failures_after_fork"]));
-  result["detail"] = detail;
+  std::string detail = v.detail;
+  sandbox::append_detail_line(detail, sandbox::claim_disagreement(v, appended, failures_after));
+  ordered_json verdict{{"job", r.trial.job.str()},
+                       {"index", r.trial.index},
+                       {"attempt", r.attempt},
+                       {"worker", r.worker.str()},
+                       {"outcome", std::string(outcome_name(v.outcome))},
+                       {"exit_code", v.exit_code}};
+  if (!detail.empty()) verdict["detail"] = detail;
+  if (!v.warnings.empty()) verdict["warnings"] = v.warnings;
+  verdict["events_appended"] = appended;
+  verdict["behavior_failures"] = writer.events_of_type(*run, "behavior.failed").size();
+  verdict["behavior_failures_after_fork"] = failures_after;
+  verdict["duration_ms"] = r.duration_ms;
+  verdict["executor"] = std::string(pack::executor_name(r.executor));
+  if (!r.executor_version.empty()) verdict["executor_version"] = r.executor_version;
+  if (v.net != Net::none) verdict["limit"] = std::string(net_name(v.net));
+  verdict["isolation"] = std::string(sandbox::isolation_name(r.isolation));
   store::NewEvent event;
-  event.type = kResultType;
-  event.payload = result.dump();
+  event.type = kVerdictType;
+  event.payload = verdict.dump();
   event.timestamp = format_timestamp(r.at.time_since_epoch().count());
   event.actor = std::string(kCoordinatorActor);
   results.push_back(std::move(event));

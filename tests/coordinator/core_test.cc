@@ -672,3 +672,87 @@ TEST_CASE("gc deletes the forks a policy no longer keeps, never a result or a us
   CHECK(bad.exit_code == 2);
   CHECK_THAT(bad.err, Catch::Contains("give all, failures or none"));
 }
+
+TEST_CASE("a result is recorded as a verdict and read back whole, an older log's line as written",
+          "[coordinator][core]") {
+  GreeterStore greeter;
+  ServerConfig config;
+  config.store = greeter.store;
+  std::string job;
+  std::vector<std::string> served;
+  {
+    CoordinatorCore core(config, quiet);
+    only_reply(core.turn("c", client_hello(1), kNow));
+    std::vector<std::pair<std::string, std::string>> acks;
+    job = three_reports_in_a_turn(core, greeter, acks);
+    auto results = only_reply(core.turn("c", results_request(6, job), kNow));
+    for (auto line : results.envelope().getResults().getLines()) served.push_back(wire::text(line));
+  }
+  REQUIRE(served.size() == 3);
+  // The stored verdict holds what the store and the worker established, not
+  // the specification the job holds.
+  std::string verdict;
+  std::uint64_t head = 0;
+  {
+    store::EventStore events(config.store);
+    const auto snapshot = events.snapshot();
+    const auto log = *snapshot.run(kOrchestrationRun);
+    head = log.head;
+    snapshot.for_each_event(log, 1, [&](const store::EventView& e) {
+      if (e.type == "trial.verdict" && verdict.empty()) verdict = std::string(e.payload);
+      return true;
+    });
+  }
+  CHECK_THAT(verdict, Catch::Contains(R"("outcome":"completed")") &&
+                          Catch::Contains(R"("isolation":"standard")") &&
+                          !Catch::Contains("expected_bundle_hash") && !Catch::Contains("pin"));
+  const auto line = nlohmann::json::parse(served[0]);
+  for (const char* key : {"trial",
+                          "job",
+                          "index",
+                          "candidate",
+                          "pin",
+                          "scenario",
+                          "at",
+                          "status",
+                          "outcome",
+                          "exit_code",
+                          "detail",
+                          "warnings",
+                          "worker",
+                          "attempts",
+                          "fork_run_id",
+                          "events_appended",
+                          "behavior_failures",
+                          "behavior_failures_after_fork",
+                          "duration_ms",
+                          "executor",
+                          "limit",
+                          "isolation"}) {
+    CHECK(line.contains(key));
+  }
+  CHECK(line["candidate"] == "greeter");
+  CHECK(line["fork_run_id"] == "run_" + job + "_0_a1");
+  CHECK(line["isolation"].is_object());
+  {
+    // A whole result line, as older coordinators wrote it, for trial 2.
+    store::EventStore events(config.store);
+    store::NewEvent older;
+    older.id = store::numbered_event_id(head + 1);
+    older.type = "trial.result";
+    older.payload = R"({"trial":")" + job + R"(#2","job":")" + job +
+                    R"(","index":2,"outcome":"completed","detail":"written whole"})";
+    older.timestamp = "2026-01-05T10:00:00Z";
+    REQUIRE(events.append(kOrchestrationRun, head, older));
+  }
+  CoordinatorCore restarted(config, quiet);
+  only_reply(restarted.turn("c", client_hello(7), kNow));
+  auto results = only_reply(restarted.turn("c", results_request(8, job), kNow));
+  const auto lines = results.envelope().getResults().getLines();
+  REQUIRE(lines.size() == 3);
+  CHECK(wire::text(lines[0]) == served[0]);  // the same line after a restart
+  CHECK(wire::text(lines[1]) == served[1]);
+  CHECK(wire::text(lines[2]) ==
+        R"({"trial":")" + job + R"(#2","job":")" + job +
+            R"(","index":2,"outcome":"completed","detail":"written whole"})");
+}
