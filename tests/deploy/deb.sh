@@ -8,7 +8,7 @@
 #    records a trial and runs a batch;
 #  - a man page for every command `forktrial --help` lists, the units
 #    (systemd-analyze verify, which also looks up their man pages), the
-#    example environment files;
+#    example environment files, the Prometheus alerting rules;
 #  - the bash completion, checked against every command's --help: its
 #    subcommands, options, which options take a value, the words a value may
 #    be, and paths where a file or a directory goes;
@@ -169,6 +169,11 @@ for example in coordinator.env worker.env forktrial-coordinator-curve.conf forkt
     fail "/usr/share/doc/forktrial/examples/$example is missing or not deploy/systemd's"
 done
 say "units installed and verified (their man pages found); examples in /usr/share/doc/forktrial/examples"
+rules=/usr/share/forktrial/prometheus/forktrial-alerts.yml
+cmp -s "$rules" "$FORKTRIAL_SOURCE/deploy/prometheus/forktrial-alerts.yml" ||
+  fail "$rules is missing or not deploy/prometheus's"
+grep -qx "$rules" "$TMPDIR/files" || fail "dpkg does not list $rules as the package's"
+say "alerting rules installed: $rules"
 
 # ---- bash completion, against --help
 
