@@ -5,6 +5,7 @@
 #include <type_traits>
 #include <variant>
 
+#include "store/event_store.h"
 #include "transport/metrics_endpoint.h"
 
 namespace forktrial::coordinator {
@@ -72,8 +73,30 @@ CoordinatorMetrics::CoordinatorMetrics()
                       .Register(*registry_)),
       workers_alive_(
           add_gauge(*registry_, "forktrial_workers_alive", "Workers the coordinator holds alive")),
+      slots_(add_gauge(*registry_, "forktrial_cluster_slots", "Trial slots of the live workers")),
+      slots_busy_(add_gauge(*registry_, "forktrial_cluster_slots_busy",
+                            "Trial slots of the live workers holding a lease (at most each "
+                            "worker's slots)")),
       store_full_(add_gauge(*registry_, "forktrial_store_full",
-                            "1 while the store is full and the coordinator takes no writes")) {
+                            "1 while the store is full and the coordinator takes no writes")),
+      store_bytes_(
+          add_gauge(*registry_, "forktrial_store_bytes", "Size of the store's data file on disk")),
+      map_bytes_(add_gauge(*registry_, "forktrial_store_map_bytes",
+                           "The store's LMDB map now (doubled whenever a write needs room)")),
+      map_limit_bytes_(add_gauge(*registry_, "forktrial_store_map_limit_bytes",
+                                 "The most the store's LMDB map grows to: writes past it are "
+                                 "refused as a full store")),
+      disk_free_bytes_(add_gauge(*registry_, "forktrial_store_disk_free_bytes",
+                                 "Free space of the disk holding the store")),
+      log_records_(add_gauge(*registry_, "forktrial_orchestration_log_records",
+                             "Records in the orchestration log")),
+      process_(*registry_) {
+  add_gauge(*registry_, "forktrial_build_info",
+            "This coordinator's version, wire protocol and store schema (value 1)",
+            {{"version", FORKTRIAL_VERSION},
+             {"wire_protocol", std::to_string(schema::wire::K_PROTOCOL_VERSION)},
+             {"store_schema", std::to_string(store::kSchemaVersion)}})
+      .Set(1);
   const std::string blobs_help =
       "Blob bytes through the coordinator: uploaded by clients, served to workers in chunks";
   blob_bytes_[static_cast<std::size_t>(BlobDirection::uploaded)] = &add_counter(
@@ -83,11 +106,6 @@ CoordinatorMetrics::CoordinatorMetrics()
   const std::string jobs_help = "Jobs: active (some trial not done yet) or finished";
   jobs_[0] = &add_gauge(*registry_, "forktrial_jobs", jobs_help, {{"state", "active"}});
   jobs_[1] = &add_gauge(*registry_, "forktrial_jobs", jobs_help, {{"state", "finished"}});
-  const std::string slots_help =
-      "Trial slots of the live workers: total, and busy (holding a lease, at most its worker's "
-      "slots)";
-  slots_[0] = &add_gauge(*registry_, "forktrial_cluster_slots", slots_help, {{"state", "total"}});
-  slots_[1] = &add_gauge(*registry_, "forktrial_cluster_slots", slots_help, {{"state", "busy"}});
   for (std::size_t s = 0; s < kTrialStatusCount; ++s) {
     trials_[s] = &add_gauge(
         *registry_, "forktrial_trials", "Trials of every job the coordinator holds, by status",
@@ -185,9 +203,18 @@ void CoordinatorMetrics::observe(const Scheduler& scheduler, bool store_full) {
     ++it;
   }
   workers_alive_.Set(static_cast<double>(alive_workers_.size()));
-  slots_[0]->Set(static_cast<double>(total));
-  slots_[1]->Set(static_cast<double>(busy));
+  slots_.Set(static_cast<double>(total));
+  slots_busy_.Set(static_cast<double>(busy));
   store_full_.Set(store_full ? 1 : 0);
+}
+
+void CoordinatorMetrics::observe_store(const StoreDisk& disk,
+                                       std::optional<std::uint64_t> log_records) {
+  store_bytes_.Set(static_cast<double>(disk.store_bytes));
+  map_bytes_.Set(static_cast<double>(disk.map_bytes));
+  map_limit_bytes_.Set(static_cast<double>(disk.map_limit_bytes));
+  if (disk.free_bytes) disk_free_bytes_.Set(static_cast<double>(*disk.free_bytes));
+  if (log_records) log_records_.Set(static_cast<double>(*log_records));
 }
 
 void CoordinatorMetrics::resync(const Scheduler& scheduler) {

@@ -24,9 +24,27 @@
 //                                               `job`, which Prometheus gives its targets)
 //   forktrial_jobs{state}                       "active" (unfinished) and "finished" jobs
 //   forktrial_workers_alive                     workers the coordinator holds alive
-//   forktrial_cluster_slots{state}              their slots: "total", "busy" (holding a
-//                                               lease, at most the worker's slots)
+//   forktrial_cluster_slots                     their slots
+//   forktrial_cluster_slots_busy                those of them holding a lease (at most
+//                                               each worker's slots); two families, not
+//                                               one labelled, so that sum() of either
+//                                               counts each slot once
 //   forktrial_store_full                        1 while the store takes no writes
+// Gauges of the store's room (coordinator/store_disk.h) and of the process,
+// read at most once a second (the server's monotonic clock says when):
+//   forktrial_store_bytes                       the store's data file on disk
+//   forktrial_store_map_bytes                   its LMDB map now (it doubles as needed)
+//   forktrial_store_map_limit_bytes             the most the map grows to
+//   forktrial_store_disk_free_bytes             free space of the disk holding the store
+//                                               (kept at its last value while the disk
+//                                               cannot tell)
+//   forktrial_orchestration_log_records         records in the orchestration log (the
+//                                               head of forktrial.orchestration)
+//   process_start_time_seconds, process_resident_memory_bytes, process_open_fds
+//                                               Prometheus's standard names
+//                                               (transport/process_metrics.h)
+// Info, set once: forktrial_build_info{version,wire_protocol,store_schema} 1,
+// what `forktrial --version` prints.
 //
 // Counted when committed. A record counts once the store holds it, never when
 // it is decided: a turn undone because the store was full (its records
@@ -38,7 +56,9 @@
 // a job is first seen; no label is formatted per message. observe() costs
 // O(unfinished jobs + live workers), and runs once per turn that changed
 // something (measured at about 2 us with 10 jobs and 10 live workers, 15 us
-// with 100 workers).
+// with 100 workers). observe_store() and observe_process() are called at most
+// once a second: their readings (statvfs, a file's size, a snapshot's look at
+// the log's head, a few /proc files) are made by the caller or rate-limited.
 //
 // Thread-safety: every member function but registry() is for the loop thread
 // (the owner of the Scheduler). The registry is read by the HTTP server's
@@ -56,12 +76,15 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <span>
 
 #include "coordinator/scheduler.h"
+#include "coordinator/store_disk.h"
 #include "schema/wire_codec.h"
 #include "transport/metrics_endpoint.h"
+#include "transport/process_metrics.h"
 
 namespace forktrial::coordinator {
 
@@ -101,6 +124,12 @@ class CoordinatorMetrics {
   // Sets the gauges from the scheduler. Jobs and workers it watches are the
   // ones committed() or resync() told of.
   void observe(const Scheduler& scheduler, bool store_full);
+  // Sets the store's gauges; `log_records` nullopt leaves that one as it was
+  // (the log could not be looked at).
+  void observe_store(const StoreDisk& disk, std::optional<std::uint64_t> log_records);
+  // Reads the process's gauges again unless it did less than a second
+  // before `now` (the server's monotonic clock).
+  void observe_process(std::chrono::steady_clock::time_point now) { process_.observe(now); }
   // Forgets what it watched and takes every unfinished job and live worker
   // from `scheduler`: after the log was replayed into it. Costs O(every job
   // and worker ever known).
@@ -129,8 +158,15 @@ class CoordinatorMetrics {
   prometheus::Family<prometheus::Gauge>& job_queued_;
   std::array<prometheus::Gauge*, 2> jobs_{};  // active, finished
   prometheus::Gauge& workers_alive_;
-  std::array<prometheus::Gauge*, 2> slots_{};  // total, busy
+  prometheus::Gauge& slots_;
+  prometheus::Gauge& slots_busy_;
   prometheus::Gauge& store_full_;
+  prometheus::Gauge& store_bytes_;
+  prometheus::Gauge& map_bytes_;
+  prometheus::Gauge& map_limit_bytes_;
+  prometheus::Gauge& disk_free_bytes_;
+  prometheus::Gauge& log_records_;
+  transport::ProcessMetrics process_;
 
   std::uint64_t expiries_decided_ = 0;  // by ticked(), not yet committed
   // Unfinished jobs, each with its queue gauge (null until observed); the

@@ -32,6 +32,7 @@ Server::Server(const ServerConfig& config, const sandbox::Cancellation& stop, co
     socket_->bind(config.listen);
   }
   recover();
+  look_at_store();
   if (listen && config.http) {
     auto routes = probes_.routes();
     routes.push_back(transport::metrics_route(metrics_.registry()));
@@ -52,6 +53,7 @@ int Server::run() {
     } catch (const zmq::error_t& e) {
       if (e.num() != EINTR) throw;  // a signal: the loop looks at `stop`
     }
+    look_at_store();
     const Instant now = clock_now();
     for (std::size_t i = 0; i < kMaxMessagesPerTurn && receive_one(now); ++i) {
     }
@@ -88,6 +90,7 @@ void Server::gather() {
 
 std::vector<std::pair<std::string, std::string>> Server::turn(
     std::span<const CoordinatorCore::Frame> frames) {
+  look_at_store();
   for (const auto& frame : frames) take(frame.route, frame.bytes, std::nullopt, clock_now());
   end_turn();
   return std::exchange(outbox_, {});

@@ -21,6 +21,7 @@
 #include "coordinator/orchestration_log.h"
 #include "coordinator/server.h"
 #include "coordinator/status_page.h"
+#include "coordinator/store_disk.h"
 #include "coordinator/upload_spool.h"
 #include "pack/bundle_archive.h"
 #include "sandbox/delta.h"
@@ -482,8 +483,12 @@ class Server {
 
   // What `status` answers: every job, or with `mine` those the client of the
   // message being handled may read.
+  // Both say why the store takes no writes (store_full) and warn when its
+  // disk is nearly full (disk_warning); the list also holds the store's
+  // room (store_disk).
   ordered_json jobs_doc(Instant now, bool mine = false) const;
   ordered_json job_doc(const JobStatus& status, Instant now) const;
+  void add_store_warnings(ordered_json& doc) const;
 
   void reply_json(const std::string& route, std::uint64_t request, const ordered_json& doc,
                   bool workers);
@@ -518,6 +523,12 @@ class Server {
 
   // What `workers` answers.
   ordered_json workers_doc() const;
+
+  // ---- the store's room: looked at once a second, for the gauges and the
+  // status (coordinator/store_disk.h); a warning is logged when it appears
+  // and when it goes.
+
+  void look_at_store();
 
   // ---- the status API (coordinator/status_page.h), on this thread
 
@@ -599,6 +610,10 @@ class Server {
   std::chrono::steady_clock::time_point next_probe_;
   std::chrono::steady_clock::time_point last_full_log_;
   std::chrono::seconds probe_wait_{1};
+  // The store's room as last looked at (look_at_store), and when to look next.
+  StoreDisk disk_;
+  std::optional<std::string> disk_warning_;
+  std::optional<std::chrono::steady_clock::time_point> next_store_look_;
 };
 
 }  // namespace forktrial::coordinator::detail

@@ -69,19 +69,54 @@ ordered_json Server::timestamp_json(Instant at) {
   return format_timestamp(at.time_since_epoch().count());
 }
 
+void Server::look_at_store() {
+  const auto steady = world_.monotonic_now();
+  if (next_store_look_ && steady < *next_store_look_) return;
+  next_store_look_ = steady + std::chrono::seconds(1);
+  disk_ = StoreDisk{world_.free_bytes(config_.store), store_file_bytes(config_.store),
+                    store_.map_size(), coordinator_store_options(world_, config_).max_map_size};
+  std::optional<std::uint64_t> records;
+  try {
+    const auto log = store_.snapshot().run(kOrchestrationRun);
+    records = log ? log->head : 0;
+  } catch (const store::ResizeBlocked&) {
+    // Another process grew the map and it cannot follow yet: next time.
+  }
+  metrics_.observe_store(disk_, records);
+  metrics_.observe_process(steady);
+  auto warning = disk_warning(disk_, config_.store);
+  if (warning && !disk_warning_) log_(LogLevel::warn, *warning);
+  if (!warning && disk_warning_) {
+    log_(LogLevel::info, "the store's disk has room again (" +
+                             (disk_.free_bytes ? std::to_string(*disk_.free_bytes) : "unknown") +
+                             " bytes free)");
+  }
+  disk_warning_ = std::move(warning);
+}
+
+void Server::add_store_warnings(ordered_json& doc) const {
+  if (store_full_) doc["store_full"] = *store_full_;
+  if (disk_warning_) doc["disk_warning"] = *disk_warning_;
+}
+
 ordered_json Server::jobs_doc(Instant now, bool mine) const {
   ordered_json all = ordered_json::array();
   for (const auto& status : scheduler_.jobs()) {
     if (!mine || may_act_on(status)) all.push_back(status_json(status, now));
   }
   ordered_json doc{{"jobs", all}};
-  if (store_full_) doc["store_full"] = *store_full_;
+  add_store_warnings(doc);
+  doc["store_disk"] = {
+      {"free_bytes", disk_.free_bytes ? ordered_json(*disk_.free_bytes) : ordered_json(nullptr)},
+      {"store_bytes", disk_.store_bytes},
+      {"map_bytes", disk_.map_bytes},
+      {"map_limit_bytes", disk_.map_limit_bytes}};
   return doc;
 }
 
 ordered_json Server::job_doc(const JobStatus& status, Instant now) const {
   ordered_json doc = status_json(status, now);
-  if (store_full_) doc["store_full"] = *store_full_;
+  add_store_warnings(doc);
   return doc;
 }
 

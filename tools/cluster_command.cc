@@ -477,7 +477,11 @@ std::string progress_line(const ordered_json& status) {
   } else if (!state.empty()) {
     line += "  " + state;
   }
-  if (status.contains("store_full")) line += "  PAUSED: the coordinator's store is full";
+  if (status.contains("store_full")) {
+    line += "  PAUSED: the coordinator's store is full";
+  } else if (status.contains("disk_warning")) {
+    line += "  WARNING: the coordinator's store is nearly out of room";
+  }
   if (waiting(status)) line += "  WAITING";
   return line;
 }
@@ -493,6 +497,17 @@ void say_if_store_full(const ordered_json& status) {
                "job until its disk has room; nothing committed is lost, and it resumes by "
                "itself\n",
                terminal_text(status["store_full"].get<std::string>()).c_str());
+}
+
+// A coordinator whose store's disk is nearly full warns before it fills (and
+// pauses): said once per command, on stderr, with what to do.
+void say_if_disk_warning(const ordered_json& status) {
+  static bool said = false;
+  const auto warning = status.find("disk_warning");
+  if (said || warning == status.end() || !warning->is_string()) return;
+  said = true;
+  std::fprintf(stderr, "forktrial: WARNING: the coordinator's store is nearly out of room: %s\n",
+               terminal_text(warning->get<std::string>()).c_str());
 }
 
 // Polls until the job is finished; the final status.
@@ -513,6 +528,7 @@ std::pair<ordered_json, bool> wait_for(coordinator::Client& client, const std::s
     ordered_json status = client.status(job);
     if (tty) std::fprintf(stderr, "\r%s", progress_line(status).c_str());
     if (!tty) say_if_store_full(status);
+    if (!tty) say_if_disk_warning(status);
     // Each reason once, when it starts: a job that cannot progress says why.
     if (const auto reason = waiting(status); progress && reason && *reason != said_waiting) {
       std::fprintf(stderr, "%swaiting: %s\n", tty ? "\n" : "", reason->c_str());
@@ -872,6 +888,7 @@ void add_status(CLI::App& app) {
       return;
     }
     say_if_store_full(status);
+    say_if_disk_warning(status);
     if (!job->empty()) {
       std::printf("%s\n", progress_line(status).c_str());
       if (const auto reason = waiting(status)) std::printf("waiting: %s\n", reason->c_str());

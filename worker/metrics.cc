@@ -42,21 +42,21 @@ WorkerMetrics::WorkerMetrics()
       unsent_(add_counter(*registry_, "forktrial_worker_messages_unsent_total",
                           "Messages ZeroMQ would not queue for the coordinator (each is sent "
                           "again)")),
+      slots_(add_gauge(*registry_, "forktrial_worker_slots", "This worker's trial slots")),
+      slots_busy_(add_gauge(*registry_, "forktrial_worker_slots_busy",
+                            "This worker's trial slots running a trial")),
       assignments_(add_gauge(*registry_, "forktrial_worker_assignments",
                              "Assignments held: running, fetching what they need, or waiting "
                              "for a slot")),
       cache_bytes_(
           add_gauge(*registry_, "forktrial_worker_cache_bytes", "Bytes of blobs the cache holds")),
       cache_capacity_(
-          add_gauge(*registry_, "forktrial_worker_cache_capacity_bytes", "The cache's byte cap")) {
-  const std::string slots_help = "This worker's trial slots: total, and busy (running a trial)";
-  slots_[0] = &add_gauge(*registry_, "forktrial_worker_slots", slots_help, {{"state", "total"}});
-  slots_[1] = &add_gauge(*registry_, "forktrial_worker_slots", slots_help, {{"state", "busy"}});
-}
+          add_gauge(*registry_, "forktrial_worker_cache_capacity_bytes", "The cache's byte cap")),
+      process_(*registry_) {}
 
 void WorkerMetrics::observe(const WorkerGauges& now) {
-  slots_[0]->Set(static_cast<double>(now.slots));
-  slots_[1]->Set(static_cast<double>(now.busy_slots));
+  slots_.Set(static_cast<double>(now.slots));
+  slots_busy_.Set(static_cast<double>(now.busy_slots));
   assignments_.Set(static_cast<double>(now.assignments));
   cache_bytes_.Set(static_cast<double>(now.cache_bytes));
   cache_capacity_.Set(static_cast<double>(now.cache_capacity));
@@ -64,6 +64,7 @@ void WorkerMetrics::observe(const WorkerGauges& now) {
     corrupt_drops_.Increment(static_cast<double>(now.corrupt_drops - corrupt_drops_seen_));
     corrupt_drops_seen_ = now.corrupt_drops;
   }
+  process_.observe(now.at);
 }
 
 }  // namespace forktrial::worker

@@ -20,10 +20,17 @@
 // Histogram:
 //   forktrial_worker_trial_duration_seconds{outcome}  a trial's time in its slot
 // Gauges:
-//   forktrial_worker_slots{state}                   "total" (--slots), "busy" (running a trial)
+//   forktrial_worker_slots                          its slots (--slots)
+//   forktrial_worker_slots_busy                     those running a trial (two families, so
+//                                                   that sum() counts each slot once)
 //   forktrial_worker_assignments                    assignments held: running, fetching, waiting
 //   forktrial_worker_cache_bytes                    bytes of blobs the cache holds
 //   forktrial_worker_cache_capacity_bytes           its cap (--cache-bytes)
+//   process_start_time_seconds, process_resident_memory_bytes, process_open_fds
+//                                                   the worker process's own, under
+//                                                   Prometheus's standard names, read at
+//                                                   most once a second
+//                                                   (transport/process_metrics.h)
 //
 // Cost: updates are atomics or a short uncontended lock on metric objects
 // whose references are taken in the constructor.
@@ -46,6 +53,7 @@
 #include "schema/outcome.h"
 #include "schema/wire_codec.h"
 #include "transport/metrics_endpoint.h"
+#include "transport/process_metrics.h"
 
 namespace forktrial::worker {
 
@@ -57,6 +65,9 @@ struct WorkerGauges {
   std::uint64_t cache_bytes = 0;
   std::uint64_t cache_capacity = 0;
   std::uint64_t corrupt_drops = 0;  // the cache's count since it was opened
+  // When (the worker's monotonic clock): the process gauges are read again
+  // once a second of it.
+  std::chrono::steady_clock::time_point at;
 };
 
 class WorkerMetrics {
@@ -100,11 +111,13 @@ class WorkerMetrics {
   transport::ErrorCodeCounters rejected_;
   prometheus::Counter& unreadable_;
   prometheus::Counter& unsent_;
-  std::array<prometheus::Gauge*, 2> slots_{};  // total, busy
+  prometheus::Gauge& slots_;
+  prometheus::Gauge& slots_busy_;
   prometheus::Gauge& assignments_;
   prometheus::Gauge& cache_bytes_;
   prometheus::Gauge& cache_capacity_;
   std::uint64_t corrupt_drops_seen_ = 0;
+  transport::ProcessMetrics process_;
 };
 
 }  // namespace forktrial::worker

@@ -633,6 +633,7 @@ class Worker {
     now.cache_bytes = cache_.bytes_used();
     now.cache_capacity = cache_.byte_cap();
     now.corrupt_drops = cache_.corrupt_drops();
+    now.at = world_.monotonic_now();
     metrics_.observe(now);
   }
 

@@ -1826,7 +1826,9 @@ TEST_CASE(
   CHECK(coordinator->at("forktrial_jobs{state=\"finished\"}") == 1);
   CHECK(coordinator->at("forktrial_jobs_submitted_total") == 1);
   CHECK(coordinator->at("forktrial_workers_alive") == 2);
-  CHECK(coordinator->at("forktrial_cluster_slots{state=\"total\"}") == 4);
+  CHECK(coordinator->at("forktrial_cluster_slots") == 4);
+  CHECK(coordinator->at("forktrial_store_bytes") > 0);
+  CHECK(coordinator->at("process_open_fds") > 0);
   CHECK(coordinator->at("forktrial_blob_bytes_total{direction=\"uploaded\"}") > 0);
 
   double received = 0;
@@ -1842,7 +1844,8 @@ TEST_CASE(
       const double expected = ran.contains(name) ? ran.at(name) : 0;
       CHECK(worker->at("forktrial_worker_trials_total{outcome=\"" + name + "\"}") == expected);
     }
-    CHECK(worker->at("forktrial_worker_slots{state=\"total\"}") == 2);
+    CHECK(worker->at("forktrial_worker_slots") == 2);
+    CHECK(worker->at("process_resident_memory_bytes") > 0);
     if (!ran.empty()) {  // it fetched what its trials needed
       CHECK(worker->at("forktrial_worker_cache_misses_total") > 0);
       CHECK(worker->at("forktrial_worker_cache_bytes") > 0);

@@ -159,7 +159,8 @@ TEST_CASE("a job in parts is dropped when its parts stop coming, and a large one
         Catch::Contains("idle for 60 s") && Catch::Contains("send the job again from part 0"));
     auto status =
         only_reply(core.turn("c", status_request(5, ""), kNow + std::chrono::seconds(62)));
-    CHECK(wire::text(status.envelope().getJobStatus().getText()) == R"({"jobs":[]})");
+    CHECK(nlohmann::json::parse(wire::text(status.envelope().getJobStatus().getText()))["jobs"] ==
+          nlohmann::json::array());
     // Sent again from part 0, it makes a job of several events in the log.
     const Instant again = kNow + std::chrono::seconds(70);
     CHECK(
@@ -287,6 +288,61 @@ TEST_CASE("the core pauses when its world's disk fills and resumes when there is
   status = only_reply(core.turn("c", status_request(7, ""), kNow + std::chrono::seconds(72)));
   CHECK_THAT(wire::text(status.envelope().getJobStatus().getText()),
              !Catch::Contains("store_full") && Catch::Contains(R"("total":2)"));
+}
+
+TEST_CASE("the status warns while the store's disk is nearly full, before it fills",
+          "[coordinator][core]") {
+  GreeterCore fixture;
+  auto& [greeter, config, core] = fixture;
+  const auto status_at = [&](std::uint64_t request, const std::string& job, Instant at) {
+    auto reply = only_reply(core.turn("c", status_request(request, job), at));
+    REQUIRE(reply.envelope().isJobStatus());
+    return nlohmann::json::parse(wire::text(reply.envelope().getJobStatus().getText()));
+  };
+  constexpr std::uint64_t kGiB = std::uint64_t{1} << 30;
+
+  // Room: the store's facts, no warning.
+  auto doc = status_at(2, "", kNow);
+  CHECK(doc["store_disk"]["free_bytes"] == std::uint64_t{1} << 40);  // the virtual world's
+  CHECK(doc["store_disk"]["store_bytes"].get<std::uint64_t>() > 0);
+  CHECK(doc["store_disk"]["map_bytes"] == 4 * kGiB);  // the store's first map
+  CHECK(doc["store_disk"]["map_limit_bytes"] == 1024 * kGiB);
+  CHECK_FALSE(doc.contains("disk_warning"));
+
+  // 512 MiB free: warned of, with the values and what to do, while the
+  // coordinator still takes work.
+  core.world().set_free_bytes(greeter.store, kGiB / 2);
+  doc = status_at(3, "", kNow + std::chrono::seconds(2));
+  CHECK(doc["store_disk"]["free_bytes"] == kGiB / 2);
+  REQUIRE(doc.contains("disk_warning"));
+  CHECK_THAT(doc["disk_warning"].get<std::string>(),
+             Catch::Contains("the disk holding the store " + greeter.store.string() +
+                             " has 512.0 MiB (536870912 bytes) free, under 1.0 GiB") &&
+                 Catch::Contains("free space on that disk, or move the store to a larger one"));
+  CHECK_FALSE(doc.contains("store_full"));
+  auto accepted = only_reply(
+      core.turn("c", untokened_submission(4, greeter.trial, 2), kNow + std::chrono::seconds(2)));
+  REQUIRE(accepted.envelope().isJobAccepted());
+  const std::string job = wire::text(accepted.envelope().getJobAccepted().getJob());
+  // One job's status warns too.
+  CHECK_THAT(status_at(5, job, kNow + std::chrono::seconds(2))["disk_warning"].get<std::string>(),
+             Catch::Contains("512.0 MiB"));
+
+  // The disk is looked at once a second of the core's clock: room made
+  // within the second is seen at the next look.
+  core.world().set_free_bytes(greeter.store, 3 * kGiB);
+  doc = status_at(6, "", kNow + std::chrono::milliseconds(2'500));
+  CHECK(doc["store_disk"]["free_bytes"] == kGiB / 2);
+  CHECK(doc.contains("disk_warning"));
+  doc = status_at(7, "", kNow + std::chrono::seconds(4));
+  CHECK(doc["store_disk"]["free_bytes"] == 3 * kGiB);
+  CHECK_FALSE(doc.contains("disk_warning"));
+
+  // A disk that cannot tell its free space: no warning of it, and null.
+  core.world().set_free_bytes(greeter.store, std::nullopt);
+  doc = status_at(8, "", kNow + std::chrono::seconds(6));
+  CHECK(doc["store_disk"]["free_bytes"].is_null());
+  CHECK_FALSE(doc.contains("disk_warning"));
 }
 
 namespace {

@@ -10,6 +10,7 @@
 #include <span>
 #include <string>
 
+#include "store/event_store.h"
 #include "tests/coordinator/scheduler_support.h"
 #include "tests/support/exposition.h"
 #include "transport/metrics_endpoint.h"
@@ -71,8 +72,8 @@ TEST_CASE("the coordinator's metrics count a known sequence of leases, reports a
   CHECK(m.at("forktrial_job_queued_trials{job_id=\"a\"}") == 1);
   CHECK(m.at("forktrial_job_queued_trials{job_id=\"b\"}") == 0);
   CHECK(m.at("forktrial_jobs{state=\"active\"}") == 2);
-  CHECK(m.at("forktrial_cluster_slots{state=\"total\"}") == 3);
-  CHECK(m.at("forktrial_cluster_slots{state=\"busy\"}") == 3);
+  CHECK(m.at("forktrial_cluster_slots") == 3);
+  CHECK(m.at("forktrial_cluster_slots_busy") == 3);
   CHECK(m.at("forktrial_workers_alive") == 2);
   CHECK(m.at("forktrial_trial_attempts_total") == 3);
 
@@ -110,7 +111,7 @@ TEST_CASE("the coordinator's metrics count a known sequence of leases, reports a
   CHECK_FALSE(m.has("forktrial_job_queued_trials{job_id=\"b\"}"));  // finished: its series went
   CHECK(m.at("forktrial_jobs{state=\"active\"}") == 1);
   CHECK(m.at("forktrial_jobs{state=\"finished\"}") == 1);
-  CHECK(m.at("forktrial_cluster_slots{state=\"busy\"}") == 0);
+  CHECK(m.at("forktrial_cluster_slots_busy") == 0);
   CHECK(m.at("forktrial_trial_attempts_total") == 3);
   CHECK(m.at("forktrial_trials_requeued_total") == 1);
   CHECK(m.at("forktrial_trials_abandoned_total") == 0);
@@ -151,7 +152,7 @@ TEST_CASE("the coordinator's metrics count a known sequence of leases, reports a
   m = scrape(w.metrics);
   CHECK(m.at("forktrial_workers_lost_total") == 1);
   CHECK(m.at("forktrial_workers_alive") == 1);
-  CHECK(m.at("forktrial_cluster_slots{state=\"total\"}") == 2);
+  CHECK(m.at("forktrial_cluster_slots") == 2);
   CHECK(m.at("forktrial_trials_abandoned_total") == 1);
   CHECK(m.at("forktrial_trials_requeued_total") == 2);
   CHECK(m.at("forktrial_lease_expiries_total") == 3);
@@ -242,13 +243,62 @@ TEST_CASE("after a restart the gauges show the replayed state and the counters s
   CHECK(summed == total);
 }
 
+TEST_CASE("the store's room, the log's length and the build are gauges of their own",
+          "[coordinator][metrics]") {
+  CoordinatorMetrics metrics;
+  Exposition m = scrape(metrics);
+  CHECK(m.at("forktrial_build_info{store_schema=\"" + std::to_string(store::kSchemaVersion) +
+             "\",version=\"" FORKTRIAL_VERSION_FOR_TESTS "\",wire_protocol=\"" +
+             std::to_string(schema::wire::K_PROTOCOL_VERSION) + "\"}") == 1);
+  CHECK(m.at("forktrial_store_disk_free_bytes") == 0);  // nothing looked at yet
+
+  metrics.observe_store(StoreDisk{5'000, 1'000, 4'096, 8'192}, 77);
+  m = scrape(metrics);
+  CHECK(m.at("forktrial_store_disk_free_bytes") == 5'000);
+  CHECK(m.at("forktrial_store_bytes") == 1'000);
+  CHECK(m.at("forktrial_store_map_bytes") == 4'096);
+  CHECK(m.at("forktrial_store_map_limit_bytes") == 8'192);
+  CHECK(m.at("forktrial_orchestration_log_records") == 77);
+  // What could not be told this time keeps its last value.
+  metrics.observe_store(StoreDisk{std::nullopt, 2'000, 4'096, 8'192}, std::nullopt);
+  m = scrape(metrics);
+  CHECK(m.at("forktrial_store_disk_free_bytes") == 5'000);
+  CHECK(m.at("forktrial_store_bytes") == 2'000);
+  CHECK(m.at("forktrial_orchestration_log_records") == 77);
+  for (const char* family :
+       {"forktrial_store_bytes", "forktrial_orchestration_log_records", "forktrial_build_info",
+        "process_open_fds", "process_resident_memory_bytes", "process_start_time_seconds"}) {
+    INFO(family);
+    CHECK(m.types.at(family) == "gauge");
+  }
+  metrics.observe_process(std::chrono::steady_clock::time_point{});
+  CHECK(scrape(metrics).at("process_open_fds") >= 3);
+}
+
+TEST_CASE("the cluster's slots and busy slots are two families, each summed once",
+          "[coordinator][metrics]") {
+  Watched w;
+  w.s.join("w1", 4, at(0));
+  w.s.join("w2", 2, at(0));
+  w.s.submit(testing::job("a", 0, 3), at(0));
+  REQUIRE(w.s.work("w1", 4, at(0)).size() == 3);
+  w.commit();
+  const Exposition m = scrape(w.metrics);
+  CHECK(m.at("forktrial_cluster_slots") == 6);
+  CHECK(m.at("forktrial_cluster_slots_busy") == 3);
+  for (const auto& [series, value] : m.samples) {
+    INFO(series);
+    CHECK_FALSE(series.starts_with("forktrial_cluster_slots{"));  // no label to sum across
+  }
+}
+
 TEST_CASE("docs/cluster.md lists every metric the coordinator serves", "[coordinator][metrics]") {
   Watched w;  // with a job, so that the per-job family has a series
   w.s.submit(testing::job("a", 0, 1), at(0));
   w.commit();
   const std::string doc = read_doc("cluster.md");
   const Exposition m = scrape(w.metrics);
-  CHECK(m.types.size() == 20);
+  CHECK(m.types.size() == 30);
   for (const auto& [family, type] : m.types) {
     INFO(family);
     CHECK(doc.find("`" + family + "`") != std::string::npos);

@@ -8,7 +8,7 @@
 #    records a trial and runs a batch;
 #  - a man page for every command `forktrial --help` lists, the units
 #    (systemd-analyze verify, which also looks up their man pages), the
-#    example environment files;
+#    example environment files, the Prometheus alerting rules;
 #  - the bash completion, checked against every command's --help: its
 #    subcommands, options, which options take a value, the words a value may
 #    be, and paths where a file or a directory goes;
@@ -169,6 +169,11 @@ for example in coordinator.env worker.env forktrial-coordinator-curve.conf forkt
     fail "/usr/share/doc/forktrial/examples/$example is missing or not deploy/systemd's"
 done
 say "units installed and verified (their man pages found); examples in /usr/share/doc/forktrial/examples"
+rules=/usr/share/forktrial/prometheus/forktrial-alerts.yml
+cmp -s "$rules" "$FORKTRIAL_SOURCE/deploy/prometheus/forktrial-alerts.yml" ||
+  fail "$rules is missing or not deploy/prometheus's"
+grep -qx "$rules" "$TMPDIR/files" || fail "dpkg does not list $rules as the package's"
+say "alerting rules installed: $rules"
 
 # ---- bash completion, against --help
 
@@ -219,6 +224,10 @@ while read -r path; do
   while read -r line; do
     option=$(grep -oE -- '--[a-z0-9-]+' <<<"$line" | head -n 1)
     rest=${line#*"$option"}
+    # CLI11 notes the options an option excludes or needs after its value's
+    # type: "--all Excludes: --job" takes no value, "--job TEXT Excludes: --all" one.
+    rest=${rest%% Excludes:*}
+    rest=${rest%% Needs:*}
     if [[ $rest =~ ^\ [A-Z] ]]; then
       _forktrial_is_flag "$option" && problem "$name $option takes a value, the completion says it does not"
       # The words a value may be, where --help lists them: {a,b} or {a->0,b->1}.
@@ -255,7 +264,7 @@ expect "a-dir" pack hash ""
 expect "a-dir a-file.jsonl" worker --key ""
 expect "a-dir a-file.jsonl" run export x --output ""
 expect "" status --coordinator ""
-expect "--json" run ls --store a-dir --j
+expect "--job --json" run ls --store a-dir --j
 exit $((problems > 0))
 EOF
 say "bash completion: every command's subcommands, options and values match its --help"

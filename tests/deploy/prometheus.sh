@@ -4,7 +4,12 @@
 #   - after the batch, PromQL through Prometheus's HTTP API gives the trial
 #     counts `forktrial results JOB --json` gives, per outcome and in total,
 #     and the workers' own counts add up to them;
-#   - every target is up;
+#   - every target is up; forktrial_build_info says what `forktrial --version`
+#     says;
+#   - deploy/prometheus/forktrial-alerts.yml passes `promtool check rules`
+#     and its unit tests (`promtool test rules`, synthetic series), and the
+#     Prometheus that scrapes the batch loads it and evaluates every rule
+#     without error;
 #   - every PromQL expression of deploy/grafana/forktrial-dashboard.json, with
 #     Grafana's variables put in, runs without error over the batch's time
 #     and finds data (a misspelt metric finds none).
@@ -28,6 +33,8 @@ die() {
   fail "$@"
 }
 dashboard="$FORKTRIAL_SOURCE/deploy/grafana/forktrial-dashboard.json"
+alerts="$FORKTRIAL_SOURCE/deploy/prometheus/forktrial-alerts.yml"
+alert_tests="$FORKTRIAL_SOURCE/deploy/prometheus/forktrial-alerts.test.yml"
 
 # Stops a process of this test: TERM, then KILL after 10 s; reaps it.
 stop() {
@@ -79,6 +86,14 @@ elif command == "history":  # EXPR: each series' samples of the last minute
     for series in query(args[0] + "[60s]"):
         print(series["metric"].get("instance", ""), " ".join(
             "%.1f=%s" % (float(t) % 100, v) for t, v in series["values"]))
+elif command == "rules":  # COUNT: COUNT alerting rules loaded, each evaluated without error
+    rules = [r for g in get("/api/v1/rules")["data"]["groups"] for r in g["rules"]]
+    unevaluated = [r["name"] for r in rules
+                   if r.get("health") != "ok" or r.get("lastEvaluation", "").startswith("0001")]
+    if len(rules) != int(args[0]) or unevaluated:
+        sys.exit("%d rules loaded, not %s; not evaluated or failing: %s" % (
+            len(rules), args[0], [(r["name"], r.get("health"), r.get("lastError")) for r in rules
+                                  if r["name"] in unevaluated]))
 elif command == "value":  # EXPR
     value = scalar(args[0])
     print("none" if value is None else "%g" % value)
@@ -142,7 +157,18 @@ forktrial="$FORKTRIAL_BIN_DIR/forktrial"
   >"$work/coordinator.log" 2>&1 &
 on_exit "stop $!"
 
+# The alerting rules, checked and unit-tested before a Prometheus loads them.
+promtool check rules "$alerts" >"$work/promtool-rules.log" 2>&1 ||
+  die "promtool check rules refuses $alerts: $(cat "$work/promtool-rules.log")"
+(cd "$(dirname "$alert_tests")" && promtool test rules "$(basename "$alert_tests")") \
+  >"$work/promtool-test-rules.log" 2>&1 ||
+  die "promtool test rules fails on $alert_tests: $(cat "$work/promtool-test-rules.log")"
+rule_count=$(grep -c '^      - alert: ' "$alerts")
+say "promtool: the $rule_count alerting rules pass check rules and their unit tests"
+
 cat >"$work/prometheus.yml" <<EOF
+rule_files:
+  - $alerts
 global:
   scrape_interval: 1s
   scrape_timeout: 1s
@@ -199,6 +225,13 @@ done
 wait_until 30 promapi "$prometheus_port" equals 'count(up == 1)' 3 ||
   die "Prometheus does not see its three targets up: $(promapi "$prometheus_port" by up instance)"
 say "the coordinator and both workers are up as Prometheus targets"
+version=$("$forktrial" --version | sed -n 's/^forktrial \([^ ]*\) (wire protocol \([0-9]*\), store schema \([0-9]*\))$/version="\1",wire_protocol="\2",store_schema="\3"/p')
+[ -n "$version" ] || die "cannot read forktrial --version: $("$forktrial" --version)"
+promapi "$prometheus_port" equals "count(forktrial_build_info{$version} == 1)" 1 ||
+  die "forktrial_build_info is not 1 with {$version}: $(promapi "$prometheus_port" by forktrial_build_info version)"
+wait_until 30 promapi "$prometheus_port" rules "$rule_count" ||
+  die "Prometheus's alerting rules: $(promapi "$prometheus_port" rules "$rule_count" 2>&1)"
+say "forktrial_build_info{$version}; Prometheus evaluates the $rule_count alerting rules"
 
 # promtool's lint of each daemon's exposition (names, types, units, _total).
 for port in "$coordinator_http" "${worker_http[@]}"; do
