@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "base/text.h"
+#include "coordinator/retention.h"
 #include "pack/bundle_hash.h"
 #include "pack/manifest.h"
 #include "pack/pack_check.h"
@@ -669,9 +670,10 @@ std::expected<Batch, forktrial::Problems> parse_toml(std::string_view text, cons
         ": not valid TOML: " + escape_controls(e.description()) + " (see docs/batch-file.md)"}));
   }
   ProblemList problems;
-  refuse_unknown_keys(
-      doc, "", {"name", "run", "at", "repeat", "priority", "limits", "candidates", "scenarios"},
-      problems);
+  refuse_unknown_keys(doc, "",
+                      {"name", "run", "at", "repeat", "priority", "limits", "candidates",
+                       "scenarios", "keep_forks", "keep_forks_after"},
+                      problems);
 
   Batch batch;
   batch.name = file.stem().string();
@@ -702,6 +704,30 @@ std::expected<Batch, forktrial::Problems> parse_toml(std::string_view text, cons
       read_integer(doc, "priority", 0, std::numeric_limits<int>::min(),
                    std::numeric_limits<int>::max(), "higher priorities run first", problems));
   const sandbox::TrialLimits limits = read_limits(doc, problems);
+  if (auto keep = string_at(doc, "keep_forks", "keep_forks", problems)) {
+    RetentionPolicy retention;
+    if (auto parsed = parse_keep_forks(*keep)) {
+      retention.keep = *parsed;
+    } else {
+      problems.add("keep_forks", doc.get("keep_forks"),
+                   "\"" + escape_controls(*keep) +
+                       "\" is not a retention; give all, failures (keep the forks of trials that "
+                       "did not complete) or none");
+    }
+    if (auto after = string_at(doc, "keep_forks_after", "keep_forks_after", problems)) {
+      if (auto age = parse_retention_age(*after)) {
+        retention.after = *age;
+      } else {
+        problems.add("keep_forks_after", doc.get("keep_forks_after"),
+                     "\"" + escape_controls(*after) +
+                         "\" is not an age; give a number and a unit, such as \"7d\" or \"12h\"");
+      }
+    }
+    batch.retention = retention;
+  } else if (doc.get("keep_forks_after") != nullptr) {
+    problems.add("keep_forks_after", doc.get("keep_forks_after"),
+                 "is given without keep_forks; add keep_forks = \"all\", \"failures\" or \"none\"");
+  }
 
   PackDirectories dirs(base);
   std::unordered_map<std::string, const toml::node*> nodes;

@@ -38,6 +38,7 @@
 
 #include "base/digest.h"
 #include "base/error.h"
+#include "coordinator/orchestration.h"
 #include "sandbox/trial_types.h"
 
 namespace forktrial::coordinator {
@@ -74,6 +75,8 @@ struct Batch {
   // its directory's name (JSON Lines: its directory's name). One per trial.
   std::vector<std::string> candidates;
   std::vector<BatchPack> packs;  // in order of first use
+  // `keep_forks` and `keep_forks_after` (TOML only): the job's own retention.
+  std::optional<RetentionPolicy> retention;
 };
 
 // The format `text`, read from `file`, is in (see the top of this file).

@@ -212,7 +212,8 @@ void Client::put_blob(const Digest& digest, const std::string& bytes) {
 
 SubmittedJob Client::submit(const std::string& name, int priority,
                             const std::vector<std::string>& trials,
-                            const std::vector<BundleBlob>& bundles, std::size_t max_part_bytes) {
+                            const std::vector<BundleBlob>& bundles, std::size_t max_part_bytes,
+                            std::optional<RetentionPolicy> retention) {
   // What a spec costs in a message: its text, rounded up to words, and its
   // list pointer. The parts: consecutive runs of specs, each within
   // max_part_bytes (a part holds one spec at least). A spec larger than a
@@ -253,6 +254,10 @@ SubmittedJob Client::submit(const std::string& name, int priority,
           job.setToken(token);
           job.setName(name);
           job.setPriority(priority);
+          if (retention) {
+            job.setKeepForks(std::string(keep_forks_name(retention->keep)));
+            job.setKeepForksAfterMillis(static_cast<std::uint64_t>(retention->after.count()));
+          }
           if (parts.size() > 1) {
             job.setPart(static_cast<std::uint32_t>(p));
             job.setParts(static_cast<std::uint32_t>(parts.size()));

@@ -17,6 +17,7 @@
 #include "base/digest.h"
 #include "base/error.h"
 #include "base/world.h"
+#include "coordinator/orchestration.h"
 #include "transport/curve.h"
 
 namespace forktrial::coordinator {
@@ -64,9 +65,11 @@ class Client {
   // A job whose specifications take more than `max_part_bytes` goes in
   // parts, each within it, under one token (docs/wire-protocol.md).
   static constexpr std::size_t kMaxPartBytes = std::size_t{64} << 20;
+  // `retention`: the job's own (docs/cluster.md, "Retention"); none: gc's.
   SubmittedJob submit(const std::string& name, int priority, const std::vector<std::string>& trials,
                       const std::vector<BundleBlob>& bundles,
-                      std::size_t max_part_bytes = kMaxPartBytes);
+                      std::size_t max_part_bytes = kMaxPartBytes,
+                      std::optional<RetentionPolicy> retention = {});
   nlohmann::ordered_json status(const std::string& job);  // "" for every job
   nlohmann::ordered_json cancel(const std::string& job);
   ResultsPage results(const std::string& job, std::uint32_t after, std::uint32_t limit);

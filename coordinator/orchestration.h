@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -51,6 +52,25 @@ struct AttemptRef {
   friend auto operator<=>(const AttemptRef&, const AttemptRef&) = default;
 };
 
+// What is kept of a finished job's trials' forks (coordinator/retention.h
+// applies it).
+enum class KeepForks : std::uint8_t {
+  all,       // keep every fork
+  failures,  // keep the forks of trials whose outcome is not `completed`
+  none,      // keep only the results
+};
+// "all", "failures", "none".
+std::string_view keep_forks_name(KeepForks keep);
+std::optional<KeepForks> parse_keep_forks(std::string_view name);
+
+struct RetentionPolicy {
+  KeepForks keep = KeepForks::all;
+  // A job's forks are collected once it has been finished this long (a local
+  // fork once it is this old).
+  Duration after{0};
+  friend bool operator==(const RetentionPolicy&, const RetentionPolicy&) = default;
+};
+
 // A job and all its trials were accepted; its trials are queued with
 // attempt 1, their ids are (job, 0..n-1).
 struct JobSubmitted {
@@ -63,6 +83,8 @@ struct JobSubmitted {
   // The client key that submitted it (Z85), which alone, with the
   // administrators' keys, may cancel it and read it; "" without keys.
   std::string owner{};
+  // The job's own retention; none: the policy gc is given.
+  std::optional<RetentionPolicy> retention{};
   friend bool operator==(const JobSubmitted&, const JobSubmitted&) = default;
 };
 

@@ -125,6 +125,10 @@ void job_submitted_texts(const JobSubmitted& r, std::size_t chunk_bytes, Emit&& 
   Json tail = Json::object();
   if (next < r.trials.size()) tail["trial_count"] = r.trials.size();
   if (!r.owner.empty()) tail["owner"] = text_json(r.owner);
+  if (r.retention) {
+    tail["keep_forks"] = std::string(keep_forks_name(r.retention->keep));
+    tail["keep_forks_after"] = r.retention->after.count();
+  }
   tail["at"] = instant_json(r.at);
   text += ',';
   text += tail.dump().substr(1);  // without its '{'
@@ -425,6 +429,8 @@ class Fields {
     return path_.empty() ? std::string(key) : path_ + "." + std::string(key);
   }
   Problem& problem() { return problem_; }
+  // A field read whose value this build does not know.
+  void report(std::string_view key, const std::string& what) { problem_.report(name(key), what); }
 
  private:
   // The field `key`, or nullptr when there is a problem (a missing field is
@@ -525,6 +531,16 @@ void decode(Fields& f, JobSubmitted& r) {
   r.name = f.text("name");
   decode_trials(f, r.trials);
   r.owner = f.text_or("owner", "");
+  if (const std::string keep = f.text_or("keep_forks", ""); !keep.empty()) {
+    RetentionPolicy retention;
+    if (auto parsed = parse_keep_forks(keep)) {
+      retention.keep = *parsed;
+    } else {
+      f.report("keep_forks", "\"" + keep + "\" is not a retention (all, failures, none)");
+    }
+    retention.after = f.duration_or("keep_forks_after", Duration{0});
+    r.retention = retention;
+  }
 }
 
 void decode(Fields& f, JobCancelled& r) {

@@ -7,6 +7,7 @@
 #include "base/timestamp.h"
 #include "coordinator/orchestration_log.h"
 #include "coordinator/scheduler.h"
+#include "sandbox/limit_units.h"
 
 namespace forktrial::coordinator {
 
@@ -27,6 +28,19 @@ std::optional<KeepForks> parse_keep_forks(std::string_view name) {
     if (keep_forks_name(keep) == name) return keep;
   }
   return std::nullopt;
+}
+
+std::optional<Duration> parse_retention_age(std::string_view text) {
+  double seconds = -1;
+  if (text.size() > 1 && text.back() == 'd') {
+    if (auto days = sandbox::parse_duration_seconds(text.substr(0, text.size() - 1))) {
+      seconds = *days * 86'400;
+    }
+  } else if (auto parsed = sandbox::parse_duration_seconds(text)) {
+    seconds = *parsed;
+  }
+  if (!(seconds >= 0) || seconds > 100.0 * 365 * 86'400) return std::nullopt;
+  return Duration(static_cast<Duration::rep>(seconds * 1000));
 }
 
 namespace {
@@ -69,14 +83,17 @@ std::expected<GcPlan, Status> plan_gc(const store::Snapshot& snapshot,
       ++plan.jobs_unfinished;
       continue;
     }
-    if (now - *job.finished_at < policy.after) {
+    // The job's own policy, when it recorded one.
+    const RetentionPolicy& applied = job.retention.value_or(policy);
+    if (now - *job.finished_at < applied.after) {
       ++plan.jobs_too_recent;
       continue;
     }
     ++plan.jobs_collected;
+    if (job.retention) ++plan.jobs_own_policy;
     scheduler.visit_trials(job.id, [&](const TrialSummary& trial) {
       if (trial.status != TrialStatus::reconciled || !trial.outcome) return;
-      if (kept(policy.keep, *trial.outcome)) {
+      if (kept(applied.keep, *trial.outcome)) {
         ++plan.forks_kept;
         return;
       }

@@ -32,25 +32,14 @@
 
 #include "base/error.h"
 #include "coordinator/ids.h"
+#include "coordinator/orchestration.h"
 #include "store/event_store.h"
 
 namespace forktrial::coordinator {
 
-enum class KeepForks : std::uint8_t {
-  all,       // keep every fork
-  failures,  // keep the forks of trials whose outcome is not `completed`
-  none,      // keep only the results
-};
-// "all", "failures", "none".
-std::string_view keep_forks_name(KeepForks keep);
-std::optional<KeepForks> parse_keep_forks(std::string_view name);
-
-struct RetentionPolicy {
-  KeepForks keep = KeepForks::all;
-  // A job's forks are collected once it has been finished this long (a local
-  // fork once it is this old).
-  Duration after{0};
-};
+// KeepForks and RetentionPolicy are plain values of coordinator/orchestration.h
+// (a job records its own). A job's own policy, when it has one, is applied
+// to it in place of the one plan_gc is given.
 
 struct GcPlan {
   std::vector<store::RunId> forks;      // to delete, in the order of their jobs
@@ -62,7 +51,13 @@ struct GcPlan {
   std::uint64_t forks_forked_from = 0;  // kept: another run forks from them
   std::uint64_t local_forks = 0;        // run_trial_... among `forks`
   std::uint64_t local_forks_kept = 0;   // run_trial_... kept (too young, or not `none`)
+  std::uint64_t jobs_own_policy = 0;    // of the collected, those with a policy of their own
 };
+
+// An age as people write one: a number and a unit, d (days), h, m, s or ms
+// ("7d", "12h", "0"; a bare number is seconds). None for anything else, or
+// a negative or absurd (past 100 years) age.
+std::optional<Duration> parse_retention_age(std::string_view text);
 
 // What `policy` collects in the store as of `now`. An error when the
 // orchestration log does not replay (a corrupt log).

@@ -136,8 +136,9 @@ struct Job {
   std::uint64_t failed_attempts = 0;
   std::uint64_t fenced_reports = 0;
   Instant submitted_at{};
-  std::string owner;                   // the submitting client's key; "" without keys
-  std::optional<Instant> finished_at;  // when its last trial reached a final status
+  std::string owner;                         // the submitting client's key; "" without keys
+  std::optional<RetentionPolicy> retention;  // its own, as submitted
+  std::optional<Instant> finished_at;        // when its last trial reached a final status
 };
 
 struct Worker {
@@ -387,6 +388,7 @@ struct Scheduler::State {
     job.counts[static_cast<std::size_t>(TrialStatus::queued)] = r.trials.size();
     job.submitted_at = r.at;
     job.owner = r.owner;
+    job.retention = r.retention;
     for (std::uint32_t i = 0; i < r.trials.size(); ++i) enqueue({index, i});
     note_finished(index, r.at);
   }
@@ -683,7 +685,7 @@ struct Scheduler::State {
     JobStatus status{
         job.id,          job.name,     job.priority,        job.cancelled,      job.trials.size(),
         job.counts,      job.outcomes, job.failed_attempts, job.fenced_reports, job.submitted_at,
-        job.finished_at, job.owner};
+        job.finished_at, job.owner,    job.retention};
     for (std::size_t e = 0; e < job.queues.size(); ++e) {
       status.queued_by_executor[e] = job.queues[e].trials.size();
     }
@@ -743,8 +745,9 @@ std::expected<Records, Status> Scheduler::submit(JobSubmission job, Instant now)
                                                 " trials; a job holds at most 4294967295"});
   }
   Records out;
-  state_->record(out, JobSubmitted{std::move(job.id), job.priority, std::move(job.name),
-                                   std::move(job.trials), now, std::move(job.owner)});
+  state_->record(
+      out, JobSubmitted{std::move(job.id), job.priority, std::move(job.name), std::move(job.trials),
+                        now, std::move(job.owner), job.retention});
   return out;
 }
 
@@ -1064,10 +1067,15 @@ std::string Scheduler::state_text() const {
     std::string counts;
     for (const std::uint64_t count : job.counts) counts += " " + std::to_string(count);
     for (const std::uint64_t count : job.outcomes) counts += " " + std::to_string(count);
-    line("job " + job.id.str() + " name=" + job.name + " owner=" + job.owner + " priority=" +
-         std::to_string(job.priority) + " cancelled=" + std::to_string(job.cancelled) + " counts" +
-         counts + " failed=" + std::to_string(job.failed_attempts) + " fenced=" +
-         std::to_string(job.fenced_reports) + " submitted=" + millis(job.submitted_at) +
+    const std::string retention = job.retention
+                                      ? std::string(keep_forks_name(job.retention->keep)) + "/" +
+                                            std::to_string(job.retention->after.count())
+                                      : "-";
+    line("job " + job.id.str() + " name=" + job.name + " owner=" + job.owner +
+         " retention=" + retention + " priority=" + std::to_string(job.priority) +
+         " cancelled=" + std::to_string(job.cancelled) + " counts" + counts + " failed=" +
+         std::to_string(job.failed_attempts) + " fenced=" + std::to_string(job.fenced_reports) +
+         " submitted=" + millis(job.submitted_at) +
          " finished=" + (job.finished_at ? millis(*job.finished_at) : "-"));
     for (std::size_t i = 0; i < job.trials.size(); ++i) {
       const Trial& t = job.trials[i];

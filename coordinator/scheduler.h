@@ -132,7 +132,8 @@ struct JobSubmission {
   int priority = 0;
   std::string name;
   std::vector<TrialInput> trials;
-  std::string owner{};  // the submitting client's key; "" without keys
+  std::string owner{};                         // the submitting client's key; "" without keys
+  std::optional<RetentionPolicy> retention{};  // none: gc's
 };
 
 struct WorkerHello {
@@ -190,8 +191,9 @@ struct JobStatus {
   std::uint64_t failed_attempts = 0;                       // requeues and abandonments
   std::uint64_t fenced_reports = 0;
   Instant submitted_at{};
-  std::optional<Instant> finished_at;  // the time of the record that finished it
-  std::string owner{};                 // the submitting client's key; "" without keys
+  std::optional<Instant> finished_at;          // the time of the record that finished it
+  std::string owner{};                         // the submitting client's key; "" without keys
+  std::optional<RetentionPolicy> retention{};  // its own, as submitted
   // Its queued trials by the executor that runs them (pack::kExecutors'
   // order): with Scheduler::workers_offering, why a job waits.
   std::array<std::uint64_t, pack::kExecutorCount> queued_by_executor{};

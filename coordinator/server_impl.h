@@ -55,6 +55,8 @@ constexpr std::size_t kMaxReasonBytes = std::size_t{4} << 10;
 constexpr unsigned kMaxExecutorOffers = 16;
 constexpr std::size_t kMaxVersionBytes = 128;
 constexpr std::size_t kMaxJobNameBytes = 256;
+// The longest a job may keep its forks before gc may collect them: 100 years.
+constexpr std::uint64_t kMaxKeepForksAfter = std::uint64_t{100} * 365 * 86400 * 1000;
 // A full store is tried again once its disk has this much room, first after
 // a second, then less and less often while the tries fail.
 constexpr std::uint64_t kResumeFreeBytes = std::uint64_t{4} << 20;

@@ -82,6 +82,18 @@ void Server::on_submit(const std::string& route, Envelope::Reader envelope, Inst
     return reply_error(route, request, ErrorCode::invalid_argument,
                        *bad + "; name the job with plain text");
   }
+  if (const std::string keep = wire::text(job.getKeepForks()); !keep.empty()) {
+    const auto parsed = parse_keep_forks(keep);
+    const std::uint64_t after = job.getKeepForksAfterMillis();
+    if (!parsed || after > kMaxKeepForksAfter) {
+      return reply_error(
+          route, request, ErrorCode::invalid_argument,
+          !parsed ? "keepForks \"" + bounded_text(keep, 64) +
+                        "\" is not a retention; give all, failures or none"
+                  : "keepForksAfterMillis " + std::to_string(after) + " is past 100 years");
+    }
+    submission.retention = RetentionPolicy{*parsed, Duration(static_cast<Duration::rep>(after))};
+  }
   char id[32];
   if (const std::string token = wire::text(job.getToken()); !token.empty()) {
     // The client named the submission: sent again (its answer was lost),

@@ -39,7 +39,12 @@ ordered_json Server::status_json(const JobStatus& job, Instant now) const {
       {"state", std::string(job.state())},
       {"dropped",
        {{"cancelled", job.count(TrialStatus::cancelled)},
-        {"abandoned", job.count(TrialStatus::abandoned)}}}};
+        {"abandoned", job.count(TrialStatus::abandoned)}}},
+      // Its own retention; null: the policy gc is given.
+      {"keep_forks", job.retention
+                         ? ordered_json{{"keep", std::string(keep_forks_name(job.retention->keep))},
+                                        {"after_ms", job.retention->after.count()}}
+                         : ordered_json(nullptr)}};
 }
 
 ordered_json Server::waiting_reason(const JobStatus& job) const {

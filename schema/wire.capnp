@@ -270,6 +270,9 @@ struct SubmitJob {
                                # and the same submission sent again is answered with it
   part @5 :UInt32;             # a job too large for one message comes in `parts` messages
   parts @6 :UInt32;            # under one token, part 0 first; 0 or 1: the whole job here
+  keepForks @7 :Text;          # the job's retention: "all", "failures", "none"; "": the
+                               # policy `forktrial gc` is given (docs/cluster.md, "Retention")
+  keepForksAfterMillis @8 :UInt64;  # once the job has been finished this long
 }
 
 struct JobAccepted {

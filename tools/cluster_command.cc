@@ -635,7 +635,8 @@ coordinator::SubmittedJob submit_batch(coordinator::Client& client, coordinator:
   std::vector<coordinator::BundleBlob> list;
   for (const auto& [dir, bundle] : bundles) list.push_back(bundle);
   try {
-    return client.submit(batch.name, batch.priority, trials, list);
+    return client.submit(batch.name, batch.priority, trials, list,
+                         coordinator::Client::kMaxPartBytes, batch.retention);
   } catch (const Error& e) {
     // The coordinator says what it lacks; what to do is the command line's.
     const std::string why = e.what();

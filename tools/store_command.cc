@@ -11,7 +11,6 @@
 #include <string>
 
 #include "coordinator/retention.h"
-#include "sandbox/limit_units.h"
 #include "store/event_store.h"
 #include "tools/cli_support.h"
 #include "tools/commands.h"
@@ -27,20 +26,10 @@ using nlohmann::ordered_json;
 
 // "7d", "12h", "30m", "90s", "0": how long a job has been finished.
 coordinator::Duration parse_age(const std::string& text) {
-  double seconds = -1;
-  if (text.size() > 1 && text.back() == 'd') {
-    if (auto days = sandbox::parse_duration_seconds(text.substr(0, text.size() - 1))) {
-      seconds = *days * 86'400;
-    }
-  } else if (auto parsed = sandbox::parse_duration_seconds(text)) {
-    seconds = *parsed;
-  }
-  if (!(seconds >= 0) || seconds > 1e11) {
-    throw CommandFailed("--older-than: \"" + text +
-                            "\" is not an age; give a number and a unit, such as 7d, 12h, 30m or 0",
-                        kUsageError);
-  }
-  return coordinator::Duration(static_cast<std::int64_t>(seconds * 1000));
+  if (auto age = coordinator::parse_retention_age(text)) return *age;
+  throw CommandFailed("--older-than: \"" + text +
+                          "\" is not an age; give a number and a unit, such as 7d, 12h, 30m or 0",
+                      kUsageError);
 }
 
 // "12.3 MiB".
@@ -115,6 +104,7 @@ void run_gc(const GcOptions& o) {
                      {"jobs_collected", plan->jobs_collected},
                      {"jobs_too_recent", plan->jobs_too_recent},
                      {"jobs_unfinished", plan->jobs_unfinished},
+                     {"jobs_own_policy", plan->jobs_own_policy},
                      {"skipped", result.skipped},
                      {"store_file_bytes", file}};
     std::cout << json_text(doc) << '\n';
@@ -130,9 +120,12 @@ void run_gc(const GcOptions& o) {
                 bytes_text(result.deleted.bytes).c_str());
   }
   std::printf(
-      "kept %llu fork(s) by the policy (--keep %s), %llu that other runs fork from, "
+      "kept %llu fork(s) by the policy (--keep %s%s), %llu that other runs fork from, "
       "%llu local trials' forks\n",
       static_cast<unsigned long long>(plan->forks_kept), o.keep.c_str(),
+      plan->jobs_own_policy == 0
+          ? ""
+          : ("; " + std::to_string(plan->jobs_own_policy) + " job(s) by their own").c_str(),
       static_cast<unsigned long long>(plan->forks_forked_from),
       static_cast<unsigned long long>(plan->local_forks_kept));
   const std::string recent = policy.after.count() == 0

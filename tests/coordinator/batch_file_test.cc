@@ -348,7 +348,7 @@ file = "scenarios/absent.lua"
   for (const auto& problem : problems) UNSCOPED_INFO(problem);
   const std::vector<std::string> expected = {
       "colour (line 6): unknown key; the keys here are name, run, at, repeat, priority, limits, "
-      "candidates, scenarios (see docs/batch-file.md)",
+      "candidates, scenarios, keep_forks, keep_forks_after (see docs/batch-file.md)",
       "run (line 2): must be a string, got an integer",
       "at[1] (line 3): fork point is empty; give an event id of the parent run, such as "
       "\"evt_006\"",
@@ -661,4 +661,30 @@ pack = "home"
   const Texts unmarked = read_problems(raw("home"));
   REQUIRE(unmarked.size() == 1);
   CHECK_THAT(unmarked[0], Catch::Contains("holds no manifest.toml, so it is not a pack"));
+}
+
+TEST_CASE("a batch may set what its finished job keeps of its forks", "[coordinator][batch]") {
+  TempDir dir;
+  candidate(dir, "p/echo");
+  const std::string matrix = R"(
+run = "run_chat"
+at = "evt_003"
+[[candidates]]
+pack = "p/echo"
+)";
+  CHECK_FALSE(read_ok(dir.write("plain.toml", matrix)).retention.has_value());
+  const Batch kept = read_ok(
+      dir.write("kept.toml", "keep_forks = \"failures\"\nkeep_forks_after = \"7d\"\n" + matrix));
+  REQUIRE(kept.retention.has_value());
+  CHECK(kept.retention->keep == KeepForks::failures);
+  CHECK(kept.retention->after == std::chrono::days(7));
+  const Batch now = read_ok(dir.write("now.toml", "keep_forks = \"none\"\n" + matrix));
+  CHECK(now.retention == RetentionPolicy{KeepForks::none, Duration(0)});
+
+  const Texts problems = read_problems(
+      dir.write("bad.toml", "keep_forks = \"some\"\nkeep_forks_after = \"soon\"\n" + matrix));
+  CHECK(has(problems, "keep_forks (line 1): \"some\" is not a retention; give all, failures"));
+  CHECK(has(problems, "keep_forks_after (line 2): \"soon\" is not an age"));
+  CHECK(has(read_problems(dir.write("alone.toml", "keep_forks_after = \"1d\"\n" + matrix)),
+            "keep_forks_after (line 1): is given without keep_forks"));
 }

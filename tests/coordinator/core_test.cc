@@ -812,3 +812,64 @@ TEST_CASE("a result is recorded as a verdict and read back whole, an older log's
         R"({"trial":")" + job + R"(#2","job":")" + job +
             R"(","index":2,"outcome":"completed","detail":"written whole"})");
 }
+
+TEST_CASE("a job's own retention is recorded with it and rules gc over the default",
+          "[coordinator][core][gc]") {
+  GreeterStore greeter;
+  ServerConfig config;
+  config.store = greeter.store;
+  const auto submission = [&](std::uint64_t request, const std::string& keep) {
+    capnp::MallocMessageBuilder message;
+    auto job = wire::start(message, request).initSubmitJob();
+    job.setName(keep.empty() ? "default" : keep);
+    job.setKeepForks(keep);
+    job.setKeepForksAfterMillis(keep == "all" ? 86'400'000 : 0);
+    job.initSpecs(1).set(0, greeter.trial);
+    return wire::encode(message);
+  };
+  std::string kept;
+  std::string plain;
+  {
+    CoordinatorCore core(config, quiet);
+    only_reply(core.turn("c", client_hello(1), kNow));
+    const auto refused = only_reply(core.turn("c", submission(2, "most"), kNow));
+    REQUIRE(refused.envelope().isError());
+    CHECK(refused.envelope().getError().getCode() == schema::wire::ErrorCode::INVALID_ARGUMENT);
+    CHECK_THAT(wire::text(refused.envelope().getError().getMessage()),
+               Catch::Contains("\"most\" is not a retention"));
+    kept = wire::text(only_reply(core.turn("c", submission(3, "all"), kNow))
+                          .envelope()
+                          .getJobAccepted()
+                          .getJob());
+    plain = wire::text(
+        only_reply(core.turn("c", submission(4, ""), kNow)).envelope().getJobAccepted().getJob());
+    REQUIRE(only_reply(core.turn("w", worker_hello(5, "w1", 2), kNow)).envelope().isWelcome());
+    auto work = only_reply(core.turn("w", request_work(6, 2), kNow));
+    const auto assignments = work.envelope().getAssignments().getAssignments();
+    REQUIRE(assignments.size() == 2);
+    std::vector<CoordinatorCore::Frame> reports;
+    for (unsigned i = 0; i < 2; ++i) {
+      reports.push_back({"w", report_with_event(10 + i, assignments[i].getTrial(), "evt_new")});
+    }
+    REQUIRE(core.turn(reports, kNow).size() == 2);
+    const auto status =
+        nlohmann::json::parse(wire::text(only_reply(core.turn("c", status_request(20, kept), kNow))
+                                             .envelope()
+                                             .getJobStatus()
+                                             .getText()));
+    CHECK(status["keep_forks"] == nlohmann::json{{"keep", "all"}, {"after_ms", 86'400'000}});
+  }
+  // The job that keeps all its forks keeps them; the other goes by --keep.
+  const auto result = forktrial::testing::run_forktrial(
+      {"gc", "--store", config.store.string(), "--keep", "none", "--json"});
+  INFO(result.err);
+  REQUIRE(result.exit_code == 0);
+  const auto gc = nlohmann::json::parse(result.out);
+  CHECK(gc["forks_deleted"] == 1);
+  CHECK(gc["forks_kept"] == 1);
+  CHECK(gc["jobs_collected"] == 2);
+  CHECK(gc["jobs_own_policy"] == 1);
+  store::EventStore events(config.store);
+  CHECK(events.snapshot().run(store::RunId("run_" + kept + "_0_a1")).has_value());
+  CHECK_FALSE(events.snapshot().run(store::RunId("run_" + plain + "_0_a1")).has_value());
+}

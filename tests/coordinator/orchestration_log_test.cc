@@ -76,6 +76,11 @@ std::vector<OrchestrationRecord> edge_records() {
     python.executor = pack::Executor::activegraph;
     records.push_back(JobSubmitted{JobId{"py"}, 0, "py", {python, TrialInput{}}, at(1)});
   }
+  for (const KeepForks keep : {KeepForks::all, KeepForks::failures, KeepForks::none}) {
+    JobSubmitted kept{JobId{"kept"}, 0, "kept", {TrialInput{}}, at(2)};
+    kept.retention = RetentionPolicy{keep, Duration{keep == KeepForks::none ? 0 : 604'800'000}};
+    records.push_back(kept);
+  }
   records.push_back(LeasesRenewed{WorkerId{"w"}, {}, kEpoch, kEpoch});
   records.push_back(LeasesRenewed{WorkerId{"w"},
                                   {{trial("a", 0), 1}, {trial("b\n", kMaxIndex), kMaxAttempt}},
@@ -321,6 +326,13 @@ TEST_CASE("a damaged record event is an error naming the event and the field",
           "event evt_042 (trial.leased): field \"lease\" is not a field of this record");
     CHECK(leased(R"("trial":{"job":"a","index":3,"x":0},"attempt":1,)" + rest) ==
           "event evt_042 (trial.leased): field \"trial.x\" is not a field of this record");
+  }
+  SECTION("a retention this build does not know") {
+    CHECK(decode_error("job.submitted",
+                       R"({"job":"j","priority":0,"name":"n","trials":[],"keep_forks":"most",)"
+                       R"("keep_forks_after":0,"at":1})") ==
+          "event evt_042 (job.submitted): field \"keep_forks\" \"most\" is not a retention (all, "
+          "failures, none)");
   }
   SECTION("a field of the wrong type") {
     CHECK(leased(trial_ok + R"("attempt":"1",)" + rest) ==
