@@ -155,16 +155,19 @@ say "man pages: $(wc -l <"$TMPDIR/commands") commands (forktrial itself included
 
 # ---- systemd units and their examples, as installed
 
-for unit in forktrial-coordinator.service forktrial-worker@.service; do
+for unit in forktrial-coordinator.service forktrial-worker@.service forktrial-gc.service \
+  forktrial-gc.timer; do
   cmp -s "/lib/systemd/system/$unit" "$FORKTRIAL_SOURCE/deploy/systemd/$unit" ||
     fail "/lib/systemd/system/$unit is missing or not deploy/systemd's (which systemd.sh starts)"
 done
 out=$(unshare --mount --propagation private sh -c \
   'mount -t tmpfs tmpfs /run/systemd && exec systemd-analyze verify "$@"' sh \
-  forktrial-coordinator.service forktrial-worker@ci.service 2>&1) ||
+  forktrial-coordinator.service forktrial-worker@ci.service forktrial-gc.service \
+  forktrial-gc.timer 2>&1) ||
   fail "systemd-analyze verify of the installed units failed: $out"
 [ -z "$out" ] || fail "systemd-analyze verify of the installed units: $out"
-for example in coordinator.env worker.env forktrial-coordinator-curve.conf forktrial-worker-curve.conf; do
+for example in coordinator.env worker.env gc.env forktrial-coordinator-curve.conf \
+  forktrial-worker-curve.conf; do
   cmp -s "/usr/share/doc/forktrial/examples/$example" "$FORKTRIAL_SOURCE/deploy/systemd/$example" ||
     fail "/usr/share/doc/forktrial/examples/$example is missing or not deploy/systemd's"
 done

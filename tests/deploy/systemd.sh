@@ -29,12 +29,13 @@ src=$FORKTRIAL_SOURCE/deploy/systemd
 stage_units() {
   local dir=$1
   mkdir -p "$dir/forktrial-coordinator.service.d" "$dir/forktrial-worker@.service.d"
-  for unit in forktrial-coordinator.service forktrial-worker@.service; do
+  for unit in forktrial-coordinator.service forktrial-worker@.service forktrial-gc.service; do
     sed "s#^ExecStart=/usr/bin/forktrial #ExecStart=$FORKTRIAL_BIN_DIR/forktrial #" \
       "$src/$unit" >"$dir/$unit"
     grep -q "^ExecStart=$FORKTRIAL_BIN_DIR/forktrial " "$dir/$unit" ||
       fail "$unit: no ExecStart=/usr/bin/forktrial line to point at the binary under test"
   done
+  cp "$src/forktrial-gc.timer" "$dir/"
   cp "$src/forktrial-coordinator-curve.conf" "$dir/forktrial-coordinator.service.d/curve.conf"
   cp "$src/forktrial-worker-curve.conf" "$dir/forktrial-worker@.service.d/curve.conf"
 }
@@ -46,7 +47,8 @@ verify_units() {
   local dir=$1 out rc=0
   out=$(unshare --mount --propagation private sh -c \
     'mount -t tmpfs tmpfs /run/systemd && exec systemd-analyze verify --man=no "$@"' sh \
-    "$dir/forktrial-coordinator.service" "$dir/forktrial-worker@ci.service" 2>&1) || rc=$?
+    "$dir/forktrial-coordinator.service" "$dir/forktrial-worker@ci.service" \
+    "$dir/forktrial-gc.service" "$dir/forktrial-gc.timer" 2>&1) || rc=$?
   if [ $rc -ne 0 ] || [ -n "$out" ]; then
     printf 'systemd-analyze verify (exit %s): %s\n' "$rc" "$out"
     return 1
@@ -118,7 +120,7 @@ fi
 
 # The environment files: the shipped examples as they are, and an instance
 # file for each worker (w1 standard, w2 strict), each on an HTTP port.
-cp "$src/coordinator.env" "$src/worker.env" "$etc/"
+cp "$src/coordinator.env" "$src/worker.env" "$src/gc.env" "$etc/"
 printf 'FORKTRIAL_HTTP=127.0.0.1:7681\nFORKTRIAL_SLOTS=2\n' >"$etc/worker-w1.env"
 printf 'FORKTRIAL_HTTP=127.0.0.1:7682\nFORKTRIAL_ISOLATION=strict\n' >"$etc/worker-w2.env"
 chmod -R a+rX "$etc"
@@ -133,6 +135,8 @@ on_exit "umount '$root'"
     --bind-ro="$FORKTRIAL_BIN_DIR/forktrial-child:/usr/libexec/forktrial/forktrial-child" \
     --bind-ro="$src/forktrial-coordinator.service:/lib/systemd/system/forktrial-coordinator.service" \
     --bind-ro="$src/forktrial-worker@.service:/lib/systemd/system/forktrial-worker@.service" \
+    --bind-ro="$src/forktrial-gc.service:/lib/systemd/system/forktrial-gc.service" \
+    --bind-ro="$src/forktrial-gc.timer:/lib/systemd/system/forktrial-gc.timer" \
     --bind-ro="$etc:/etc/forktrial" --bind-ro="$share:/srv/forktrial-test" \
     --bind-ro="$FORKTRIAL_SOURCE" \
     --boot systemd.unit=basic.target
@@ -286,6 +290,7 @@ run_batch_on() {
   check results "$TMPDIR/results.jsonl" "$worker" || unit_failed "forktrial-worker@$worker.service" \
     "job $job on $worker: trials did not end as they must"
   say "batch $job on $worker alone${client[*]:+, with keys}: 10 trials, each ended as it must"
+  last_job=$job
 }
 in_container systemctl stop forktrial-worker@w2.service
 run_batch_on w1
@@ -293,6 +298,29 @@ in_container systemctl start forktrial-worker@w2.service
 in_container systemctl stop forktrial-worker@w1.service
 run_batch_on w2
 in_container systemctl start forktrial-worker@w1.service
+
+# gc as the timer runs it, beside the live coordinator: with the shipped
+# policy (keep all) it deletes nothing; with keep none, every fork of the
+# two finished jobs, and the coordinator serves their results still.
+gc_says() {
+  in_container systemctl start forktrial-gc.service ||
+    unit_failed forktrial-gc.service "forktrial-gc.service failed"
+  in_container journalctl --no-pager -o cat -u forktrial-gc.service | grep "^deleted" | tail -n 1
+}
+said=$(gc_says)
+[[ $said == "deleted 0 fork(s)"* ]] || fail "gc with the shipped policy (keep all) said: $said"
+printf 'FORKTRIAL_GC_KEEP=none\nFORKTRIAL_GC_OLDER_THAN=0\n' >"$etc/gc.env"
+said=$(gc_says)
+[[ $said =~ ^deleted\ ([0-9]+)\ fork ]] && ((BASH_REMATCH[1] > 0)) ||
+  fail "gc with keep none deleted no fork: $said"
+in_container forktrial results "$last_job" --json "${client[@]}" >"$TMPDIR/results.jsonl" ||
+  fail "the coordinator did not serve job $last_job's results after gc"
+[ "$(wc -l <"$TMPDIR/results.jsonl")" = 10 ] || fail "job $last_job has not its 10 results after gc"
+in_container systemctl start forktrial-gc.timer
+[ -n "$(unit_show forktrial-gc.timer NextElapseUSecRealtime)" ] ||
+  fail "forktrial-gc.timer started with no next run"
+in_container systemctl stop forktrial-gc.timer
+say "gc as its unit runs it, beside the coordinator: $said; results kept; the daily timer starts"
 
 # Restart=on-failure: a coordinator killed by a signal comes back.
 pid=$(unit_show forktrial-coordinator.service MainPID)
