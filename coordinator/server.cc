@@ -229,6 +229,8 @@ void Server::handle(const std::string& route, Envelope::Reader envelope, Instant
         return on_attempt_failed(route, worker, envelope, now);
       case Envelope::FETCH_BLOB:
         return on_fetch(route, envelope);
+      case Envelope::WORKER_GOODBYE:
+        return on_worker_goodbye(route, worker, envelope, now);
       default:
         return reply_error(route, request, ErrorCode::invalid_argument,
                            "a worker may not send this message");

@@ -390,6 +390,12 @@ class Server {
   void on_attempt_failed(const std::string& route, const WorkerId& worker,
                          Envelope::Reader envelope, Instant now);
 
+  // The worker stops: it is lost now (its leases requeued or abandoned, as
+  // when its heartbeats stop, without waiting for them to lapse), and its
+  // route forgotten. It names no worker: a connection can only end its own.
+  void on_worker_goodbye(const std::string& route, const WorkerId& worker,
+                         Envelope::Reader envelope, Instant now);
+
   void on_report(const std::string& route, const WorkerId& worker, Envelope::Reader envelope,
                  Instant now);
 

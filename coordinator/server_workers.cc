@@ -1,5 +1,5 @@
 // The coordinator's workers: hellos, offers (parked while nothing is
-// queued), assignments, heartbeats and failed attempts.
+// queued), assignments, heartbeats, failed attempts and goodbyes.
 #include "coordinator/server_impl.h"
 
 namespace forktrial::coordinator::detail {
@@ -223,6 +223,31 @@ void Server::on_attempt_failed(const std::string& route, const WorkerId& worker,
                            std::to_string(failed.getTrial().getAttempt()) + " failed: " + reason);
   ack(route, envelope.getRequestId(), failed.getTrial(), wire_verdict(result.verdict),
       result.reason);
+}
+
+void Server::on_worker_goodbye(const std::string& route, const WorkerId& worker,
+                               Envelope::Reader envelope, Instant now) {
+  const std::string said = wire::prose(envelope.getWorkerGoodbye().getReason(), kMaxReasonBytes);
+  // Each attempt it held fails with "worker <id> lost: it said goodbye: ...".
+  const std::string reason = "it said goodbye" + (said.empty() ? "" : ": " + said);
+  // Recorded before the answer, as every decision is: the requeues and
+  // worker.lost are committed with the turn, then the worker hears ok.
+  Records lost = scheduler_.worker_lost(worker, reason, now);
+  const std::size_t held = lost.empty() ? 0 : lost.size() - 1;  // its leases, then worker.lost
+  keep(std::move(lost));
+  log_(LogLevel::info, "worker " + worker.str() + " said goodbye" +
+                           (said.empty() ? "" : " (" + said + ")") + ": lost now; " +
+                           std::to_string(held) + (held == 1 ? " lease" : " leases") +
+                           " it held ended at once (requeued, or abandoned after the last "
+                           "attempt)");
+  // The route goes with it: what it sends next is a stranger's, until it
+  // says hello again.
+  parked_.erase(route);
+  peers_.erase(route);
+  if (auto it = worker_routes_.find(worker); it != worker_routes_.end() && it->second == route) {
+    worker_routes_.erase(it);
+  }
+  reply_ok(route, envelope.getRequestId());
 }
 
 }  // namespace forktrial::coordinator::detail

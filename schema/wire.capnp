@@ -64,7 +64,17 @@ struct Envelope {
     # client -> coordinator, and its answer
     importRun @28 :ImportRun;
     runImported @29 :Json;
+
+    # worker -> coordinator
+    workerGoodbye @30 :WorkerGoodbye;
   }
+}
+
+# A worker that stops (SIGTERM, SIGINT) says so, after killing its trials, so
+# that the coordinator requeues what it held at once rather than when its
+# leases lapse. Answered `ok`; the worker does not wait long for it.
+struct WorkerGoodbye {
+  reason @0 :Text;             # why it stops, for people: "stopped by SIGTERM"
 }
 
 # Import a run of activegraph JSON Lines into the coordinator's store, as

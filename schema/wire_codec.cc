@@ -101,6 +101,7 @@ bool is_worker_message(schema::wire::Envelope::Which which) {
     case Envelope::REPORT:
     case Envelope::ATTEMPT_FAILED:
     case Envelope::FETCH_BLOB:
+    case Envelope::WORKER_GOODBYE:
       return true;
     default:
       return false;
@@ -115,7 +116,7 @@ bool is_prose_field(std::string_view struct_name, std::string_view field_name) {
   static constexpr Named kProse[] = {{"Error", "message"},        {"Report", "detail"},
                                      {"Report", "warnings"},      {"Report", "events"},
                                      {"AttemptFailed", "reason"}, {"WorkerHello", "warnings"},
-                                     {"ReportAck", "reason"}};
+                                     {"ReportAck", "reason"},     {"WorkerGoodbye", "reason"}};
   for (const Named& named : kProse) {
     if (named.owner == struct_name && named.field == field_name) return true;
   }
@@ -160,7 +161,7 @@ std::expected<Frame, Status> decode(std::string_view bytes, std::size_t max_byte
                                         std::to_string(schema::wire::K_PROTOCOL_VERSION)});
     }
     // An arm newer than this build reads as an ordinal past the last known.
-    if (static_cast<unsigned>(envelope.which()) > static_cast<unsigned>(Envelope::RUN_IMPORTED)) {
+    if (static_cast<unsigned>(envelope.which()) > static_cast<unsigned>(Envelope::WORKER_GOODBYE)) {
       return std::unexpected(Status{ErrorCode::invalid_argument,
                                     "message arm " +
                                         std::to_string(static_cast<unsigned>(envelope.which())) +

@@ -51,11 +51,13 @@ std::expected<Frame, Status> decode(std::string_view frame,
 
 // The Text fields a peer's prose travels in, repaired rather than refused:
 // Error.message, Report.detail, Report.warnings, AttemptFailed.reason,
-// WorkerHello.warnings and ReportAck.reason, named "Struct.field". Report.events is named too: its
-// Text is the trial's delta, which the store's rules judge event by event.
+// WorkerHello.warnings, ReportAck.reason and WorkerGoodbye.reason, named
+// "Struct.field". Report.events is named too: its Text is the trial's delta,
+// which the store's rules judge event by event.
 bool is_prose_field(std::string_view struct_name, std::string_view field_name);
 // The messages only a worker sends (its hello, offers, heartbeats, reports,
-// failed attempts and blob fetches); every other peer message is a client's.
+// failed attempts, blob fetches and goodbye); every other peer message is a
+// client's.
 bool is_worker_message(schema::wire::Envelope::Which which);
 
 // The frame of a built message.

@@ -390,6 +390,11 @@ void add_worker(CLI::App& app) {
       isolation[name] = {{"provided", guarantee.provided}, {"how", guarantee.how}};
     }
     config->isolation = isolation.dump();
+    config->stop_reason = [] {
+      const int signal = stop_signal_received();
+      return signal == 0 ? std::string("stopped")
+                         : "stopped by SIG" + std::string(::sigabbrev_np(signal));
+    };
     const int code = worker::run_worker(*config, stop, log);
     if (code != 0) throw ExitStatus(code);
   });

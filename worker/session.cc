@@ -216,6 +216,16 @@ void WorkerSession::step(Clock::time_point now) {
   offer(now);
 }
 
+std::optional<std::uint64_t> WorkerSession::goodbye(const std::string& reason) {
+  if (!welcomed_) return std::nullopt;
+  capnp::MallocMessageBuilder message;
+  const std::uint64_t request = ++request_id_;
+  wire::start(message, request).initWorkerGoodbye().setReason(reason);
+  if (!send_(wire::encode(message))) return std::nullopt;
+  welcomed_ = false;
+  return request;
+}
+
 void WorkerSession::send_heartbeat(Clock::time_point now) {
   capnp::MallocMessageBuilder message;
   auto heartbeat = wire::start(message, ++request_id_).initHeartbeat();

@@ -23,7 +23,10 @@
 //     offer);
 //   - any other error answering the hello: the coordinator will not take this
 //     worker, which stops (refusal());
-//   - any other error: logged by the caller; an offer goes again.
+//   - any other error: logged by the caller; an offer goes again;
+//   - a goodbye when the caller stops, if the coordinator welcomed this
+//     worker, so that it requeues what the worker held at once rather than
+//     when the leases lapse.
 //
 // Not thread-safe: one owner (the worker's loop thread) makes every call.
 #pragma once
@@ -138,6 +141,14 @@ class WorkerSession {
   // When step() next has something to do (for a caller that sleeps until
   // then, as the simulation does).
   Clock::time_point next_step() const;
+
+  // The caller stops, its trials killed: says goodbye (`reason`, for
+  // people: "stopped by SIGTERM") and returns the request id its answer
+  // (`ok`, or an error) will carry. None when there is nobody to tell (the
+  // coordinator has not welcomed this worker) or the frame could not be
+  // sent. The caller waits for the answer as long as it likes, and no
+  // longer: a goodbye is best-effort. The session is done after it.
+  std::optional<std::uint64_t> goodbye(const std::string& reason);
 
   // A request id for the caller's own requests (fetches), unique with the
   // session's.

@@ -202,8 +202,13 @@ class Worker {
       session_.step(world_.monotonic_now());
     }
     for (auto& [key, trial] : trials_) trial.cancel->cancel();
-    std::unique_lock lock(finished_mutex_);
-    idle_.wait(lock, [&] { return in_slots_ == 0; });
+    {
+      std::unique_lock lock(finished_mutex_);
+      idle_.wait(lock, [&] { return in_slots_ == 0; });
+    }
+    // After the kills: once told, the coordinator leases the trials to
+    // others, and none of them may still run here.
+    if (stop_.cancelled()) say_goodbye();
     return exit_code_ < 0 ? 0 : exit_code_;
   }
 
@@ -229,6 +234,42 @@ class Worker {
                " it has not taken (--send-queue); it and what follows are sent again");
     }
     return false;
+  }
+
+  // Best-effort and bounded: the answer is awaited at most goodbye_wait, and
+  // whatever else the coordinator sends meanwhile is dropped (the trials
+  // are gone). Unanswered, the worker is found lost when its leases lapse.
+  void say_goodbye() {
+    const std::string reason = config_.stop_reason ? config_.stop_reason() : "stopped";
+    const auto request = session_.goodbye(reason);
+    if (!request) return;
+    const auto deadline = world_.monotonic_now() + config_.goodbye_wait;
+    for (auto now = world_.monotonic_now(); now < deadline; now = world_.monotonic_now()) {
+      zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
+      try {
+        zmq::poll(&item, 1, std::chrono::ceil<std::chrono::milliseconds>(deadline - now));
+      } catch (const zmq::error_t& e) {
+        if (e.num() != EINTR) throw;  // another signal: the deadline still holds
+      }
+      zmq::message_t frame;
+      while (socket_.recv(frame, zmq::recv_flags::dontwait)) {
+        auto decoded = wire::decode(frame.to_string_view());
+        if (!decoded || decoded->envelope().getRequestId() != *request) continue;
+        const auto envelope = decoded->envelope();
+        if (envelope.isError()) {
+          log_(LogLevel::warn, "the coordinator did not take this worker's goodbye (" +
+                                   wire::status_of(envelope.getError()).message +
+                                   "); it finds the worker lost when its leases lapse");
+        } else {
+          log_(LogLevel::info, "said goodbye to the coordinator (" + reason +
+                                   "): what this worker held goes to other workers now");
+        }
+        return;
+      }
+    }
+    log_(LogLevel::warn, "the coordinator did not answer this worker's goodbye within " +
+                             std::to_string(config_.goodbye_wait.count()) +
+                             " ms; it finds the worker lost when its leases lapse");
   }
 
   void wait_for_input(std::chrono::milliseconds timeout) {

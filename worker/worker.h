@@ -60,6 +60,13 @@ struct WorkerConfig {
   // (ready while the coordinator has welcomed this worker), /metrics
   // (worker/metrics.h).
   std::optional<transport::HttpAddress> http;
+  // Why the worker stops, for its goodbye ("stopped by SIGTERM"); asked
+  // once the stop came. None: "stopped".
+  std::function<std::string()> stop_reason;
+  // How long a stopping worker waits for the answer to its goodbye before it
+  // exits all the same: a coordinator that is gone or slow never holds up
+  // the stop (its leases then lapse, as without a goodbye).
+  std::chrono::milliseconds goodbye_wait{1000};
   // The clocks and randomness the worker reads (base/world.h); nullptr:
   // real_world(). Not owned; outlives the worker.
   World* world = nullptr;
@@ -67,7 +74,9 @@ struct WorkerConfig {
 
 // Runs until `stop` is cancelled; returns 0, or non-zero when the worker
 // cannot go on (the coordinator refused it, the cache cannot be opened).
-// Running trials are killed on stop.
+// Running trials are killed on stop; then a welcomed worker says goodbye
+// (config.stop_reason), waiting at most config.goodbye_wait for the answer,
+// so that the coordinator requeues its leases at once.
 // The signal that stopped a trial's child from outside the worker, or 0. The
 // sandbox ends a child only with SIGKILL (its nets, a cancel) or SIGXCPU (its
 // CPU net), and a child never signals itself; SIGTERM, SIGINT, SIGHUP or

@@ -72,6 +72,11 @@ class Daemon {
   Daemon(const Daemon&) = delete;
   Daemon& operator=(const Daemon&) = delete;
 
+  // Sends `signal` and leaves the daemon be (SIGSTOP, SIGCONT).
+  void signal(int signal) {
+    if (pid_ > 0) ::kill(pid_, signal);
+  }
+
   // Sends `signal` and reaps the daemon; its wait status.
   int kill(int signal) {
     if (pid_ <= 0) return 0;

@@ -647,7 +647,9 @@ TEST_CASE(
   const std::string pid_file = (cluster.dir.path() / "child.pid").string();
   const auto sleeper =
       cluster.stand_in_child("sleeper.sh", "echo $$ > " + pid_file + "\nexec sleep 60\n");
-  cluster.start_coordinator("1");
+  // A lease far longer than the test: the trial can run again only because
+  // the worker said goodbye.
+  cluster.start_coordinator("600");
   cluster.start_worker(1, 1, {sleeper});
   const std::string job = cluster.submit(cluster.outcome_batch(1, 1));
   pid_t child = 0;
@@ -662,7 +664,19 @@ TEST_CASE(
   // The worker killed and reaped its child before it ended.
   const bool gone = ::kill(child, 0) == -1 && errno == ESRCH;
   CHECK(gone);
-  // Its lease lapses; another worker runs the trial.
+  // It said goodbye and heard the answer before it exited, so the
+  // coordinator has lost it already and requeued its trial, its lease
+  // notwithstanding.
+  const std::string log = cluster.log_text();
+  INFO(log);
+  REQUIRE_THAT(log, Catch::Contains("said goodbye to the coordinator (stopped by SIGTERM)"));
+  CHECK_THAT(log, Catch::Contains("worker w1 said goodbye (stopped by SIGTERM): lost now; 1 lease "
+                                  "it held ended at once"));
+  const json known = json::parse(cluster.client({"workers", "--json"}).out);
+  REQUIRE(known["workers"].size() == 1);
+  CHECK(known["workers"][0]["worker"] == "w1");
+  CHECK(known["workers"][0]["alive"] == false);
+  // Another worker runs the trial.
   cluster.start_worker(2);
   const json summary = cluster.wait(job);
   INFO(summary.dump() << cluster.log_text());
@@ -673,6 +687,28 @@ TEST_CASE(
   CHECK(results[0]["worker"] == "w2");
   CHECK(results[0]["attempts"] == 2);
   require_exactly_once(cluster, results);
+}
+
+TEST_CASE("a worker whose coordinator does not answer its goodbye stops all the same",
+          "[cluster]") {
+  Cluster cluster;
+  cluster.start_coordinator("600");
+  cluster.start_worker(1);
+  for (int i = 0; i < 1000; ++i) {
+    const json known = json::parse(cluster.client({"workers", "--json"}).out);
+    if (!known["workers"].empty() && known["workers"][0]["alive"] == true) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  REQUIRE_THAT(cluster.log_text(), Catch::Contains("worker w1 joined"));
+  // A coordinator that reads nothing: the goodbye goes unanswered.
+  cluster.coordinator->signal(SIGSTOP);
+  const int status = cluster.workers[0]->kill(SIGTERM);
+  cluster.coordinator->signal(SIGCONT);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK_THAT(
+      cluster.log_text(),
+      Catch::Contains("the coordinator did not answer this worker's goodbye within 1000 ms"));
 }
 
 TEST_CASE("a job forked from a run the coordinator lacks is refused once, saying what to do",

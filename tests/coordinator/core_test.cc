@@ -548,6 +548,17 @@ std::string heartbeat(std::uint64_t request,
   return wire::encode(message);
 }
 
+// A client ("c") says hello and submits `trials` greeter trials under the
+// token 0123456789abcdef: job_0123456789abcdef.
+void submit_tokened_job(CoordinatorCore& core, const GreeterStore& greeter, unsigned trials) {
+  only_reply(core.turn("c", client_hello(1), kNow));
+  REQUIRE(
+      only_reply(
+          core.turn("c", tokened_submission(2, "0123456789abcdef", greeter.trial, trials), kNow))
+          .envelope()
+          .isJobAccepted());
+}
+
 // The orchestration log's events, by type.
 std::map<std::string, std::size_t> logged_types(const std::filesystem::path& path) {
   std::map<std::string, std::size_t> types;
@@ -572,11 +583,7 @@ TEST_CASE("a worker that merely runs adds no record, and a restart renews what i
   const Instant later = kNow + std::chrono::seconds(90);
   {
     CoordinatorCore core(config, quiet);
-    only_reply(core.turn("c", client_hello(1), kNow));
-    REQUIRE(only_reply(
-                core.turn("c", tokened_submission(2, "0123456789abcdef", greeter.trial, 2), kNow))
-                .envelope()
-                .isJobAccepted());
+    submit_tokened_job(core, greeter, 2);
     REQUIRE(only_reply(core.turn("w", worker_hello(3, "runner", 2), kNow)).envelope().isWelcome());
     auto work = only_reply(core.turn("w", request_work(4, 2), kNow));
     REQUIRE(work.envelope().getAssignments().getAssignments().size() == 2);
@@ -872,4 +879,92 @@ TEST_CASE("a job's own retention is recorded with it and rules gc over the defau
   store::EventStore events(config.store);
   CHECK(events.snapshot().run(store::RunId("run_" + kept + "_0_a1")).has_value());
   CHECK_FALSE(events.snapshot().run(store::RunId("run_" + plain + "_0_a1")).has_value());
+}
+
+namespace {
+
+std::string goodbye(std::uint64_t request, const std::string& reason) {
+  capnp::MallocMessageBuilder message;
+  wire::start(message, request).initWorkerGoodbye().setReason(reason);
+  return wire::encode(message);
+}
+
+}  // namespace
+
+TEST_CASE("a worker's goodbye requeues its leases at once and leaves the others' alone",
+          "[coordinator][core]") {
+  GreeterStore greeter;
+  ServerConfig config;
+  config.store = greeter.store;
+  const JobId job("job_0123456789abcdef");
+  const TrialId first{job, 0}, second{job, 1}, third{job, 2};
+  // A second in: far inside the lease (30 s), so nothing could lapse yet.
+  const Instant soon = kNow + std::chrono::seconds(1);
+  {
+    CoordinatorCore core(config, quiet);
+    submit_tokened_job(core, greeter, 3);
+    // Worker `id` joins from `route` with `slots` and offers `free` of them:
+    // how many trials it is leased.
+    auto join_and_lease = [&](const std::string& route, const std::string& id, std::uint32_t slots,
+                              std::uint32_t free) {
+      REQUIRE(
+          only_reply(core.turn(route, worker_hello(3, id, slots), kNow)).envelope().isWelcome());
+      return only_reply(core.turn(route, request_work(4, free), kNow))
+          .envelope()
+          .getAssignments()
+          .getAssignments()
+          .size();
+    };
+    REQUIRE(join_and_lease("r1", "w1", 2, 2) == 2);
+    REQUIRE(join_and_lease("r2", "w2", 3, 1) == 1);
+    REQUIRE(core.scheduler().trial_state(third)->worker == WorkerId("w2"));
+
+    // A peer that never said hello, and a client, are refused; nothing moves.
+    auto stranger = only_reply(core.turn("r3", goodbye(7, "stopped by SIGTERM"), soon));
+    REQUIRE(stranger.envelope().isError());
+    CHECK(stranger.envelope().getError().getCode() == schema::wire::ErrorCode::FAILED_PRECONDITION);
+    auto client = only_reply(core.turn("c", goodbye(8, "stopped by SIGTERM"), soon));
+    REQUIRE(client.envelope().isError());
+    CHECK(client.envelope().getError().getCode() == schema::wire::ErrorCode::INVALID_ARGUMENT);
+    CHECK(wire::text(client.envelope().getError().getMessage()) ==
+          "a client may not send this message");
+    CHECK(core.scheduler().worker_status(WorkerId("w1"))->alive);
+    CHECK(core.scheduler().trial_state(first)->status == TrialStatus::leased);
+
+    auto ok = only_reply(core.turn("r1", goodbye(9, "stopped by SIGTERM"), soon));
+    REQUIRE(ok.envelope().isOk());
+    CHECK(ok.envelope().getRequestId() == 9);
+    // Lost now, not at its lease's end: both its trials are queued again
+    // with the next attempt, saying why.
+    CHECK_FALSE(core.scheduler().worker_status(WorkerId("w1"))->alive);
+    CHECK(core.scheduler().worker_status(WorkerId("w2"))->alive);
+    for (const TrialId& trial : {first, second}) {
+      const auto state = core.scheduler().trial_state(trial);
+      CHECK(state->status == TrialStatus::queued);
+      CHECK(state->attempt == 2);
+      REQUIRE(state->reasons.size() == 1);
+      CHECK(state->reasons[0] == "worker w1 lost: it said goodbye: stopped by SIGTERM");
+    }
+    // The other worker's lease is untouched.
+    const auto kept = core.scheduler().trial_state(third);
+    CHECK(kept->status == TrialStatus::leased);
+    CHECK(kept->attempt == 1);
+    CHECK(kept->worker == WorkerId("w2"));
+    // The route is forgotten: what it sends next is a stranger's.
+    auto after = only_reply(core.turn("r1", heartbeat(10, {{0, 1}, {1, 1}}, job.str()), soon));
+    REQUIRE(after.envelope().isError());
+    CHECK(after.envelope().getError().getCode() == schema::wire::ErrorCode::FAILED_PRECONDITION);
+    CHECK(wire::text(after.envelope().getError().getMessage()) ==
+          "say hello first (workerHello or clientHello)");
+    // The other worker is leased them in the same second.
+    auto work = only_reply(core.turn("r2", request_work(11, 2), soon));
+    const auto assignments = work.envelope().getAssignments().getAssignments();
+    REQUIRE(assignments.size() == 2);
+    for (auto assignment : assignments) CHECK(assignment.getTrial().getAttempt() == 2);
+  }
+  // In the log: w1's loss and the two requeues, before the new leases.
+  const auto types = logged_types(config.store);
+  CHECK(types.at("worker.lost") == 1);
+  CHECK(types.at("trial.requeued") == 2);
+  CHECK(types.at("trial.leased") == 5);
 }

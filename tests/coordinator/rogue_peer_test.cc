@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -548,6 +549,77 @@ TEST_CASE("a worker cannot claim the queue with slots, nor hold a trial with hea
     REQUIRE(std::chrono::steady_clock::now() - start < std::chrono::seconds(30));
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
   }
+  clients_still_read(cluster);
+}
+
+TEST_CASE("a goodbye ends its sender's leases alone, and a client's or a stranger's is refused",
+          "[cluster][rogue]") {
+  Cluster cluster;
+  // No lease lapses in this test, and a failed attempt is the trial's last:
+  // only a goodbye can end a lease here, and what it ends shows.
+  cluster.start_coordinator("600", {"--max-attempts", "1"});
+  const std::string job = greeter_job(cluster, 4);
+  RogueWorker victim(cluster.endpoint, "victim");
+  const auto kept = victim.lease(2);
+  RogueWorker rogue(cluster.endpoint, "rogue");
+  const auto dropped = rogue.lease(2);
+  auto goodbye = [](std::uint64_t request, const std::string& reason) {
+    capnp::MallocMessageBuilder message;
+    wire::start(message, request)
+        .initWorkerGoodbye()
+        .setReason(capnp::Text::Reader(reason.data(), reason.size()));
+    return wire::encode(message);
+  };
+  {
+    Peer stranger(cluster.endpoint, nullptr);
+    const auto [code, text] = stranger.refusal(goodbye(1, "stopped"));
+    CHECK(code == forktrial::schema::wire::ErrorCode::FAILED_PRECONDITION);
+    CHECK(text == "say hello first (workerHello or clientHello)");
+  }
+  {
+    Peer client(cluster.endpoint, nullptr);
+    capnp::MallocMessageBuilder hello;
+    wire::start(hello, 1).setClientHello();
+    client.send(hello);
+    client.next(Envelope::OK);
+    const auto [code, text] = client.refusal(goodbye(2, "stopped"));
+    CHECK(code == forktrial::schema::wire::ErrorCode::INVALID_ARGUMENT);
+    CHECK(text == "a client may not send this message");
+  }
+  // The rogue's goodbye, its reason not UTF-8, with a terminal escape, and
+  // far past its bound: repaired and cut, and it ends the rogue's leases
+  // alone (a goodbye names no worker: it can only be its sender's).
+  const std::string reason = "bad \xff\x1b[2J text " + std::string(10'000, 'x');
+  rogue.send(goodbye(100, reason));
+  CHECK(rogue.next(Envelope::OK).envelope().getRequestId() == 100);
+  // Its connection is a stranger's now.
+  capnp::MallocMessageBuilder beat;
+  wire::start(beat, 101).initHeartbeat().initRunning(0);
+  const auto [code, text] = rogue.refusal(wire::encode(beat));
+  CHECK(code == forktrial::schema::wire::ErrorCode::FAILED_PRECONDITION);
+  // The victim's leases hold: its reports are accepted, not fenced.
+  for (std::size_t i = 0; i < kept.size(); ++i) {
+    CHECK(victim.report(kept[i], Outcome::completed,
+                        {{.id = "evt_v" + std::to_string(i),
+                          .type = "chat.note",
+                          .payload = R"({"text": "hi"})"}}) == "accepted");
+  }
+  auto workers = json::parse(cluster.client({"workers", "--json"}).out);
+  std::map<std::string, bool> alive;
+  for (const auto& w : workers["workers"]) alive[w["worker"]] = w["alive"];
+  CHECK(alive == std::map<std::string, bool>{{"victim", true}, {"rogue", false}});
+  auto results = results_by_index(cluster, job);
+  REQUIRE(results.size() == 4);
+  for (const auto& lease : kept) CHECK(results[lease.index]["status"] == "reconciled");
+  for (const auto& lease : dropped) {
+    const json& result = results[lease.index];
+    INFO(result.dump());
+    CHECK(result["status"] == "abandoned");
+    const std::string detail = result["detail"].get<std::string>();
+    CHECK_THAT(detail, Catch::Contains("worker rogue lost: it said goodbye: bad \ufffd"));
+    CHECK(detail.find(std::string(4097, 'x')) == std::string::npos);
+  }
+  every_run_reads_back(cluster);
   clients_still_read(cluster);
 }
 

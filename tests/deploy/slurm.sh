@@ -4,8 +4,10 @@
 # fleet of three workers submitted through deploy/slurm/forktrial-slurm as a
 # job array. A first batch runs to completion; in the middle of a second, one
 # array task is cancelled (scancel: SIGTERM to the worker and its trials'
-# children), and the batch still ends with every trial reconciled exactly
-# once, the lost worker's trials run again elsewhere. Then everything goes:
+# children): its worker says goodbye, so the coordinator shows it lost before
+# its lease could have lapsed, and the batch still ends with every trial
+# reconciled exactly once, the lost worker's trials run again elsewhere. Then
+# everything goes:
 # no Slurm, munge or forktrial process and no file is left behind.
 # shellcheck source=tests/deploy/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -25,7 +27,9 @@ caches=$TMPDIR/caches
 work=$TMPDIR/work
 mkdir -p "$logs" "$caches" "$work"
 cpus_per_worker=2
-lease=3
+# The default lease: a cancelled worker shown lost before it could lapse was
+# lost by its goodbye.
+lease=30
 
 # Slurm and munge daemons that ran before this test are not its to judge.
 daemon_pids() { ps -e -o pid=,comm= | awk '$2 ~ /^(slurmctld|slurmd|slurmstepd|munged)$/ {print $1}'; }
@@ -232,8 +236,18 @@ done_at_cancel=$(job_status "$second" | python3 -c 'import json, sys; print(json
 ((second_trials - done_at_cancel >= 100)) ||
   fail "the second batch was $done_at_cancel/$second_trials done when $victim was seen busy: fewer than 100 were left for the cancel to land in"
 say "cancelling array task 1 ($victim, running $(worker_field "$victim" running)) at $done_at_cancel/$second_trials done"
-"$fleet" cancel "$job" 1 --wait --timeout 60 || fail "forktrial-slurm cancel $job 1 failed"
-[ "$(task_state 1)" = CANCELLED ] || fail "task 1 is $(task_state 1), not CANCELLED"
+# The victim was heard within the second before this: without a goodbye the
+# coordinator could not lose it before lease - 1 s from here.
+cancelled_at=$SECONDS
+"$fleet" cancel "$job" 1 || fail "forktrial-slurm cancel $job 1 failed"
+victim_lost() { [ "$(worker_field "$victim" alive)" = false ]; }
+wait_until $((cancelled_at + lease - 2 - SECONDS)) victim_lost ||
+  fail "the coordinator did not show $victim lost before its $lease s lease could lapse: $(workers_json)"
+grep -q "worker $victim said goodbye (stopped by SIGTERM): lost now" "$work/coordinator.log" ||
+  fail "the coordinator's log does not say $victim said goodbye: $(grep "$victim" "$work/coordinator.log" | tail -n 5)"
+say "the coordinator showed $victim lost at its goodbye, $((SECONDS - cancelled_at)) s after the cancel (its lease: $lease s)"
+task_cancelled() { [ "$(task_state 1)" = CANCELLED ]; }
+wait_until 60 task_cancelled || fail "task 1 is $(task_state 1), not CANCELLED, 60 s after its cancel"
 for task in 0 2; do
   [ "$(task_state "$task")" = RUNNING ] || fail "task $task is $(task_state "$task") after task 1 was cancelled"
 done
@@ -301,7 +315,7 @@ for p in problems:
 sys.exit(1 if problems else 0)
 EOF
   fail "the second batch did not end exactly once (above)"
-say "attempts the cancelled worker gave back as stopped from outside (the rest lapsed with its lease):" \
+say "attempts the cancelled worker gave back as stopped from outside (the rest were requeued at its goodbye):" \
   "$(grep -c "failed: worker $victim: its child was stopped by" "$work/coordinator.log")"
 
 # ---- (4) everything goes

@@ -5,6 +5,7 @@
 #include <capnp/schema.h>
 
 #include <catch2/catch.hpp>
+#include <cstring>
 #include <random>
 
 using namespace forktrial;
@@ -124,4 +125,36 @@ TEST_CASE("an error code past the last this build knows reads as internal, sayin
   const Status status = wire::status_of(frame->envelope().getError());
   CHECK(status.code == ErrorCode::internal);
   CHECK(status.message == "error code 42, which this build does not know: from the future");
+}
+
+TEST_CASE("a goodbye is a worker's message, and its reason is prose: repaired, not refused",
+          "[schema][wire]") {
+  using schema::wire::Envelope;
+  CHECK(wire::is_worker_message(Envelope::WORKER_GOODBYE));
+  CHECK(wire::is_prose_field("WorkerGoodbye", "reason"));
+  capnp::MallocMessageBuilder builder;
+  const std::string reason = "stopped by \xFFSIGTERM";
+  wire::start(builder, 5)
+      .initWorkerGoodbye()
+      .setReason(capnp::Text::Reader(reason.data(), reason.size()));
+  auto frame = wire::decode(wire::encode(builder));
+  REQUIRE(frame);
+  REQUIRE(frame->envelope().which() == Envelope::WORKER_GOODBYE);
+  CHECK(wire::prose(frame->envelope().getWorkerGoodbye().getReason(), 1024) ==
+        "stopped by \uFFFDSIGTERM");
+}
+
+TEST_CASE("an arm past the last this build knows is refused, saying so", "[schema][wire]") {
+  capnp::MallocMessageBuilder builder;
+  wire::start(builder, 6).initWorkerGoodbye();
+  std::string frame = wire::encode(builder);
+  // The union's tag follows the version in the envelope's data, after the
+  // segment table and the root pointer: one past workerGoodbye's.
+  const std::uint16_t next = static_cast<std::uint16_t>(schema::wire::Envelope::WORKER_GOODBYE) + 1;
+  std::memcpy(frame.data() + 20, &next, sizeof next);
+  auto decoded = wire::decode(frame);
+  REQUIRE_FALSE(decoded);
+  CHECK(decoded.error().code == ErrorCode::invalid_argument);
+  CHECK(decoded.error().message ==
+        "message arm " + std::to_string(next) + " is not one this peer knows");
 }

@@ -249,4 +249,30 @@ TEST_CASE("a welcome naming a lease of centuries leaves the heartbeat at its int
   CHECK(h.session.next_step() == h.now + std::chrono::seconds(1));
 }
 
+TEST_CASE("a welcomed worker says goodbye once when it stops, and one never welcomed says nothing",
+          "[worker][session]") {
+  Harness never;
+  never.session.start(never.now);
+  never.taken();
+  CHECK_FALSE(never.session.goodbye("stopped by SIGTERM").has_value());
+  CHECK(never.taken().empty());
+
+  Harness h;
+  h.session.start(h.now);
+  CHECK(h.welcome() == Received::done);
+  h.taken();
+  const auto request = h.session.goodbye("stopped by SIGTERM");
+  REQUIRE(request.has_value());
+  REQUIRE(h.sent.size() == 1);
+  auto frame = wire::decode(h.sent[0]);
+  REQUIRE(frame.has_value());
+  REQUIRE(frame->envelope().which() == W::WORKER_GOODBYE);
+  CHECK(frame->envelope().getRequestId() == *request);
+  CHECK(wire::text(frame->envelope().getWorkerGoodbye().getReason()) == "stopped by SIGTERM");
+  h.taken();
+  // Said once: the session is done.
+  CHECK_FALSE(h.session.goodbye("again").has_value());
+  CHECK(h.taken().empty());
+}
+
 }  // namespace forktrial::worker
