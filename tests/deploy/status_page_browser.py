@@ -5,19 +5,36 @@ job runs and checks what a person would see.
 
   status_page_browser.py --url URL --job JOB --forktrial BIN --coordinator EP
                          --profile DIR --screenshot FILE.png --log FILE
+                         --worker-pid PID --stuck-batch FILE.jsonl [--disk-url URL]
 
 Checks, failing with exit 1 and a line saying what was wrong:
+  - before the first answers (held back over the Fetch domain) every table
+    says it is loading, none that it is empty; a call answered 503 shows as
+    an error, and the next refresh recovers;
   - the page updates live: two readings of one page load, seconds apart,
     show more refreshes and more trials done, without a reload;
-  - once the job finished, the job's row shows `forktrial status JOB`'s done,
-    total and per-outcome and per-status counts, and the candidates table
-    shows `forktrial results JOB --by candidate`'s ranking;
+  - in every reading the candidates rank by the share of their finished
+    trials that completed (checked against their own counts), every
+    worker's running trials are at most its slots, the rest of its leases
+    prefetched (until a reading shows some prefetched), and every time
+    shows as "YYYY-MM-DD HH:MM:SS UTC" in a viewer's zone far from UTC;
+  - once the job finished, the job's row shows `forktrial status JOB`'s
+    state, done, total and per-outcome and per-status counts, and the
+    candidates table shows `forktrial results JOB --by candidate`'s ranking;
   - the recent failures are trials that did not complete, as `results` says;
   - a candidate named with HTML is shown as text: no element made of it,
     no dialog opened;
+  - with the worker (PID) killed, a job of FILE.jsonl shows why it waits,
+    as `forktrial status` says, and once cancelled shows as cancelled, its
+    bar amber, not green;
+  - the jobs filter by state and by id or name;
+  - on a page whose clock is 11 minutes on, the lost worker is hidden until
+    its button is clicked;
+  - the coordinator at --disk-url (its store's disk nearly full) shows its
+    disk_warning above the tables;
   - every request the page made went to the coordinator; the document came
     with its Content-Security-Policy; nothing was blocked by it, and no
-    script error happened.
+    script error happened (but the 503 the test answered).
 The screenshot is taken mid-run. Chromium runs in a process group of its own,
 which is killed whatever happens.
 """
