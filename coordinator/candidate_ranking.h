@@ -2,8 +2,14 @@
 // `forktrial results JOB --by candidate` prints and the coordinator's
 // /api/candidates serves. Each trial counts once for its candidate, under its
 // outcome when it was reconciled ("completed", "crashed", ...) and under its
-// status otherwise ("queued", "abandoned", ...); candidates rank by the share
-// of their trials that completed, highest first, by name among equals.
+// status otherwise ("queued", "abandoned", ...).
+//
+// Candidates rank by quality, not progress: by the share of their finished
+// trials that completed, highest first; among equal shares the one with more
+// finished trials first (more evidence), then by name. A finished trial has a
+// verdict: reconciled with an outcome, or abandoned after its last attempt.
+// Queued, leased and reported trials have none yet, and a cancelled trial
+// never will, so none of them count for or against a candidate.
 //
 // Plain values: a CandidateTally has one owner; its results are copies.
 #pragma once
@@ -22,7 +28,10 @@ struct CandidateRank {
   std::uint64_t trials = 0;
   std::map<std::string, std::uint64_t> outcomes;  // outcome or status -> trials
 
-  // Completed trials over all its trials; 0 for none.
+  // Its trials with a verdict: all but the queued, leased, reported and
+  // cancelled ones. `finished` over `trials` is its progress.
+  std::uint64_t finished() const;
+  // Completed trials over its finished trials; 0 while none has finished.
   double completed_share() const;
 };
 
@@ -41,8 +50,8 @@ class CandidateTally {
   std::map<std::string, CandidateRank, std::less<>> rows_;
 };
 
-// {"candidate", "trials", "completed_share", "outcomes": {name: count}}: one
-// line of `results --by candidate --json`.
+// {"candidate", "trials", "finished", "completed_share", "outcomes": {name:
+// count}}: one line of `results --by candidate --json`.
 nlohmann::ordered_json candidate_rank_json(const CandidateRank& rank);
 
 }  // namespace forktrial::coordinator

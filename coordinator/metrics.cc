@@ -199,7 +199,7 @@ void CoordinatorMetrics::observe(const Scheduler& scheduler, bool store_full) {
       continue;
     }
     total += worker->slots;
-    busy += std::min(worker->slots, worker->running);
+    busy += worker->running();
     ++it;
   }
   workers_alive_.Set(static_cast<double>(alive_workers_.size()));

@@ -72,6 +72,7 @@
 // it found, and the Scheduler must be discarded.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -214,10 +215,21 @@ struct WorkerStatus {
   bool alive = false;
   std::uint32_t slots = 0;
   std::uint32_t prefetch = 0;
-  std::uint32_t running = 0;  // live leases
+  // Its live leases: the trials it runs and the assignments it holds
+  // prefetched beyond its slots (at most `prefetch` of them), ready for a
+  // slot that frees.
+  std::uint32_t leases = 0;
   Instant last_seen;
   std::size_t cached_digests = 0;
   std::vector<pack::Executor> executors{};
+
+  // Of its leases, as many as its slots are counted running and the rest
+  // prefetched: a worker runs at most `slots` trials at once and starts a
+  // prefetched one as a slot frees. The coordinator does not hear which
+  // lease a worker has started, so `running` is an upper bound, never more
+  // than the slots.
+  std::uint32_t running() const { return std::min(leases, slots); }
+  std::uint32_t prefetched() const { return leases - running(); }
 };
 
 // A trial as a visit of its job sees it (Scheduler::visit_trials).

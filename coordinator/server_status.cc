@@ -224,7 +224,9 @@ ordered_json Server::workers_doc() const {
                     {"alive", w.alive},
                     {"slots", w.slots},
                     {"prefetch", w.prefetch},
-                    {"running", w.running},
+                    {"leases", w.leases},
+                    {"running", w.running()},
+                    {"prefetched", w.prefetched()},
                     {"last_seen", format_timestamp(w.last_seen.time_since_epoch().count())},
                     {"cached_digests", w.cached_digests}});
     // The executors it offers, with their versions when this process heard

@@ -601,13 +601,13 @@ class Simulation {
     }
     std::uint64_t held = 0;
     for (const WorkerStatus& worker : scheduler.workers()) {
-      if (!worker.alive && worker.running > 0) {
+      if (!worker.alive && worker.leases > 0) {
         return fail("lost worker " + worker.id.str() + " holds leases");
       }
-      if (worker.running > worker.slots + worker.prefetch) {
+      if (worker.leases > worker.slots + worker.prefetch) {
         return fail("worker " + worker.id.str() + " holds more leases than it has room for");
       }
-      held += worker.running;
+      held += worker.leases;
     }
     if (held != leased)
       fail("workers hold " + std::to_string(held) + " leases, jobs count " +

@@ -709,15 +709,20 @@ void print_results(const std::vector<ordered_json>& results, const std::string& 
       }
       return;
     }
-    std::printf("%-4s %-24s %7s %9s  %s\n", "RANK", "CANDIDATE", "TRIALS", "COMPLETED", "OUTCOMES");
+    // COMPLETED is the share of its finished trials, the ranking's key;
+    // FINISHED/TRIALS is its progress.
+    std::printf("%-4s %-24s %7s %8s %9s  %s\n", "RANK", "CANDIDATE", "TRIALS", "FINISHED",
+                "COMPLETED", "OUTCOMES");
     int place = 0;
     for (const auto& rank : ranked) {
       std::string outcomes;
       for (const auto& [outcome, count] : rank.outcomes) {
         outcomes += outcome + " " + std::to_string(count) + "  ";
       }
-      std::printf("%-4d %-24s %7llu %8.1f%%  %s\n", ++place, terminal_text(rank.candidate).c_str(),
-                  static_cast<unsigned long long>(rank.trials), 100.0 * rank.completed_share(),
+      std::printf("%-4d %-24s %7llu %8llu %8.1f%%  %s\n", ++place,
+                  terminal_text(rank.candidate).c_str(),
+                  static_cast<unsigned long long>(rank.trials),
+                  static_cast<unsigned long long>(rank.finished()), 100.0 * rank.completed_share(),
                   outcomes.c_str());
     }
     return;

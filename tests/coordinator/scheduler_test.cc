@@ -83,7 +83,7 @@ TEST_CASE("a worker gets no more trials than its free slots", "[coordinator][sch
   CHECK(s.work("w1", 5, at(5)).size() == 1);
   CHECK(s.work("w1", 0, at(6)).empty());
   const WorkerStatus worker = *s.scheduler.worker_status(WorkerId{"w1"});
-  CHECK(worker.running == 2);
+  CHECK(worker.leases == 2);
   CHECK(worker.slots == 2);
   CHECK(worker.last_seen == at(1));
 }
@@ -100,7 +100,25 @@ TEST_CASE("a worker's prefetch adds room for assignments waiting to start",
   const WorkerStatus worker = *s.scheduler.worker_status(WorkerId{"w1"});
   CHECK(worker.slots == 2);
   CHECK(worker.prefetch == 3);
-  CHECK(worker.running == 5);
+  CHECK(worker.leases == 5);
+  // Shown as its two slots running and three prefetched, never 5 running.
+  CHECK(worker.running() == 2);
+  CHECK(worker.prefetched() == 3);
+}
+
+TEST_CASE("a worker's running trials never exceed its slots, the rest of its leases are prefetched",
+          "[coordinator][scheduler]") {
+  struct Case {
+    std::uint32_t leases, running, prefetched;
+  };
+  for (const Case want : {Case{0, 0, 0}, Case{3, 3, 0}, Case{4, 4, 0}, Case{11, 4, 7}}) {
+    WorkerStatus worker;
+    worker.slots = 4;
+    worker.leases = want.leases;
+    CAPTURE(want.leases);
+    CHECK(worker.running() == want.running);
+    CHECK(worker.prefetched() == want.prefetched);
+  }
 }
 
 TEST_CASE("a lease that is not renewed expires and its trial is queued with the next attempt",
@@ -431,7 +449,7 @@ TEST_CASE("cancelling a job drops its queued trials and names its running ones",
   CHECK(job.count(TrialStatus::reported) == 1);  // reconciliation goes on
   CHECK_FALSE(job.finished());
   CHECK(s.scheduler.queued_trials() == 0);
-  CHECK(s.scheduler.worker_status(WorkerId{"w1"})->running == 1);  // b#0
+  CHECK(s.scheduler.worker_status(WorkerId{"w1"})->leases == 1);  // b#0
 
   CHECK(s.report("w1", trial("a", 0), 1, at(4)).reason == "a#0 attempt 1 was cancelled with job a");
   CHECK(s.heartbeat("w1", {{trial("a", 0), 1}, {trial("b", 0), 1}}, at(5)).stale ==

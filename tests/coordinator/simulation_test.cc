@@ -136,9 +136,9 @@ class Simulation {
     }
     std::uint64_t held = 0;
     for (const WorkerStatus& worker : s_.scheduler.workers()) {
-      REQUIRE((worker.alive || worker.running == 0));
-      REQUIRE(worker.running <= worker.slots + worker.prefetch);
-      held += worker.running;
+      REQUIRE((worker.alive || worker.leases == 0));
+      REQUIRE(worker.leases <= worker.slots + worker.prefetch);
+      held += worker.leases;
     }
     REQUIRE(held == leased);
   }
