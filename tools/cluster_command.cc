@@ -33,6 +33,7 @@
 #include "schema/wire_codec.h"
 #include "tools/cli_support.h"
 #include "tools/commands.h"
+#include "tools/results_sqlite.h"
 #include "tools/stop_signals.h"
 #include "tools/store_access.h"
 #include "tools/terminal.h"
@@ -968,27 +969,70 @@ void add_cancel(CLI::App& app) {
   });
 }
 
+// Every result of `jobs` into the SQLite file `path`, a page per
+// transaction; says what it wrote.
+void export_results(coordinator::Client& client, const std::vector<std::string>& jobs,
+                    const std::string& path) {
+  ResultsDatabase database(path);
+  std::uint64_t written = 0;
+  for (const std::string& job : jobs) {
+    const auto status = client.status(job);
+    if (status.contains("jobs") && status["jobs"].is_array() && !status["jobs"].empty()) {
+      database.add_job(status["jobs"][0]);
+    } else {
+      database.add_job(status);
+    }
+    std::uint32_t next = 0;
+    for (;;) {
+      auto page = client.results(job, next, 2000);
+      database.add_results(page.lines);
+      written += page.lines.size();
+      std::fprintf(stderr, "results: %s: %u of %u\r", job.c_str(), page.next, page.total);
+      if (page.next >= page.total || page.lines.empty()) break;
+      next = page.next;
+    }
+    std::fprintf(stderr, "\n");
+  }
+  std::printf("wrote %llu results of %zu job(s) to %s (tables jobs and results)\n",
+              static_cast<unsigned long long>(written), jobs.size(), path.c_str());
+}
+
 void add_results(CLI::App& app) {
   auto o = std::make_shared<ClientOptions>();
-  auto job = std::make_shared<std::string>();
+  auto jobs = std::make_shared<std::vector<std::string>>();
   auto csv = std::make_shared<bool>(false);
   auto by = std::make_shared<std::string>();
+  auto sqlite = std::make_shared<std::string>();
   auto* cmd = app.add_subcommand(
       "results",
-      "A job's results, one per trial (--json: JSON Lines; --csv); --by candidate "
-      "ranks candidates by the share of their trials that completed");
-  cmd->add_option("JOB", *job, "The job id")->required();
-  cmd->add_flag("--csv", *csv, "Print CSV");
-  cmd->add_option("--by", *by, "Aggregate: candidate")->check(CLI::IsMember({"candidate"}));
+      "Jobs' results, one per trial (--json: JSON Lines; --csv; --sqlite FILE: a SQLite "
+      "database); --by candidate ranks candidates by the share of their finished trials that "
+      "completed");
+  cmd->add_option("JOB", *jobs, "The job ids")->required();
+  auto* csv_flag = cmd->add_flag("--csv", *csv, "Print CSV");
+  auto* by_option =
+      cmd->add_option("--by", *by, "Aggregate: candidate")->check(CLI::IsMember({"candidate"}));
+  cmd->add_option("--sqlite", *sqlite,
+                  "Write the results into this SQLite file (created or updated: tables jobs and "
+                  "results, one row per trial, the whole line in column line), a page at a time")
+      ->excludes(csv_flag)
+      ->excludes(by_option);
   o->add_to(cmd);
   cmd->footer(examples_footer({
       "forktrial results job_1f2e3d4c5b6a7980 --by candidate",
       "forktrial results job_1f2e3d4c5b6a7980 --json > results.jsonl",
       "forktrial results job_1f2e3d4c5b6a7980 --csv > results.csv",
+      "forktrial results job_1f2e3d4c5b6a7980 job_0a9b8c7d6e5f4a3b --sqlite results.db",
   }));
   cmd->callback([=] {
     auto client = o->connect();
-    const auto results = all_results(client, *job);
+    if (!sqlite->empty()) return export_results(client, *jobs, *sqlite);
+    std::vector<ordered_json> results;
+    for (const std::string& job : *jobs) {
+      auto more = all_results(client, job);
+      results.insert(results.end(), std::make_move_iterator(more.begin()),
+                     std::make_move_iterator(more.end()));
+    }
     print_results(results, o->json ? "json" : *csv ? "csv" : "text", *by);
   });
 }

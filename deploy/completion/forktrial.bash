@@ -49,7 +49,7 @@ _forktrial_options() {
     status) echo "--help --state --since --limit $client" ;;
     cancel | workers) echo "--help $client" ;;
     import) echo "--help --id --label --fork-of --at $client" ;;
-    results) echo "--help --csv --by $client" ;;
+    results) echo "--help --csv --by --sqlite $client" ;;
     batch) echo "--help --store --workers --slots --by --json --log-level --isolation --python" ;;
     gc) echo "--help --store --keep --older-than --batch --dry-run --json" ;;
     compact) echo "--help --store --output --json" ;;
@@ -127,7 +127,7 @@ _forktrial() {
       --state) _forktrial_words "queued running finished abandoned cancelled" "$cur" ;;
       --keep) _forktrial_words "all failures none" "$cur" ;;
       --store | --cache | --pack | --extra-pack) _forktrial_dirs "$cur" ;;
-      --spec | --key | --coordinator-key | --allow-workers | --allow-clients | --admin-clients | \
+      --spec | --key | --coordinator-key | --allow-workers | --allow-clients | --admin-clients | --sqlite | \
         --output | -o)
         _forktrial_files "$cur"
         ;;

@@ -80,6 +80,28 @@ TEST_CASE("a batch of 200 trials across two workers ends in every outcome, each 
   // The parent run is unchanged.
   auto shown = run_forktrial({"run", "show", "run_chat", "--store", cluster.store, "--json"});
   CHECK(json::parse(shown.out)["events"] == 31);
+
+  // Exported to SQLite, for the tools people analyse with: a row per trial,
+  // and exported again, still one.
+  const std::string db = (cluster.dir.path() / "results.db").string();
+  for (int pass = 0; pass < 2; ++pass) {
+    const auto exported = cluster.client({"results", job, "--sqlite", db});
+    INFO(exported.err);
+    REQUIRE(exported.exit_code == 0);
+    CHECK_THAT(exported.out, Catch::Contains("wrote 200 results of 1 job(s) to " + db));
+  }
+  const auto query = [&](const std::string& sql) {
+    const auto answered = forktrial::testing::run_command({"sqlite3", db, sql});
+    INFO(answered.err);
+    REQUIRE(answered.exit_code == 0);
+    return answered.out;
+  };
+  CHECK(query("SELECT count(*) FROM results") == "200\n");
+  CHECK(query("SELECT outcome, count(*) FROM results GROUP BY outcome ORDER BY outcome") ==
+        "completed|50\nlimits_exceeded|50\nmaterialization_failed|50\nscenario_failed|50\n");
+  CHECK(query("SELECT job, state, total FROM jobs") == job + "|finished|200\n");
+  CHECK(query("SELECT count(*) FROM results WHERE line = json(line) AND executor = 'lua' AND "
+              "fork_run_id = 'run_' || job || '_' || trial_index || '_a' || attempts") == "200\n");
 }
 
 namespace {
