@@ -3,6 +3,7 @@
 #include <netdb.h>
 
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <optional>
 #include <zmq.hpp>
@@ -22,6 +23,60 @@ struct Client::Impl {
   bool curve = false;
   std::function<bool()> interrupted;
   World* world = nullptr;
+  // What ZeroMQ's monitor says of the connection, which it otherwise
+  // retries silently: whether one was ever made, whether the last attempt
+  // was refused, and a handshake that cannot succeed (keys on one side
+  // only), which ends every call at once. Declared after `socket`, so it
+  // closes first.
+  zmq::socket_t monitor{context, zmq::socket_type::pair};
+  bool watching = false;
+  bool connected = false;
+  bool refused = false;
+  std::optional<Status> hopeless;
+
+  void watch() {
+    constexpr const char* kAddress = "inproc://forktrial-client-monitor";
+    const int events = ZMQ_EVENT_CONNECTED | ZMQ_EVENT_CONNECT_RETRIED |
+                       ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_SUCCEEDED;
+    if (zmq_socket_monitor(socket.handle(), kAddress, events) != 0) return;  // best effort
+    monitor.set(zmq::sockopt::linger, 0);
+    monitor.connect(kAddress);
+    watching = true;
+  }
+
+  // Reads the monitor's events that have come.
+  void read_events() {
+    for (;;) {
+      zmq::message_t head;
+      if (!monitor.recv(head, zmq::recv_flags::dontwait)) return;
+      std::uint16_t event = 0;
+      std::uint32_t value = 0;
+      if (head.size() >= 6) {
+        std::memcpy(&event, head.data(), 2);
+        std::memcpy(&value, static_cast<const char*>(head.data()) + 2, 4);
+      }
+      zmq::message_t address;  // the endpoint, a second frame
+      while (monitor.get(zmq::sockopt::rcvmore)) (void)monitor.recv(address);
+      if (event == ZMQ_EVENT_CONNECTED || event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+        connected = true;
+        refused = false;
+      } else if (event == ZMQ_EVENT_CONNECT_RETRIED) {
+        refused = true;
+      } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL &&
+                 value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH) {
+        hopeless = Status{
+            ErrorCode::failed_precondition,
+            curve ? "the coordinator at " + endpoint +
+                        " has no keys (it speaks plain ZeroMQ) and this client speaks CurveZMQ: "
+                        "leave out --key and --coordinator-key, or start the coordinator with "
+                        "its keys"
+                  : "the coordinator at " + endpoint +
+                        " speaks CurveZMQ and this client has no keys: give --key FILE (this "
+                        "client's keypair, its public key in the coordinator's --allow-clients) "
+                        "and --coordinator-key KEY (docs/cluster.md, \"Keys\")"};
+      }
+    }
+  }
 
   // How often a call is sent again while no answer comes; it is also sent
   // again, after a new hello, when the coordinator says it does not know
@@ -66,10 +121,11 @@ struct Client::Impl {
       const auto now = world->monotonic_now();
       const auto until = resend == kNever ? deadline : std::min(deadline, sent + resend);
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - now);
-      zmq::pollitem_t items[] = {{socket.handle(), 0, ZMQ_POLLIN, 0}};
+      zmq::pollitem_t items[] = {{socket.handle(), 0, ZMQ_POLLIN, 0},
+                                 {monitor.handle(), 0, ZMQ_POLLIN, 0}};
       int ready = 0;
       try {
-        ready = left.count() <= 0 ? 0 : zmq::poll(items, 1, left);
+        ready = left.count() <= 0 ? 0 : zmq::poll(items, watching ? 2 : 1, left);
       } catch (const zmq::error_t& e) {
         if (e.num() != EINTR) throw;
         if (interrupted && interrupted()) {
@@ -77,10 +133,25 @@ struct Client::Impl {
         }
         continue;  // a signal the caller does not stop for
       }
+      if (watching && (items[1].revents & ZMQ_POLLIN) != 0) {
+        read_events();
+        if (hopeless) throw Error(*hopeless);
+        if ((items[0].revents & ZMQ_POLLIN) == 0) continue;
+      }
       if (ready == 0) {
         if (resend != kNever && world->monotonic_now() < deadline) {
           send_again(false);
           continue;
+        }
+        if (watching) read_events();
+        if (refused && !connected) {
+          // Nothing listens there; a coordinator starting would have bound
+          // its socket by now.
+          throw Error(ErrorCode::unavailable,
+                      "nothing listens at " + endpoint + ": every connection was refused for " +
+                          std::to_string(timeout.count()) +
+                          " ms; start the coordinator there, or check the endpoint (the "
+                          "coordinator's --listen)");
         }
         throw Error(ErrorCode::unavailable,
                     "the coordinator at " + endpoint + " did not answer within " +
@@ -163,6 +234,7 @@ Client::Client(const std::string& endpoint, std::chrono::milliseconds timeout,
   // a client started beside its coordinator (forktrial batch) in at once.
   impl_->socket.set(zmq::sockopt::reconnect_ivl, 10);
   impl_->socket.set(zmq::sockopt::reconnect_ivl_max, 1000);
+  impl_->watch();
   try {
     impl_->socket.connect(endpoint);
   } catch (const zmq::error_t& e) {

@@ -353,6 +353,16 @@ TEST_CASE("a coordinator whose host does not resolve is said at once, not after 
   CHECK_THAT(status.err, Catch::Contains("host \"no-such-host.invalid\" does not resolve"));
 }
 
+TEST_CASE("a client facing a port nothing listens on says the connection was refused",
+          "[cluster]") {
+  const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(free_tcp_port());
+  auto refused = run_forktrial({"status", "--coordinator", endpoint, "--timeout", "1"});
+  CHECK(refused.exit_code != 0);
+  CHECK(contains(refused.err,
+                 "nothing listens at " + endpoint + ": every connection was refused for 1000 ms"));
+  CHECK_FALSE(contains(refused.err, "did not answer"));
+}
+
 TEST_CASE("each client command's help shows its own examples", "[cluster]") {
   for (const std::string command : {"status", "wait", "cancel", "results", "workers", "import"}) {
     INFO(command);
@@ -1242,10 +1252,11 @@ TEST_CASE("with keys, only listed keys get in, each in its own role", "[cluster]
     std::vector<std::string> args{"status", "--coordinator", cluster.endpoint, "--timeout", "2"};
     return run_forktrial(with(args, extra));
   };
-  // No key: the handshake cannot even start.
-  auto plain = quick({});
+  // No key: the handshake cannot even start, and the client says why at
+  // once, not after its timeout.
+  auto plain = run_forktrial({"status", "--coordinator", cluster.endpoint, "--timeout", "60"});
   CHECK(plain.exit_code != 0);
-  CHECK(contains(plain.err, "did not answer"));
+  CHECK(contains(plain.err, "speaks CurveZMQ and this client has no keys: give --key FILE"));
   // A key on no list: sent away, and the coordinator says so.
   auto stranger = quick(keys.as("stranger"));
   CHECK(stranger.exit_code != 0);
