@@ -4,7 +4,7 @@
 # - scripts/container-image builds the image from the build tree's binaries,
 #   nothing pulled; it runs as 65534, holds no shell, and trial children
 #   start in it (preflight);
-# - `kubectl kustomize deploy/k8s`, turned by kube-local.py into what podman
+# - `kubectl kustomize deploy/k8s`, turned by scripts/kube-local (as a user runs it) into what podman
 #   4.3.1's `kube play` can run, starts the coordinator and two workers on a
 #   podman network, with CurveZMQ keys from the Secrets made as
 #   deploy/README.md says;
@@ -89,30 +89,22 @@ step "image $tag: $version, user $user, no shell, preflight ok"
 
 # ---- keys, as deploy/README.md makes them, into the Secrets' documents
 keys=$work/keys-src
-mkdir -p "$keys" "$work/keys"
+mkdir -p "$keys"
 for name in coordinator worker client stranger; do
   ft keygen "$keys/$name.key" >/dev/null 2>&1 || fail "forktrial keygen $name.key failed"
 done
 cp "$keys/worker.key.pub" "$keys/workers.allow"
 cp "$keys/client.key.pub" "$keys/clients.allow"
-(
-  cd "$keys" &&
-    kubectl create secret generic forktrial-coordinator-keys --from-file=coordinator.key \
-      --from-file=workers.allow --from-file=clients.allow --dry-run=client -o yaml &&
-    echo --- &&
-    kubectl create secret generic forktrial-worker-keys --from-file=worker.key \
-      --from-file=coordinator.key.pub --dry-run=client -o yaml
-) >"$work/secrets.yaml" || fail "kubectl create secret --dry-run=client failed"
 
-# ---- the manifests, made playable
-kubectl kustomize "$src/deploy/k8s" >"$work/rendered.yaml" || fail "kubectl kustomize deploy/k8s failed"
+# ---- the manifests, made playable as a user makes them (scripts/kube-local)
 zmq_port=$(free_port)
 http_port=$(free_port)
-local_args=(--image "$tag" --keys-dir "$work/keys" --publish "zmq=$zmq_port"
-  --publish "http=$http_port" --workers 2)
+local_args=(--keys "$keys" --image "$tag" --publish "zmq=$zmq_port" --publish "http=$http_port"
+  --workers 2)
 local_variant() {
-  "$py" "$src/tests/deploy/kube-local.py" "$work/rendered.yaml" "$work/secrets.yaml" "$1" \
-    "$work/probes.json" "${local_args[@]}" "${@:2}" || fail "kube-local.py failed"
+  "$src/scripts/kube-local" render "$1" "${local_args[@]}" "${@:2}" ||
+    fail "scripts/kube-local render failed"
+  cp "$1.probes.json" "$work/probes.json"
 }
 local_variant "$work/local.yaml"
 podman network create "$net" >/dev/null || fail "podman network create $net failed"
