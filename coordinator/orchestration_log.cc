@@ -696,10 +696,12 @@ std::expected<OrchestrationRecord, Status> decode_record(const store::EventView&
   const std::optional<std::size_t> index = record_index(event.type);
   if (!index) {
     return failure(ErrorCode::internal,
-                   event_name(event) + (event.type == kJobTrialsType
-                                            ? ": continues a job.submitted record, and "
-                                              "is read with it (read_log)"
-                                            : ": not an orchestration record type"));
+                   event_name(event) +
+                       (event.type == kJobTrialsType
+                            ? ": continues a job.submitted record, and is read with it (read_log)"
+                        : event.type == kLeasesType
+                            ? ": holds several trial.leased records, read one by one (read_log)"
+                            : ": not an orchestration record type"));
   }
   std::expected<Json, Status> payload = payload_json(event);
   if (!payload) return std::unexpected(std::move(payload.error()));
@@ -761,6 +763,71 @@ std::expected<JobTrials, Status> job_trials_of(const store::EventView& event) {
   return part;
 }
 
+// The payload of a trials.leased event: the leases `leases`, which share
+// their worker, expiry and time.
+std::string leases_text(std::span<const TrialLeased> leases) {
+  Json trials = Json::array();
+  for (const TrialLeased& lease : leases) {
+    Json entry = trial_json(lease.trial);
+    entry["attempt"] = lease.attempt;
+    if (lease.deadline != Instant{}) entry["deadline"] = instant_json(lease.deadline);
+    trials.push_back(std::move(entry));
+  }
+  Json payload = Json::object();
+  payload["worker"] = text_json(leases.front().worker.str());
+  payload["expires"] = instant_json(leases.front().expires);
+  payload["trials"] = std::move(trials);
+  payload["at"] = instant_json(leases.front().at);
+  return payload.dump();
+}
+
+// The leases a trials.leased event holds, in order.
+std::expected<std::vector<TrialLeased>, Status> leases_of(const store::EventView& event) {
+  std::expected<Json, Status> payload = payload_json(event);
+  if (!payload) return std::unexpected(std::move(payload.error()));
+  Problem problem;
+  Fields fields(*payload, "", problem);
+  const WorkerId worker{fields.text("worker")};
+  const Instant expires = fields.instant("expires");
+  std::vector<TrialLeased> leases;
+  fields.each("trials", [&](const Json& element, std::string path) {
+    Fields entry(element, std::move(path), problem);
+    TrialLeased& lease = leases.emplace_back();
+    lease.trial = TrialId{JobId{entry.text("job")}, entry.u32("index")};
+    lease.attempt = entry.u32("attempt");
+    lease.deadline = entry.instant_or("deadline", Instant{});
+    entry.finish();
+  });
+  const Instant at = fields.instant("at");
+  fields.finish();
+  if (!problem.found() && leases.empty()) problem.report("trials", "is empty");
+  if (problem.found())
+    return failure(ErrorCode::internal, event_name(event) + ": " + problem.take());
+  for (TrialLeased& lease : leases) {
+    lease.worker = worker;
+    lease.expires = expires;
+    lease.at = at;
+  }
+  return leases;
+}
+
+// How many of the records from `first` on are leases that one trials.leased
+// event holds: consecutive, of the same worker, expiry and time.
+std::size_t leases_together(std::span<const OrchestrationRecord> records, std::size_t first) {
+  const auto* head = std::get_if<TrialLeased>(&records[first]);
+  if (head == nullptr) return 0;
+  std::size_t end = first + 1;
+  while (end < records.size() && end - first < kLeasesPerEvent) {
+    const auto* next = std::get_if<TrialLeased>(&records[end]);
+    if (next == nullptr || next->worker != head->worker || next->expires != head->expires ||
+        next->at != head->at) {
+      break;
+    }
+    ++end;
+  }
+  return end - first;
+}
+
 }  // namespace
 
 std::expected<OrchestrationRecord, Status> record_of(const store::EventView& event) {
@@ -768,7 +835,7 @@ std::expected<OrchestrationRecord, Status> record_of(const store::EventView& eve
 }
 
 bool is_record_type(std::string_view type) {
-  return record_index(type).has_value() || type == kJobTrialsType;
+  return record_index(type).has_value() || type == kJobTrialsType || type == kLeasesType;
 }
 
 store::Result<std::uint64_t> append_to_log(store::Writer& writer,
@@ -797,7 +864,19 @@ store::Result<std::uint64_t> append_to_log(store::Writer& writer,
     events.clear();
     return {};
   };
-  for (const OrchestrationRecord& record : records) {
+  for (std::size_t i = 0; i < records.size(); ++i) {
+    const OrchestrationRecord& record = records[i];
+    // A worker's offer leases many trials at once: one event holds them.
+    if (const std::size_t leases = leases_together(records, i); leases > 1) {
+      std::vector<TrialLeased> together;
+      together.reserve(leases);
+      for (std::size_t j = i; j < i + leases; ++j)
+        together.push_back(std::get<TrialLeased>(records[j]));
+      events.push_back(
+          record_event(kLeasesType, leases_text(together), together.front().at, ++number));
+      i += leases - 1;
+      continue;
+    }
     const auto* job = std::get_if<JobSubmitted>(&record);
     if (job == nullptr) {
       events.push_back(to_event(record, ++number));
@@ -861,6 +940,15 @@ std::expected<void, Status> read_log(const store::Snapshot& snapshot,
     }
     if (!is_record_type(event.type)) {
       on_other(event);
+      return true;
+    }
+    if (event.type == kLeasesType) {
+      std::expected<std::vector<TrialLeased>, Status> leases = leases_of(event);
+      if (!leases) {
+        error = std::move(leases.error().message);
+        return false;
+      }
+      for (TrialLeased& lease : *leases) on_record(std::move(lease));
       return true;
     }
     std::uint64_t count = 0;

@@ -59,6 +59,11 @@ inline constexpr std::string_view kCoordinatorActor = "forktrial.coordinator";
 
 // The type of the events that continue a large job.submitted record.
 inline constexpr std::string_view kJobTrialsType = "job.trials";
+// The type of an event holding consecutive trial.leased records of one worker
+// with one expiry and time (a worker's offer answered), up to kLeasesPerEvent:
+// each a record, in order, as read_log hands them over.
+inline constexpr std::string_view kLeasesType = "trials.leased";
+inline constexpr std::size_t kLeasesPerEvent = 4096;
 // About the most trial text one event of a job holds (a chunk ends with the
 // first trial that reaches it; a chunk holds at least one trial).
 inline constexpr std::size_t kJobChunkBytes = std::size_t{16} << 20;

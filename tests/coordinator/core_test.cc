@@ -12,6 +12,7 @@
 #include <span>
 #include <string>
 
+#include "coordinator/orchestration_log.h"
 #include "coordinator/server.h"
 #include "import/jsonl.h"
 #include "pack/bundle_archive.h"
@@ -559,15 +560,16 @@ void submit_tokened_job(CoordinatorCore& core, const GreeterStore& greeter, unsi
           .isJobAccepted());
 }
 
-// The orchestration log's events, by type.
+// The orchestration log's records by type, and its other events by theirs,
+// as a restarting coordinator reads them.
 std::map<std::string, std::size_t> logged_types(const std::filesystem::path& path) {
   std::map<std::string, std::size_t> types;
   store::EventStore store(path);
-  const auto snapshot = store.snapshot();
-  snapshot.for_each_event(*snapshot.run(kOrchestrationRun), 1, [&](const store::EventView& e) {
-    ++types[std::string(e.type)];
-    return true;
-  });
+  const auto read = read_log(
+      store.snapshot(),
+      [&](OrchestrationRecord&& record) { ++types[std::string(record_type(record))]; },
+      [&](const store::EventView& e) { ++types[std::string(e.type)]; });
+  REQUIRE(read.has_value());
   return types;
 }
 

@@ -460,6 +460,63 @@ TEST_CASE("a log appended over several transactions reads back in order, other e
   CHECK(read->others[2].payload == R"({"n":2})");
 }
 
+TEST_CASE("a worker's leases of one offer are one event, read back as the records they were",
+          "[coordinator][orchestration_log]") {
+  forktrial::testing::TempDir dir;
+  store::EventStore store(dir.path() / "store", quick_options());
+  const auto lease = [](std::uint32_t index, const char* worker, std::int64_t expires,
+                        std::int64_t when, std::int64_t deadline = 0) {
+    TrialLeased leased{trial("a", index), index + 1, WorkerId{worker}, at(expires), at(when)};
+    if (deadline != 0) leased.deadline = at(deadline);
+    return leased;
+  };
+  const std::vector<OrchestrationRecord> records = {
+      lease(0, "w1", 30'000, 1),          // one offer of w1: one event
+      lease(1, "w1", 30'000, 1, 90'000),  //   (each with its attempt and deadline)
+      lease(2, "w1", 30'000, 1),          //
+      lease(3, "w2", 30'000, 1),          // another worker's: alone, a trial.leased
+      TrialReported{trial("a", 0), 1, WorkerId{"w1"}, at(2)},
+      lease(4, "w1", 31'000, 2),  // two leases of a later offer
+      lease(5, "w1", 31'000, 2),
+      lease(6, "w1", 31'000, 3),  // another time: a trial.leased of its own
+  };
+  CHECK(append(store, records) == 5);
+  const auto read = read_all(store);
+  REQUIRE(read.has_value());
+  CHECK(read->records == records);
+  std::vector<std::string> types;
+  const store::Snapshot snapshot = store.snapshot();
+  for (const store::Event& event : snapshot.history(*snapshot.run(kOrchestrationRun))) {
+    types.push_back(event.type);
+  }
+  CHECK(types == std::vector<std::string>{"trials.leased", "trial.leased", "trial.reported",
+                                          "trials.leased", "trial.leased"});
+  CHECK(decode_error("trials.leased", "{}") ==
+        "event evt_042 (trials.leased): holds several trial.leased records, read one by one "
+        "(read_log)");
+}
+
+TEST_CASE("a damaged trials.leased event makes the log corrupt, naming the field",
+          "[coordinator][orchestration_log]") {
+  const auto corrupt = [](const std::string& payload) {
+    forktrial::testing::TempDir dir;
+    store::EventStore store(dir.path() / "store", quick_options());
+    const std::vector<store::NewEvent> bad = {own_event("trials.leased", payload)};
+    REQUIRE(append(store, {}, bad) == 1);
+    const auto read = read_all(store);
+    REQUIRE_FALSE(read.has_value());
+    return read.error();
+  };
+  CHECK_THAT(corrupt(R"({"worker":"w1","expires":5,"trials":[],"at":1})"),
+             Catch::Contains("event evt_001 (trials.leased): field \"trials\" is empty"));
+  CHECK_THAT(
+      corrupt(R"({"worker":"w1","expires":5,"trials":[{"job":"a","index":0}],"at":1})"),
+      Catch::Contains("event evt_001 (trials.leased): field \"trials[0].attempt\" is missing"));
+  CHECK_THAT(corrupt(R"({"worker":"w1","expires":5,"trials":[{"job":"a","index":0,"attempt":1,)"
+                     R"("lease":2}],"at":1})"),
+             Catch::Contains("field \"trials[0].lease\" is not a field of this record"));
+}
+
 TEST_CASE("an event the store refuses appends nothing to the log",
           "[coordinator][orchestration_log]") {
   forktrial::testing::TempDir dir;
