@@ -25,6 +25,11 @@ class RealWorld final : public World {
     if (::statvfs(path.c_str(), &disk) != 0) return std::nullopt;
     return static_cast<std::uint64_t>(disk.f_bavail) * disk.f_frsize;
   }
+  std::optional<std::uint64_t> disk_bytes(const std::filesystem::path& path) override {
+    struct statvfs disk {};
+    if (::statvfs(path.c_str(), &disk) != 0) return std::nullopt;
+    return static_cast<std::uint64_t>(disk.f_blocks) * disk.f_frsize;
+  }
   std::optional<std::string> write_refused(const std::filesystem::path&) override {
     return std::nullopt;
   }
@@ -73,17 +78,38 @@ void VirtualWorld::set_free_bytes(const std::filesystem::path& path,
   free_by_path_[path.lexically_normal()] = free;
 }
 
-std::optional<std::uint64_t> VirtualWorld::free_bytes(const std::filesystem::path& path) {
-  // The longest set path that `path` is under.
+namespace {
+
+// The value set for the longest path that `path` is under, if any.
+const std::optional<std::uint64_t>* set_for(
+    const std::map<std::filesystem::path, std::optional<std::uint64_t>>& by_path,
+    const std::filesystem::path& path) {
   std::filesystem::path at = path.lexically_normal();
   for (;;) {
-    if (auto found = free_by_path_.find(at); found != free_by_path_.end()) return found->second;
+    if (auto found = by_path.find(at); found != by_path.end()) return &found->second;
     if (!at.has_relative_path()) break;
     const std::filesystem::path parent = at.parent_path();
     if (parent == at) break;
     at = parent;
   }
-  return free_;
+  return nullptr;
+}
+
+}  // namespace
+
+std::optional<std::uint64_t> VirtualWorld::free_bytes(const std::filesystem::path& path) {
+  const auto* set = set_for(free_by_path_, path);
+  return set != nullptr ? *set : free_;
+}
+
+std::optional<std::uint64_t> VirtualWorld::disk_bytes(const std::filesystem::path& path) {
+  const auto* set = set_for(size_by_path_, path);
+  return set != nullptr ? *set : std::nullopt;
+}
+
+void VirtualWorld::set_disk_bytes(const std::filesystem::path& path,
+                                  std::optional<std::uint64_t> size) {
+  size_by_path_[path.lexically_normal()] = size;
 }
 
 std::optional<std::string> VirtualWorld::write_refused(const std::filesystem::path& path) {

@@ -32,6 +32,8 @@ class World {
   // The bytes an unprivileged writer may still write on the filesystem
   // holding `path`; nullopt when it cannot be told.
   virtual std::optional<std::uint64_t> free_bytes(const std::filesystem::path& path) = 0;
+  // The size of the filesystem holding `path`; nullopt when it cannot be told.
+  virtual std::optional<std::uint64_t> disk_bytes(const std::filesystem::path& path) = 0;
   // Why a write to the filesystem holding `path` fails now as a full disk
   // fails it, or nullopt. The real world says nullopt: a real disk tells a
   // writer so itself. A store a component writes through its world asks
@@ -58,6 +60,9 @@ class VirtualWorld final : public World {
   std::chrono::steady_clock::time_point monotonic_now() override { return monotonic_; }
   std::uint64_t random64() override;
   std::optional<std::uint64_t> free_bytes(const std::filesystem::path& path) override;
+  // What set_disk_bytes set for the longest path `path` is under; nullopt
+  // elsewhere (a disk that cannot tell its size).
+  std::optional<std::uint64_t> disk_bytes(const std::filesystem::path& path) override;
   // A write is refused where free_bytes says 0: the disk is full.
   std::optional<std::string> write_refused(const std::filesystem::path& path) override;
 
@@ -68,6 +73,8 @@ class VirtualWorld final : public World {
   // The free bytes every path under `path` has from now on (the most
   // specific path set wins); nullopt: cannot be told.
   void set_free_bytes(const std::filesystem::path& path, std::optional<std::uint64_t> free);
+  // The size of the disk holding every path under `path` from now on.
+  void set_disk_bytes(const std::filesystem::path& path, std::optional<std::uint64_t> size);
 
  private:
   std::chrono::system_clock::time_point wall_;
@@ -75,6 +82,7 @@ class VirtualWorld final : public World {
   std::uint64_t state_;
   std::optional<std::uint64_t> free_;
   std::map<std::filesystem::path, std::optional<std::uint64_t>> free_by_path_;
+  std::map<std::filesystem::path, std::optional<std::uint64_t>> size_by_path_;
 };
 
 }  // namespace forktrial

@@ -79,7 +79,8 @@ void Server::look_at_store() {
   if (next_store_look_ && steady < *next_store_look_) return;
   next_store_look_ = steady + std::chrono::seconds(1);
   disk_ = StoreDisk{world_.free_bytes(config_.store), store_file_bytes(config_.store),
-                    store_.map_size(), coordinator_store_options(world_, config_).max_map_size};
+                    store_.map_size(), coordinator_store_options(world_, config_).max_map_size,
+                    world_.disk_bytes(config_.store)};
   std::optional<std::uint64_t> records;
   try {
     const auto log = store_.snapshot().run(kOrchestrationRun);
@@ -115,7 +116,8 @@ ordered_json Server::jobs_doc(Instant now, bool mine) const {
       {"free_bytes", disk_.free_bytes ? ordered_json(*disk_.free_bytes) : ordered_json(nullptr)},
       {"store_bytes", disk_.store_bytes},
       {"map_bytes", disk_.map_bytes},
-      {"map_limit_bytes", disk_.map_limit_bytes}};
+      {"map_limit_bytes", disk_.map_limit_bytes},
+      {"disk_bytes", disk_.disk_bytes ? ordered_json(*disk_.disk_bytes) : ordered_json(nullptr)}};
   return doc;
 }
 

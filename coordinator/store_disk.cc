@@ -37,6 +37,12 @@ std::optional<std::string> disk_warning(const StoreDisk& disk, const std::filesy
     return "the disk holding the store " + store.string() + " has " + size_text(*disk.free_bytes) +
            " free, under " + size_text(kLowFreeBytes) + fix;
   }
+  if (disk.free_bytes && disk.disk_bytes &&
+      *disk.free_bytes < *disk.disk_bytes / 100 * kLowFreePercentOfDisk) {
+    return "the disk holding the store " + store.string() + " has " + size_text(*disk.free_bytes) +
+           " free, under " + std::to_string(kLowFreePercentOfDisk) + "% of its " +
+           size_text(*disk.disk_bytes) + fix;
+  }
   if (disk.free_bytes && *disk.free_bytes < disk.store_bytes / kFreeShareOfStore) {
     return "the disk holding the store " + store.string() + " has " + size_text(*disk.free_bytes) +
            " free, under a tenth of the store's " + size_text(disk.store_bytes) + fix;

@@ -25,6 +25,8 @@ struct StoreDisk {
   std::uint64_t store_bytes = 0;      // its data file on disk
   std::uint64_t map_bytes = 0;        // its LMDB map now
   std::uint64_t map_limit_bytes = 0;  // the most the map grows to
+  // The size of that disk (World::disk_bytes); nullopt when it cannot tell.
+  std::optional<std::uint64_t> disk_bytes{};
 };
 
 // A disk with less free than this is nearly full, whatever the store's size.
@@ -32,6 +34,8 @@ inline constexpr std::uint64_t kLowFreeBytes = std::uint64_t{1} << 30;  // 1 GiB
 // ... and so is one with less free than this share of the store's size: a
 // store grows by a tenth of itself long before anyone frees space.
 inline constexpr std::uint64_t kFreeShareOfStore = 10;  // 1/10
+// ... and so is one with less free than this share of its size (percent).
+inline constexpr std::uint64_t kLowFreePercentOfDisk = 10;
 // A store past this share of its map's limit (percent) may not grow further.
 inline constexpr std::uint64_t kMapLimitWarnPercent = 90;
 

@@ -57,6 +57,21 @@ TEST_CASE("a disk with less free than a tenth of the store's size is warned of",
                                        "(214748364800 bytes)"));
 }
 
+TEST_CASE("a disk with under a tenth of its size free is warned of", "[coordinator][status]") {
+  StoreDisk disk = roomy();
+  disk.free_bytes = 100 * kGiB;
+  disk.disk_bytes = 1000 * kGiB;  // a tenth exactly: not under it
+  CHECK_FALSE(disk_warning(disk, kStore));
+  disk.free_bytes = 100 * kGiB - 1;
+  const auto warning = disk_warning(disk, kStore);
+  REQUIRE(warning);
+  CHECK_THAT(*warning, Catch::Contains("free, under 10% of its 1000.0 GiB") &&
+                           Catch::Contains("free space on that disk"));
+  // A disk that cannot tell its size: that rule does not apply.
+  disk.disk_bytes = std::nullopt;
+  CHECK_FALSE(disk_warning(disk, kStore));
+}
+
 TEST_CASE("a store past 90% of its map's limit is warned of", "[coordinator][status]") {
   StoreDisk disk{std::uint64_t{10} << 40, 0, 512 * kGiB, 1000 * kGiB};
   disk.store_bytes = 900 * kGiB - 1;
