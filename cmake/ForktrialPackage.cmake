@@ -4,7 +4,25 @@
 # dependencies are read from the binaries by dpkg-shlibdeps.
 set(CPACK_PACKAGE_NAME forktrial)
 set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
-set(CPACK_PACKAGE_CONTACT "forktrial maintainers <forktrial@invalid>")
+set(CPACK_DEBIAN_PACKAGE_RELEASE 1)
+
+# The Maintainer field: whoever builds and ships the package
+# (scripts/package passes $FORKTRIAL_MAINTAINER); empty means the project's
+# default.
+set(forktrial_default_maintainer "forktrial developers <forktrial@localhost>")
+set(FORKTRIAL_MAINTAINER "" CACHE STRING
+    "The package's Maintainer, \"Name <address>\" (empty: ${forktrial_default_maintainer})")
+if(FORKTRIAL_MAINTAINER STREQUAL "")
+  set(forktrial_maintainer ${forktrial_default_maintainer})
+else()
+  set(forktrial_maintainer ${FORKTRIAL_MAINTAINER})
+endif()
+if(NOT forktrial_maintainer MATCHES "^[^<>]*[^<> ] <[^<>@ ]+@[^<>@ ]+>$")
+  message(FATAL_ERROR "FORKTRIAL_MAINTAINER is \"${forktrial_maintainer}\"; the package's \
+Maintainer must be \"Name <address>\", e.g. \"${forktrial_default_maintainer}\"")
+endif()
+set(CPACK_PACKAGE_CONTACT ${forktrial_maintainer})
+
 set(CPACK_PACKAGE_DESCRIPTION_SUMMARY
     "trial plug-in packs against forks of recorded event logs, alone or on a cluster")
 set(CPACK_PACKAGE_DESCRIPTION
@@ -14,7 +32,6 @@ On a cluster, a coordinator leases trials to workers over ZeroMQ; this package s
 units for both.")
 set(CPACK_PACKAGING_INSTALL_PREFIX ${CMAKE_INSTALL_PREFIX})
 set(CPACK_STRIP_FILES ON)
-set(CPACK_DEBIAN_PACKAGE_RELEASE 1)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION utils)
 set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)

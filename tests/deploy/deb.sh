@@ -12,6 +12,8 @@
 #  - the bash completion, checked against every command's --help: its
 #    subcommands, options, which options take a value, the words a value may
 #    be, and paths where a file or a directory goes;
+#  - the control fields: version, Maintainer (FORKTRIAL_MAINTAINER's, or the
+#    project's default; never an address at .invalid);
 #  - dpkg -r, then dpkg --purge, leave none of the package's files, and the
 #    purge deletes the workers' cache.
 # The package is removed when the test ends, however it ends. It skips when
@@ -32,7 +34,7 @@ if dpkg-query -W -f='${Status}' forktrial 2>/dev/null | grep -qv "not-installed"
   skip "the forktrial package is installed on this machine; this test would replace, then remove it"
 fi
 for path in /usr/bin/forktrial /usr/libexec/forktrial /var/cache/forktrial /var/cache/private/forktrial; do
-  [ ! -e "$path" ] || skip "$path exists already; this test would overwrite or delete it"
+  [ ! -e "$path" ] && [ ! -L "$path" ] || skip "$path exists already; this test would overwrite or delete it"
 done
 
 deb=${FORKTRIAL_DEB:-}
@@ -40,6 +42,14 @@ if [ -z "$deb" ]; then
   tree=$(dirname "$FORKTRIAL_BIN_DIR")
   [ "$(dirname "$tree")" = "$FORKTRIAL_SOURCE/build" ] ||
     fail "the binaries are not in a preset's tree (build/PRESET/tools): give the package as FORKTRIAL_DEB"
+  # A Maintainer not of the form "Name <address>" is refused before the
+  # build tree is configured with it.
+  if out=$(FORKTRIAL_MAINTAINER=forktrial@localhost "$FORKTRIAL_SOURCE/scripts/package" \
+    "$(basename "$tree")" 2>&1); then
+    fail "scripts/package accepted FORKTRIAL_MAINTAINER=forktrial@localhost (no name)"
+  fi
+  grep -q 'must be "Name <address>"' <<<"$out" ||
+    fail "scripts/package refused FORKTRIAL_MAINTAINER=forktrial@localhost without saying why: $out"
   say "building the package (scripts/package $(basename "$tree"))"
   deb=$("$FORKTRIAL_SOURCE/scripts/package" "$(basename "$tree")" 2>"$TMPDIR/package.log" | tail -n 1) || {
     tail -n 20 "$TMPDIR/package.log" >&2
@@ -59,7 +69,17 @@ depends=$(dpkg-deb -f "$deb" Depends)
 for lib in libc6 libstdc++6 libzmq5 liblmdb0 libseccomp2; do
   grep -q "\b$lib\b" <<<"$depends" || fail "Depends lacks $lib: $depends"
 done
-say "control: forktrial $(dpkg-deb -f "$deb" Version), Depends: $depends"
+maintainer=$(dpkg-deb -f "$deb" Maintainer)
+if [ -z "${FORKTRIAL_DEB:-}" ]; then
+  want=${FORKTRIAL_MAINTAINER:-"forktrial developers <forktrial@localhost>"}
+  [ "$maintainer" = "$want" ] || fail "the package's Maintainer is \"$maintainer\", not \"$want\""
+fi
+maintainer_form='^[^<>]*[^<> ] <[^<>@ ]+@[^<>@ ]+>$'
+[[ $maintainer =~ $maintainer_form ]] ||
+  fail "the package's Maintainer \"$maintainer\" is not \"Name <address>\""
+[[ $maintainer != *.invalid\> && $maintainer != *@invalid\> ]] ||
+  fail "the package's Maintainer \"$maintainer\" has an address nobody can write to"
+say "control: forktrial $(dpkg-deb -f "$deb" Version), Maintainer: $maintainer, Depends: $depends"
 
 purge() {
   local status
