@@ -13,7 +13,9 @@
 #    subcommands, options, which options take a value, the words a value may
 #    be, and paths where a file or a directory goes;
 #  - the control fields: version, Maintainer (FORKTRIAL_MAINTAINER's, or the
-#    project's default; never an address at .invalid);
+#    project's default; never an address at .invalid), Depends (the shared
+#    libraries, but no prometheus-cpp: the package carries its own in
+#    /usr/lib/forktrial, which the installed forktrial loads);
 #  - dpkg -r, then dpkg --purge, leave none of the package's files, and the
 #    purge deletes the workers' cache.
 # The package is removed when the test ends, however it ends. It skips when
@@ -33,7 +35,8 @@ flock -w 600 "$dpkg_dir" || fail "another run of this test held the lock for 10 
 if dpkg-query -W -f='${Status}' forktrial 2>/dev/null | grep -qv "not-installed"; then
   skip "the forktrial package is installed on this machine; this test would replace, then remove it"
 fi
-for path in /usr/bin/forktrial /usr/libexec/forktrial /var/cache/forktrial /var/cache/private/forktrial; do
+for path in /usr/bin/forktrial /usr/libexec/forktrial /var/cache/forktrial /var/cache/private/forktrial \
+  /usr/lib/forktrial; do
   [ ! -e "$path" ] && [ ! -L "$path" ] || skip "$path exists already; this test would overwrite or delete it"
 done
 
@@ -69,6 +72,13 @@ depends=$(dpkg-deb -f "$deb" Depends)
 for lib in libc6 libstdc++6 libzmq5 liblmdb0 libseccomp2; do
   grep -q "\b$lib\b" <<<"$depends" || fail "Depends lacks $lib: $depends"
 done
+# prometheus-cpp's library is not in Debian 12: the package carries its own
+# (docs/decisions/0084-prometheus-cpp-shipped-privately.md).
+! grep -qi prometheus <<<"$depends" || fail "Depends names prometheus-cpp, which Debian 12 lacks: $depends"
+dpkg-deb -c "$deb" >"$TMPDIR/contents"
+grep -q ' \./usr/lib/forktrial/libprometheus-cpp-core\.so\.1\.0$' "$TMPDIR/contents" ||
+  fail "$deb holds no /usr/lib/forktrial/libprometheus-cpp-core.so.1.0"
+rm -f "$TMPDIR/contents"
 maintainer=$(dpkg-deb -f "$deb" Maintainer)
 if [ -z "${FORKTRIAL_DEB:-}" ]; then
   want=${FORKTRIAL_MAINTAINER:-"forktrial developers <forktrial@localhost>"}
@@ -197,6 +207,18 @@ cmp -s "$rules" "$FORKTRIAL_SOURCE/deploy/prometheus/forktrial-alerts.yml" ||
   fail "$rules is missing or not deploy/prometheus's"
 grep -qx "$rules" "$TMPDIR/files" || fail "dpkg does not list $rules as the package's"
 say "alerting rules installed: $rules"
+
+# ---- prometheus-cpp: the package's own copy is the one the command loads
+
+private_lib=/usr/lib/forktrial/libprometheus-cpp-core.so.1.0
+loaded=$(ldd /usr/bin/forktrial | awk '$1 == "libprometheus-cpp-core.so.1.0" { print $3 }')
+[ -n "$loaded" ] || fail "ldd /usr/bin/forktrial finds no libprometheus-cpp-core.so.1.0"
+[ "$(realpath "$loaded")" = "$private_lib" ] ||
+  fail "/usr/bin/forktrial loads prometheus-cpp from $loaded, not the package's $private_lib"
+grep -qx "$private_lib" "$TMPDIR/files" || fail "dpkg does not list $private_lib as the package's"
+[ "$(stat -c %a "$private_lib")" = 644 ] ||
+  fail "$private_lib is mode $(stat -c %a "$private_lib"), not 644"
+say "prometheus-cpp: /usr/bin/forktrial loads the package's $loaded"
 
 # ---- bash completion, against --help
 
