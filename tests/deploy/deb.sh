@@ -16,6 +16,8 @@
 #    project's default; never an address at .invalid), Depends (the shared
 #    libraries, but no prometheus-cpp: the package carries its own in
 #    /usr/lib/forktrial, which the installed forktrial loads);
+#  - Debian's copyright file (machine-readable, every license it names
+#    given) and changelog (this version, signed by the Maintainer, gzip -9n);
 #  - dpkg -r, then dpkg --purge, leave none of the package's files, and the
 #    purge deletes the workers' cache.
 # The package is removed when the test ends, however it ends. It skips when
@@ -219,6 +221,31 @@ grep -qx "$private_lib" "$TMPDIR/files" || fail "dpkg does not list $private_lib
 [ "$(stat -c %a "$private_lib")" = 644 ] ||
   fail "$private_lib is mode $(stat -c %a "$private_lib"), not 644"
 say "prometheus-cpp: /usr/bin/forktrial loads the package's $loaded"
+
+# ---- Debian's copyright file and changelog
+
+copyright=/usr/share/doc/forktrial/copyright
+cmp -s "$copyright" "$FORKTRIAL_SOURCE/deploy/debian/copyright" ||
+  fail "$copyright is missing or not deploy/debian/copyright"
+python3 "$FORKTRIAL_SOURCE/tests/deploy/check_copyright.py" "$copyright" ||
+  fail "$copyright is not a valid machine-readable copyright file"
+changelog=/usr/share/doc/forktrial/changelog.Debian.gz
+[ -f "$changelog" ] || fail "no $changelog"
+# gzip -9n: no file name (flag bit 3) and no time stamp (zero) in its header.
+header=$(od -An -tx1 -N8 "$changelog" | tr -d ' \n')
+[ "${header:0:6}" = 1f8b08 ] || fail "$changelog is not gzip (its header: $header)"
+[ $((16#${header:6:2} & 8)) -eq 0 ] && [ "${header:8:8}" = 00000000 ] ||
+  fail "$changelog keeps a file name or a time stamp (flags ${header:6:2}, mtime ${header:8:8}): not gzip -n"
+zcat "$changelog" >"$TMPDIR/changelog"
+on_exit "rm -f '$TMPDIR/changelog'"
+entry() { dpkg-parsechangelog -l "$TMPDIR/changelog" -S "$1"; }
+out=$(dpkg-parsechangelog -l "$TMPDIR/changelog" 2>&1) || fail "dpkg-parsechangelog refuses $changelog: $out"
+[ "$(entry Source)" = forktrial ] || fail "$changelog's entry is of $(entry Source), not forktrial"
+[ "$(entry Version)" = "$project_version-1" ] ||
+  fail "$changelog's entry is version $(entry Version), not $project_version-1"
+[ "$(entry Maintainer)" = "$maintainer" ] ||
+  fail "$changelog's entry is signed by $(entry Maintainer), not by the Maintainer $maintainer"
+say "copyright file machine-readable; changelog: forktrial $(entry Version), by $(entry Maintainer), gzip -9n"
 
 # ---- bash completion, against --help
 
