@@ -1,8 +1,9 @@
 # The Debian package (cpack -G DEB, run by scripts/package): forktrial,
 # forktrial-child, the systemd units with example environment files, the man
-# pages and bash completion (deploy/CMakeLists.txt installs them), with
-# Debian's copyright file and changelog (installed here). Its dependencies
-# are read from the binaries by dpkg-shlibdeps.
+# pages, bash completion, the Slurm scripts and the Grafana dashboard
+# (deploy/CMakeLists.txt installs them), with Debian's copyright file and
+# changelog (installed here). Its dependencies are read from the binaries by
+# dpkg-shlibdeps.
 set(CPACK_PACKAGE_NAME forktrial)
 set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
 set(CPACK_DEBIAN_PACKAGE_RELEASE 1)

@@ -18,6 +18,7 @@
 #    /usr/lib/forktrial, which the installed forktrial loads);
 #  - Debian's copyright file (machine-readable, every license it names
 #    given) and changelog (this version, signed by the Maintainer, gzip -9n);
+#  - the Slurm scripts and the Grafana dashboard under /usr/share/forktrial;
 #  - dpkg -r, then dpkg --purge, leave none of the package's files, and the
 #    purge deletes the workers' cache.
 # The package is removed when the test ends, however it ends. It skips when
@@ -38,7 +39,7 @@ if dpkg-query -W -f='${Status}' forktrial 2>/dev/null | grep -qv "not-installed"
   skip "the forktrial package is installed on this machine; this test would replace, then remove it"
 fi
 for path in /usr/bin/forktrial /usr/libexec/forktrial /var/cache/forktrial /var/cache/private/forktrial \
-  /usr/lib/forktrial; do
+  /usr/lib/forktrial /usr/share/forktrial; do
   [ ! -e "$path" ] && [ ! -L "$path" ] || skip "$path exists already; this test would overwrite or delete it"
 done
 
@@ -209,6 +210,18 @@ cmp -s "$rules" "$FORKTRIAL_SOURCE/deploy/prometheus/forktrial-alerts.yml" ||
   fail "$rules is missing or not deploy/prometheus's"
 grep -qx "$rules" "$TMPDIR/files" || fail "dpkg does not list $rules as the package's"
 say "alerting rules installed: $rules"
+for script in forktrial-slurm forktrial-workers.sbatch; do
+  installed=/usr/share/forktrial/slurm/$script
+  cmp -s "$installed" "$FORKTRIAL_SOURCE/deploy/slurm/$script" ||
+    fail "$installed is missing or not deploy/slurm's"
+  [ -x "$installed" ] || fail "$installed is not executable"
+done
+/usr/share/forktrial/slurm/forktrial-slurm --help | grep -q forktrial-workers.sbatch ||
+  fail "the installed forktrial-slurm --help does not describe its batch script"
+dashboard=/usr/share/forktrial/grafana/forktrial-dashboard.json
+cmp -s "$dashboard" "$FORKTRIAL_SOURCE/deploy/grafana/forktrial-dashboard.json" ||
+  fail "$dashboard is missing or not deploy/grafana's"
+say "Slurm scripts in /usr/share/forktrial/slurm (executable), Grafana dashboard: $dashboard"
 
 # ---- prometheus-cpp: the package's own copy is the one the command loads
 
