@@ -19,6 +19,9 @@
 #  - Debian's copyright file (machine-readable, every license it names
 #    given) and changelog (this version, signed by the Maintainer, gzip -9n);
 #  - the Slurm scripts and the Grafana dashboard under /usr/share/forktrial;
+#  - the units' state: the postinst records it with deb-systemd-helper; a
+#    removal keeps units enabled (systemctl enable, deb-systemd-helper
+#    enable), and the purge removes their symlinks and the helper's state;
 #  - dpkg -r, then dpkg --purge, leave none of the package's files, and the
 #    purge deletes the workers' cache.
 # The package is removed when the test ends, however it ends. It skips when
@@ -38,10 +41,18 @@ flock -w 600 "$dpkg_dir" || fail "another run of this test held the lock for 10 
 if dpkg-query -W -f='${Status}' forktrial 2>/dev/null | grep -qv "not-installed"; then
   skip "the forktrial package is installed on this machine; this test would replace, then remove it"
 fi
+# What enabling the units makes (deb-systemd-helper's state and symlinks),
+# which the purge deletes.
+dsh_state=/var/lib/systemd/deb-systemd-helper-enabled
+timer_link=/etc/systemd/system/timers.target.wants/forktrial-gc.timer
+worker_link=/etc/systemd/system/multi-user.target.wants/forktrial-worker@deb-test.service
 for path in /usr/bin/forktrial /usr/libexec/forktrial /var/cache/forktrial /var/cache/private/forktrial \
-  /usr/lib/forktrial /usr/share/forktrial; do
+  /usr/lib/forktrial /usr/share/forktrial "$timer_link" "$worker_link"; do
   [ ! -e "$path" ] && [ ! -L "$path" ] || skip "$path exists already; this test would overwrite or delete it"
 done
+if [ -n "$(find "$dsh_state" -name 'forktrial*' 2>/dev/null | head -n 1)" ]; then
+  skip "$dsh_state holds a forktrial unit's state; this test's purge would delete it"
+fi
 
 deb=${FORKTRIAL_DEB:-}
 if [ -z "$deb" ]; then
@@ -103,6 +114,10 @@ purge() {
   rm -f "$TMPDIR/purge.log"
 }
 on_exit "purge"
+on_exit "rm -f '$timer_link' '$worker_link'"
+# What a failed purge would leave of deb-systemd-helper's state (none was
+# there before: checked above).
+on_exit "find '$dsh_state' -name 'forktrial*' -delete 2>/dev/null || true"
 on_exit "rm -rf /var/cache/forktrial /var/cache/private/forktrial"
 apt-get install -y -q --no-install-recommends -o DPkg::Lock::Timeout=300 "$(realpath "$deb")" \
   >"$TMPDIR/install.log" 2>&1 || {
@@ -260,6 +275,18 @@ out=$(dpkg-parsechangelog -l "$TMPDIR/changelog" 2>&1) || fail "dpkg-parsechange
   fail "$changelog's entry is signed by $(entry Maintainer), not by the Maintainer $maintainer"
 say "copyright file machine-readable; changelog: forktrial $(entry Version), by $(entry Maintainer), gzip -9n"
 
+# ---- the units' state, recorded for the purge
+
+for unit in forktrial-coordinator.service forktrial-worker@.service forktrial-gc.service \
+  forktrial-gc.timer; do
+  [ -f "$dsh_state/$unit.dsh-also" ] ||
+    fail "the postinst recorded no state for $unit ($dsh_state/$unit.dsh-also)"
+done
+grep -qx "$timer_link" "$dsh_state/forktrial-gc.timer.dsh-also" ||
+  fail "the state of forktrial-gc.timer does not name $timer_link: $(cat "$dsh_state/forktrial-gc.timer.dsh-also")"
+[ ! -e "$timer_link" ] && [ ! -L "$timer_link" ] || fail "the install enabled forktrial-gc.timer"
+say "units: deb-systemd-helper's state recorded for each, none enabled"
+
 # ---- bash completion, against --help
 
 completion=/usr/share/bash-completion/completions/forktrial
@@ -356,6 +383,24 @@ say "bash completion: every command's subcommands, options and values match its 
 
 # ---- removal and purge
 
+# Enabled units, as an administrator enables them: `systemctl enable` (which,
+# where systemd is not running, only makes the symlinks) for the timer and a
+# worker instance; then deb-systemd-helper records the timer as enabled, as
+# a maintainer script's `deb-systemd-helper enable` does for a unit with
+# links (it runs only for a maintainer script, which
+# DPKG_MAINTSCRIPT_PACKAGE stands for; on a unit with no links and a state
+# already recorded, it enables nothing). A removal keeps both units
+# enabled; the purge removes their symlinks and the helper's state.
+out=$(systemctl enable forktrial-gc.timer forktrial-worker@deb-test.service 2>&1) ||
+  fail "systemctl enable forktrial-gc.timer forktrial-worker@deb-test.service failed: $out"
+[ "$(readlink "$timer_link")" = /lib/systemd/system/forktrial-gc.timer ] ||
+  fail "systemctl enable made no $timer_link to /lib/systemd/system/forktrial-gc.timer: $out"
+[ "$(readlink "$worker_link")" = /lib/systemd/system/forktrial-worker@.service ] ||
+  fail "systemctl enable made no $worker_link to the template: $out"
+DPKG_MAINTSCRIPT_PACKAGE=forktrial deb-systemd-helper enable forktrial-gc.timer ||
+  fail "deb-systemd-helper enable forktrial-gc.timer failed"
+[ -e "$dsh_state/timers.target.wants/forktrial-gc.timer" ] ||
+  fail "deb-systemd-helper enable recorded no $dsh_state/timers.target.wants/forktrial-gc.timer"
 dpkg -r forktrial >"$TMPDIR/remove.log" 2>&1 || {
   cat "$TMPDIR/remove.log" >&2
   fail "dpkg -r forktrial failed"
@@ -363,6 +408,8 @@ dpkg -r forktrial >"$TMPDIR/remove.log" 2>&1 || {
 rm -f "$TMPDIR/remove.log"
 [ ! -e /usr/bin/forktrial ] && [ ! -e /usr/libexec/forktrial ] ||
   fail "dpkg -r left /usr/bin/forktrial or /usr/libexec/forktrial"
+[ -L "$timer_link" ] && [ -L "$worker_link" ] ||
+  fail "dpkg -r disabled the units (their symlinks are gone); only the purge should"
 # What a worker's unit leaves (its cache under DynamicUser): a purge deletes it.
 mkdir -p /var/cache/private/forktrial/w1 /var/cache/forktrial
 ln -s ../private/forktrial/w1 /var/cache/forktrial/w1
@@ -388,4 +435,8 @@ done <"$TMPDIR/files"
 [ ${#left[@]} -eq 0 ] || fail "the purge left: ${left[*]}"
 [ ! -e /var/cache/forktrial ] && [ ! -e /var/cache/private/forktrial ] ||
   fail "the purge left the workers' cache in /var/cache"
-say "removed and purged: none of the $(grep -c . "$TMPDIR/files") paths is left, nor the workers' cache"
+[ ! -L "$timer_link" ] && [ ! -L "$worker_link" ] ||
+  fail "the purge left the units' symlinks: $(ls -l "$timer_link" "$worker_link" 2>&1)"
+state=$(find "$dsh_state" -name 'forktrial*' 2>/dev/null)
+[ -z "$state" ] || fail "the purge left deb-systemd-helper's state: $state"
+say "removed and purged: none of the $(grep -c . "$TMPDIR/files") paths is left, nor the workers' cache, nor the units' symlinks and state"
