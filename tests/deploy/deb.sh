@@ -12,6 +12,16 @@
 #  - the bash completion, checked against every command's --help: its
 #    subcommands, options, which options take a value, the words a value may
 #    be, and paths where a file or a directory goes;
+#  - the control fields: version, Maintainer (FORKTRIAL_MAINTAINER's, or the
+#    project's default; never an address at .invalid), Depends (the shared
+#    libraries, but no prometheus-cpp: the package carries its own in
+#    /usr/lib/forktrial, which the installed forktrial loads);
+#  - Debian's copyright file (machine-readable, every license it names
+#    given) and changelog (this version, signed by the Maintainer, gzip -9n);
+#  - the Slurm scripts and the Grafana dashboard under /usr/share/forktrial;
+#  - the units' state: the postinst records it with deb-systemd-helper; a
+#    removal keeps units enabled (systemctl enable, deb-systemd-helper
+#    enable), and the purge removes their symlinks and the helper's state;
 #  - dpkg -r, then dpkg --purge, leave none of the package's files, and the
 #    purge deletes the workers' cache.
 # The package is removed when the test ends, however it ends. It skips when
@@ -31,15 +41,32 @@ flock -w 600 "$dpkg_dir" || fail "another run of this test held the lock for 10 
 if dpkg-query -W -f='${Status}' forktrial 2>/dev/null | grep -qv "not-installed"; then
   skip "the forktrial package is installed on this machine; this test would replace, then remove it"
 fi
-for path in /usr/bin/forktrial /usr/libexec/forktrial /var/cache/forktrial /var/cache/private/forktrial; do
-  [ ! -e "$path" ] || skip "$path exists already; this test would overwrite or delete it"
+# What enabling the units makes (deb-systemd-helper's state and symlinks),
+# which the purge deletes.
+dsh_state=/var/lib/systemd/deb-systemd-helper-enabled
+timer_link=/etc/systemd/system/timers.target.wants/forktrial-gc.timer
+worker_link=/etc/systemd/system/multi-user.target.wants/forktrial-worker@deb-test.service
+for path in /usr/bin/forktrial /usr/libexec/forktrial /var/cache/forktrial /var/cache/private/forktrial \
+  /usr/lib/forktrial /usr/share/forktrial "$timer_link" "$worker_link"; do
+  [ ! -e "$path" ] && [ ! -L "$path" ] || skip "$path exists already; this test would overwrite or delete it"
 done
+if [ -n "$(find "$dsh_state" -name 'forktrial*' 2>/dev/null | head -n 1)" ]; then
+  skip "$dsh_state holds a forktrial unit's state; this test's purge would delete it"
+fi
 
 deb=${FORKTRIAL_DEB:-}
 if [ -z "$deb" ]; then
   tree=$(dirname "$FORKTRIAL_BIN_DIR")
   [ "$(dirname "$tree")" = "$FORKTRIAL_SOURCE/build" ] ||
     fail "the binaries are not in a preset's tree (build/PRESET/tools): give the package as FORKTRIAL_DEB"
+  # A Maintainer not of the form "Name <address>" is refused before the
+  # build tree is configured with it.
+  if out=$(FORKTRIAL_MAINTAINER=forktrial@localhost "$FORKTRIAL_SOURCE/scripts/package" \
+    "$(basename "$tree")" 2>&1); then
+    fail "scripts/package accepted FORKTRIAL_MAINTAINER=forktrial@localhost (no name)"
+  fi
+  grep -q 'must be "Name <address>"' <<<"$out" ||
+    fail "scripts/package refused FORKTRIAL_MAINTAINER=forktrial@localhost without saying why: $out"
   say "building the package (scripts/package $(basename "$tree"))"
   deb=$("$FORKTRIAL_SOURCE/scripts/package" "$(basename "$tree")" 2>"$TMPDIR/package.log" | tail -n 1) || {
     tail -n 20 "$TMPDIR/package.log" >&2
@@ -59,7 +86,24 @@ depends=$(dpkg-deb -f "$deb" Depends)
 for lib in libc6 libstdc++6 libzmq5 liblmdb0 libseccomp2; do
   grep -q "\b$lib\b" <<<"$depends" || fail "Depends lacks $lib: $depends"
 done
-say "control: forktrial $(dpkg-deb -f "$deb" Version), Depends: $depends"
+# prometheus-cpp's library is not in Debian 12: the package carries its own
+# (docs/decisions/0084-prometheus-cpp-shipped-privately.md).
+! grep -qi prometheus <<<"$depends" || fail "Depends names prometheus-cpp, which Debian 12 lacks: $depends"
+dpkg-deb -c "$deb" >"$TMPDIR/contents"
+grep -q ' \./usr/lib/forktrial/libprometheus-cpp-core\.so\.1\.0$' "$TMPDIR/contents" ||
+  fail "$deb holds no /usr/lib/forktrial/libprometheus-cpp-core.so.1.0"
+rm -f "$TMPDIR/contents"
+maintainer=$(dpkg-deb -f "$deb" Maintainer)
+if [ -z "${FORKTRIAL_DEB:-}" ]; then
+  want=${FORKTRIAL_MAINTAINER:-"forktrial developers <forktrial@localhost>"}
+  [ "$maintainer" = "$want" ] || fail "the package's Maintainer is \"$maintainer\", not \"$want\""
+fi
+maintainer_form='^[^<>]*[^<> ] <[^<>@ ]+@[^<>@ ]+>$'
+[[ $maintainer =~ $maintainer_form ]] ||
+  fail "the package's Maintainer \"$maintainer\" is not \"Name <address>\""
+[[ $maintainer != *.invalid\> && $maintainer != *@invalid\> ]] ||
+  fail "the package's Maintainer \"$maintainer\" has an address nobody can write to"
+say "control: forktrial $(dpkg-deb -f "$deb" Version), Maintainer: $maintainer, Depends: $depends"
 
 purge() {
   local status
@@ -70,6 +114,10 @@ purge() {
   rm -f "$TMPDIR/purge.log"
 }
 on_exit "purge"
+on_exit "rm -f '$timer_link' '$worker_link'"
+# What a failed purge would leave of deb-systemd-helper's state (none was
+# there before: checked above).
+on_exit "find '$dsh_state' -name 'forktrial*' -delete 2>/dev/null || true"
 on_exit "rm -rf /var/cache/forktrial /var/cache/private/forktrial"
 apt-get install -y -q --no-install-recommends -o DPkg::Lock::Timeout=300 "$(realpath "$deb")" \
   >"$TMPDIR/install.log" 2>&1 || {
@@ -177,6 +225,67 @@ cmp -s "$rules" "$FORKTRIAL_SOURCE/deploy/prometheus/forktrial-alerts.yml" ||
   fail "$rules is missing or not deploy/prometheus's"
 grep -qx "$rules" "$TMPDIR/files" || fail "dpkg does not list $rules as the package's"
 say "alerting rules installed: $rules"
+for script in forktrial-slurm forktrial-workers.sbatch; do
+  installed=/usr/share/forktrial/slurm/$script
+  cmp -s "$installed" "$FORKTRIAL_SOURCE/deploy/slurm/$script" ||
+    fail "$installed is missing or not deploy/slurm's"
+  [ -x "$installed" ] || fail "$installed is not executable"
+done
+/usr/share/forktrial/slurm/forktrial-slurm --help | grep -q forktrial-workers.sbatch ||
+  fail "the installed forktrial-slurm --help does not describe its batch script"
+dashboard=/usr/share/forktrial/grafana/forktrial-dashboard.json
+cmp -s "$dashboard" "$FORKTRIAL_SOURCE/deploy/grafana/forktrial-dashboard.json" ||
+  fail "$dashboard is missing or not deploy/grafana's"
+say "Slurm scripts in /usr/share/forktrial/slurm (executable), Grafana dashboard: $dashboard"
+
+# ---- prometheus-cpp: the package's own copy is the one the command loads
+
+private_lib=/usr/lib/forktrial/libprometheus-cpp-core.so.1.0
+loaded=$(ldd /usr/bin/forktrial | awk '$1 == "libprometheus-cpp-core.so.1.0" { print $3 }')
+[ -n "$loaded" ] || fail "ldd /usr/bin/forktrial finds no libprometheus-cpp-core.so.1.0"
+[ "$(realpath "$loaded")" = "$private_lib" ] ||
+  fail "/usr/bin/forktrial loads prometheus-cpp from $loaded, not the package's $private_lib"
+grep -qx "$private_lib" "$TMPDIR/files" || fail "dpkg does not list $private_lib as the package's"
+[ "$(stat -c %a "$private_lib")" = 644 ] ||
+  fail "$private_lib is mode $(stat -c %a "$private_lib"), not 644"
+say "prometheus-cpp: /usr/bin/forktrial loads the package's $loaded"
+
+# ---- Debian's copyright file and changelog
+
+copyright=/usr/share/doc/forktrial/copyright
+cmp -s "$copyright" "$FORKTRIAL_SOURCE/deploy/debian/copyright" ||
+  fail "$copyright is missing or not deploy/debian/copyright"
+python3 "$FORKTRIAL_SOURCE/tests/deploy/check_copyright.py" "$copyright" ||
+  fail "$copyright is not a valid machine-readable copyright file"
+changelog=/usr/share/doc/forktrial/changelog.Debian.gz
+[ -f "$changelog" ] || fail "no $changelog"
+# gzip -9n: no file name (flag bit 3) and no time stamp (zero) in its header.
+header=$(od -An -tx1 -N8 "$changelog" | tr -d ' \n')
+[ "${header:0:6}" = 1f8b08 ] || fail "$changelog is not gzip (its header: $header)"
+[ $((16#${header:6:2} & 8)) -eq 0 ] && [ "${header:8:8}" = 00000000 ] ||
+  fail "$changelog keeps a file name or a time stamp (flags ${header:6:2}, mtime ${header:8:8}): not gzip -n"
+zcat "$changelog" >"$TMPDIR/changelog"
+on_exit "rm -f '$TMPDIR/changelog'"
+entry() { dpkg-parsechangelog -l "$TMPDIR/changelog" -S "$1"; }
+out=$(dpkg-parsechangelog -l "$TMPDIR/changelog" 2>&1) || fail "dpkg-parsechangelog refuses $changelog: $out"
+[ "$(entry Source)" = forktrial ] || fail "$changelog's entry is of $(entry Source), not forktrial"
+[ "$(entry Version)" = "$project_version-1" ] ||
+  fail "$changelog's entry is version $(entry Version), not $project_version-1"
+[ "$(entry Maintainer)" = "$maintainer" ] ||
+  fail "$changelog's entry is signed by $(entry Maintainer), not by the Maintainer $maintainer"
+say "copyright file machine-readable; changelog: forktrial $(entry Version), by $(entry Maintainer), gzip -9n"
+
+# ---- the units' state, recorded for the purge
+
+for unit in forktrial-coordinator.service forktrial-worker@.service forktrial-gc.service \
+  forktrial-gc.timer; do
+  [ -f "$dsh_state/$unit.dsh-also" ] ||
+    fail "the postinst recorded no state for $unit ($dsh_state/$unit.dsh-also)"
+done
+grep -qx "$timer_link" "$dsh_state/forktrial-gc.timer.dsh-also" ||
+  fail "the state of forktrial-gc.timer does not name $timer_link: $(cat "$dsh_state/forktrial-gc.timer.dsh-also")"
+[ ! -e "$timer_link" ] && [ ! -L "$timer_link" ] || fail "the install enabled forktrial-gc.timer"
+say "units: deb-systemd-helper's state recorded for each, none enabled"
 
 # ---- bash completion, against --help
 
@@ -274,6 +383,24 @@ say "bash completion: every command's subcommands, options and values match its 
 
 # ---- removal and purge
 
+# Enabled units, as an administrator enables them: `systemctl enable` (which,
+# where systemd is not running, only makes the symlinks) for the timer and a
+# worker instance; then deb-systemd-helper records the timer as enabled, as
+# a maintainer script's `deb-systemd-helper enable` does for a unit with
+# links (it runs only for a maintainer script, which
+# DPKG_MAINTSCRIPT_PACKAGE stands for; on a unit with no links and a state
+# already recorded, it enables nothing). A removal keeps both units
+# enabled; the purge removes their symlinks and the helper's state.
+out=$(systemctl enable forktrial-gc.timer forktrial-worker@deb-test.service 2>&1) ||
+  fail "systemctl enable forktrial-gc.timer forktrial-worker@deb-test.service failed: $out"
+[ "$(readlink "$timer_link")" = /lib/systemd/system/forktrial-gc.timer ] ||
+  fail "systemctl enable made no $timer_link to /lib/systemd/system/forktrial-gc.timer: $out"
+[ "$(readlink "$worker_link")" = /lib/systemd/system/forktrial-worker@.service ] ||
+  fail "systemctl enable made no $worker_link to the template: $out"
+DPKG_MAINTSCRIPT_PACKAGE=forktrial deb-systemd-helper enable forktrial-gc.timer ||
+  fail "deb-systemd-helper enable forktrial-gc.timer failed"
+[ -e "$dsh_state/timers.target.wants/forktrial-gc.timer" ] ||
+  fail "deb-systemd-helper enable recorded no $dsh_state/timers.target.wants/forktrial-gc.timer"
 dpkg -r forktrial >"$TMPDIR/remove.log" 2>&1 || {
   cat "$TMPDIR/remove.log" >&2
   fail "dpkg -r forktrial failed"
@@ -281,6 +408,8 @@ dpkg -r forktrial >"$TMPDIR/remove.log" 2>&1 || {
 rm -f "$TMPDIR/remove.log"
 [ ! -e /usr/bin/forktrial ] && [ ! -e /usr/libexec/forktrial ] ||
   fail "dpkg -r left /usr/bin/forktrial or /usr/libexec/forktrial"
+[ -L "$timer_link" ] && [ -L "$worker_link" ] ||
+  fail "dpkg -r disabled the units (their symlinks are gone); only the purge should"
 # What a worker's unit leaves (its cache under DynamicUser): a purge deletes it.
 mkdir -p /var/cache/private/forktrial/w1 /var/cache/forktrial
 ln -s ../private/forktrial/w1 /var/cache/forktrial/w1
@@ -306,4 +435,8 @@ done <"$TMPDIR/files"
 [ ${#left[@]} -eq 0 ] || fail "the purge left: ${left[*]}"
 [ ! -e /var/cache/forktrial ] && [ ! -e /var/cache/private/forktrial ] ||
   fail "the purge left the workers' cache in /var/cache"
-say "removed and purged: none of the $(grep -c . "$TMPDIR/files") paths is left, nor the workers' cache"
+[ ! -L "$timer_link" ] && [ ! -L "$worker_link" ] ||
+  fail "the purge left the units' symlinks: $(ls -l "$timer_link" "$worker_link" 2>&1)"
+state=$(find "$dsh_state" -name 'forktrial*' 2>/dev/null)
+[ -z "$state" ] || fail "the purge left deb-systemd-helper's state: $state"
+say "removed and purged: none of the $(grep -c . "$TMPDIR/files") paths is left, nor the workers' cache, nor the units' symlinks and state"
