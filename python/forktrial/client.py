@@ -40,21 +40,9 @@ def _check_host(endpoint: str) -> None:
                              f"check the endpoint {endpoint}", code="not_found") from error
 
 
-# ZeroMQ's socket monitor events and the protocol error the client watches
-# for (zmq.h), by number: every libzmq 4.3 has them.
-_EVENT_CONNECTED = 0x0001
-_EVENT_CONNECT_RETRIED = 0x0004
-_EVENT_HANDSHAKE_SUCCEEDED = 0x1000
-_EVENT_HANDSHAKE_FAILED_PROTOCOL = 0x2000
-_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH = 0x11000002
-
-
 class Connection:
     """One DEALER connection to a coordinator, one request at a time, each
-    answered or timed out (``timeout`` seconds). A handshake that cannot
-    succeed (keys on one side only) ends a request at once; a connection
-    refused until the timeout is told as nothing listening, as the command
-    line does. Not thread-safe."""
+    answered or timed out (``timeout`` seconds). Not thread-safe."""
 
     def __init__(self, endpoint: str, timeout: float,
                  keys: Optional[tuple[str, str, str]] = None) -> None:
@@ -70,43 +58,12 @@ class Connection:
             self._socket.curve_publickey = public.encode()
             self._socket.curve_secretkey = secret.encode()
             self._socket.curve_serverkey = server.encode()
-        self._curve = keys is not None
         _check_host(endpoint)
-        self._connected = False
-        self._refused = False
-        self._monitor = self._socket.get_monitor_socket(
-            _EVENT_CONNECTED | _EVENT_CONNECT_RETRIED | _EVENT_HANDSHAKE_SUCCEEDED
-            | _EVENT_HANDSHAKE_FAILED_PROTOCOL)
         self._socket.connect(endpoint)
         self.call("clientHello")
 
     def close(self) -> None:
-        self._socket.disable_monitor()
-        self._monitor.close(0)
         self._socket.close(0)
-
-    def _read_events(self) -> None:
-        """Reads what the monitor said; raises when the handshake cannot succeed."""
-        from zmq.utils.monitor import recv_monitor_message
-
-        while self._monitor.poll(0):
-            event = recv_monitor_message(self._monitor)
-            kind, value = event["event"], event["value"]
-            if kind in (_EVENT_CONNECTED, _EVENT_HANDSHAKE_SUCCEEDED):
-                self._connected, self._refused = True, False
-            elif kind == _EVENT_CONNECT_RETRIED:
-                self._refused = True
-            elif (kind == _EVENT_HANDSHAKE_FAILED_PROTOCOL
-                  and value == _PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH):
-                if self._curve:
-                    why = (f"the coordinator at {self.endpoint} has no keys (it speaks plain "
-                           "ZeroMQ) and this client speaks CurveZMQ: leave out key and "
-                           "coordinator_key, or start the coordinator with its keys")
-                else:
-                    why = (f"the coordinator at {self.endpoint} speaks CurveZMQ and this client "
-                           "has no keys: give key (this client's keypair, its public key in the "
-                           "coordinator's --allow-clients) and coordinator_key")
-                raise ForktrialError(why, code="failed_precondition")
 
     def call(self, arm: str, **fields: Any) -> wire.Answer:
         """Sends the request and returns its answer; raises ForktrialError
@@ -129,14 +86,8 @@ class Connection:
         while True:
             self._socket.send(frame)
             resend = min(deadline, time.monotonic() + _RESEND_SECONDS)
-            poller = self._zmq.Poller()
-            poller.register(self._socket, self._zmq.POLLIN)
-            poller.register(self._monitor, self._zmq.POLLIN)
             while (left := resend - time.monotonic()) > 0:
-                ready = dict(poller.poll(int(left * 1000) + 1))
-                if self._monitor in ready:
-                    self._read_events()
-                if self._socket not in ready:
+                if not self._socket.poll(int(left * 1000) + 1):
                     continue
                 answer = wire.decode(self._socket.recv())
                 if answer.request_id == request:
@@ -144,12 +95,6 @@ class Connection:
                 # An answer to a request given up on before, or a message of
                 # the coordinator's own: not this one's.
             if time.monotonic() >= deadline:
-                self._read_events()
-                if self._refused and not self._connected:
-                    raise ForktrialError(
-                        f"nothing listens at {self.endpoint}: every connection was refused for "
-                        f"{self.timeout:g} s; start the coordinator there, or check the endpoint "
-                        "(the coordinator's --listen)", code="unavailable")
                 raise ForktrialError(
                     f"the coordinator at {self.endpoint} did not answer within "
                     f"{self.timeout:g} s; is a coordinator listening there?",

@@ -69,48 +69,12 @@ def test_a_host_that_does_not_resolve_is_said_at_once():
     assert "does not resolve" in raised.value.message
 
 
-def test_an_endpoint_nothing_listens_on_is_said_refused_after_the_timeout(tmp_path):
+def test_a_silent_endpoint_is_unavailable_after_the_timeout(tmp_path):
     client = Client(f"ipc://{tmp_path / 'nobody'}", timeout=0.3)
     with pytest.raises(ForktrialError) as raised:
         client.status()
     assert raised.value.code == "unavailable"
-    assert f"nothing listens at ipc://{tmp_path / 'nobody'}" in raised.value.message
-    assert "refused for 0.3 s" in raised.value.message
-
-
-def test_a_silent_endpoint_is_unavailable_after_the_timeout():
-    import zmq
-
-    # Something listens, and never answers.
-    silent = zmq.Context.instance().socket(zmq.ROUTER)
-    port = silent.bind_to_random_port("tcp://127.0.0.1")
-    try:
-        with pytest.raises(ForktrialError) as raised:
-            Client(f"tcp://127.0.0.1:{port}", timeout=0.3).status()
-        assert raised.value.code == "unavailable"
-        assert "did not answer within 0.3 s" in raised.value.message
-    finally:
-        silent.close(0)
-
-
-def test_a_client_without_keys_facing_a_coordinator_with_keys_is_told_at_once():
-    import zmq
-
-    # A CurveZMQ server, as a coordinator with keys is: the handshake of a
-    # client without keys can never succeed.
-    server = zmq.Context.instance().socket(zmq.ROUTER)
-    public, secret = zmq.curve_keypair()
-    server.curve_server = True
-    server.curve_publickey = public
-    server.curve_secretkey = secret
-    port = server.bind_to_random_port("tcp://127.0.0.1")
-    try:
-        with pytest.raises(ForktrialError) as raised:
-            Client(f"tcp://127.0.0.1:{port}", timeout=60).status()
-        assert raised.value.code == "failed_precondition"
-        assert "speaks CurveZMQ and this client has no keys" in raised.value.message
-    finally:
-        server.close(0)
+    assert "did not answer within 0.3 s" in raised.value.message
 
 
 def test_results_of_a_large_job_come_in_pages_across_segments(cluster, tmp_path):
