@@ -241,12 +241,13 @@ void Server::on_worker_goodbye(const std::string& route, const WorkerId& worker,
                            " it held ended at once (requeued, or abandoned after the last "
                            "attempt)");
   // The route goes with it: what it sends next is a stranger's, until it
-  // says hello again.
+  // says hello again. (`worker` is the peer's own entry, which the erase
+  // frees: the route map is looked up first.)
   parked_.erase(route);
-  peers_.erase(route);
   if (auto it = worker_routes_.find(worker); it != worker_routes_.end() && it->second == route) {
     worker_routes_.erase(it);
   }
+  peers_.erase(route);
   reply_ok(route, envelope.getRequestId());
 }
 
