@@ -24,11 +24,16 @@ namespace fs = std::filesystem;
 constexpr const char* kFullProgram = "forktrial-full";
 
 // forktrial-full, where a build tree puts it (beside this program) or an
-// installation (in ../libexec/forktrial/, beside the trial child).
-fs::path full_program() {
+// installation (in ../libexec/forktrial/, beside the trial child). This
+// program's directory is /proc/self/exe's, or, without /proc (a chroot),
+// that of the path it was run by.
+fs::path full_program(const char* argv0) {
   std::error_code ec;
-  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
-  if (ec) return kFullProgram;
+  fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) {
+    if (argv0 == nullptr || std::strchr(argv0, '/') == nullptr) return kFullProgram;
+    self = argv0;
+  }
   const fs::path dir = self.parent_path();
   for (const fs::path& candidate :
        {dir / kFullProgram, dir.parent_path() / "libexec" / "forktrial" / kFullProgram}) {
@@ -45,7 +50,7 @@ int main(int argc, char** argv) {
   // The command, when it is one of the clients', or --version, which needs none.
   const std::string_view first = argc < 2 ? "" : argv[1];
   if (first != "--version" && !forktrial::tools::add_client_command(app, first)) {
-    const fs::path full = full_program();
+    const fs::path full = full_program(argv[0]);
     ::execv(full.c_str(), argv);
     const int error = errno;
     std::fprintf(stderr,
