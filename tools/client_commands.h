@@ -4,8 +4,8 @@
 //
 // They need none of the store, the trial children or the daemons' libraries,
 // so the lean `forktrial` front end (front_end_main.cc) runs them itself, in
-// a process that starts nearly as fast as a bare one; every other command is
-// forktrial-full's, which has these too
+// a process whose start costs under twice a bare one's; every other command
+// is forktrial-full's, which has these too
 // (docs/decisions/0085-a-lean-front-end-for-the-client-commands.md).
 #pragma once
 

@@ -2,10 +2,11 @@
 // (client_commands.h) and --version itself, and executes forktrial-full, with
 // the same arguments, for every other command and for the help of the whole.
 // Linked without the store's, the trials' and the daemons' libraries
-// (statically, but for the C library, where the build allows it), it starts
-// nearly as fast as a bare process, so a script or a cluster manager that
-// asks `forktrial status` in a loop pays little more than a fork and an exec
-// (docs/decisions/0085-a-lean-front-end-for-the-client-commands.md).
+// (statically, but for the C library, where the build allows it), its start
+// costs under twice a bare process's, so a script or a cluster manager that
+// asks `forktrial status` in a loop no longer pays for thirty-odd shared
+// libraries each time (bench/cli_start_bench;
+// docs/decisions/0085-a-lean-front-end-for-the-client-commands.md).
 #include <unistd.h>
 
 #include <cerrno>
