@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <utility>
@@ -407,6 +408,14 @@ class Fields {
     }
   }
 
+  // An object field, read by the caller (nullptr when there is a problem).
+  const Json* object(std::string_view key) {
+    const Json* value = take(key);
+    if (value == nullptr || value->is_object()) return value;
+    problem_.mistyped(name(key), *value, "an object");
+    return nullptr;
+  }
+
   std::vector<Digest> digests(std::string_view key) {
     std::vector<Digest> digests;
     each(key, [&](const Json& element, const std::string& path) {
@@ -701,6 +710,8 @@ std::expected<OrchestrationRecord, Status> decode_record(const store::EventView&
                             ? ": continues a job.submitted record, and is read with it (read_log)"
                         : event.type == kLeasesType
                             ? ": holds several trial.leased records, read one by one (read_log)"
+                        : event.type == kSettledType
+                            ? ": holds a trial.reconciled record and its verdict, read by read_log"
                             : ": not an orchestration record type"));
   }
   std::expected<Json, Status> payload = payload_json(event);
@@ -811,6 +822,142 @@ std::expected<std::vector<TrialLeased>, Status> leases_of(const store::EventView
   return leases;
 }
 
+// The payload of a trial.settled event: the reconciled record `r`, with
+// `verdict`, and `reported` folded in when not null.
+std::string settled_text(const TrialReconciled& r, const Verdict& verdict,
+                         const TrialReported* reported) {
+  Json head = Json::object();
+  head["trial"] = trial_json(r.trial);
+  head["attempt"] = r.attempt;
+  head["worker"] = text_json(verdict.worker.str());
+  if (reported != nullptr) head["reported_at"] = instant_json(reported->at);
+  head["outcome"] = std::string(outcome_name(r.outcome));
+  std::string text = head.dump();
+  text.pop_back();  // its '}'
+  text += ",\"verdict\":";
+  text += verdict.payload;
+  text += ",\"at\":";
+  text += instant_json(r.at).dump();
+  text += '}';
+  return text;
+}
+
+// The records a trial.settled event holds: its trial.reported (when folded
+// in) and its trial.reconciled.
+struct Settled {
+  std::optional<TrialReported> reported;
+  TrialReconciled reconciled;
+};
+
+std::expected<Settled, Status> settled_of(const store::EventView& event) {
+  std::expected<Json, Status> payload = payload_json(event);
+  if (!payload) return std::unexpected(std::move(payload.error()));
+  Problem problem;
+  Fields fields(*payload, "", problem);
+  Settled settled;
+  TrialReconciled& r = settled.reconciled;
+  r.trial = fields.trial("trial");
+  r.attempt = fields.u32("attempt");
+  const WorkerId worker{fields.text("worker")};
+  if (payload->is_object() && payload->contains("reported_at")) {
+    settled.reported = TrialReported{r.trial, r.attempt, worker, fields.instant("reported_at")};
+  }
+  r.outcome = fields.outcome("outcome");
+  fields.object("verdict");
+  r.at = fields.instant("at");
+  fields.finish();
+  if (problem.found())
+    return failure(ErrorCode::internal, event_name(event) + ": " + problem.take());
+  return settled;
+}
+
+constexpr std::size_t kNone = std::numeric_limits<std::size_t>::max();
+
+// Which records of an append are written in trial.settled events.
+struct Settlements {
+  std::vector<std::size_t> verdict;   // by record: the verdict a reconciled is written with
+  std::vector<std::size_t> reported;  // by record: the reported folded into a reconciled's event
+  std::vector<bool> folded;           // by record: a reported written in a later event
+};
+
+// A record between an attempt's trial.reported and its trial.reconciled
+// that could apply otherwise were the reported applied after it: one about
+// a worker (its loss, its joining, its heartbeat), a job (its submission, its
+// cancelling) or a trial (its attempt's end).
+struct Barrier {
+  std::size_t position = 0;
+  std::optional<WorkerId> worker;
+  std::optional<JobId> job;
+  std::optional<TrialId> trial;
+};
+
+std::optional<Barrier> barrier_of(const OrchestrationRecord& record, std::size_t position) {
+  return std::visit(
+      [position](const auto& r) -> std::optional<Barrier> {
+        using Record = std::decay_t<decltype(r)>;
+        Barrier barrier{position, std::nullopt, std::nullopt, std::nullopt};
+        if constexpr (std::is_same_v<Record, WorkerLost> || std::is_same_v<Record, WorkerJoined> ||
+                      std::is_same_v<Record, LeasesRenewed>) {
+          barrier.worker = r.worker;
+        } else if constexpr (std::is_same_v<Record, JobCancelled> ||
+                             std::is_same_v<Record, JobSubmitted>) {
+          barrier.job = r.job;
+        } else if constexpr (std::is_same_v<Record, TrialRequeued> ||
+                             std::is_same_v<Record, TrialAbandoned>) {
+          barrier.trial = r.trial;
+        } else {
+          return std::nullopt;
+        }
+        return barrier;
+      },
+      record);
+}
+
+Settlements settle(std::span<const OrchestrationRecord> records, std::span<Verdict> verdicts) {
+  Settlements out{std::vector<std::size_t>(records.size(), kNone),
+                  std::vector<std::size_t>(records.size(), kNone),
+                  std::vector<bool>(records.size(), false)};
+  if (verdicts.empty()) return out;
+  std::map<AttemptRef, std::size_t> verdict_of;
+  for (std::size_t k = 0; k < verdicts.size(); ++k)
+    verdict_of.emplace(AttemptRef{verdicts[k].trial, verdicts[k].attempt}, k);
+  std::map<AttemptRef, std::size_t> reported_at;  // reported records not yet reconciled
+  std::vector<Barrier> barriers;                  // in position order
+  for (std::size_t j = 0; j < records.size(); ++j) {
+    const OrchestrationRecord& record = records[j];
+    if (const auto* r = std::get_if<TrialReported>(&record)) {
+      reported_at[AttemptRef{r->trial, r->attempt}] = j;
+      continue;
+    }
+    if (auto barrier = barrier_of(record, j)) {
+      barriers.push_back(std::move(*barrier));
+      continue;
+    }
+    const auto* r = std::get_if<TrialReconciled>(&record);
+    if (r == nullptr) continue;
+    const AttemptRef attempt{r->trial, r->attempt};
+    const auto verdict = verdict_of.find(attempt);
+    if (verdict == verdict_of.end()) continue;
+    out.verdict[j] = verdict->second;
+    const auto found = reported_at.find(attempt);
+    if (found == reported_at.end()) continue;
+    const std::size_t i = found->second;
+    reported_at.erase(found);
+    const auto& reported = std::get<TrialReported>(records[i]);
+    if (reported.worker != verdicts[verdict->second].worker) continue;
+    const auto first = std::partition_point(barriers.begin(), barriers.end(),
+                                            [i](const Barrier& b) { return b.position < i; });
+    const bool blocked = std::any_of(first, barriers.end(), [&](const Barrier& b) {
+      return b.worker == reported.worker || b.job == reported.trial.job ||
+             b.trial == reported.trial;
+    });
+    if (blocked) continue;
+    out.reported[j] = i;
+    out.folded[i] = true;
+  }
+  return out;
+}
+
 // How many of the records from `first` on are leases that one trials.leased
 // event holds: consecutive, of the same worker, expiry and time.
 std::size_t leases_together(std::span<const OrchestrationRecord> records, std::size_t first) {
@@ -835,13 +982,15 @@ std::expected<OrchestrationRecord, Status> record_of(const store::EventView& eve
 }
 
 bool is_record_type(std::string_view type) {
-  return record_index(type).has_value() || type == kJobTrialsType || type == kLeasesType;
+  return record_index(type).has_value() || type == kJobTrialsType || type == kLeasesType ||
+         type == kSettledType;
 }
 
 store::Result<std::uint64_t> append_to_log(store::Writer& writer,
                                            std::span<const OrchestrationRecord> records,
                                            std::span<const store::NewEvent> extra,
-                                           std::size_t job_chunk_bytes) {
+                                           std::size_t job_chunk_bytes,
+                                           std::span<Verdict> verdicts) {
   std::optional<store::RunInfo> run = writer.run(kOrchestrationRun);
   if (!run) {
     store::Result<store::RunInfo> created = writer.create_run(
@@ -864,8 +1013,19 @@ store::Result<std::uint64_t> append_to_log(store::Writer& writer,
     events.clear();
     return {};
   };
+  const Settlements settled = settle(records, verdicts);
   for (std::size_t i = 0; i < records.size(); ++i) {
     const OrchestrationRecord& record = records[i];
+    if (settled.folded[i]) continue;
+    if (const std::size_t k = settled.verdict[i]; k != kNone) {
+      const auto& reconciled = std::get<TrialReconciled>(record);
+      const std::size_t folded = settled.reported[i];
+      const auto* reported = folded == kNone ? nullptr : &std::get<TrialReported>(records[folded]);
+      events.push_back(record_event(kSettledType, settled_text(reconciled, verdicts[k], reported),
+                                    reconciled.at, ++number));
+      verdicts[k].seq = number;
+      continue;
+    }
     // A worker's offer leases many trials at once: one event holds them.
     if (const std::size_t leases = leases_together(records, i); leases > 1) {
       std::vector<TrialLeased> together;
@@ -939,6 +1099,17 @@ std::expected<void, Status> read_log(const store::Snapshot& snapshot,
       return true;
     }
     if (!is_record_type(event.type)) {
+      on_other(event);
+      return true;
+    }
+    if (event.type == kSettledType) {
+      std::expected<Settled, Status> settled = settled_of(event);
+      if (!settled) {
+        error = std::move(settled.error().message);
+        return false;
+      }
+      if (settled->reported) on_record(std::move(*settled->reported));
+      on_record(std::move(settled->reconciled));
       on_other(event);
       return true;
     }

@@ -23,9 +23,13 @@
 // transaction): no event, and no JSON tree read back, grows with the job.
 // read_log joins them into the one record again.
 //
+// A reconciled attempt is one trial.settled event: its trial.reconciled
+// record, the coordinator's verdict, and usually its trial.reported record.
+//
 // The log also holds events of the coordinator's own that are not records
-// (e.g. "trial.verdict", written in the same transaction as a
-// trial.reconciled); read_log hands those over untouched.
+// (in logs written before trial.settled, "trial.verdict" events, written in
+// the same transaction as a trial.reconciled); read_log hands those over
+// untouched.
 //
 // Thread-safety: the functions are pure apart from the Writer or Snapshot
 // they are given, and follow that object's rules (store/event_store.h).
@@ -64,9 +68,25 @@ inline constexpr std::string_view kJobTrialsType = "job.trials";
 // each a record, in order, as read_log hands them over.
 inline constexpr std::string_view kLeasesType = "trials.leased";
 inline constexpr std::size_t kLeasesPerEvent = 4096;
+// The type of an event holding a trial.reconciled record with the
+// coordinator's verdict on the attempt (Verdict), and, folded in, the
+// attempt's trial.reported record when the same append holds it
+// (append_to_log): what used to be three events of a reconciled trial.
+inline constexpr std::string_view kSettledType = "trial.settled";
 // About the most trial text one event of a job holds (a chunk ends with the
 // first trial that reaches it; a chunk holds at least one trial).
 inline constexpr std::size_t kJobChunkBytes = std::size_t{16} << 20;
+
+// A reconciled attempt's verdict: the coordinator's own JSON object (what the
+// store and the worker established), written in the event of the attempt's
+// trial.reconciled record.
+struct Verdict {
+  TrialId trial;
+  Attempt attempt = 0;
+  WorkerId worker;        // the one that reported it
+  std::string payload;    // a JSON object
+  std::uint64_t seq = 0;  // set by append_to_log: the event that holds it
+};
 
 // The event `record` is stored as, with id numbered_event_id(event_number),
 // as one event whatever its size (append_to_log cuts a large job).
@@ -97,12 +117,15 @@ bool is_record_type(std::string_view type);
 store::Result<std::uint64_t> append_to_log(store::Writer& writer,
                                            std::span<const OrchestrationRecord> records,
                                            std::span<const store::NewEvent> extra = {},
-                                           std::size_t job_chunk_bytes = kJobChunkBytes);
+                                           std::size_t job_chunk_bytes = kJobChunkBytes,
+                                           std::span<Verdict> verdicts = {});
 
 // Reads the whole log in order: each record to `on_record` (to keep: it is
 // not read again), every other event
 // to `on_other` (its views valid during the call only); a job cut into
-// events is handed over once, whole. A store without the log's run is an
+// events is handed over once, whole. A trial.settled event's records go to
+// `on_record` (its trial.reported, if folded in, then its trial.reconciled),
+// then the event itself to `on_other`, for its verdict. A store without the log's run is an
 // empty log. A record event that does not decode, or a job's events that do
 // not follow each other and add up to its trial count, mean the log is
 // corrupt: reading stops there and the error is returned, the events

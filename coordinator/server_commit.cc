@@ -189,7 +189,9 @@ std::uint64_t Server::replay_log() {
         ++records;
       },
       [&](const store::EventView& event) {
-        if (event.type == kVerdictType || event.type == kResultType) remember_result(event);
+        if (event.type == kSettledType || event.type == kVerdictType || event.type == kResultType) {
+          remember_result(event);
+        }
       });
   if (!read)
     throw Error(forktrial::ErrorCode::internal,

@@ -37,8 +37,9 @@ using nlohmann::ordered_json;
 using schema::wire::Envelope;
 
 // A reconciled trial's result in the log: what the store and the worker
-// established (trial.verdict), completed from the job when read. Logs
-// written before hold the whole result line (trial.result).
+// established (the verdict of its trial.settled event), completed from the
+// job when read. Logs written before hold it as a trial.verdict event, or
+// older ones the whole result line (trial.result).
 constexpr std::string_view kVerdictType = "trial.verdict";
 constexpr std::string_view kResultType = "trial.result";
 
@@ -335,12 +336,13 @@ class Server {
 
   void remember_result(const TrialId& trial, std::uint64_t seq);
 
-  // The result line of `trial`, if it has a trial.verdict (or trial.result)
-  // event, read in `snapshot`.
+  // The result line of `trial`, if it has a trial.settled (or trial.verdict,
+  // or trial.result) event, read in `snapshot`.
   std::optional<std::string> stored_result(const TrialId& trial, const store::Snapshot& snapshot);
-  // The result line a trial.verdict payload stands for, completed from the
-  // trial's specification; none when it does not parse.
-  std::optional<std::string> result_from_verdict(const TrialId& trial, std::string_view stored);
+  // The result line a verdict stands for (a trial.verdict payload, or a
+  // trial.settled's verdict with its attempt, worker and outcome), completed
+  // from the trial's specification; none when it does not parse.
+  std::optional<std::string> result_from_verdict(const TrialId& trial, const ordered_json& doc);
 
   // ---- receiving
 
@@ -429,13 +431,13 @@ class Server {
 
   // Writes one reconciliation into `writer`: the fork with the reported
   // delta (the first `count` events; none when the store refused them), and
-  // its trial.reconciled record and trial.verdict event into `records` and
-  // `results`. It changes nothing outside the store: a transaction body may
-  // run again.
+  // its trial.reconciled record and its verdict into `records` and
+  // `verdicts` (append_to_log writes them as one trial.settled event). It
+  // changes nothing outside the store: a transaction body may run again.
   store::Result<std::uint64_t> record_reconciliation(store::Writer& writer, const Reconciliation& r,
                                                      const sandbox::TrialVerdict& v,
                                                      std::uint64_t count, Records& records,
-                                                     std::vector<store::NewEvent>& results);
+                                                     std::vector<Verdict>& verdicts);
 
   // After the commit that recorded `r` (with `v`): the scheduler, the
   // results and the worker hear of it.
@@ -577,7 +579,7 @@ class Server {
   std::map<WorkerId, std::string> worker_routes_;
   std::map<WorkerId, WorkerInfo> worker_info_;
 
-  // Each trial's trial.verdict event in the log (its seq; 0: none yet), by
+  // Each trial's result event in the log (its seq; 0: none yet), by
   // job, in trial order.
   std::unordered_map<std::string, std::vector<std::uint64_t>> result_seqs_;
   std::uint64_t errors_ = 0;

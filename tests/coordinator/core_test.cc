@@ -756,21 +756,35 @@ TEST_CASE("a result is recorded as a verdict and read back whole, an older log's
   REQUIRE(served.size() == 3);
   // The stored verdict holds what the store and the worker established, not
   // the specification the job holds.
+  // A reconciled trial is one trial.settled event: its report, its
+  // reconciliation and its verdict.
   std::string verdict;
   std::uint64_t head = 0;
+  std::map<std::string, int> types;
   {
     store::EventStore events(config.store);
     const auto snapshot = events.snapshot();
     const auto log = *snapshot.run(kOrchestrationRun);
     head = log.head;
     snapshot.for_each_event(log, 1, [&](const store::EventView& e) {
-      if (e.type == "trial.verdict" && verdict.empty()) verdict = std::string(e.payload);
+      ++types[std::string(e.type)];
+      if (e.type == "trial.settled" && verdict.empty()) verdict = std::string(e.payload);
       return true;
     });
   }
-  CHECK_THAT(verdict, Catch::Contains(R"("outcome":"completed")") &&
-                          Catch::Contains(R"("isolation":"standard")") &&
-                          !Catch::Contains("expected_bundle_hash") && !Catch::Contains("pin"));
+  CHECK(types["trial.settled"] == 3);
+  CHECK(types["trial.reconciled"] + types["trial.verdict"] == 0);
+  // The store refused the turn's transaction (trial 1's delta), so each
+  // report was reconciled alone: the first transaction wrote the turn's
+  // three reports, folding in only its own.
+  CHECK(types["trial.reported"] == 2);
+  CHECK_THAT(verdict,
+             Catch::Contains(R"("outcome":"completed")") && Catch::Contains(R"("reported_at":)") &&
+                 Catch::Contains(R"("events_appended":1,)") &&
+                 // defaults are left out
+                 !Catch::Contains("isolation") && !Catch::Contains("exit_code") &&
+                 !Catch::Contains("executor") && !Catch::Contains("behavior_failures_after_fork") &&
+                 !Catch::Contains("expected_bundle_hash") && !Catch::Contains("pin"));
   const auto line = nlohmann::json::parse(served[0]);
   for (const char* key : {"trial",
                           "job",
@@ -797,10 +811,17 @@ TEST_CASE("a result is recorded as a verdict and read back whole, an older log's
     CHECK(line.contains(key));
   }
   CHECK(line["candidate"] == "greeter");
+  // and read back as their defaults
+  CHECK(line["exit_code"] == 0);
+  CHECK(line["behavior_failures"] == 1);  // in the parent's history
+  CHECK(line["behavior_failures_after_fork"] == 0);
+  CHECK(line["executor"]["name"] == "lua");
   CHECK(line["fork_run_id"] == "run_" + job + "_0_a1");
   CHECK(line["isolation"].is_object());
   {
-    // A whole result line, as older coordinators wrote it, for trial 2.
+    // A whole result line, as older coordinators wrote it, for trial 2, and
+    // a trial.verdict event, as coordinators wrote before trial.settled, for
+    // trial 1.
     store::EventStore events(config.store);
     store::NewEvent older;
     older.id = store::numbered_event_id(head + 1);
@@ -808,7 +829,13 @@ TEST_CASE("a result is recorded as a verdict and read back whole, an older log's
     older.payload = R"({"trial":")" + job + R"(#2","job":")" + job +
                     R"(","index":2,"outcome":"completed","detail":"written whole"})";
     older.timestamp = "2026-01-05T10:00:00Z";
-    REQUIRE(events.append(kOrchestrationRun, head, older));
+    store::NewEvent cut = older;
+    cut.id = store::numbered_event_id(head + 2);
+    cut.type = "trial.verdict";
+    cut.payload = R"({"job":")" + job +
+                  R"(","index":1,"attempt":1,"worker":"w-old","outcome":"scenario_failed",)"
+                  R"("exit_code":1,"detail":"a verdict event","events_appended":4})";
+    REQUIRE(events.append(kOrchestrationRun, head, std::vector{older, cut}));
   }
   CoordinatorCore restarted(config, quiet);
   only_reply(restarted.turn("c", client_hello(7), kNow));
@@ -816,7 +843,12 @@ TEST_CASE("a result is recorded as a verdict and read back whole, an older log's
   const auto lines = results.envelope().getResults().getLines();
   REQUIRE(lines.size() == 3);
   CHECK(wire::text(lines[0]) == served[0]);  // the same line after a restart
-  CHECK(wire::text(lines[1]) == served[1]);
+  const auto from_verdict = nlohmann::json::parse(wire::text(lines[1]));
+  CHECK(from_verdict["outcome"] == "scenario_failed");
+  CHECK(from_verdict["detail"] == "a verdict event");
+  CHECK(from_verdict["worker"] == "w-old");
+  CHECK(from_verdict["events_appended"] == 4);
+  CHECK(from_verdict["candidate"] == "greeter");
   CHECK(wire::text(lines[2]) ==
         R"({"trial":")" + job + R"(#2","job":")" + job +
             R"(","index":2,"outcome":"completed","detail":"written whole"})");
