@@ -310,6 +310,27 @@ class Bench {
                   static_cast<unsigned long long>(counted.first));
     }
     std::printf("\n");
+    // The finished jobs' archives, which hold what the scheduler forgot.
+    std::uint64_t archives = 0;
+    std::uint64_t archived = 0;
+    std::uint64_t bytes = 0;
+    std::uint64_t own_inputs = 0;
+    for (const store::RunInfo& run : snapshot.runs()) {
+      if (!run.id.str().starts_with("forktrial.archive.")) continue;
+      ++archives;
+      snapshot.for_each_event(run, 1, [&](const store::EventView& event) {
+        ++archived;
+        bytes += event.payload.size();
+        if (event.payload.find("\"input\":") != std::string_view::npos) ++own_inputs;
+        return true;
+      });
+    }
+    std::printf(
+        "archives               %llu jobs, %llu trials, %.0f payload bytes per trial (%llu "
+        "holding their input, the others a repeat's)\n",
+        static_cast<unsigned long long>(archives), static_cast<unsigned long long>(archived),
+        archived == 0 ? 0.0 : static_cast<double>(bytes) / static_cast<double>(archived),
+        static_cast<unsigned long long>(own_inputs));
   }
 
   Config config_;

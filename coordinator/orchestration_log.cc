@@ -6,6 +6,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <unordered_map>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -218,6 +219,10 @@ void encode(const TrialFenced& r, Json& out) {
   out["attempt"] = r.attempt;
   out["worker"] = text_json(r.worker.str());
   out["reason"] = text_json(r.reason);
+}
+
+void encode(const JobArchived& r, Json& out) {
+  out["job"] = text_json(r.job.str());
 }
 
 void encode(const TrialReconciled& r, Json& out) {
@@ -520,17 +525,27 @@ class Fields {
 };
 
 // The "trials" of a job.submitted or job.trials payload, appended to `trials`.
+// One trial as trial_text writes it.
+TrialInput decode_trial(const Json& element, std::string path, Problem& problem) {
+  Fields trial(element, std::move(path), problem);
+  TrialInput input;
+  input.payload = trial.text("payload");
+  input.segment = trial.digest("segment");
+  input.bundles = trial.digests("bundles");
+  input.run_limit = trial.duration_or("run_ms", Duration{0});
+  input.executor = trial.executor_or("executor", pack::Executor::lua);
+  trial.finish();
+  return input;
+}
+
 void decode_trials(Fields& f, std::vector<TrialInput>& trials) {
   f.each("trials", [&](const Json& element, std::string path) {
-    Fields trial(element, std::move(path), f.problem());
-    TrialInput& input = trials.emplace_back();
-    input.payload = trial.text("payload");
-    input.segment = trial.digest("segment");
-    input.bundles = trial.digests("bundles");
-    input.run_limit = trial.duration_or("run_ms", Duration{0});
-    input.executor = trial.executor_or("executor", pack::Executor::lua);
-    trial.finish();
+    trials.push_back(decode_trial(element, std::move(path), f.problem()));
   });
+}
+
+void decode(Fields& f, JobArchived& r) {
+  r.job = JobId{f.text("job")};
 }
 
 void decode(Fields& f, JobSubmitted& r) {
@@ -1145,6 +1160,184 @@ std::expected<void, Status> read_log(const store::Snapshot& snapshot,
                                             ") is corrupt: " + error);
   }
   return {};
+}
+
+store::RunId archive_run_of(const JobId& job) {
+  return store::RunId(std::string(store::kInternalRunPrefix) + "archive." + job.str());
+}
+
+store::NewEvent archived_trial_event(const ArchivedTrial& trial, Instant at) {
+  Json head = Json::object();
+  head["index"] = trial.index;
+  head["status"] = std::string(trial_status_name(trial.status));
+  head["attempt"] = trial.attempt;
+  if (!trial.worker.str().empty()) head["worker"] = text_json(trial.worker.str());
+  if (!trial.reasons.empty()) {
+    Json reasons = Json::array();
+    for (const std::string& reason : trial.reasons) reasons.push_back(text_json(reason));
+    head["reasons"] = std::move(reasons);
+  }
+  if (trial.outcome) head["outcome"] = std::string(outcome_name(*trial.outcome));
+  if (trial.input_of) head["input_of"] = *trial.input_of;
+  std::string text = head.dump();
+  text.pop_back();  // its '}'
+  if (!trial.input_of) {
+    text += ",\"input\":";
+    text += trial_text(trial.input);
+  }
+  if (!trial.result.empty()) {
+    text += trial.line ? ",\"line\":" : ",\"verdict\":";
+    text += trial.result;
+  }
+  text += '}';
+  store::NewEvent event =
+      record_event(kArchivedTrialType, std::move(text), at, std::uint64_t{trial.index} + 1);
+  event.actor.reset();  // one per trial: the run says whose it is
+  return event;
+}
+
+std::expected<ArchivedTrial, Status> archived_trial_of(const store::EventView& event) {
+  if (event.type != kArchivedTrialType) {
+    return failure(ErrorCode::internal, event_name(event) + ": not a trial.archived event");
+  }
+  std::expected<Json, Status> payload = payload_json(event);
+  if (!payload) return std::unexpected(std::move(payload.error()));
+  Problem problem;
+  Fields fields(*payload, "", problem);
+  ArchivedTrial trial;
+  trial.index = fields.u32("index");
+  const std::string status = fields.text("status");
+  trial.attempt = fields.u32("attempt");
+  trial.worker = WorkerId{fields.text_or("worker", "")};
+  if (payload->is_object() && payload->contains("reasons")) trial.reasons = fields.texts("reasons");
+  if (payload->is_object() && payload->contains("outcome"))
+    trial.outcome = fields.outcome("outcome");
+  if (payload->is_object() && payload->contains("input_of")) {
+    trial.input_of = fields.u32("input_of");
+    if (!problem.found() && *trial.input_of >= trial.index) {
+      problem.report("input_of", "is " + std::to_string(*trial.input_of) +
+                                     ", not the index of an earlier trial");
+    }
+  } else if (const Json* input = fields.object("input")) {
+    trial.input = decode_trial(*input, "input", problem);
+  }
+  for (const char* key : {"verdict", "line"}) {
+    if (payload->is_object() && payload->contains(key)) {
+      if (const Json* result = fields.object(key)) {
+        trial.result = result->dump();
+        trial.line = std::string_view(key) == "line";
+      }
+    }
+  }
+  fields.finish();
+  if (!problem.found()) {
+    const auto parsed = parse_trial_status(status);
+    if (!parsed || (*parsed != TrialStatus::reconciled && *parsed != TrialStatus::cancelled &&
+                    *parsed != TrialStatus::abandoned)) {
+      problem.report("status", "\"" + bounded_escaped(status, 64) + "\" is not a final status");
+    } else if ((*parsed == TrialStatus::reconciled) != trial.outcome.has_value()) {
+      problem.report("outcome", *parsed == TrialStatus::reconciled
+                                    ? "is missing for a reconciled trial"
+                                    : "is given for a trial that was not reconciled");
+    } else {
+      trial.status = *parsed;
+    }
+  }
+  if (problem.found())
+    return failure(ErrorCode::internal, event_name(event) + ": " + problem.take());
+  return trial;
+}
+
+namespace {
+
+// The archived trial as its event holds it, `input_of` not followed.
+std::expected<std::optional<ArchivedTrial>, Status> read_archived_event(
+    const store::Snapshot& snapshot, const TrialId& trial) {
+  const auto run = snapshot.run(archive_run_of(trial.job));
+  const std::uint64_t seq = std::uint64_t{trial.index} + 1;
+  if (!run || run->head < seq) return std::optional<ArchivedTrial>{};
+  std::expected<std::optional<ArchivedTrial>, Status> found = std::optional<ArchivedTrial>{};
+  snapshot.for_each_event(*run, seq, [&](const store::EventView& event) {
+    auto archived = archived_trial_of(event);
+    if (!archived) {
+      found = std::unexpected(std::move(archived.error()));
+    } else if (archived->index != trial.index) {
+      found = failure(ErrorCode::internal, event_name(event) + " of the archive of job " +
+                                               bounded_escaped(trial.job.str(), 256) +
+                                               " holds trial " + std::to_string(archived->index) +
+                                               ", not " + std::to_string(trial.index));
+    } else {
+      found = std::move(*archived);
+    }
+    return false;
+  });
+  return found;
+}
+
+// The input trial `of` of the job's archive holds itself.
+std::expected<TrialInput, Status> archived_input(const store::Snapshot& snapshot, const JobId& job,
+                                                 std::uint32_t of) {
+  auto holder = read_archived_event(snapshot, TrialId{job, of});
+  if (!holder) return std::unexpected(std::move(holder.error()));
+  if (!*holder || (*holder)->input_of) {
+    return failure(ErrorCode::internal, "the archive of job " + bounded_escaped(job.str(), 256) +
+                                            " does not hold the input of trial " +
+                                            std::to_string(of));
+  }
+  return std::move((*holder)->input);
+}
+
+}  // namespace
+
+std::expected<std::optional<ArchivedTrial>, Status> read_archived_trial(
+    const store::Snapshot& snapshot, const TrialId& trial) {
+  auto found = read_archived_event(snapshot, trial);
+  if (!found || !*found || !(*found)->input_of) return found;
+  auto input = archived_input(snapshot, trial.job, *(*found)->input_of);
+  if (!input) return std::unexpected(std::move(input.error()));
+  (*found)->input = std::move(*input);
+  return found;
+}
+
+std::expected<void, Status> visit_archive(const store::Snapshot& snapshot, const JobId& job,
+                                          const std::function<void(ArchivedTrial&&)>& visit) {
+  const auto run = snapshot.run(archive_run_of(job));
+  if (!run) return {};
+  std::expected<void, Status> done;
+  std::uint32_t next = 0;
+  // The inputs of the trials that hold one, lately read: a repeat's is
+  // usually among them; another is read from the archive.
+  constexpr std::size_t kInputsKept = 4096;
+  std::unordered_map<std::uint32_t, TrialInput> inputs;
+  snapshot.for_each_event(*run, 1, [&](const store::EventView& event) {
+    auto archived = archived_trial_of(event);
+    if (archived && archived->input_of) {
+      if (const auto kept = inputs.find(*archived->input_of); kept != inputs.end()) {
+        archived->input = kept->second;
+      } else if (auto input = archived_input(snapshot, job, *archived->input_of)) {
+        archived->input = std::move(*input);
+      } else {
+        archived = std::unexpected(std::move(input.error()));
+      }
+    } else if (archived) {
+      if (inputs.size() >= kInputsKept) inputs.clear();
+      inputs.emplace(archived->index, archived->input);
+    }
+    if (archived && archived->index != next) {
+      archived = failure(ErrorCode::internal,
+                         event_name(event) + " of the archive of job " +
+                             bounded_escaped(job.str(), 256) + " holds trial " +
+                             std::to_string(archived->index) + ", not " + std::to_string(next));
+    }
+    if (!archived) {
+      done = std::unexpected(std::move(archived.error()));
+      return false;
+    }
+    ++next;
+    visit(std::move(*archived));
+    return true;
+  });
+  return done;
 }
 
 }  // namespace forktrial::coordinator

@@ -135,4 +135,66 @@ std::expected<void, Status> read_log(const store::Snapshot& snapshot,
                                      const std::function<void(OrchestrationRecord&&)>& on_record,
                                      const std::function<void(const store::EventView&)>& on_other);
 
+// ---- A finished job's archive
+//
+// Once a job has finished, the coordinator writes its trials to a run of
+// their own, archive_run_of(job), one trial.archived event per trial in index
+// order (trial i is event i + 1, id numbered_event_id(i + 1)), over as many
+// transactions as it takes, then a job.archived record to the log. The
+// scheduler then forgets the job's trials, and results, rankings and gc
+// read them from the archive. An archived trial holds all its result line is
+// made of (its specification, its state and its verdict), so the archive
+// does not depend on the log's other events.
+
+inline constexpr std::string_view kArchivedTrialType = "trial.archived";
+
+// "forktrial.archive.<job>".
+store::RunId archive_run_of(const JobId& job);
+
+struct ArchivedTrial {
+  std::uint32_t index = 0;
+  TrialStatus status = TrialStatus::reconciled;  // final: reconciled, cancelled or abandoned
+  Attempt attempt = 0;                           // its last attempt
+  WorkerId worker;                               // the holder of its last lease; "" none
+  std::vector<std::string> reasons;              // of each failed attempt, the first's first
+  TrialInput input;                              // as submitted
+  // The earlier trial of the archive whose input this one's is (a matrix's
+  // repeats): its event holds `input`, this one's does not. Reading fills
+  // `input` in all the same.
+  std::optional<std::uint32_t> input_of;
+  std::optional<Outcome> outcome;  // when reconciled, and only then
+  // When reconciled: its stored result, a JSON object: the verdict (a
+  // trial.verdict payload's fields but the attempt, worker and outcome,
+  // which are the archived trial's own), or with `line`, the whole result
+  // line that logs written before verdicts hold.
+  std::string result;
+  bool line = false;
+  friend bool operator==(const ArchivedTrial&, const ArchivedTrial&) = default;
+};
+
+// The trial's event in its job's archive, stamped `at`, without an actor.
+// Fields: `index`,
+// `status`, `attempt`, `worker`? (absent: none), `reasons`? (absent: none),
+// `outcome`? (reconciled only), `input` (as a job.submitted's trial) or
+// `input_of` (the index of an earlier trial holding it), then `verdict`? or
+// `line`? (reconciled only).
+store::NewEvent archived_trial_event(const ArchivedTrial& trial, Instant at);
+
+// The trial a trial.archived event holds (with `input_of`, `input` is left
+// empty: the readers below fill it in); an error naming the event and the
+// field when it is not what archived_trial_event writes.
+std::expected<ArchivedTrial, Status> archived_trial_of(const store::EventView& event);
+
+// The archived trial, read in `snapshot`: none when its job's archive does
+// not hold it; an error when its event does not decode or is another
+// trial's.
+std::expected<std::optional<ArchivedTrial>, Status> read_archived_trial(
+    const store::Snapshot& snapshot, const TrialId& trial);
+
+// Every trial of the job's archive to `visit`, in index order (an archive
+// not written: none). Stops at the first event that does not decode or is
+// out of order, and returns its error.
+std::expected<void, Status> visit_archive(const store::Snapshot& snapshot, const JobId& job,
+                                          const std::function<void(ArchivedTrial&&)>& visit);
+
 }  // namespace forktrial::coordinator

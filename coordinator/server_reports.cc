@@ -5,7 +5,8 @@
 namespace forktrial::coordinator::detail {
 
 std::optional<std::string> Server::result_from_verdict(const TrialId& trial,
-                                                       const ordered_json& doc) {
+                                                       const ordered_json& doc,
+                                                       const std::string& payload) {
   const auto text = [&](const char* key, const std::string& otherwise = "") {
     const auto found = doc.find(key);
     return found != doc.end() && found->is_string() ? found->get<std::string>() : otherwise;
@@ -14,9 +15,8 @@ std::optional<std::string> Server::result_from_verdict(const TrialId& trial,
     const auto found = doc.find(key);
     return found != doc.end() && found->is_number_unsigned() ? found->get<std::uint64_t>() : 0;
   };
-  const std::string* payload = scheduler_.payload(trial);
-  if (!doc.is_object() || payload == nullptr) return std::nullopt;
-  auto submitted = read_payload(*payload, specs_);
+  if (!doc.is_object()) return std::nullopt;
+  auto submitted = read_payload(payload, specs_);
   const auto outcome = outcome_from_name(text("outcome"));
   const auto executor = pack::executor_named(text("executor", "lua"));
   const auto isolation = sandbox::parse_isolation(text("isolation", "standard"));
@@ -66,8 +66,8 @@ void Server::remember_result(const TrialId& trial, std::uint64_t seq) {
   }
 }
 
-std::optional<std::string> Server::stored_result(const TrialId& trial,
-                                                 const store::Snapshot& snapshot) {
+std::optional<Server::StoredResult> Server::stored_result_text(const TrialId& trial,
+                                                               const store::Snapshot& snapshot) {
   auto job = result_seqs_.find(trial.job.str());
   if (job == result_seqs_.end() || trial.index >= job->second.size() ||
       job->second[trial.index] == 0) {
@@ -76,24 +76,32 @@ std::optional<std::string> Server::stored_result(const TrialId& trial,
   const std::uint64_t seq = job->second[trial.index];
   auto run = snapshot.run(kOrchestrationRun);
   if (!run) return std::nullopt;
-  std::optional<std::string> payload;
+  std::optional<StoredResult> stored;
   snapshot.for_each_event(*run, seq, [&](const store::EventView& event) {
     if (event.seq != seq) return false;
     // A log written before verdicts were cut holds whole result lines.
-    if (event.type == kResultType) payload = std::string(event.payload);
-    if (event.type == kVerdictType) {
-      payload = result_from_verdict(trial, ordered_json::parse(event.payload, nullptr, false));
-    }
+    if (event.type == kResultType) stored = StoredResult{std::string(event.payload), true};
+    if (event.type == kVerdictType) stored = StoredResult{std::string(event.payload), false};
     if (event.type == kSettledType) {
       auto settled = ordered_json::parse(event.payload, nullptr, false);
       if (!settled.is_object() || !settled["verdict"].is_object()) return false;
       ordered_json verdict = std::move(settled["verdict"]);
       for (const char* key : {"attempt", "worker", "outcome"}) verdict[key] = settled[key];
-      payload = result_from_verdict(trial, verdict);
+      stored =
+          StoredResult{verdict.dump(-1, ' ', false, ordered_json::error_handler_t::replace), false};
     }
     return false;
   });
-  return payload;
+  return stored;
+}
+
+std::optional<std::string> Server::stored_result(const TrialId& trial,
+                                                 const store::Snapshot& snapshot) {
+  auto stored = stored_result_text(trial, snapshot);
+  const std::string* payload = scheduler_.payload(trial);
+  if (!stored || payload == nullptr) return std::nullopt;
+  if (stored->line) return std::move(stored->text);
+  return result_from_verdict(trial, ordered_json::parse(stored->text, nullptr, false), *payload);
 }
 
 Server::WireVerdict Server::wire_verdict(ReportVerdict verdict) {

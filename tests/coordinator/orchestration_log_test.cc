@@ -100,6 +100,7 @@ std::vector<OrchestrationRecord> edge_records() {
   for (const Outcome outcome : kOutcomes) {
     records.push_back(TrialReconciled{trial("a", 4), 1, outcome, at(6)});
   }
+  for (const std::string& text : kAwkwardTexts) records.push_back(JobArchived{JobId{text}, at(7)});
   return records;
 }
 
@@ -593,6 +594,107 @@ TEST_CASE("a damaged trial.settled event makes the log corrupt, naming the field
              Catch::Contains("field \"outcome\" \"won\" is not an outcome name"));
   CHECK_THAT(corrupt(trial + R"("outcome":"completed","verdict":{},"at":1,"extra":0})"),
              Catch::Contains("field \"extra\" is not a field of this record"));
+}
+
+TEST_CASE("an archived trial round-trips through its event, and is read by its index",
+          "[coordinator][orchestration_log]") {
+  forktrial::testing::TempDir dir;
+  store::EventStore store(dir.path() / "store", quick_options());
+  std::vector<ArchivedTrial> trials;
+  for (std::uint32_t i = 0; i < kAwkwardTexts.size(); ++i) {
+    ArchivedTrial& t = trials.emplace_back();
+    t.index = i;
+    t.attempt = i + 1;
+    t.input = TrialInput{kAwkwardTexts[i], digest(1), {digest(2), digest(3)}};
+    switch (i % 3) {
+      case 0:
+        t.status = TrialStatus::reconciled;
+        t.outcome = kOutcomes[i % kOutcomes.size()];
+        t.worker = WorkerId{kAwkwardTexts[i]};
+        t.result = R"({"events_appended":2,"detail":"d"})";
+        break;
+      case 1:
+        t.status = TrialStatus::abandoned;
+        t.reasons = {kAwkwardTexts[i], "lapsed"};
+        t.input.run_limit = Duration{5'000};
+        t.input.executor = pack::Executor::activegraph;
+        break;
+      default:
+        t.status = TrialStatus::reconciled;
+        t.outcome = Outcome::completed;
+        t.result = R"({"trial":"j#2","outcome":"completed"})";
+        t.line = true;
+        // A repeat of the trial two before: its input is that one's.
+        t.input_of = i - 2;
+        t.input = trials[i - 2].input;
+        break;
+    }
+  }
+  std::vector<store::NewEvent> events;
+  for (const ArchivedTrial& t : trials) {
+    events.push_back(archived_trial_event(t, at(9)));
+    CHECK(store::event_problem(events.back()) == std::nullopt);
+    const auto decoded = archived_trial_of(store::view_of(events.back()));
+    REQUIRE(decoded.has_value());
+    ArchivedTrial as_written = t;
+    if (t.input_of) {
+      as_written.input = TrialInput{};  // the event names the trial holding it
+      CHECK_THAT(events.back().payload, !Catch::Contains("\"input\""));
+    }
+    CHECK(*decoded == as_written);
+  }
+  const JobId job{"job_1"};
+  REQUIRE(store.import_run({.id = archive_run_of(job), .label = "archive"}, events).has_value());
+  CHECK(archive_run_of(job).str() == "forktrial.archive.job_1");
+  const auto snapshot = store.snapshot();
+  for (const std::uint32_t index : {4U, 5U}) {  // 5 names 3's input
+    const auto read = read_archived_trial(snapshot, TrialId{job, index});
+    REQUIRE(read.has_value());
+    REQUIRE(read->has_value());
+    CHECK(**read == trials[index]);
+  }
+  const auto beyond = read_archived_trial(snapshot, TrialId{job, 99});
+  REQUIRE(beyond.has_value());
+  CHECK_FALSE(beyond->has_value());
+  const auto elsewhere = read_archived_trial(snapshot, TrialId{JobId{"other"}, 0});
+  REQUIRE(elsewhere.has_value());
+  CHECK_FALSE(elsewhere->has_value());
+  std::vector<ArchivedTrial> visited;
+  REQUIRE(visit_archive(snapshot, job, [&](ArchivedTrial&& t) { visited.push_back(t); }));
+  CHECK(visited == trials);
+}
+
+TEST_CASE("a damaged archived trial is an error naming the event and the field",
+          "[coordinator][orchestration_log]") {
+  const auto error = [](const std::string& payload) {
+    const auto decoded = archived_trial_of(store::view_of(event_of("trial.archived", payload)));
+    return decoded ? std::string("decoded") : decoded.error().message;
+  };
+  const std::string input =
+      R"("input":{"payload":"p","segment":"sha256:)" + std::string(64, 'a') + R"(","bundles":[]})";
+  CHECK(error(R"({"index":0,"status":"abandoned","attempt":3,)" + input + "}") == "decoded");
+  CHECK(error(R"({"index":0,"status":"queued","attempt":1,)" + input + "}") ==
+        "event evt_042 (trial.archived): field \"status\" \"queued\" is not a final status");
+  CHECK(error(R"({"index":0,"status":"reconciled","attempt":1,)" + input + "}") ==
+        "event evt_042 (trial.archived): field \"outcome\" is missing for a reconciled trial");
+  CHECK(
+      error(R"({"index":0,"status":"cancelled","attempt":1,"outcome":"crashed",)" + input + "}") ==
+      "event evt_042 (trial.archived): field \"outcome\" is given for a trial that was not "
+      "reconciled");
+  CHECK_THAT(error(R"({"index":0,"status":"abandoned","attempt":1})"),
+             Catch::Contains("field \"input\" is missing"));
+  CHECK_THAT(error(R"({"index":0,"status":"abandoned","attempt":1,"input":{"payload":"p"}})"),
+             Catch::Contains("field \"input.segment\" is missing"));
+  CHECK_THAT(error(R"({"index":0,"status":"abandoned","attempt":1,"verdict":3,)" + input + "}"),
+             Catch::Contains("field \"verdict\" is a number, not an object"));
+  CHECK_THAT(error(R"({"index":0,"status":"abandoned","attempt":1,"x":1,)" + input + "}"),
+             Catch::Contains("field \"x\" is not a field of this record"));
+  CHECK(error(R"({"index":3,"status":"abandoned","attempt":1,"input_of":3})") ==
+        "event evt_042 (trial.archived): field \"input_of\" is 3, not the index of an earlier "
+        "trial");
+  const auto wrong_type = archived_trial_of(store::view_of(event_of("trial.settled", "{}")));
+  REQUIRE_FALSE(wrong_type.has_value());
+  CHECK(wrong_type.error().message == "event evt_042 (trial.settled): not a trial.archived event");
 }
 
 TEST_CASE("a damaged trials.leased event makes the log corrupt, naming the field",
