@@ -3,11 +3,13 @@
 // measured in the same run:
 //
 //  - worker side: sandbox::execute_trial, what a worker's slot runs for a
-//    trial — the scratch store seeded from the fork's segment, the child
-//    spawned and supervised, the scratch store read back, the accepted delta
-//    collected;
-//  - local parent: sandbox::run_trial, the same plus the fork point's check
-//    and the fork recorded in the store (durable unless --no-sync);
+//    trial — a scratch directory leased from the worker's pool, its store
+//    seeded from the fork's segment, the child spawned and supervised, the
+//    scratch store read back, the accepted delta collected;
+//  - local parent: sandbox::run_trial, the same but with a scratch directory
+//    made and removed for the trial (as `forktrial trial` runs one), plus the
+//    fork point's check and the fork recorded in the store (durable unless
+//    --no-sync);
 //  - the child of either: forktrial-child, for comparison.
 //
 // CPU is user + system time from getrusage: RUSAGE_SELF for the side itself,
@@ -33,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "sandbox/scratch.h"
 #include "sandbox/trial.h"
 #include "store/event_store.h"
 #include "trivial_trial.h"
@@ -152,9 +155,14 @@ int main(int argc, char** argv) {
     spec.parent_run_id = run;
     spec.at_event = store::numbered_event_id(20);
     spec.candidate = bench::write_trivial_pack(dir / "pack");
+    // A local run_trial makes a scratch directory for its trial; a worker
+    // leases one from its pool, as `forktrial worker` does.
     sandbox::ChildOptions options;
     options.scratch_parent = dir / "scratch";
     std::filesystem::create_directories(options.scratch_parent);
+    sandbox::ScratchPool pool(options.scratch_parent);
+    sandbox::ChildOptions worker_options = options;
+    worker_options.scratch_pool = &pool;
 
     bool all_completed = true;
     // The first trial that did not complete is shown: its figures are not
@@ -168,7 +176,7 @@ int main(int argc, char** argv) {
     int executed = 0;
     auto worker_trial = [&] {
       const auto result = sandbox::execute_trial(
-          segment, spec, store::RunId("run_trial_" + std::to_string(++executed)), options);
+          segment, spec, store::RunId("run_trial_" + std::to_string(++executed)), worker_options);
       note(result.verdict.outcome, result.verdict.detail);
     };
     auto local_trial = [&] {

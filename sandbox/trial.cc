@@ -312,6 +312,28 @@ store::StoreOptions parent_scratch_options() {
   return options;
 }
 
+// The scratch directory of one trial: leased from the pool the options name
+// (standard isolation), else made for the trial alone. Its store directory
+// is empty. Declared before the scratch store opened in it, so that the
+// store is closed before the directory is reset or removed.
+class TrialScratch {
+ public:
+  explicit TrialScratch(const ChildOptions& options) {
+    if (options.scratch_pool != nullptr && options.isolation == Isolation::standard) {
+      leased_.emplace(options.scratch_pool->lease());
+    } else {
+      own_.emplace(options.scratch_parent);
+    }
+  }
+  std::filesystem::path store_path() const {
+    return leased_ ? leased_->store_path() : own_->path() / "store";
+  }
+
+ private:
+  std::optional<ScratchPool::Lease> leased_;
+  std::optional<ScratchDir> own_;
+};
+
 // A child run against a scratch store that holds the fork (run `fork_id`,
 // its history up to `fork_seq` stamped up to `tip`): the child's result, the
 // scratch store as untrusted input (empty when it cannot be read), what of
@@ -470,8 +492,8 @@ TrialReport run_trial(store::EventStore& store, const TrialSpecification& spec,
   const store::NewRun fork_record{.id = fork_id, .label = spec.label};
 
   // 2. A scratch store holding only the fork, seeded from its segment.
-  ScratchDir scratch(options.scratch_parent);
-  store::EventStore scratch_store(scratch.path() / "store", parent_scratch_options());
+  const TrialScratch scratch(options);
+  store::EventStore scratch_store(scratch.store_path(), parent_scratch_options());
   {
     std::vector<std::byte> segment;
     {
@@ -510,8 +532,8 @@ ExecutedTrial execute_trial(std::span<const std::byte> segment, const TrialSpeci
     return execute_activegraph_trial(segment, spec, fork_id, activegraph_install(options), options,
                                      parent);
   }
-  ScratchDir scratch(options.scratch_parent);
-  store::EventStore scratch_store(scratch.path() / "store", parent_scratch_options());
+  const TrialScratch scratch(options);
+  store::EventStore scratch_store(scratch.store_path(), parent_scratch_options());
   std::uint64_t fork_seq = 0;
   UnixMillis tip = 0;
   {
