@@ -205,11 +205,15 @@ struct ScratchPool::Entry {
     store = hold(
         UniqueFd(::openat(dir.fd(), kStoreDir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)),
         where + "/" + kStoreDir);
-    for (std::size_t i = 0; i < kStoreFiles.size(); ++i) {
-      files[i] = hold(UniqueFd(::openat(store.fd.get(), kStoreFiles[i],
-                                        O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600)),
-                      where + "/" + kStoreDir + "/" + kStoreFiles[i]);
-    }
+    for (std::size_t i = 0; i < kStoreFiles.size(); ++i) files[i] = new_file(i);
+  }
+
+  // Store file `i`, made anew in the store directory (which must not hold
+  // it); throws SystemError when it cannot be.
+  Held new_file(std::size_t i) const {
+    return hold(UniqueFd(::openat(store.fd.get(), kStoreFiles[i],
+                                  O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600)),
+                dir.path().string() + "/" + kStoreDir + "/" + kStoreFiles[i]);
   }
 
   // As the pool made it, its files of `size` bytes (any size: none given).
@@ -234,11 +238,20 @@ struct ScratchPool::Entry {
     return true;
   }
 
-  // Empties both files, once they are checked to be the pool's.
-  bool reset() {
+  // Replaces both files with new empty ones, once they are checked to be
+  // the pool's. New files rather than truncated ones: ext4 writes back a
+  // file truncated to nothing when it is next closed (its auto_da_alloc
+  // heuristic), and then discards its blocks at the next truncation, which
+  // cost more than the unlink and the create.
+  bool reset() noexcept {
     if (!as_made(std::nullopt)) return false;
-    for (const Held& file : files) {
-      if (retry_eintr([&] { return ::ftruncate(file.fd.get(), 0); }) != 0) return false;
+    try {
+      for (std::size_t i = 0; i < kStoreFiles.size(); ++i) {
+        if (::unlinkat(store.fd.get(), kStoreFiles[i], 0) != 0) return false;
+        files[i] = new_file(i);
+      }
+    } catch (const SystemError&) {
+      return false;
     }
     return as_made(0);
   }

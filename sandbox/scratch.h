@@ -56,7 +56,7 @@ class ScratchDir {
 
 // Scratch directories kept for reuse by one side that runs trial after trial
 // (a worker's slots), each holding a scratch store's directory with its two
-// files, `store/data.mdb` and `store/lock.mdb`, made empty. Reusing one
+// files, `store/data.mdb` and `store/lock.mdb`, empty. Reusing one
 // spares a trial the creation, locking and removal of two directories and
 // two files, which cost a disk file system more CPU than the rest of the
 // trial's parent side together.
@@ -68,7 +68,8 @@ class ScratchDir {
 // inode the pool made, under its name, with no other name (a single link),
 // its mode unchanged and no extended attributes but `security.*` ones; both
 // directories hold exactly the names the pool made; and both files are
-// empty, truncated at the reset. Anything else, or a reset that fails,
+// empty, made anew at the reset (the old ones, with what the trial wrote,
+// are unlinked). Anything else, or a reset that fails,
 // discards the directory (removed with its contents, as a ScratchDir is)
 // and a fresh one is made. So no store data of a trial survives into the
 // next, and nothing a child left can be read by a later trial through its
