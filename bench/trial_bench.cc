@@ -67,20 +67,14 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  std::string pattern = (parent / "forktrial-trial-bench-XXXXXX").string();
-  if (::mkdtemp(pattern.data()) == nullptr) {
-    std::perror("mkdtemp");
-    return 2;
-  }
-  const std::filesystem::path dir = pattern;
+  const auto made = bench::make_bench_dir(parent, "forktrial-trial-bench");
+  if (!made) return 2;
+  const std::filesystem::path dir = *made;
 
   int status = 0;
   {
-    store::StoreOptions store_options;
-    store_options.sync = sync;
-    store::EventStore store(dir / "store", store_options);
     const store::RunId run("run_bench");
-    bench::record_chat_run(store, run, 20);
+    store::EventStore store = bench::recorded_store(dir / "store", sync, run);
 
     sandbox::TrialSpecification spec;
     spec.parent_run_id = run;

@@ -4,9 +4,13 @@
 // bench/*_bench.cc are).
 #pragma once
 
+#include <stdlib.h>
+
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,6 +54,29 @@ inline void record_chat_run(store::EventStore& store, const store::RunId& run, i
     batch.push_back(e);
   }
   (void)store.append(run, 0, batch);
+}
+
+// A new directory `prefix` + "-XXXXXX" in `parent`; nullopt (with the
+// error printed) when it cannot be made.
+inline std::optional<std::filesystem::path> make_bench_dir(const std::filesystem::path& parent,
+                                                           const std::string& prefix) {
+  std::string pattern = (parent / (prefix + "-XXXXXX")).string();
+  if (::mkdtemp(pattern.data()) == nullptr) {
+    std::perror("mkdtemp");
+    return std::nullopt;
+  }
+  return std::filesystem::path(pattern);
+}
+
+// A store in `dir`, durable unless `sync` is false, holding run `run` of 20
+// chat messages.
+inline store::EventStore recorded_store(const std::filesystem::path& dir, bool sync,
+                                        const store::RunId& run) {
+  store::StoreOptions options;
+  options.sync = sync;
+  store::EventStore store(dir, options);
+  record_chat_run(store, run, 20);
+  return store;
 }
 
 }  // namespace forktrial::bench
