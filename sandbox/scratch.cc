@@ -140,9 +140,24 @@ Held hold(UniqueFd fd, const std::string& what) {
   return Held{std::move(fd), st.st_dev, st.st_ino, st.st_mode};
 }
 
-// `held` is still `name` in the directory `at`, with one link, its mode, and
-// no extended attributes but security.* ones (which a process without
-// privileges cannot set); `size`, when given, is its size.
+// The file `fd` has no extended attributes but security.* ones, which a
+// process without privileges cannot set (a list too long to read is taken
+// for one that has others).
+bool only_security_attributes(int fd) {
+  std::array<char, 1024> names{};
+  const ssize_t length = ::flistxattr(fd, names.data(), names.size());
+  if (length < 0) return false;
+  for (ssize_t at = 0; at < length;) {
+    const std::string_view attribute(names.data() + at);
+    if (!attribute.starts_with("security.")) return false;
+    at += static_cast<ssize_t>(attribute.size()) + 1;
+  }
+  return true;
+}
+
+// `held` is still `name` in the directory `at`, with `links` links, its mode,
+// and no extended attributes but security.* ones; `size`, when given, is its
+// size.
 bool unchanged(int at, const char* name, const Held& held, nlink_t links,
                std::optional<off_t> size = std::nullopt) {
   struct stat named {};
@@ -150,19 +165,9 @@ bool unchanged(int at, const char* name, const Held& held, nlink_t links,
   if (::fstatat(at, name, &named, AT_SYMLINK_NOFOLLOW) != 0 || ::fstat(held.fd.get(), &now) != 0) {
     return false;
   }
-  if (named.st_dev != held.dev || named.st_ino != held.ino || now.st_mode != held.mode ||
-      now.st_nlink != links || (size && now.st_size != *size)) {
-    return false;
-  }
-  std::array<char, 1024> names{};
-  const ssize_t length = ::flistxattr(held.fd.get(), names.data(), names.size());
-  if (length < 0) return false;
-  for (ssize_t at_name = 0; at_name < length;) {
-    const std::string_view attribute(names.data() + at_name);
-    if (!attribute.starts_with("security.")) return false;
-    at_name += static_cast<ssize_t>(attribute.size()) + 1;
-  }
-  return true;
+  return named.st_dev == held.dev && named.st_ino == held.ino && now.st_mode == held.mode &&
+         now.st_nlink == links && (!size || now.st_size == *size) &&
+         only_security_attributes(held.fd.get());
 }
 
 // The directory `fd` holds exactly the entries `expected` (besides . and ..),
@@ -228,7 +233,8 @@ struct ScratchPool::Entry {
     struct stat dir_now {};
     if (::lstat(dir.path().c_str(), &named) != 0 || named.st_dev != self.dev ||
         named.st_ino != self.ino || ::fstat(self.fd.get(), &dir_now) != 0 ||
-        dir_now.st_nlink != 3 || dir_now.st_mode != self.mode) {
+        dir_now.st_nlink != 3 || dir_now.st_mode != self.mode ||
+        !only_security_attributes(self.fd.get())) {
       return false;
     }
     if (!unchanged(self.fd.get(), kStoreDir, store, 2)) return false;

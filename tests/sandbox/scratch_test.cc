@@ -248,6 +248,12 @@ TEST_CASE("a pooled scratch directory its child changed is discarded, not leased
        [](const auto& s) {
          std::filesystem::rename(s, s.parent_path().parent_path() / "moved-scratch");
        }},
+      {"an extended attribute on the scratch directory",
+       [](const auto& s) {
+         if (::setxattr(s.c_str(), "user.note", "x", 1, 0) != 0) {
+           std::ofstream(s / "note") << "x";
+         }
+       }},
       {"an extended attribute on the store directory",
        [](const auto& s) {
          if (::setxattr((s / "store").c_str(), "user.note", "x", 1, 0) != 0) {
