@@ -490,6 +490,27 @@ TEST_CASE("16. preflight passes here and reports a child that cannot start", "[t
                   SandboxStartupError);
 }
 
+TEST_CASE("a child that overwrites its store's lock file neither stalls nor misleads the parent",
+          "[trial]") {
+  Fixture f;
+  ScratchPool pool(f.dir.path());
+  ChildOptions options;
+  options.child_path = FORKTRIAL_HOSTILE_CHILD;
+  options.extra_env = {"FORKTRIAL_HOSTILE=lockfile"};
+  // The parent reads the delta back through its handle, which uses no lock
+  // file; and the pool gives the next trial a new one.
+  for (ScratchPool* scratch : {static_cast<ScratchPool*>(nullptr), &pool, &pool}) {
+    options.scratch_pool = scratch;
+    auto report = f.trial(f.pack(greeter()), "scenarios/main.lua", {}, {}, options);
+    INFO(report.detail);
+    CHECK(report.outcome == Outcome::completed);
+    CHECK(f.fork_events(report).size() == 2);
+    CHECK(report.events_appended == 2);
+  }
+  CHECK(pool.idle() == 1);
+  CHECK(pool.discarded() == 0);
+}
+
 TEST_CASE("17. the store wins when the child's tail disagrees", "[trial]") {
   Fixture f;
   ChildOptions options;
