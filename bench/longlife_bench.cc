@@ -21,6 +21,7 @@
 // usage or setup error.
 #include <capnp/message.h>
 #include <lmdb.h>
+#include <malloc.h>
 #include <stdlib.h>
 
 #include <chrono>
@@ -77,6 +78,11 @@ wire::Frame answer(const Replies& replies, std::size_t at = 0) {
   return std::move(*frame);
 }
 
+// The bytes this process's heap holds in use.
+std::uint64_t heap_in_use() {
+  return mallinfo2().uordblks;
+}
+
 std::string encode(capnp::MallocMessageBuilder& message) {
   return wire::encode(message);
 }
@@ -111,9 +117,19 @@ class Bench {
     print_log_types();
 
     // Restart: a new core on the store replays the log.
+    const std::uint64_t heap_before = heap_in_use();
+    std::uint64_t heap_restarted = 0;
     const auto restart = Clock::now();
-    { CoordinatorCore restarted(server_, quiet_); }
+    {
+      CoordinatorCore restarted(server_, quiet_);
+      heap_restarted = heap_in_use() - std::min(heap_in_use(), heap_before);
+    }
     const double restart_seconds = seconds_since(restart);
+    std::printf(
+        "coordinator heap       at most %.1f MiB between jobs while it ran, %.1f MiB after a "
+        "restart (finished jobs are archived: it does not grow with the trials run)\n",
+        static_cast<double>(heap_grown_) / (1 << 20),
+        static_cast<double>(heap_restarted) / (1 << 20));
     const auto read = Clock::now();
     std::uint64_t records = 0;
     {
@@ -184,6 +200,7 @@ class Bench {
   }
 
   void run_trials() {
+    const std::uint64_t heap_before = heap_in_use();
     CoordinatorCore core(server_, quiet_, 1, now_);
     answer(core.turn("c", client_hello(), now_));
     answer(core.turn("w", worker_hello(), now_));
@@ -210,6 +227,7 @@ class Bench {
         left -= assignments.size();
       }
       done += size;
+      heap_grown_ = std::max(heap_grown_, heap_in_use() - std::min(heap_in_use(), heap_before));
       if (done % 10'000 < size) {
         std::fprintf(stderr, "longlife: %llu of %llu trials\r",
                      static_cast<unsigned long long>(done),
@@ -310,9 +328,31 @@ class Bench {
                   static_cast<unsigned long long>(counted.first));
     }
     std::printf("\n");
+    // The finished jobs' archives, which hold what the scheduler forgot.
+    std::uint64_t archives = 0;
+    std::uint64_t archived = 0;
+    std::uint64_t bytes = 0;
+    std::uint64_t own_inputs = 0;
+    for (const store::RunInfo& run : snapshot.runs()) {
+      if (!run.id.str().starts_with("forktrial.archive.")) continue;
+      ++archives;
+      snapshot.for_each_event(run, 1, [&](const store::EventView& event) {
+        ++archived;
+        bytes += event.payload.size();
+        if (event.payload.find("\"input\":") != std::string_view::npos) ++own_inputs;
+        return true;
+      });
+    }
+    std::printf(
+        "archives               %llu jobs, %llu trials, %.0f payload bytes per trial (%llu "
+        "holding their input, the others a repeat's)\n",
+        static_cast<unsigned long long>(archives), static_cast<unsigned long long>(archived),
+        archived == 0 ? 0.0 : static_cast<double>(bytes) / static_cast<double>(archived),
+        static_cast<unsigned long long>(own_inputs));
   }
 
   Config config_;
+  std::uint64_t heap_grown_ = 0;  // the most the coordinator's heap grew by, between jobs
   // The core keeps a reference to its log.
   const Log quiet_ = [](LogLevel, const std::string&) {};
   fs::path root_;

@@ -15,14 +15,13 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
-#include "pack/bundle_hash.h"
 #include "sandbox/spawn.h"
 #include "sandbox/trial.h"
 #include "store/event_store.h"
+#include "trivial_trial.h"
 
 namespace {
 
@@ -48,11 +47,6 @@ std::vector<double> time_runs(int runs, Body&& body) {
   return ms;
 }
 
-void write(const std::filesystem::path& path, const std::string& text) {
-  std::filesystem::create_directories(path.parent_path());
-  std::ofstream(path) << text;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -73,49 +67,19 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  std::string pattern = (parent / "forktrial-trial-bench-XXXXXX").string();
-  if (::mkdtemp(pattern.data()) == nullptr) {
-    std::perror("mkdtemp");
-    return 2;
-  }
-  const std::filesystem::path dir = pattern;
-
-  // A trivial pack and a small recorded run.
-  const auto pack_dir = dir / "pack";
-  write(pack_dir / "pack.lua",
-        "return forktrial.pack{ name = \"trivial\", version = \"0.1.0\", object_types = {}, "
-        "relation_types = {}, tools = {}, settings_schema = \"\", capabilities = {} }\n");
-  const std::string content = pack::content_hash(pack_dir)->str();
-  write(pack_dir / "manifest.toml",
-        "[pack]\nname = \"trivial\"\nversion = \"0.1.0\"\ndescription = \"d\"\nlicense = \"MIT\"\n"
-        "[pack.provenance]\nauthored_by = \"human\"\n[pack.integrity]\ncontent_hash = \"" +
-            content +
-            "\"\n[dependencies]\nforktrial = \"*\"\n[surface]\n[runtime]\nlanguage = \"lua\"\n"
-            "entry = \"pack.lua\"\n");
-  const std::string pin = pack::bundle_hash(pack_dir)->str();
+  const auto made = bench::make_bench_dir(parent, "forktrial-trial-bench");
+  if (!made) return 2;
+  const std::filesystem::path dir = *made;
 
   int status = 0;
   {
-    store::StoreOptions store_options;
-    store_options.sync = sync;
-    store::EventStore store(dir / "store", store_options);
     const store::RunId run("run_bench");
-    (void)store.create_run(store::NewRun{.id = run, .label = "bench"});
-    std::vector<store::NewEvent> events;
-    for (int i = 1; i <= 20; ++i) {
-      store::NewEvent e;
-      e.id = store::numbered_event_id(static_cast<std::uint64_t>(i));
-      e.type = "chat.message";
-      e.payload = R"({"text":"hello"})";
-      e.timestamp = "2026-01-05T10:00:00.000Z";
-      events.push_back(e);
-    }
-    (void)store.append(run, 0, events);
+    store::EventStore store = bench::recorded_store(dir / "store", sync, run);
 
     sandbox::TrialSpecification spec;
     spec.parent_run_id = run;
     spec.at_event = store::numbered_event_id(20);
-    spec.candidate = sandbox::PackSource{pack_dir.string(), Digest::parse(pin), true};
+    spec.candidate = bench::write_trivial_pack(dir / "pack");
     bool all_completed = true;
     auto trial_ms = time_runs(trials, [&] {
       auto report = sandbox::run_trial(store, spec);

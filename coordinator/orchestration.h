@@ -44,6 +44,18 @@ struct TrialInput {
   friend bool operator==(const TrialInput&, const TrialInput&) = default;
 };
 
+enum class TrialStatus : std::uint8_t {
+  queued,
+  leased,
+  reported,
+  reconciled,
+  cancelled,
+  abandoned
+};
+inline constexpr std::size_t kTrialStatusCount = 6;
+std::string_view trial_status_name(TrialStatus status);  // "queued", ...
+std::optional<TrialStatus> parse_trial_status(std::string_view name);
+
 // A (trial, attempt) pair, as workers list what they run.
 struct AttemptRef {
   TrialId trial;
@@ -205,9 +217,20 @@ struct TrialReconciled {
   friend bool operator==(const TrialReconciled&, const TrialReconciled&) = default;
 };
 
-using OrchestrationRecord =
-    std::variant<JobSubmitted, JobCancelled, WorkerJoined, WorkerLost, LeasesRenewed, TrialLeased,
-                 TrialRequeued, TrialAbandoned, TrialReported, TrialFenced, TrialReconciled>;
+// The finished job's trials were written to its archive run
+// (coordinator/orchestration_log.h, archive_run_of), in the transaction of
+// this record or before it: the scheduler keeps the job's counts and
+// forgets its trials, which are read from the archive from then on.
+struct JobArchived {
+  static constexpr std::string_view kType = "job.archived";
+  JobId job;
+  Instant at;
+  friend bool operator==(const JobArchived&, const JobArchived&) = default;
+};
+
+using OrchestrationRecord = std::variant<JobSubmitted, JobCancelled, WorkerJoined, WorkerLost,
+                                         LeasesRenewed, TrialLeased, TrialRequeued, TrialAbandoned,
+                                         TrialReported, TrialFenced, TrialReconciled, JobArchived>;
 
 // The record's event type ("trial.leased", ...).
 inline std::string_view record_type(const OrchestrationRecord& record) {

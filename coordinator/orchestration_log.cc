@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <array>
 #include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <unordered_map>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -219,6 +221,10 @@ void encode(const TrialFenced& r, Json& out) {
   out["reason"] = text_json(r.reason);
 }
 
+void encode(const JobArchived& r, Json& out) {
+  out["job"] = text_json(r.job.str());
+}
+
 void encode(const TrialReconciled& r, Json& out) {
   out["trial"] = trial_json(r.trial);
   out["attempt"] = r.attempt;
@@ -407,6 +413,14 @@ class Fields {
     }
   }
 
+  // An object field, read by the caller (nullptr when there is a problem).
+  const Json* object(std::string_view key) {
+    const Json* value = take(key);
+    if (value == nullptr || value->is_object()) return value;
+    problem_.mistyped(name(key), *value, "an object");
+    return nullptr;
+  }
+
   std::vector<Digest> digests(std::string_view key) {
     std::vector<Digest> digests;
     each(key, [&](const Json& element, const std::string& path) {
@@ -511,17 +525,27 @@ class Fields {
 };
 
 // The "trials" of a job.submitted or job.trials payload, appended to `trials`.
+// One trial as trial_text writes it.
+TrialInput decode_trial(const Json& element, std::string path, Problem& problem) {
+  Fields trial(element, std::move(path), problem);
+  TrialInput input;
+  input.payload = trial.text("payload");
+  input.segment = trial.digest("segment");
+  input.bundles = trial.digests("bundles");
+  input.run_limit = trial.duration_or("run_ms", Duration{0});
+  input.executor = trial.executor_or("executor", pack::Executor::lua);
+  trial.finish();
+  return input;
+}
+
 void decode_trials(Fields& f, std::vector<TrialInput>& trials) {
   f.each("trials", [&](const Json& element, std::string path) {
-    Fields trial(element, std::move(path), f.problem());
-    TrialInput& input = trials.emplace_back();
-    input.payload = trial.text("payload");
-    input.segment = trial.digest("segment");
-    input.bundles = trial.digests("bundles");
-    input.run_limit = trial.duration_or("run_ms", Duration{0});
-    input.executor = trial.executor_or("executor", pack::Executor::lua);
-    trial.finish();
+    trials.push_back(decode_trial(element, std::move(path), f.problem()));
   });
+}
+
+void decode(Fields& f, JobArchived& r) {
+  r.job = JobId{f.text("job")};
 }
 
 void decode(Fields& f, JobSubmitted& r) {
@@ -701,6 +725,8 @@ std::expected<OrchestrationRecord, Status> decode_record(const store::EventView&
                             ? ": continues a job.submitted record, and is read with it (read_log)"
                         : event.type == kLeasesType
                             ? ": holds several trial.leased records, read one by one (read_log)"
+                        : event.type == kSettledType
+                            ? ": holds a trial.reconciled record and its verdict, read by read_log"
                             : ": not an orchestration record type"));
   }
   std::expected<Json, Status> payload = payload_json(event);
@@ -811,6 +837,142 @@ std::expected<std::vector<TrialLeased>, Status> leases_of(const store::EventView
   return leases;
 }
 
+// The payload of a trial.settled event: the reconciled record `r`, with
+// `verdict`, and `reported` folded in when not null.
+std::string settled_text(const TrialReconciled& r, const Verdict& verdict,
+                         const TrialReported* reported) {
+  Json head = Json::object();
+  head["trial"] = trial_json(r.trial);
+  head["attempt"] = r.attempt;
+  head["worker"] = text_json(verdict.worker.str());
+  if (reported != nullptr) head["reported_at"] = instant_json(reported->at);
+  head["outcome"] = std::string(outcome_name(r.outcome));
+  std::string text = head.dump();
+  text.pop_back();  // its '}'
+  text += ",\"verdict\":";
+  text += verdict.payload;
+  text += ",\"at\":";
+  text += instant_json(r.at).dump();
+  text += '}';
+  return text;
+}
+
+// The records a trial.settled event holds: its trial.reported (when folded
+// in) and its trial.reconciled.
+struct Settled {
+  std::optional<TrialReported> reported;
+  TrialReconciled reconciled;
+};
+
+std::expected<Settled, Status> settled_of(const store::EventView& event) {
+  std::expected<Json, Status> payload = payload_json(event);
+  if (!payload) return std::unexpected(std::move(payload.error()));
+  Problem problem;
+  Fields fields(*payload, "", problem);
+  Settled settled;
+  TrialReconciled& r = settled.reconciled;
+  r.trial = fields.trial("trial");
+  r.attempt = fields.u32("attempt");
+  const WorkerId worker{fields.text("worker")};
+  if (payload->is_object() && payload->contains("reported_at")) {
+    settled.reported = TrialReported{r.trial, r.attempt, worker, fields.instant("reported_at")};
+  }
+  r.outcome = fields.outcome("outcome");
+  fields.object("verdict");
+  r.at = fields.instant("at");
+  fields.finish();
+  if (problem.found())
+    return failure(ErrorCode::internal, event_name(event) + ": " + problem.take());
+  return settled;
+}
+
+constexpr std::size_t kNone = std::numeric_limits<std::size_t>::max();
+
+// Which records of an append are written in trial.settled events.
+struct Settlements {
+  std::vector<std::size_t> verdict;   // by record: the verdict a reconciled is written with
+  std::vector<std::size_t> reported;  // by record: the reported folded into a reconciled's event
+  std::vector<bool> folded;           // by record: a reported written in a later event
+};
+
+// A record between an attempt's trial.reported and its trial.reconciled
+// that could apply otherwise were the reported applied after it: one about
+// a worker (its loss, its joining, its heartbeat), a job (its submission, its
+// cancelling) or a trial (its attempt's end).
+struct Barrier {
+  std::size_t position = 0;
+  std::optional<WorkerId> worker;
+  std::optional<JobId> job;
+  std::optional<TrialId> trial;
+};
+
+std::optional<Barrier> barrier_of(const OrchestrationRecord& record, std::size_t position) {
+  return std::visit(
+      [position](const auto& r) -> std::optional<Barrier> {
+        using Record = std::decay_t<decltype(r)>;
+        Barrier barrier{position, std::nullopt, std::nullopt, std::nullopt};
+        if constexpr (std::is_same_v<Record, WorkerLost> || std::is_same_v<Record, WorkerJoined> ||
+                      std::is_same_v<Record, LeasesRenewed>) {
+          barrier.worker = r.worker;
+        } else if constexpr (std::is_same_v<Record, JobCancelled> ||
+                             std::is_same_v<Record, JobSubmitted>) {
+          barrier.job = r.job;
+        } else if constexpr (std::is_same_v<Record, TrialRequeued> ||
+                             std::is_same_v<Record, TrialAbandoned>) {
+          barrier.trial = r.trial;
+        } else {
+          return std::nullopt;
+        }
+        return barrier;
+      },
+      record);
+}
+
+Settlements settle(std::span<const OrchestrationRecord> records, std::span<Verdict> verdicts) {
+  Settlements out{std::vector<std::size_t>(records.size(), kNone),
+                  std::vector<std::size_t>(records.size(), kNone),
+                  std::vector<bool>(records.size(), false)};
+  if (verdicts.empty()) return out;
+  std::map<AttemptRef, std::size_t> verdict_of;
+  for (std::size_t k = 0; k < verdicts.size(); ++k)
+    verdict_of.emplace(AttemptRef{verdicts[k].trial, verdicts[k].attempt}, k);
+  std::map<AttemptRef, std::size_t> reported_at;  // reported records not yet reconciled
+  std::vector<Barrier> barriers;                  // in position order
+  for (std::size_t j = 0; j < records.size(); ++j) {
+    const OrchestrationRecord& record = records[j];
+    if (const auto* r = std::get_if<TrialReported>(&record)) {
+      reported_at[AttemptRef{r->trial, r->attempt}] = j;
+      continue;
+    }
+    if (auto barrier = barrier_of(record, j)) {
+      barriers.push_back(std::move(*barrier));
+      continue;
+    }
+    const auto* r = std::get_if<TrialReconciled>(&record);
+    if (r == nullptr) continue;
+    const AttemptRef attempt{r->trial, r->attempt};
+    const auto verdict = verdict_of.find(attempt);
+    if (verdict == verdict_of.end()) continue;
+    out.verdict[j] = verdict->second;
+    const auto found = reported_at.find(attempt);
+    if (found == reported_at.end()) continue;
+    const std::size_t i = found->second;
+    reported_at.erase(found);
+    const auto& reported = std::get<TrialReported>(records[i]);
+    if (reported.worker != verdicts[verdict->second].worker) continue;
+    const auto first = std::partition_point(barriers.begin(), barriers.end(),
+                                            [i](const Barrier& b) { return b.position < i; });
+    const bool blocked = std::any_of(first, barriers.end(), [&](const Barrier& b) {
+      return b.worker == reported.worker || b.job == reported.trial.job ||
+             b.trial == reported.trial;
+    });
+    if (blocked) continue;
+    out.reported[j] = i;
+    out.folded[i] = true;
+  }
+  return out;
+}
+
 // How many of the records from `first` on are leases that one trials.leased
 // event holds: consecutive, of the same worker, expiry and time.
 std::size_t leases_together(std::span<const OrchestrationRecord> records, std::size_t first) {
@@ -835,13 +997,15 @@ std::expected<OrchestrationRecord, Status> record_of(const store::EventView& eve
 }
 
 bool is_record_type(std::string_view type) {
-  return record_index(type).has_value() || type == kJobTrialsType || type == kLeasesType;
+  return record_index(type).has_value() || type == kJobTrialsType || type == kLeasesType ||
+         type == kSettledType;
 }
 
 store::Result<std::uint64_t> append_to_log(store::Writer& writer,
                                            std::span<const OrchestrationRecord> records,
                                            std::span<const store::NewEvent> extra,
-                                           std::size_t job_chunk_bytes) {
+                                           std::size_t job_chunk_bytes,
+                                           std::span<Verdict> verdicts) {
   std::optional<store::RunInfo> run = writer.run(kOrchestrationRun);
   if (!run) {
     store::Result<store::RunInfo> created = writer.create_run(
@@ -864,8 +1028,19 @@ store::Result<std::uint64_t> append_to_log(store::Writer& writer,
     events.clear();
     return {};
   };
+  const Settlements settled = settle(records, verdicts);
   for (std::size_t i = 0; i < records.size(); ++i) {
     const OrchestrationRecord& record = records[i];
+    if (settled.folded[i]) continue;
+    if (const std::size_t k = settled.verdict[i]; k != kNone) {
+      const auto& reconciled = std::get<TrialReconciled>(record);
+      const std::size_t folded = settled.reported[i];
+      const auto* reported = folded == kNone ? nullptr : &std::get<TrialReported>(records[folded]);
+      events.push_back(record_event(kSettledType, settled_text(reconciled, verdicts[k], reported),
+                                    reconciled.at, ++number));
+      verdicts[k].seq = number;
+      continue;
+    }
     // A worker's offer leases many trials at once: one event holds them.
     if (const std::size_t leases = leases_together(records, i); leases > 1) {
       std::vector<TrialLeased> together;
@@ -942,6 +1117,17 @@ std::expected<void, Status> read_log(const store::Snapshot& snapshot,
       on_other(event);
       return true;
     }
+    if (event.type == kSettledType) {
+      std::expected<Settled, Status> settled = settled_of(event);
+      if (!settled) {
+        error = std::move(settled.error().message);
+        return false;
+      }
+      if (settled->reported) on_record(std::move(*settled->reported));
+      on_record(std::move(settled->reconciled));
+      on_other(event);
+      return true;
+    }
     if (event.type == kLeasesType) {
       std::expected<std::vector<TrialLeased>, Status> leases = leases_of(event);
       if (!leases) {
@@ -974,6 +1160,184 @@ std::expected<void, Status> read_log(const store::Snapshot& snapshot,
                                             ") is corrupt: " + error);
   }
   return {};
+}
+
+store::RunId archive_run_of(const JobId& job) {
+  return store::RunId(std::string(store::kInternalRunPrefix) + "archive." + job.str());
+}
+
+store::NewEvent archived_trial_event(const ArchivedTrial& trial, Instant at) {
+  Json head = Json::object();
+  head["index"] = trial.index;
+  head["status"] = std::string(trial_status_name(trial.status));
+  head["attempt"] = trial.attempt;
+  if (!trial.worker.str().empty()) head["worker"] = text_json(trial.worker.str());
+  if (!trial.reasons.empty()) {
+    Json reasons = Json::array();
+    for (const std::string& reason : trial.reasons) reasons.push_back(text_json(reason));
+    head["reasons"] = std::move(reasons);
+  }
+  if (trial.outcome) head["outcome"] = std::string(outcome_name(*trial.outcome));
+  if (trial.input_of) head["input_of"] = *trial.input_of;
+  std::string text = head.dump();
+  text.pop_back();  // its '}'
+  if (!trial.input_of) {
+    text += ",\"input\":";
+    text += trial_text(trial.input);
+  }
+  if (!trial.result.empty()) {
+    text += trial.line ? ",\"line\":" : ",\"verdict\":";
+    text += trial.result;
+  }
+  text += '}';
+  store::NewEvent event =
+      record_event(kArchivedTrialType, std::move(text), at, std::uint64_t{trial.index} + 1);
+  event.actor.reset();  // one per trial: the run says whose it is
+  return event;
+}
+
+std::expected<ArchivedTrial, Status> archived_trial_of(const store::EventView& event) {
+  if (event.type != kArchivedTrialType) {
+    return failure(ErrorCode::internal, event_name(event) + ": not a trial.archived event");
+  }
+  std::expected<Json, Status> payload = payload_json(event);
+  if (!payload) return std::unexpected(std::move(payload.error()));
+  Problem problem;
+  Fields fields(*payload, "", problem);
+  ArchivedTrial trial;
+  trial.index = fields.u32("index");
+  const std::string status = fields.text("status");
+  trial.attempt = fields.u32("attempt");
+  trial.worker = WorkerId{fields.text_or("worker", "")};
+  if (payload->is_object() && payload->contains("reasons")) trial.reasons = fields.texts("reasons");
+  if (payload->is_object() && payload->contains("outcome"))
+    trial.outcome = fields.outcome("outcome");
+  if (payload->is_object() && payload->contains("input_of")) {
+    trial.input_of = fields.u32("input_of");
+    if (!problem.found() && *trial.input_of >= trial.index) {
+      problem.report("input_of", "is " + std::to_string(*trial.input_of) +
+                                     ", not the index of an earlier trial");
+    }
+  } else if (const Json* input = fields.object("input")) {
+    trial.input = decode_trial(*input, "input", problem);
+  }
+  for (const char* key : {"verdict", "line"}) {
+    if (payload->is_object() && payload->contains(key)) {
+      if (const Json* result = fields.object(key)) {
+        trial.result = result->dump();
+        trial.line = std::string_view(key) == "line";
+      }
+    }
+  }
+  fields.finish();
+  if (!problem.found()) {
+    const auto parsed = parse_trial_status(status);
+    if (!parsed || (*parsed != TrialStatus::reconciled && *parsed != TrialStatus::cancelled &&
+                    *parsed != TrialStatus::abandoned)) {
+      problem.report("status", "\"" + bounded_escaped(status, 64) + "\" is not a final status");
+    } else if ((*parsed == TrialStatus::reconciled) != trial.outcome.has_value()) {
+      problem.report("outcome", *parsed == TrialStatus::reconciled
+                                    ? "is missing for a reconciled trial"
+                                    : "is given for a trial that was not reconciled");
+    } else {
+      trial.status = *parsed;
+    }
+  }
+  if (problem.found())
+    return failure(ErrorCode::internal, event_name(event) + ": " + problem.take());
+  return trial;
+}
+
+namespace {
+
+// The archived trial as its event holds it, `input_of` not followed.
+std::expected<std::optional<ArchivedTrial>, Status> read_archived_event(
+    const store::Snapshot& snapshot, const TrialId& trial) {
+  const auto run = snapshot.run(archive_run_of(trial.job));
+  const std::uint64_t seq = std::uint64_t{trial.index} + 1;
+  if (!run || run->head < seq) return std::optional<ArchivedTrial>{};
+  std::expected<std::optional<ArchivedTrial>, Status> found = std::optional<ArchivedTrial>{};
+  snapshot.for_each_event(*run, seq, [&](const store::EventView& event) {
+    auto archived = archived_trial_of(event);
+    if (!archived) {
+      found = std::unexpected(std::move(archived.error()));
+    } else if (archived->index != trial.index) {
+      found = failure(ErrorCode::internal, event_name(event) + " of the archive of job " +
+                                               bounded_escaped(trial.job.str(), 256) +
+                                               " holds trial " + std::to_string(archived->index) +
+                                               ", not " + std::to_string(trial.index));
+    } else {
+      found = std::move(*archived);
+    }
+    return false;
+  });
+  return found;
+}
+
+// The input trial `of` of the job's archive holds itself.
+std::expected<TrialInput, Status> archived_input(const store::Snapshot& snapshot, const JobId& job,
+                                                 std::uint32_t of) {
+  auto holder = read_archived_event(snapshot, TrialId{job, of});
+  if (!holder) return std::unexpected(std::move(holder.error()));
+  if (!*holder || (*holder)->input_of) {
+    return failure(ErrorCode::internal, "the archive of job " + bounded_escaped(job.str(), 256) +
+                                            " does not hold the input of trial " +
+                                            std::to_string(of));
+  }
+  return std::move((*holder)->input);
+}
+
+}  // namespace
+
+std::expected<std::optional<ArchivedTrial>, Status> read_archived_trial(
+    const store::Snapshot& snapshot, const TrialId& trial) {
+  auto found = read_archived_event(snapshot, trial);
+  if (!found || !*found || !(*found)->input_of) return found;
+  auto input = archived_input(snapshot, trial.job, *(*found)->input_of);
+  if (!input) return std::unexpected(std::move(input.error()));
+  (*found)->input = std::move(*input);
+  return found;
+}
+
+std::expected<void, Status> visit_archive(const store::Snapshot& snapshot, const JobId& job,
+                                          const std::function<void(ArchivedTrial&&)>& visit) {
+  const auto run = snapshot.run(archive_run_of(job));
+  if (!run) return {};
+  std::expected<void, Status> done;
+  std::uint32_t next = 0;
+  // The inputs of the trials that hold one, lately read: a repeat's is
+  // usually among them; another is read from the archive.
+  constexpr std::size_t kInputsKept = 4096;
+  std::unordered_map<std::uint32_t, TrialInput> inputs;
+  snapshot.for_each_event(*run, 1, [&](const store::EventView& event) {
+    auto archived = archived_trial_of(event);
+    if (archived && archived->input_of) {
+      if (const auto kept = inputs.find(*archived->input_of); kept != inputs.end()) {
+        archived->input = kept->second;
+      } else if (auto input = archived_input(snapshot, job, *archived->input_of)) {
+        archived->input = std::move(*input);
+      } else {
+        archived = std::unexpected(std::move(input.error()));
+      }
+    } else if (archived) {
+      if (inputs.size() >= kInputsKept) inputs.clear();
+      inputs.emplace(archived->index, archived->input);
+    }
+    if (archived && archived->index != next) {
+      archived = failure(ErrorCode::internal,
+                         event_name(event) + " of the archive of job " +
+                             bounded_escaped(job.str(), 256) + " holds trial " +
+                             std::to_string(archived->index) + ", not " + std::to_string(next));
+    }
+    if (!archived) {
+      done = std::unexpected(std::move(archived.error()));
+      return false;
+    }
+    ++next;
+    visit(std::move(*archived));
+    return true;
+  });
+  return done;
 }
 
 }  // namespace forktrial::coordinator

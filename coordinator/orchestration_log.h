@@ -23,9 +23,13 @@
 // transaction): no event, and no JSON tree read back, grows with the job.
 // read_log joins them into the one record again.
 //
+// A reconciled attempt is one trial.settled event: its trial.reconciled
+// record, the coordinator's verdict, and usually its trial.reported record.
+//
 // The log also holds events of the coordinator's own that are not records
-// (e.g. "trial.verdict", written in the same transaction as a
-// trial.reconciled); read_log hands those over untouched.
+// (in logs written before trial.settled, "trial.verdict" events, written in
+// the same transaction as a trial.reconciled); read_log hands those over
+// untouched.
 //
 // Thread-safety: the functions are pure apart from the Writer or Snapshot
 // they are given, and follow that object's rules (store/event_store.h).
@@ -64,9 +68,25 @@ inline constexpr std::string_view kJobTrialsType = "job.trials";
 // each a record, in order, as read_log hands them over.
 inline constexpr std::string_view kLeasesType = "trials.leased";
 inline constexpr std::size_t kLeasesPerEvent = 4096;
+// The type of an event holding a trial.reconciled record with the
+// coordinator's verdict on the attempt (Verdict), and, folded in, the
+// attempt's trial.reported record when the same append holds it
+// (append_to_log): what used to be three events of a reconciled trial.
+inline constexpr std::string_view kSettledType = "trial.settled";
 // About the most trial text one event of a job holds (a chunk ends with the
 // first trial that reaches it; a chunk holds at least one trial).
 inline constexpr std::size_t kJobChunkBytes = std::size_t{16} << 20;
+
+// A reconciled attempt's verdict: the coordinator's own JSON object (what the
+// store and the worker established), written in the event of the attempt's
+// trial.reconciled record.
+struct Verdict {
+  TrialId trial;
+  Attempt attempt = 0;
+  WorkerId worker;        // the one that reported it
+  std::string payload;    // a JSON object
+  std::uint64_t seq = 0;  // set by append_to_log: the event that holds it
+};
 
 // The event `record` is stored as, with id numbered_event_id(event_number),
 // as one event whatever its size (append_to_log cuts a large job).
@@ -97,12 +117,15 @@ bool is_record_type(std::string_view type);
 store::Result<std::uint64_t> append_to_log(store::Writer& writer,
                                            std::span<const OrchestrationRecord> records,
                                            std::span<const store::NewEvent> extra = {},
-                                           std::size_t job_chunk_bytes = kJobChunkBytes);
+                                           std::size_t job_chunk_bytes = kJobChunkBytes,
+                                           std::span<Verdict> verdicts = {});
 
 // Reads the whole log in order: each record to `on_record` (to keep: it is
 // not read again), every other event
 // to `on_other` (its views valid during the call only); a job cut into
-// events is handed over once, whole. A store without the log's run is an
+// events is handed over once, whole. A trial.settled event's records go to
+// `on_record` (its trial.reported, if folded in, then its trial.reconciled),
+// then the event itself to `on_other`, for its verdict. A store without the log's run is an
 // empty log. A record event that does not decode, or a job's events that do
 // not follow each other and add up to its trial count, mean the log is
 // corrupt: reading stops there and the error is returned, the events
@@ -111,5 +134,67 @@ store::Result<std::uint64_t> append_to_log(store::Writer& writer,
 std::expected<void, Status> read_log(const store::Snapshot& snapshot,
                                      const std::function<void(OrchestrationRecord&&)>& on_record,
                                      const std::function<void(const store::EventView&)>& on_other);
+
+// ---- A finished job's archive
+//
+// Once a job has finished, the coordinator writes its trials to a run of
+// their own, archive_run_of(job), one trial.archived event per trial in index
+// order (trial i is event i + 1, id numbered_event_id(i + 1)), over as many
+// transactions as it takes, then a job.archived record to the log. The
+// scheduler then forgets the job's trials, and results, rankings and gc
+// read them from the archive. An archived trial holds all its result line is
+// made of (its specification, its state and its verdict), so the archive
+// does not depend on the log's other events.
+
+inline constexpr std::string_view kArchivedTrialType = "trial.archived";
+
+// "forktrial.archive.<job>".
+store::RunId archive_run_of(const JobId& job);
+
+struct ArchivedTrial {
+  std::uint32_t index = 0;
+  TrialStatus status = TrialStatus::reconciled;  // final: reconciled, cancelled or abandoned
+  Attempt attempt = 0;                           // its last attempt
+  WorkerId worker;                               // the holder of its last lease; "" none
+  std::vector<std::string> reasons;              // of each failed attempt, the first's first
+  TrialInput input;                              // as submitted
+  // The earlier trial of the archive whose input this one's is (a matrix's
+  // repeats): its event holds `input`, this one's does not. Reading fills
+  // `input` in all the same.
+  std::optional<std::uint32_t> input_of;
+  std::optional<Outcome> outcome;  // when reconciled, and only then
+  // When reconciled: its stored result, a JSON object: the verdict (a
+  // trial.verdict payload's fields but the attempt, worker and outcome,
+  // which are the archived trial's own), or with `line`, the whole result
+  // line that logs written before verdicts hold.
+  std::string result;
+  bool line = false;
+  friend bool operator==(const ArchivedTrial&, const ArchivedTrial&) = default;
+};
+
+// The trial's event in its job's archive, stamped `at`, without an actor.
+// Fields: `index`,
+// `status`, `attempt`, `worker`? (absent: none), `reasons`? (absent: none),
+// `outcome`? (reconciled only), `input` (as a job.submitted's trial) or
+// `input_of` (the index of an earlier trial holding it), then `verdict`? or
+// `line`? (reconciled only).
+store::NewEvent archived_trial_event(const ArchivedTrial& trial, Instant at);
+
+// The trial a trial.archived event holds (with `input_of`, `input` is left
+// empty: the readers below fill it in); an error naming the event and the
+// field when it is not what archived_trial_event writes.
+std::expected<ArchivedTrial, Status> archived_trial_of(const store::EventView& event);
+
+// The archived trial, read in `snapshot`: none when its job's archive does
+// not hold it; an error when its event does not decode or is another
+// trial's.
+std::expected<std::optional<ArchivedTrial>, Status> read_archived_trial(
+    const store::Snapshot& snapshot, const TrialId& trial);
+
+// Every trial of the job's archive to `visit`, in index order (an archive
+// not written: none). Stops at the first event that does not decode or is
+// out of order, and returns its error.
+std::expected<void, Status> visit_archive(const store::Snapshot& snapshot, const JobId& job,
+                                          const std::function<void(ArchivedTrial&&)>& visit);
 
 }  // namespace forktrial::coordinator

@@ -58,19 +58,30 @@ std::expected<GcPlan, Status> plan_gc(const store::Snapshot& snapshot,
     }
     ++plan.jobs_collected;
     if (job.retention) ++plan.jobs_own_policy;
-    scheduler.visit_trials(job.id, [&](const TrialSummary& trial) {
-      if (trial.status != TrialStatus::reconciled || !trial.outcome) return;
-      if (kept(applied.keep, *trial.outcome)) {
+    const auto consider = [&](std::uint32_t index, TrialStatus status,
+                              std::optional<Outcome> outcome, Attempt attempt) {
+      if (status != TrialStatus::reconciled || !outcome) return;
+      if (kept(applied.keep, *outcome)) {
         ++plan.forks_kept;
         return;
       }
-      const TrialId id{job.id, trial.index};
-      const store::RunId fork = fork_run_of(id, scheduler.trial_state(id)->attempt);
+      const store::RunId fork = fork_run_of(TrialId{job.id, index}, attempt);
       if (!present.contains(fork)) {
         ++plan.forks_gone;
         return;
       }
       take(fork);
+    };
+    if (job.archived) {
+      auto visited = visit_archive(snapshot, job.id, [&](ArchivedTrial&& trial) {
+        consider(trial.index, trial.status, trial.outcome, trial.attempt);
+      });
+      if (!visited) return std::unexpected(visited.error());
+      continue;
+    }
+    scheduler.visit_trials(job.id, [&](const TrialSummary& trial) {
+      consider(trial.index, trial.status, trial.outcome,
+               scheduler.trial_state(TrialId{job.id, trial.index})->attempt);
     });
   }
 

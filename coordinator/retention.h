@@ -2,8 +2,8 @@
 // collection that applies it to a store (`forktrial gc`).
 //
 // A trial's fork (run_<job>_<index>_a<attempt>) holds what its candidate
-// appended; its result (outcome, counts, detail) is a `trial.verdict` event
-// of the orchestration log and never goes. A policy keeps every fork, only
+// appended; its result (outcome, counts, detail) is in its `trial.settled`
+// event of the orchestration log and never goes. A policy keeps every fork, only
 // the forks of trials that did not complete (a failure is what one wants to
 // replay and inspect), or none, once the job has been finished for a while.
 // Local trials' forks (run_trial_...) have no result in the store, so only

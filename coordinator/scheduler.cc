@@ -34,6 +34,14 @@ std::string_view trial_status_name(TrialStatus status) {
   return "?";
 }
 
+std::optional<TrialStatus> parse_trial_status(std::string_view name) {
+  for (std::size_t i = 0; i < kTrialStatusCount; ++i) {
+    const auto status = static_cast<TrialStatus>(i);
+    if (trial_status_name(status) == name) return status;
+  }
+  return std::nullopt;
+}
+
 std::string_view report_verdict_name(ReportVerdict verdict) {
   switch (verdict) {
     case ReportVerdict::accepted:
@@ -139,6 +147,8 @@ struct Job {
   std::string owner;                         // the submitting client's key; "" without keys
   std::optional<RetentionPolicy> retention;  // its own, as submitted
   std::optional<Instant> finished_at;        // when its last trial reached a final status
+  std::uint64_t trial_count = 0;             // its trials, archived or not
+  bool archived = false;                     // its trials are in its archive, not here
 };
 
 struct Worker {
@@ -196,6 +206,7 @@ struct Scheduler::State {
   std::set<std::pair<Instant, WorkerIx>> last_heard;
   std::set<TrialKey> reported;  // reported, not yet reconciled
   std::size_t queued = 0;
+  std::set<JobIx> to_archive;  // finished, not yet archived
 
   // ---- Look-ups.
 
@@ -367,6 +378,7 @@ struct Scheduler::State {
     job.name = r.name;
     job.priority = r.priority;
     job.trials.resize(r.trials.size());
+    job.trial_count = r.trials.size();
     std::unordered_map<std::string_view, std::shared_ptr<const std::string>> shared;
     for (std::size_t i = 0; i < r.trials.size(); ++i) {
       Trial& t = job.trials[i];
@@ -397,7 +409,10 @@ struct Scheduler::State {
   // its trials queued, leased or reported.
   void note_finished(JobIx index, Instant at) {
     Job& job = jobs[index];
-    if (!job.finished_at && done_of(job.counts) == job.trials.size()) job.finished_at = at;
+    if (!job.finished_at && done_of(job.counts) == job.trial_count) {
+      job.finished_at = at;
+      to_archive.insert(index);
+    }
   }
 
   void apply_one(const JobCancelled& r) {
@@ -405,6 +420,7 @@ struct Scheduler::State {
     if (found == job_by_id.end()) does_not_apply(r, "no job " + r.job.str());
     const JobIx index = found->second;
     if (jobs[index].cancelled) does_not_apply(r, "job " + r.job.str() + " is cancelled");
+    if (jobs[index].archived) does_not_apply(r, "job " + r.job.str() + " is archived");
     jobs[index].cancelled = true;
     for (std::uint32_t i = 0; i < jobs[index].trials.size(); ++i) {
       const TrialKey key{index, i};
@@ -550,6 +566,19 @@ struct Scheduler::State {
     note_finished(key.job, r.at);
   }
 
+  void apply_one(const JobArchived& r) {
+    const auto found = job_by_id.find(r.job);
+    if (found == job_by_id.end()) does_not_apply(r, "no job " + r.job.str());
+    Job& job = jobs[found->second];
+    if (job.archived) does_not_apply(r, "job " + r.job.str() + " is archived");
+    if (!job.finished_at) does_not_apply(r, "job " + r.job.str() + " has not finished");
+    // A finished job holds no lease, no queued trial, no report: nothing
+    // outside its trials refers to them.
+    job.archived = true;
+    std::vector<Trial>().swap(job.trials);
+    to_archive.erase(found->second);
+  }
+
   // Applies the record and hands it to the caller: every decision ends here.
   void record(Records& out, OrchestrationRecord r) {
     apply(r);
@@ -629,7 +658,13 @@ struct Scheduler::State {
   std::pair<ReportVerdict, std::string> judge(const WorkerId& worker, const TrialId& id,
                                               Attempt attempt) const {
     const auto key = find(id);
-    if (!key) return {ReportVerdict::unknown, "there is no trial " + id.str()};
+    if (!key) {
+      const auto job = job_by_id.find(id.job);
+      if (job != job_by_id.end() && jobs[job->second].archived) {
+        return {ReportVerdict::unknown, id.str() + ": job " + id.job.str() + " has finished"};
+      }
+      return {ReportVerdict::unknown, "there is no trial " + id.str()};
+    }
     const Trial& t = trial(*key);
     const std::string which = id.str() + " attempt " + std::to_string(attempt);
     if (attempt == 0 || attempt > t.leased_attempt) {
@@ -683,12 +718,13 @@ struct Scheduler::State {
 
   JobStatus status_of(const Job& job) const {
     JobStatus status{
-        job.id,          job.name,     job.priority,        job.cancelled,      job.trials.size(),
+        job.id,          job.name,     job.priority,        job.cancelled,      job.trial_count,
         job.counts,      job.outcomes, job.failed_attempts, job.fenced_reports, job.submitted_at,
         job.finished_at, job.owner,    job.retention};
     for (std::size_t e = 0; e < job.queues.size(); ++e) {
       status.queued_by_executor[e] = job.queues[e].trials.size();
     }
+    status.archived = job.archived;
     return status;
   }
 
@@ -1005,7 +1041,7 @@ std::optional<TrialState> Scheduler::trial_state(const TrialId& trial) const {
   const auto key = state_->find(trial);
   if (!key) return {};
   const Trial& t = state_->trial(*key);
-  TrialState result{trial, t.status, t.attempt, {}, {}, t.reasons};
+  TrialState result{trial, t.status, t.attempt, {}, {}, t.reasons, t.outcome};
   if (t.worker != kNoWorker) result.worker = state_->workers[t.worker].id;
   if (t.status == TrialStatus::leased) result.lease_expires = t.lease_expires;
   return result;
@@ -1016,11 +1052,30 @@ bool Scheduler::visit_trials(const JobId& job,
   const auto found = state_->job_by_id.find(job);
   if (found == state_->job_by_id.end()) return false;
   const Job& j = state_->jobs[found->second];
+  if (j.archived) return false;
   for (std::uint32_t i = 0; i < j.trials.size(); ++i) {
     const Trial& t = j.trials[i];
     visit(TrialSummary{i, t.status, t.outcome, *t.payload});
   }
   return true;
+}
+
+std::optional<JobId> Scheduler::job_to_archive(const std::set<JobId>& skip) const {
+  for (const JobIx job : state_->to_archive) {
+    if (!skip.contains(state_->jobs[job].id)) return state_->jobs[job].id;
+  }
+  return std::nullopt;
+}
+
+std::optional<TrialInput> Scheduler::trial_input(const TrialId& trial) const {
+  const auto key = state_->find(trial);
+  if (!key) return std::nullopt;
+  const Trial& t = state_->trial(*key);
+  TrialInput input{*t.payload, state_->digests[t.digests.front()], {}, t.run_limit, t.executor};
+  for (std::size_t i = 1; i < t.digests.size(); ++i) {
+    input.bundles.push_back(state_->digests[t.digests[i]]);
+  }
+  return input;
 }
 
 std::optional<Digest> Scheduler::segment(const TrialId& trial) const {
@@ -1076,7 +1131,8 @@ std::string Scheduler::state_text() const {
          " cancelled=" + std::to_string(job.cancelled) + " counts" + counts + " failed=" +
          std::to_string(job.failed_attempts) + " fenced=" + std::to_string(job.fenced_reports) +
          " submitted=" + millis(job.submitted_at) +
-         " finished=" + (job.finished_at ? millis(*job.finished_at) : "-"));
+         " finished=" + (job.finished_at ? millis(*job.finished_at) : "-") + " trials=" +
+         std::to_string(job.trial_count) + " archived=" + std::to_string(job.archived));
     for (std::size_t i = 0; i < job.trials.size(); ++i) {
       const Trial& t = job.trials[i];
       std::string digests;
@@ -1134,6 +1190,7 @@ std::string Scheduler::state_text() const {
   for (const std::string& entry : indexed) line(entry);
   for (const TrialKey key : s.reported) line("reported " + s.id_of(key).str());
   line("queued " + std::to_string(s.queued));
+  for (const JobIx job : s.to_archive) line("to_archive " + s.jobs[job].id.str());
   return text;
 }
 

@@ -56,6 +56,12 @@
 // report of an accepted attempt is a duplicate (acknowledged, no change); an
 // attempt that was never leased is unknown.
 //
+// A finished job is archived by the caller: it writes the job's trials to
+// the store (coordinator/orchestration_log.h, archive_run_of), then applies a
+// job.archived record, after which the scheduler keeps the job's counts and
+// forgets its trials (job_to_archive names the next; trial queries then
+// answer as for an unknown trial, and a late report is unknown).
+//
 // Queries read counters kept as the state changes: a job's status costs a map
 // look-up, whatever its size.
 //
@@ -80,6 +86,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -102,17 +109,6 @@ struct SchedulerConfig {
   // so that no worker can be leased the whole queue.
   std::uint32_t max_worker_slots = 1024;
 };
-
-enum class TrialStatus : std::uint8_t {
-  queued,
-  leased,
-  reported,
-  reconciled,
-  cancelled,
-  abandoned
-};
-inline constexpr std::size_t kTrialStatusCount = 6;
-std::string_view trial_status_name(TrialStatus status);  // "queued", ...
 
 // What the caller does with a report (or a failure) of an attempt.
 enum class ReportVerdict : std::uint8_t {
@@ -195,6 +191,9 @@ struct JobStatus {
   std::optional<Instant> finished_at;          // the time of the record that finished it
   std::string owner{};                         // the submitting client's key; "" without keys
   std::optional<RetentionPolicy> retention{};  // its own, as submitted
+  // Finished, and its trials are in its archive (JobArchived): the
+  // scheduler has its counts only.
+  bool archived = false;
   // Its queued trials by the executor that runs them (pack::kExecutors'
   // order): with Scheduler::workers_offering, why a job waits.
   std::array<std::uint64_t, pack::kExecutorCount> queued_by_executor{};
@@ -247,6 +246,7 @@ struct TrialState {
   std::optional<WorkerId> worker;        // the holder of the last lease
   std::optional<Instant> lease_expires;  // while leased
   std::vector<std::string> reasons;      // of each failed attempt, the first's first
+  std::optional<Outcome> outcome;        // once reconciled
 };
 
 class Scheduler {
@@ -358,7 +358,8 @@ class Scheduler {
   std::vector<WorkerStatus> workers() const;  // by id, the lost ones too
   std::optional<TrialState> trial_state(const TrialId& trial) const;
   // Calls `visit` for every trial of the job, in index order; false for an
-  // unknown job. Costs O(trials of the job) and allocates nothing.
+  // unknown job or an archived one (its trials are in its archive). Costs
+  // O(trials of the job) and allocates nothing.
   bool visit_trials(const JobId& job, const std::function<void(const TrialSummary&)>& visit) const;
   // The trial's payload as submitted; nullptr for an unknown trial.
   const std::string* payload(const TrialId& trial) const;
@@ -372,6 +373,12 @@ class Scheduler {
   bool has_work_for(const WorkerId& worker) const;
   // What runs the trial's candidate; none for an unknown trial.
   std::optional<pack::Executor> executor(const TrialId& trial) const;
+  // The trial as submitted; none for an unknown or archived trial.
+  std::optional<TrialInput> trial_input(const TrialId& trial) const;
+  // A job that has finished and is not archived yet (the first of them by
+  // submission) and not in `skip`, to be archived by the caller; none when
+  // there is none.
+  std::optional<JobId> job_to_archive(const std::set<JobId>& skip = {}) const;
 
   // Every durable value of the state, one line each, in a fixed order: equal
   // texts mean equal states but for liveness (lease expiries and workers'

@@ -312,6 +312,10 @@ const Scheduler& CoordinatorCore::scheduler() const {
   return impl_->server.scheduler();
 }
 
+std::optional<TrialStatus> CoordinatorCore::archived_status(const TrialId& trial) const {
+  return impl_->server.archived_status(trial);
+}
+
 VirtualWorld& CoordinatorCore::world() {
   return impl_->world;
 }

@@ -124,6 +124,10 @@ class CoordinatorCore {
   // store): for a referee to compare with what it was told.
   const Scheduler& scheduler() const;
 
+  // The trial's status as its job's archive holds it, once the job is
+  // archived (the scheduler then holds its counts only); none otherwise.
+  std::optional<TrialStatus> archived_status(const TrialId& trial) const;
+
   // The core's world.
   VirtualWorld& world();
 

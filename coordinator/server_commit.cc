@@ -56,6 +56,7 @@ void Server::pending_committed() {
 void Server::flush() {
   try {
     commit_turn();
+    archive_finished();
     if (turn_durable_) store_.sync();
   } catch (const store::StoreFull& e) {
     store_full(e.what());
@@ -90,6 +91,98 @@ void Server::commit_turn() {
   }
 }
 
+void Server::archive_finished() {
+  if (store_full_) return;
+  const std::optional<JobId> job = scheduler_.job_to_archive(unarchivable_);
+  if (!job) return;
+  const std::optional<JobStatus> status = scheduler_.job_status(*job);
+  const store::RunId run_id = archive_run_of(*job);
+  const Instant now = clock_now();
+  // The next piece, from what the store holds already (a restart may have
+  // come between two pieces): each trial's state, specification and result.
+  std::vector<store::NewEvent> events;
+  std::uint64_t from = 0;
+  {
+    const auto snapshot = store_.snapshot();
+    if (const auto run = snapshot.run(run_id)) from = run->head;
+    const std::uint64_t to = std::min(status->trials, from + kArchiveTrialsPerTurn);
+    // Which earlier trial holds each payload: carried from the piece before,
+    // or gathered again (another job, or a restart between pieces).
+    const auto payload_of = [&](std::uint64_t i) {
+      return scheduler_.payload(TrialId{*job, static_cast<std::uint32_t>(i)});
+    };
+    if (!archiving_ || archiving_->job != *job || archiving_->next != from) {
+      archiving_ = Archiving{*job, 0, {}};
+      for (std::uint64_t i = 0; i < from; ++i)
+        archiving_->first.emplace(payload_of(i), static_cast<std::uint32_t>(i));
+    }
+    for (std::uint64_t i = from; i < to; ++i) {
+      const TrialId trial{*job, static_cast<std::uint32_t>(i)};
+      const auto state = scheduler_.trial_state(trial);
+      ArchivedTrial archived{trial.index,
+                             state->status,
+                             state->attempt,
+                             state->worker.value_or(WorkerId("")),
+                             state->reasons,
+                             *scheduler_.trial_input(trial),
+                             std::nullopt,
+                             state->outcome,
+                             {},
+                             false};
+      const auto [first, added] = archiving_->first.emplace(payload_of(i), trial.index);
+      if (!added && scheduler_.trial_input(TrialId{*job, first->second}) == archived.input) {
+        archived.input_of = first->second;
+      }
+      if (state->status == TrialStatus::reconciled) {
+        if (auto stored = stored_result_text(trial, snapshot)) {
+          archived.line = stored->line;
+          archived.result = std::move(stored->text);
+          if (!archived.line) {
+            // Its trial, attempt, worker and outcome are the archived
+            // trial's own.
+            auto verdict = ordered_json::parse(archived.result, nullptr, false);
+            for (const char* key : {"job", "index", "attempt", "worker", "outcome"})
+              verdict.erase(key);
+            archived.result = verdict.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
+          }
+        }
+      }
+      events.push_back(archived_trial_event(archived, now));
+    }
+    archiving_->next = to;
+  }
+  const bool last = from + events.size() == status->trials;
+  const std::array<OrchestrationRecord, 1> archived_record{JobArchived{*job, now}};
+  auto written = store_.write([&](store::Writer& writer) -> store::Result<std::uint64_t> {
+    if (!events.empty()) {
+      if (!writer.run(run_id)) {
+        auto created =
+            writer.create_run(store::NewRun{.id = run_id, .label = "archive of job " + job->str()});
+        if (!created) return std::unexpected(std::move(created.error()));
+      }
+      auto appended = writer.append(run_id, from, events);
+      if (!appended) return appended;
+    }
+    if (!last) return 0;
+    return append_to_log(writer, archived_record, {}, config_.job_chunk_bytes);
+  });
+  if (!written) {
+    log_(LogLevel::error, "cannot archive job " + job->str() +
+                              " (its trials stay in memory): " + written.error().message);
+    unarchivable_.insert(*job);
+    archiving_.reset();
+    return;
+  }
+  if (!last) return;
+  archiving_.reset();
+  // Its records and results were copied whole: the scheduler and the
+  // result index let them go.
+  if (config_.committed) config_.committed(archived_record);
+  scheduler_.replay(archived_record.front());
+  result_seqs_.erase(job->str());
+  gauges_stale_ = true;
+}
+
 std::string Server::busy_message() const {
   return "the coordinator's store is full (" + store_full_.value_or("") +
          "); it takes no writes until its disk has room: send this again later";
@@ -121,6 +214,7 @@ void Server::store_full(const std::string& why) {
     // heartbeat names the stale trials again.
   }
   scheduler_ = Scheduler(config_.scheduler);
+  archiving_.reset();  // it points into the scheduler's payloads
   replay_log();
   metrics_.undone();
   metrics_.resync(scheduler_);
@@ -189,7 +283,9 @@ std::uint64_t Server::replay_log() {
         ++records;
       },
       [&](const store::EventView& event) {
-        if (event.type == kVerdictType || event.type == kResultType) remember_result(event);
+        if (event.type == kSettledType || event.type == kVerdictType || event.type == kResultType) {
+          remember_result(event);
+        }
       });
   if (!read)
     throw Error(forktrial::ErrorCode::internal,

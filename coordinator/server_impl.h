@@ -37,12 +37,15 @@ using nlohmann::ordered_json;
 using schema::wire::Envelope;
 
 // A reconciled trial's result in the log: what the store and the worker
-// established (trial.verdict), completed from the job when read. Logs
-// written before hold the whole result line (trial.result).
+// established (the verdict of its trial.settled event), completed from the
+// job when read. Logs written before hold it as a trial.verdict event, or
+// older ones the whole result line (trial.result).
 constexpr std::string_view kVerdictType = "trial.verdict";
 constexpr std::string_view kResultType = "trial.result";
 
 constexpr std::size_t kMaxMessagesPerTurn = 256;
+// The most trials of a finished job archived in one turn's transaction.
+constexpr std::uint64_t kArchiveTrialsPerTurn = 2048;
 constexpr std::size_t kMaxWorkerIdBytes = 256;
 // How long a worker's offer of slots waits for work before it is answered
 // empty (the worker offers again at once).
@@ -303,6 +306,11 @@ class Server {
       std::span<const CoordinatorCore::Frame> frames);
 
   const Scheduler& scheduler() const { return scheduler_; }
+  std::optional<TrialStatus> archived_status(const TrialId& trial) const {
+    auto archived = read_archived_trial(store_.snapshot(), trial);
+    if (!archived || !*archived) return std::nullopt;
+    return (*archived)->status;
+  }
 
  private:
   // A reply that cannot be delivered (the peer is gone: ROUTER_MANDATORY;
@@ -335,12 +343,49 @@ class Server {
 
   void remember_result(const TrialId& trial, std::uint64_t seq);
 
-  // The result line of `trial`, if it has a trial.verdict (or trial.result)
-  // event, read in `snapshot`.
+  // What the log holds of `trial`'s result, read in `snapshot`: a verdict
+  // (a trial.verdict payload, or a trial.settled's verdict with its attempt,
+  // worker and outcome) or, `line`, the whole line of a trial.result, as
+  // written.
+  struct StoredResult {
+    std::string text;  // a JSON object
+    bool line = false;
+  };
+  std::optional<StoredResult> stored_result_text(const TrialId& trial,
+                                                 const store::Snapshot& snapshot);
+  // The result line of `trial`, if the log holds its result.
   std::optional<std::string> stored_result(const TrialId& trial, const store::Snapshot& snapshot);
-  // The result line a trial.verdict payload stands for, completed from the
-  // trial's specification; none when it does not parse.
-  std::optional<std::string> result_from_verdict(const TrialId& trial, std::string_view stored);
+  // The result line a verdict stands for, completed from the trial's
+  // `payload` as submitted; none when it does not parse.
+  std::optional<std::string> result_from_verdict(const TrialId& trial, const ordered_json& doc,
+                                                 const std::string& payload);
+  // The line of a trial that has no result: queued, running, or ended
+  // without one (cancelled, abandoned), with its reasons as the detail.
+  std::string line_without_result(const TrialId& trial, TrialStatus status, Attempt attempt,
+                                  const WorkerId& worker, const std::vector<std::string>& reasons,
+                                  const std::string& payload);
+  // The line of a trial of an archived job, from its archive.
+  std::string archived_line(const TrialId& trial, const store::Snapshot& snapshot);
+
+  // ---- archiving finished jobs
+
+  // Writes the next piece (kArchiveTrialsPerTurn trials) of the first
+  // finished job's archive, and with its last piece the job.archived record,
+  // then the scheduler forgets its trials.
+  void archive_finished();
+  // Jobs whose archive the store refused: kept whole in memory, and not
+  // tried again by this process.
+  std::set<JobId> unarchivable_;
+  // The job being archived: the trial its next piece starts at, and the
+  // first trial of each payload so far (the scheduler shares a payload
+  // between a job's trials that have the same), so that a repeat's archived
+  // event names the trial holding its input rather than copying it.
+  struct Archiving {
+    JobId job;
+    std::uint64_t next = 0;
+    std::unordered_map<const std::string*, std::uint32_t> first;
+  };
+  std::optional<Archiving> archiving_;
 
   // ---- receiving
 
@@ -429,13 +474,13 @@ class Server {
 
   // Writes one reconciliation into `writer`: the fork with the reported
   // delta (the first `count` events; none when the store refused them), and
-  // its trial.reconciled record and trial.verdict event into `records` and
-  // `results`. It changes nothing outside the store: a transaction body may
-  // run again.
+  // its trial.reconciled record and its verdict into `records` and
+  // `verdicts` (append_to_log writes them as one trial.settled event). It
+  // changes nothing outside the store: a transaction body may run again.
   store::Result<std::uint64_t> record_reconciliation(store::Writer& writer, const Reconciliation& r,
                                                      const sandbox::TrialVerdict& v,
                                                      std::uint64_t count, Records& records,
-                                                     std::vector<store::NewEvent>& results);
+                                                     std::vector<Verdict>& verdicts);
 
   // After the commit that recorded `r` (with `v`): the scheduler, the
   // results and the worker hear of it.
@@ -577,7 +622,7 @@ class Server {
   std::map<WorkerId, std::string> worker_routes_;
   std::map<WorkerId, WorkerInfo> worker_info_;
 
-  // Each trial's trial.verdict event in the log (its seq; 0: none yet), by
+  // Each trial's result event in the log (its seq; 0: none yet), by
   // job, in trial order.
   std::unordered_map<std::string, std::vector<std::uint64_t>> result_seqs_;
   std::uint64_t errors_ = 0;

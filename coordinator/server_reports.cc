@@ -5,8 +5,8 @@
 namespace forktrial::coordinator::detail {
 
 std::optional<std::string> Server::result_from_verdict(const TrialId& trial,
-                                                       std::string_view stored) {
-  const auto doc = ordered_json::parse(stored, nullptr, false);
+                                                       const ordered_json& doc,
+                                                       const std::string& payload) {
   const auto text = [&](const char* key, const std::string& otherwise = "") {
     const auto found = doc.find(key);
     return found != doc.end() && found->is_string() ? found->get<std::string>() : otherwise;
@@ -15,9 +15,8 @@ std::optional<std::string> Server::result_from_verdict(const TrialId& trial,
     const auto found = doc.find(key);
     return found != doc.end() && found->is_number_unsigned() ? found->get<std::uint64_t>() : 0;
   };
-  const std::string* payload = scheduler_.payload(trial);
-  if (!doc.is_object() || payload == nullptr) return std::nullopt;
-  auto submitted = read_payload(*payload, specs_);
+  if (!doc.is_object()) return std::nullopt;
+  auto submitted = read_payload(payload, specs_);
   const auto outcome = outcome_from_name(text("outcome"));
   const auto executor = pack::executor_named(text("executor", "lua"));
   const auto isolation = sandbox::parse_isolation(text("isolation", "standard"));
@@ -52,6 +51,9 @@ std::optional<std::string> Server::result_from_verdict(const TrialId& trial,
 
 void Server::remember_result(const store::EventView& event) {
   auto doc = ordered_json::parse(event.payload, nullptr, false);
+  // A trial.settled names its trial as records do; a trial.verdict or
+  // trial.result, at its top.
+  if (event.type == kSettledType && doc.is_object()) doc = std::move(doc["trial"]);
   if (!doc.is_object() || !doc["job"].is_string() || !doc["index"].is_number_unsigned()) return;
   remember_result(TrialId{JobId(doc["job"].get<std::string>()), doc["index"].get<std::uint32_t>()},
                   event.seq);
@@ -64,8 +66,8 @@ void Server::remember_result(const TrialId& trial, std::uint64_t seq) {
   }
 }
 
-std::optional<std::string> Server::stored_result(const TrialId& trial,
-                                                 const store::Snapshot& snapshot) {
+std::optional<Server::StoredResult> Server::stored_result_text(const TrialId& trial,
+                                                               const store::Snapshot& snapshot) {
   auto job = result_seqs_.find(trial.job.str());
   if (job == result_seqs_.end() || trial.index >= job->second.size() ||
       job->second[trial.index] == 0) {
@@ -74,15 +76,32 @@ std::optional<std::string> Server::stored_result(const TrialId& trial,
   const std::uint64_t seq = job->second[trial.index];
   auto run = snapshot.run(kOrchestrationRun);
   if (!run) return std::nullopt;
-  std::optional<std::string> payload;
+  std::optional<StoredResult> stored;
   snapshot.for_each_event(*run, seq, [&](const store::EventView& event) {
     if (event.seq != seq) return false;
     // A log written before verdicts were cut holds whole result lines.
-    if (event.type == kResultType) payload = std::string(event.payload);
-    if (event.type == kVerdictType) payload = result_from_verdict(trial, event.payload);
+    if (event.type == kResultType) stored = StoredResult{std::string(event.payload), true};
+    if (event.type == kVerdictType) stored = StoredResult{std::string(event.payload), false};
+    if (event.type == kSettledType) {
+      auto settled = ordered_json::parse(event.payload, nullptr, false);
+      if (!settled.is_object() || !settled["verdict"].is_object()) return false;
+      ordered_json verdict = std::move(settled["verdict"]);
+      for (const char* key : {"attempt", "worker", "outcome"}) verdict[key] = settled[key];
+      stored =
+          StoredResult{verdict.dump(-1, ' ', false, ordered_json::error_handler_t::replace), false};
+    }
     return false;
   });
-  return payload;
+  return stored;
+}
+
+std::optional<std::string> Server::stored_result(const TrialId& trial,
+                                                 const store::Snapshot& snapshot) {
+  auto stored = stored_result_text(trial, snapshot);
+  const std::string* payload = scheduler_.payload(trial);
+  if (!stored || payload == nullptr) return std::nullopt;
+  if (stored->line) return std::move(stored->text);
+  return result_from_verdict(trial, ordered_json::parse(stored->text, nullptr, false), *payload);
 }
 
 Server::WireVerdict Server::wire_verdict(ReportVerdict verdict) {
@@ -295,7 +314,7 @@ store::Result<std::uint64_t> Server::record_reconciliation(store::Writer& writer
                                                            const Reconciliation& r,
                                                            const sandbox::TrialVerdict& v,
                                                            std::uint64_t count, Records& records,
-                                                           std::vector<store::NewEvent>& results) {
+                                                           std::vector<Verdict>& verdicts) {
   const SubmittedTrial& submitted = submitted_trial(r.trial);
   const store::RunId fork_id = fork_run_of(r.trial, r.attempt);
   const store::NewRun fork{.id = fork_id, .label = submitted.spec().label};
@@ -314,28 +333,27 @@ store::Result<std::uint64_t> Server::record_reconciliation(store::Writer& writer
   // The store is the record: say when the child claimed otherwise.
   std::string detail = v.detail;
   sandbox::append_detail_line(detail, sandbox::claim_disagreement(v, appended, failures_after));
-  ordered_json verdict{{"job", r.trial.job.str()},
-                       {"index", r.trial.index},
-                       {"attempt", r.attempt},
-                       {"worker", r.worker.str()},
-                       {"outcome", std::string(outcome_name(v.outcome))},
-                       {"exit_code", v.exit_code}};
+  // Its trial, attempt, worker and outcome are the trial.settled event's; a
+  // value that is its field's default (result_from_verdict's) is left out:
+  // a trivial trial's verdict is two fields.
+  ordered_json verdict = ordered_json::object();
+  if (v.exit_code != 0) verdict["exit_code"] = v.exit_code;
   if (!detail.empty()) verdict["detail"] = detail;
   if (!v.warnings.empty()) verdict["warnings"] = v.warnings;
   verdict["events_appended"] = appended;
-  verdict["behavior_failures"] = writer.events_of_type(*run, "behavior.failed").size();
-  verdict["behavior_failures_after_fork"] = failures_after;
+  const std::uint64_t failures = writer.events_of_type(*run, "behavior.failed").size();
+  if (failures != 0) verdict["behavior_failures"] = failures;
+  if (failures_after != 0) verdict["behavior_failures_after_fork"] = failures_after;
   verdict["duration_ms"] = r.duration_ms;
-  verdict["executor"] = std::string(pack::executor_name(r.executor));
+  if (r.executor != pack::Executor::lua) {
+    verdict["executor"] = std::string(pack::executor_name(r.executor));
+  }
   if (!r.executor_version.empty()) verdict["executor_version"] = r.executor_version;
   if (v.net != Net::none) verdict["limit"] = std::string(net_name(v.net));
-  verdict["isolation"] = std::string(sandbox::isolation_name(r.isolation));
-  store::NewEvent event;
-  event.type = kVerdictType;
-  event.payload = verdict.dump();
-  event.timestamp = format_timestamp(r.at.time_since_epoch().count());
-  event.actor = std::string(kCoordinatorActor);
-  results.push_back(std::move(event));
+  if (r.isolation != sandbox::Isolation::standard) {
+    verdict["isolation"] = std::string(sandbox::isolation_name(r.isolation));
+  }
+  verdicts.push_back(Verdict{r.trial, r.attempt, r.worker, verdict.dump()});
   return recorded;
 }
 
@@ -354,25 +372,23 @@ void Server::reconciled(const Reconciliation& r, const sandbox::TrialVerdict& v,
 }
 
 bool Server::write_turn() {
-  std::vector<store::NewEvent> results;
+  std::vector<Verdict> verdicts;
   Records records;
   auto written = store_.write([&](store::Writer& writer) -> store::Result<std::uint64_t> {
     records = pending_;
-    results.clear();
+    verdicts.clear();
     for (const Reconciliation& r : reconciling_) {
       const std::uint64_t count = r.events.size();
-      auto recorded = record_reconciliation(writer, r, r.verdict, count, records, results);
+      auto recorded = record_reconciliation(writer, r, r.verdict, count, records, verdicts);
       if (!recorded) return recorded;
     }
-    return append_to_log(writer, records, results, config_.job_chunk_bytes);
+    return append_to_log(writer, records, {}, config_.job_chunk_bytes, verdicts);
   });
   if (!written) return false;
   if (config_.committed) config_.committed(records);
   pending_committed();
-  // The results are the log's last events.
-  const std::uint64_t first_result = *written - results.size() + 1;
   for (std::size_t i = 0; i < reconciling_.size(); ++i) {
-    reconciled(reconciling_[i], reconciling_[i].verdict, first_result + i);
+    reconciled(reconciling_[i], reconciling_[i].verdict, verdicts[i].seq);
   }
   reconciling_.clear();
   return true;
@@ -380,19 +396,19 @@ bool Server::write_turn() {
 
 void Server::reconcile_alone(Reconciliation& r) {
   auto write = [&](const sandbox::TrialVerdict& v, std::uint64_t count) {
-    std::vector<store::NewEvent> results;
+    std::vector<Verdict> verdicts;
     Records records;
     auto written = store_.write([&](store::Writer& writer) -> store::Result<std::uint64_t> {
       records = pending_;
-      results.clear();
-      auto recorded = record_reconciliation(writer, r, v, count, records, results);
+      verdicts.clear();
+      auto recorded = record_reconciliation(writer, r, v, count, records, verdicts);
       if (!recorded) return recorded;
-      return append_to_log(writer, records, results, config_.job_chunk_bytes);
+      return append_to_log(writer, records, {}, config_.job_chunk_bytes, verdicts);
     });
     if (written) {
       if (config_.committed) config_.committed(records);
       pending_committed();
-      reconciled(r, v, *written);  // its result is the log's last event
+      reconciled(r, v, verdicts.front().seq);
     }
     return written;
   };

@@ -194,16 +194,54 @@ void Server::on_results(const std::string& route, Envelope::Reader envelope) {
 }
 
 std::string Server::result_line(const TrialId& trial, const store::Snapshot& snapshot) {
+  if (const auto job = scheduler_.job_status(trial.job); job && job->archived) {
+    return archived_line(trial, snapshot);
+  }
   if (auto stored = stored_result(trial, snapshot)) return std::move(*stored);
   auto state = scheduler_.trial_state(trial);
-  auto submitted = read_payload(*scheduler_.payload(trial), specs_);
-  ordered_json line =
-      result_json(trial, state->attempt, *submitted, {}, state->worker.value_or(WorkerId("")));
-  line["status"] = std::string(trial_status_name(state->status));
+  return line_without_result(trial, state->status, state->attempt,
+                             state->worker.value_or(WorkerId("")), state->reasons,
+                             *scheduler_.payload(trial));
+}
+
+std::string Server::archived_line(const TrialId& trial, const store::Snapshot& snapshot) {
+  auto archived = read_archived_trial(snapshot, trial);
+  if (!archived || !*archived) {
+    const std::string why =
+        archived ? "its job's archive does not hold it" : archived.error().message;
+    log_(LogLevel::error, "no result for " + trial.str() + ": " + why);
+    return ordered_json{{"trial", trial.str()},
+                        {"job", trial.job.str()},
+                        {"index", trial.index},
+                        {"error", "the coordinator cannot read this trial: " + why}}
+        .dump(-1, ' ', false, ordered_json::error_handler_t::replace);
+  }
+  const ArchivedTrial& t = **archived;
+  if (t.line) return t.result;
+  if (!t.result.empty() && t.outcome) {
+    auto verdict = ordered_json::parse(t.result, nullptr, false);
+    if (verdict.is_object()) {
+      verdict["attempt"] = t.attempt;
+      verdict["worker"] = t.worker.str();
+      verdict["outcome"] = std::string(outcome_name(*t.outcome));
+    }
+    auto line = result_from_verdict(trial, verdict, t.input.payload);
+    if (line) return std::move(*line);
+  }
+  return line_without_result(trial, t.status, t.attempt, t.worker, t.reasons, t.input.payload);
+}
+
+std::string Server::line_without_result(const TrialId& trial, TrialStatus status, Attempt attempt,
+                                        const WorkerId& worker,
+                                        const std::vector<std::string>& reasons,
+                                        const std::string& payload) {
+  auto submitted = read_payload(payload, specs_);
+  ordered_json line = result_json(trial, attempt, *submitted, {}, worker);
+  line["status"] = std::string(trial_status_name(status));
   line["outcome"] = nullptr;
   line["exit_code"] = nullptr;
   line["detail"] = "";
-  for (const auto& reason : state->reasons) {
+  for (const auto& reason : reasons) {
     line["detail"] = line["detail"].get<std::string>() +
                      (line["detail"].get<std::string>().empty() ? "" : "\n") + reason;
   }
@@ -290,10 +328,18 @@ transport::HttpResponse Server::answer_api(const transport::HttpRequest& request
 ordered_json Server::candidates_doc(const JobStatus& job) const {
   constexpr std::size_t kRankedShown = 1000;
   CandidateTally tally;
-  scheduler_.visit_trials(job.id, [&](const TrialSummary& trial) {
+  const bool in_memory = scheduler_.visit_trials(job.id, [&](const TrialSummary& trial) {
     tally.add(payload_candidate(trial.payload),
               trial.outcome ? outcome_name(*trial.outcome) : trial_status_name(trial.status));
   });
+  if (!in_memory) {
+    auto visited = visit_archive(store_.snapshot(), job.id, [&](ArchivedTrial&& trial) {
+      tally.add(payload_candidate(trial.input.payload),
+                trial.outcome ? outcome_name(*trial.outcome) : trial_status_name(trial.status));
+    });
+    if (!visited)
+      log_(LogLevel::error, "ranking job " + job.id.str() + ": " + visited.error().message);
+  }
   const auto ranked = tally.ranked();
   ordered_json list = ordered_json::array();
   for (std::size_t i = 0; i < ranked.size() && i < kRankedShown; ++i) {

@@ -1,13 +1,18 @@
 #include "sandbox/scratch.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <chrono>
+#include <optional>
 #include <string_view>
 #include <system_error>
 
@@ -114,6 +119,211 @@ ScratchDir::~ScratchDir() {
   // Removed while still locked, so a sweep cannot take the directory for
   // abandoned meanwhile; the lock goes with `lock_` afterwards.
   remove_tree(path_);
+}
+
+namespace {
+
+constexpr const char* kStoreDir = "store";
+constexpr std::array<const char*, 2> kStoreFiles = {"data.mdb", "lock.mdb"};
+
+// An inode the pool made, held open, and what it was made as.
+struct Held {
+  UniqueFd fd;
+  dev_t dev = 0;
+  ino_t ino = 0;
+  mode_t mode = 0;
+};
+
+Held hold(UniqueFd fd, const std::string& what) {
+  struct stat st {};
+  if (!fd || ::fstat(fd.get(), &st) != 0) throw SystemError("open or fstat " + what, errno);
+  return Held{std::move(fd), st.st_dev, st.st_ino, st.st_mode};
+}
+
+// The file `fd` has no extended attributes but security.* ones, which a
+// process without privileges cannot set (a list too long to read is taken
+// for one that has others).
+bool only_security_attributes(int fd) {
+  std::array<char, 1024> names{};
+  const ssize_t length = ::flistxattr(fd, names.data(), names.size());
+  if (length < 0) return false;
+  for (ssize_t at = 0; at < length;) {
+    const std::string_view attribute(names.data() + at);
+    if (!attribute.starts_with("security.")) return false;
+    at += static_cast<ssize_t>(attribute.size()) + 1;
+  }
+  return true;
+}
+
+// `held` is still `name` in the directory `at`, with `links` links, its mode,
+// and no extended attributes but security.* ones; `size`, when given, is its
+// size.
+bool unchanged(int at, const char* name, const Held& held, nlink_t links,
+               std::optional<off_t> size = std::nullopt) {
+  struct stat named {};
+  struct stat now {};
+  if (::fstatat(at, name, &named, AT_SYMLINK_NOFOLLOW) != 0 || ::fstat(held.fd.get(), &now) != 0) {
+    return false;
+  }
+  return named.st_dev == held.dev && named.st_ino == held.ino && now.st_mode == held.mode &&
+         now.st_nlink == links && (!size || now.st_size == *size) &&
+         only_security_attributes(held.fd.get());
+}
+
+// The directory `fd` holds exactly the entries `expected` (besides . and ..),
+// read through the descriptor, so a directory renamed into its place is not
+// the one read.
+bool holds_exactly(int fd, std::vector<std::string_view> expected) {
+  if (::lseek(fd, 0, SEEK_SET) != 0) return false;
+  alignas(dirent64) std::array<char, 4096> buffer{};
+  for (;;) {
+    const ssize_t n = ::getdents64(fd, buffer.data(), buffer.size());
+    if (n < 0) return false;
+    if (n == 0) break;
+    for (ssize_t at = 0; at < n;) {
+      const auto* entry = reinterpret_cast<const dirent64*>(buffer.data() + at);
+      const std::string_view name(entry->d_name);
+      at += entry->d_reclen;
+      if (name == "." || name == "..") continue;
+      const auto it = std::find(expected.begin(), expected.end(), name);
+      if (it == expected.end()) return false;
+      expected.erase(it);
+    }
+  }
+  return expected.empty();
+}
+
+}  // namespace
+
+struct ScratchPool::Entry {
+  ScratchDir dir;
+  Held self;   // the scratch directory
+  Held store;  // its store directory
+  std::array<Held, kStoreFiles.size()> files;
+
+  explicit Entry(const std::filesystem::path& parent) : dir(parent) {
+    const std::string where = dir.path().string();
+    self = hold(UniqueFd(::fcntl(dir.fd(), F_DUPFD_CLOEXEC, 0)), where);
+    if (::mkdirat(dir.fd(), kStoreDir, 0700) != 0) {
+      throw SystemError("mkdir(\"" + where + "/" + kStoreDir + "\")", errno);
+    }
+    store = hold(
+        UniqueFd(::openat(dir.fd(), kStoreDir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)),
+        where + "/" + kStoreDir);
+    for (std::size_t i = 0; i < kStoreFiles.size(); ++i) files[i] = new_file(i);
+  }
+
+  // Store file `i`, made anew in the store directory (which must not hold
+  // it); throws SystemError when it cannot be.
+  Held new_file(std::size_t i) const {
+    return hold(UniqueFd(::openat(store.fd.get(), kStoreFiles[i],
+                                  O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600)),
+                dir.path().string() + "/" + kStoreDir + "/" + kStoreFiles[i]);
+  }
+
+  // As the pool made it, its files of `size` bytes (any size: none given).
+  bool as_made(std::optional<off_t> size) const {
+    // The scratch directory's links: its name, its own ".", and store's "..".
+    if (!holds_exactly(self.fd.get(), {kStoreDir}) ||
+        !holds_exactly(store.fd.get(), {kStoreFiles[0], kStoreFiles[1]})) {
+      return false;
+    }
+    // Still the directory under its name (the store is opened by path).
+    struct stat named {};
+    struct stat dir_now {};
+    if (::lstat(dir.path().c_str(), &named) != 0 || named.st_dev != self.dev ||
+        named.st_ino != self.ino || ::fstat(self.fd.get(), &dir_now) != 0 ||
+        dir_now.st_nlink != 3 || dir_now.st_mode != self.mode ||
+        !only_security_attributes(self.fd.get())) {
+      return false;
+    }
+    if (!unchanged(self.fd.get(), kStoreDir, store, 2)) return false;
+    for (std::size_t i = 0; i < kStoreFiles.size(); ++i) {
+      if (!unchanged(store.fd.get(), kStoreFiles[i], files[i], 1, size)) return false;
+    }
+    return true;
+  }
+
+  // Replaces both files with new empty ones, once they are checked to be
+  // the pool's. New files rather than truncated ones: ext4 writes back a
+  // file truncated to nothing when it is next closed (its auto_da_alloc
+  // heuristic), and then discards its blocks at the next truncation, which
+  // cost more than the unlink and the create.
+  bool reset() noexcept {
+    if (!as_made(std::nullopt)) return false;
+    try {
+      for (std::size_t i = 0; i < kStoreFiles.size(); ++i) {
+        if (::unlinkat(store.fd.get(), kStoreFiles[i], 0) != 0) return false;
+        files[i] = new_file(i);
+      }
+    } catch (const SystemError&) {
+      return false;
+    }
+    return as_made(0);
+  }
+};
+
+ScratchPool::ScratchPool(std::filesystem::path parent) : parent_(std::move(parent)) {}
+
+ScratchPool::~ScratchPool() = default;
+
+ScratchPool::Lease ScratchPool::lease() {
+  {
+    std::unique_lock lock(mutex_);
+    while (!idle_.empty()) {
+      std::unique_ptr<Entry> entry = std::move(idle_.back());
+      idle_.pop_back();
+      // Idle, no child of it runs; but one that outlived its trial could
+      // have changed it since its reset.
+      if (entry->as_made(0)) return Lease(*this, std::move(entry));
+      ++discarded_;
+      lock.unlock();
+      entry.reset();  // removes the directory, outside the lock
+      lock.lock();
+    }
+  }
+  return Lease(*this, std::make_unique<Entry>(parent_));
+}
+
+void ScratchPool::give_back(std::unique_ptr<Entry> entry) noexcept {
+  const bool reusable = entry->reset();
+  {
+    std::lock_guard lock(mutex_);
+    if (reusable) {
+      idle_.push_back(std::move(entry));
+      return;
+    }
+    ++discarded_;
+  }
+  entry.reset();  // removes the directory, outside the lock
+}
+
+std::size_t ScratchPool::idle() const {
+  std::lock_guard lock(mutex_);
+  return idle_.size();
+}
+
+std::size_t ScratchPool::discarded() const {
+  std::lock_guard lock(mutex_);
+  return discarded_;
+}
+
+ScratchPool::Lease::Lease(ScratchPool& pool, std::unique_ptr<Entry> entry)
+    : pool_(&pool), entry_(std::move(entry)) {}
+
+ScratchPool::Lease::Lease(Lease&& other) noexcept
+    : pool_(other.pool_), entry_(std::move(other.entry_)) {}
+
+ScratchPool::Lease::~Lease() {
+  if (entry_) pool_->give_back(std::move(entry_));
+}
+
+const std::filesystem::path& ScratchPool::Lease::path() const {
+  return entry_->dir.path();
+}
+
+std::filesystem::path ScratchPool::Lease::store_path() const {
+  return entry_->dir.path() / kStoreDir;
 }
 
 Sweep sweep_scratch_dirs(const std::filesystem::path& parent) {

@@ -301,29 +301,62 @@ TrialVerdict decide_verdict(const ChildResult& child, const DeltaScan& scan,
   return verdict;
 }
 
+// The parent's handle on a scratch store: opened once, to seed it, kept
+// open while the child writes it (the parent has no transaction open then),
+// and read back through it. Exclusive (no lock file): the parent never reads
+// or writes the lock file the child used, so nothing the child left there
+// can stall or mislead it.
+store::StoreOptions parent_scratch_options() {
+  store::StoreOptions options = scratch_store_options();
+  options.exclusive = true;
+  return options;
+}
+
+// The scratch directory of one trial: leased from the pool the options name
+// (standard isolation), else made for the trial alone. Its store directory
+// is empty. Declared before the scratch store opened in it, so that the
+// store is closed before the directory is reset or removed.
+class TrialScratch {
+ public:
+  explicit TrialScratch(const ChildOptions& options) {
+    if (options.scratch_pool != nullptr && options.isolation == Isolation::standard) {
+      leased_.emplace(options.scratch_pool->lease());
+    } else {
+      own_.emplace(options.scratch_parent);
+    }
+  }
+  std::filesystem::path store_path() const {
+    return leased_ ? leased_->store_path() : own_->path() / "store";
+  }
+
+ private:
+  std::optional<ScratchPool::Lease> leased_;
+  std::optional<ScratchDir> own_;
+};
+
 // A child run against a scratch store that holds the fork (run `fork_id`,
 // its history up to `fork_seq` stamped up to `tip`): the child's result, the
-// scratch store reopened read-only as untrusted input, what of its delta the
-// parent accepts, and the verdict.
+// scratch store as untrusted input (empty when it cannot be read), what of
+// its delta the parent accepts, and the verdict.
 struct ScratchRun {
-  std::optional<store::EventStore> scratch;
+  store::EventStore* scratch = nullptr;
   std::optional<store::RunInfo> fork;
   DeltaScan scan;
   TrialVerdict verdict;
 };
 
-ScratchRun run_on_scratch(const std::filesystem::path& scratch_store,
-                          const TrialSpecification& spec, const store::RunId& fork_id,
-                          std::uint64_t fork_seq, UnixMillis tip, const ChildOptions& options) {
+ScratchRun run_on_scratch(store::EventStore& scratch_store, const TrialSpecification& spec,
+                          const store::RunId& fork_id, std::uint64_t fork_seq, UnixMillis tip,
+                          const ChildOptions& options) {
   ChildJob job;
   job.limits = spec.limits;
   job.spec = spec;
   job.fork_run_id = fork_id.str();
   job.fork_seq = fork_seq;
-  job.scratch_store = scratch_store.string();
+  job.scratch_store = scratch_store.path().string();
   job.trial_id = fork_id.str();
   const StrictParent strict =
-      prepare_strict(options, spec.limits, scratch_store.parent_path(), job);
+      prepare_strict(options, spec.limits, scratch_store.path().parent_path(), job);
 
   // A fresh child process, closed environment, job on stdin, tail on fd 3.
   std::chrono::milliseconds wall_clock{0};
@@ -337,12 +370,12 @@ ScratchRun run_on_scratch(const std::filesystem::path& scratch_store,
   // cannot be read is cut.
   ScratchRun run;
   try {
-    run.scratch.emplace(scratch_store, scratch_store_options());
-    auto snapshot = run.scratch->snapshot();
+    auto snapshot = scratch_store.snapshot();
+    run.scratch = &scratch_store;
     run.fork = snapshot.run(fork_id);
     if (run.fork) run.scan = scan_delta(snapshot, *run.fork, fork_seq, tip, spec.limits);
   } catch (const std::exception& e) {
-    run.scratch.reset();
+    run.scratch = nullptr;
     run.fork.reset();
     run.scan = DeltaScan{};
     run.scan.cut = std::string("the child's scratch store cannot be read (") + e.what() +
@@ -459,13 +492,15 @@ TrialReport run_trial(store::EventStore& store, const TrialSpecification& spec,
   const store::NewRun fork_record{.id = fork_id, .label = spec.label};
 
   // 2. A scratch store holding only the fork, seeded from its segment.
-  ScratchDir scratch(options.scratch_parent);
-  const auto scratch_store = scratch.path() / "store";
+  const TrialScratch scratch(options);
+  store::EventStore scratch_store(scratch.store_path(), parent_scratch_options());
   {
-    store::EventStore seed(scratch_store, scratch_store_options());
-    auto snapshot = store.snapshot();
-    auto loaded =
-        seed.load_segment(snapshot.segment(*snapshot.run(parent_run_id), fork_seq), fork_record);
+    std::vector<std::byte> segment;
+    {
+      auto snapshot = store.snapshot();
+      segment = snapshot.segment(*snapshot.run(parent_run_id), fork_seq);
+    }
+    auto loaded = scratch_store.load_segment(segment, fork_record);
     if (!loaded) {
       throw store::StoreError("cannot seed the scratch store: " + loaded.error().message);
     }
@@ -497,20 +532,20 @@ ExecutedTrial execute_trial(std::span<const std::byte> segment, const TrialSpeci
     return execute_activegraph_trial(segment, spec, fork_id, activegraph_install(options), options,
                                      parent);
   }
-  ScratchDir scratch(options.scratch_parent);
-  const auto scratch_store = scratch.path() / "store";
+  const TrialScratch scratch(options);
+  store::EventStore scratch_store(scratch.store_path(), parent_scratch_options());
   std::uint64_t fork_seq = 0;
   UnixMillis tip = 0;
   {
-    store::EventStore seed(scratch_store, scratch_store_options());
-    auto loaded = seed.load_segment(segment, store::NewRun{.id = fork_id, .label = spec.label});
+    auto loaded =
+        scratch_store.load_segment(segment, store::NewRun{.id = fork_id, .label = spec.label});
     if (!loaded) {
       throw TrialSetupError(
           TrialSetupError::Kind::invalid_specification,
           "the fork's history segment cannot be loaded: " + loaded.error().message);
     }
     fork_seq = loaded->head;
-    auto snapshot = seed.snapshot();
+    auto snapshot = scratch_store.snapshot();
     const auto history = snapshot.history(*loaded, fork_seq == 0 ? 1 : fork_seq);
     if (!history.empty()) tip = parse_timestamp(history.back().timestamp).value_or(0);
   }

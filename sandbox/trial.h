@@ -31,6 +31,7 @@
 #include "sandbox/delta.h"
 #include "sandbox/isolation.h"
 #include "sandbox/job.h"
+#include "sandbox/scratch.h"
 #include "sandbox/trial_types.h"
 #include "store/event_store.h"
 
@@ -81,6 +82,12 @@ struct ChildOptions {
   // Cancelling it stops the trial (run_trial and preflight throw Cancelled);
   // not owned, must outlive the call. Signal handlers may cancel it.
   const Cancellation* cancellation = nullptr;
+  // Scratch directories are leased from this pool and given back reset
+  // (sandbox/scratch.h) rather than made and removed for each trial; not
+  // owned, must outlive the call. Lua trials under standard isolation only:
+  // strict isolation and activegraph packs make a fresh directory each time.
+  // Null: a fresh one for every trial.
+  ScratchPool* scratch_pool = nullptr;
   // strict: namespaces, the seccomp filter and a cgroup (isolation.h); what
   // the host cannot apply is a warning in the report (and preflight's).
   Isolation isolation = Isolation::standard;

@@ -224,7 +224,22 @@ std::optional<std::string> Invariants::fair(const JobId& leased, Instant at) con
   return std::nullopt;
 }
 
-std::optional<std::string> Invariants::after_restart(const Scheduler& scheduler) const {
+namespace {
+
+// The trial's status as the coordinator holds it: its scheduler's, or its
+// archive's.
+std::optional<TrialStatus> status_of(const Scheduler& scheduler,
+                                     const Invariants::ArchivedStatus& archived,
+                                     const TrialId& trial) {
+  if (const auto state = scheduler.trial_state(trial)) return state->status;
+  if (archived) return archived(trial);
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<std::string> Invariants::after_restart(const Scheduler& scheduler,
+                                                     const ArchivedStatus& archived) const {
   for (const auto& [id, job] : jobs_) {
     const auto status = scheduler.job_status(id);
     if (!status || status->trials != job.size) {
@@ -234,8 +249,8 @@ std::optional<std::string> Invariants::after_restart(const Scheduler& scheduler)
     for (std::uint32_t i = 0; i < job.size; ++i) {
       const Trial& t = trials_[job.first + i];
       if (t.status != TrialStatus::reconciled) continue;
-      const auto state = scheduler.trial_state(TrialId{id, i});
-      if (!state || state->status != TrialStatus::reconciled) {
+      const auto state = status_of(scheduler, archived, TrialId{id, i});
+      if (!state || *state != TrialStatus::reconciled) {
         return TrialId{id, i}.str() + std::string(t.acknowledged ? ", acknowledged," : "") +
                " was reconciled, but not after the restart";
       }
@@ -244,7 +259,8 @@ std::optional<std::string> Invariants::after_restart(const Scheduler& scheduler)
   return std::nullopt;
 }
 
-std::optional<std::string> Invariants::at_end(const Scheduler& scheduler) const {
+std::optional<std::string> Invariants::at_end(const Scheduler& scheduler,
+                                              const ArchivedStatus& archived) const {
   for (const auto& [id, job] : jobs_) {
     for (std::uint32_t i = 0; i < job.size; ++i) {
       const TrialId trial_id{id, i};
@@ -252,11 +268,11 @@ std::optional<std::string> Invariants::at_end(const Scheduler& scheduler) const 
       if (!final_status(t.status)) {
         return trial_id.str() + " never ended (" + std::string(trial_status_name(t.status)) + ")";
       }
-      const auto state = scheduler.trial_state(trial_id);
-      if (!state || state->status != t.status) {
+      const auto state = status_of(scheduler, archived, trial_id);
+      if (!state || *state != t.status) {
         return trial_id.str() + " ended " + std::string(trial_status_name(t.status)) +
-               " by the log, but the scheduler says " +
-               (state ? std::string(trial_status_name(state->status)) : "nothing");
+               " by the log, but the coordinator says " +
+               (state ? std::string(trial_status_name(*state)) : "nothing");
       }
     }
   }

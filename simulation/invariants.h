@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <span>
@@ -38,10 +39,17 @@ class Invariants {
   // No job starves: while a job has queued trials, no job of a lower
   // priority is leased one, and jobs of its own priority are leased at most
   // one each (its round) before it is. Checked at every lease.
+  // A trial's status where the scheduler no longer holds it (its job is
+  // archived); none when unknown there too.
+  using ArchivedStatus =
+      std::function<std::optional<coordinator::TrialStatus>(const coordinator::TrialId&)>;
   // A scheduler rebuilt from the log keeps everything acknowledged.
-  std::optional<std::string> after_restart(const coordinator::Scheduler& scheduler) const;
-  // Every trial ended once, and the scheduler agrees with the model.
-  std::optional<std::string> at_end(const coordinator::Scheduler& scheduler) const;
+  std::optional<std::string> after_restart(const coordinator::Scheduler& scheduler,
+                                           const ArchivedStatus& archived = {}) const;
+  // Every trial ended once, and the scheduler (or the archive) agrees with
+  // the model.
+  std::optional<std::string> at_end(const coordinator::Scheduler& scheduler,
+                                    const ArchivedStatus& archived = {}) const;
 
   std::uint64_t ended() const { return ended_; }
 

@@ -549,7 +549,7 @@ class Simulation {
     if (violation_) return;
     check_counters();
     if (!chaos() && core_ && all_finished()) {
-      check(invariants_.at_end(core_->scheduler()));
+      check(invariants_.at_end(core_->scheduler(), archived_status()));
       finished_ = true;
     }
   }
@@ -778,7 +778,11 @@ class Simulation {
       crashed_state_.shrink_to_fit();
     }
     start_coordinator();
-    check(invariants_.after_restart(core_->scheduler()));
+    check(invariants_.after_restart(core_->scheduler(), archived_status()));
+  }
+
+  Invariants::ArchivedStatus archived_status() const {
+    return [this](const TrialId& trial) { return core_->archived_status(trial); };
   }
 
   // ---- the workers: the real worker's session, with simulated trials

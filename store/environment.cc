@@ -8,6 +8,7 @@
 #include <mutex>
 #include <random>
 #include <set>
+#include <stdexcept>
 
 #include "base/timestamp.h"
 #include "base/unique_fd.h"
@@ -94,8 +95,9 @@ Environment::Environment(const std::filesystem::path& path, StoreOptions options
               "mdb_env_set_maxreaders(" + std::to_string(options_.max_readers) + ")");
   lmdb::check(mdb_env_set_mapsize(env_.get(), options_.initial_map_size),
               "mdb_env_set_mapsize(" + std::to_string(options_.initial_map_size) + ")");
-  unsigned flags =
-      MDB_NOTLS | (options_.sync ? 0 : MDB_NOSYNC) | (options_.sync_meta ? 0 : MDB_NOMETASYNC);
+  unsigned flags = MDB_NOTLS | (options_.sync ? 0 : MDB_NOSYNC) |
+                   (options_.sync_meta ? 0 : MDB_NOMETASYNC) |
+                   (options_.exclusive ? MDB_NOLOCK : 0);
   lmdb::check(mdb_env_open(env_.get(), path.c_str(), flags, 0644),
               "mdb_env_open(\"" + path.string() + "\")");
   env_.close_on_exec();
@@ -152,6 +154,7 @@ void Environment::write(const std::function<bool(lmdb::Txn&)>& body) {
     int rc = MDB_SUCCESS;
     try {
       TxnGate::Ticket ticket = gate_.enter();
+      if (options_.exclusive) require_alone();
       lmdb::Txn txn;
       rc = txn.try_begin(env_.get(), 0);
       if (rc == MDB_SUCCESS) {
@@ -181,6 +184,19 @@ void Environment::write(const std::function<bool(lmdb::Txn&)>& body) {
     } else {
       lmdb::check(rc, "mdb_txn_begin(write, \"" + path_.string() + "\")");
     }
+  }
+}
+
+void Environment::require_alone() const {
+  // Only the write's own transaction is open: no snapshot reads pages this
+  // write may reuse, and no other write runs (LMDB's writer lock is in the
+  // lock file an exclusive store does without).
+  if (const std::size_t open = gate_.open(); open > 1) {
+    throw std::logic_error("a write to the exclusive store at " + path_.string() + " began while " +
+                           std::to_string(open - 1) +
+                           " other transactions of this process were open; an exclusive store "
+                           "(StoreOptions::exclusive) is written only while nothing else of it "
+                           "is open");
   }
 }
 

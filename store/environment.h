@@ -118,6 +118,9 @@ class Environment {
               const std::function<void()>& change);
   // Adopts the map size another process set.
   void adopt_resized(const std::string& lost);
+  // For a write to an exclusive store: throws std::logic_error unless the
+  // calling write's transaction is the only one of the process open.
+  void require_alone() const;
   // Doubles the map, up to max_map_size, after a write ran out of room in a
   // map of `failed_size` bytes.
   void grow(std::size_t failed_size);

@@ -164,6 +164,17 @@ struct StoreOptions {
   // power loss may then undo the last committed transaction, never the
   // store's integrity; a process crash still loses nothing committed.
   bool sync_meta = true;
+  // true opens the store without LMDB's lock file and its locks
+  // (MDB_NOLOCK), for a store one thread of this process uses alone, at
+  // times another process may use it while this one has no transaction open:
+  // the scratch store a trial's parent seeds, leaves to its child, and reads
+  // back. Nothing of the lock file is read or written, so a child that
+  // scribbles on it cannot stall or mislead the parent. A write then begins
+  // only while no other transaction of this process is open (no Snapshot
+  // held, no other write), since no reader table tells LMDB which pages an
+  // older snapshot still reads; a write that begins otherwise is a bug and
+  // throws std::logic_error.
+  bool exclusive = false;
   // The clock stamping created_at (ISO-8601 UTC) and the generator of new
   // run ids; tests inject fixed ones. Defaults: the system clock, and "run_"
   // plus 16 random hex digits. Both are called inside write transactions

@@ -39,6 +39,11 @@ TxnGate::Ticket TxnGate::enter() {
   return Ticket(this, me);
 }
 
+std::size_t TxnGate::open() const {
+  std::lock_guard lock(mutex_);
+  return open_;
+}
+
 void TxnGate::leave(std::thread::id holder) noexcept {
   std::lock_guard lock(mutex_);
   drop_hold(holder);

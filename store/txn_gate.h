@@ -84,11 +84,15 @@ class TxnGate {
   std::optional<Blocked> resize(std::chrono::milliseconds wait,
                                 const std::function<void()>& change);
 
+  // The transactions of the process open now (a count that may change as
+  // soon as it is returned, unless the caller holds them all).
+  std::size_t open() const;
+
  private:
   void leave(std::thread::id holder) noexcept;
   void drop_hold(std::thread::id holder) noexcept;  // with mutex_ held
 
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::condition_variable idle_;  // notified when open_ drops to 0
   // Guarded by mutex_: the open transactions, and how many each thread holds
   // (threads holding none have no entry).

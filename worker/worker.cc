@@ -153,6 +153,10 @@ class Worker {
       std::filesystem::remove_all(child_.scratch_parent);
       std::filesystem::create_directories(child_.scratch_parent);
     }
+    // A slot's next trial reuses a scratch directory an earlier one gave
+    // back, reset, rather than making its own (sandbox/scratch.h).
+    scratch_pool_.emplace(child_.scratch_parent);
+    child_.scratch_pool = &*scratch_pool_;
     forget_stale_packs();
     if (config.http) {
       auto routes = probes_.routes();
@@ -684,7 +688,10 @@ class Worker {
   const Log& log_;
   WorkerMetrics metrics_;  // before cache_, whose evictions it counts
   BlobCache cache_;
-  sandbox::ChildOptions child_;  // config_.child, with the scratch directory
+  sandbox::ChildOptions child_;  // config_.child, with the scratch directory and pool
+  // The slots' scratch directories: declared before the slots' arena, so
+  // that it outlives every trial.
+  std::optional<sandbox::ScratchPool> scratch_pool_;
   zmq::context_t context_;
   zmq::socket_t socket_;
   UniqueFd wake_{::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)};  // written by slots

@@ -255,6 +255,15 @@ struct Cluster {
     std::ifstream in(log);
     return std::string(std::istreambuf_iterator<char>(in), {});
   }
+
+  // Whether the daemons' log says `text` within 30 s (polled).
+  bool log_says(const std::string& text) {
+    for (int i = 0; i < 3000; ++i) {
+      if (log_text().find(text) != std::string::npos) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  }
 };
 
 // A hand-made peer of the coordinator at `endpoint`: a DEALER socket that

@@ -1320,7 +1320,8 @@ TEST_CASE("a worker key bound to an id joins under that id alone, and no other k
   REQUIRE(submitted.exit_code == 0);
   CHECK(json::parse(forktrial::testing::lines_of(submitted.out).back())["completed"] == 2);
   CHECK(contains(cluster.log_text(), "worker node-1 joined"));
-  CHECK(contains(cluster.log_text(), "worker node-7 joined"));
+  // The job may be over before the second worker has joined.
+  CHECK(cluster.log_says("worker node-7 joined"));
 }
 
 TEST_CASE("with keys the wire is encrypted, and a replayed handshake gets nowhere",

@@ -398,8 +398,9 @@ namespace {
 // store refuses it; 0 and 2 append evt_new. Returns the job's id; `acks`
 // gets the reports' answers.
 std::string three_reports_in_a_turn(CoordinatorCore& core, const GreeterStore& greeter,
-                                    std::vector<std::pair<std::string, std::string>>& acks) {
-  auto accepted = only_reply(core.turn("c", untokened_submission(2, greeter.trial, 3), kNow));
+                                    std::vector<std::pair<std::string, std::string>>& acks,
+                                    unsigned trials = 3) {
+  auto accepted = only_reply(core.turn("c", untokened_submission(2, greeter.trial, trials), kNow));
   REQUIRE(accepted.envelope().isJobAccepted());
   const std::string job = wire::text(accepted.envelope().getJobAccepted().getJob());
   REQUIRE(only_reply(core.turn("w", worker_hello(3, "w1", 3), kNow)).envelope().isWelcome());
@@ -745,32 +746,52 @@ TEST_CASE("a result is recorded as a verdict and read back whole, an older log's
   config.store = greeter.store;
   std::string job;
   std::vector<std::string> served;
+  const auto lines_of = [](CoordinatorCore& core, std::uint64_t request, const std::string& id) {
+    auto results = only_reply(core.turn("c", results_request(request, id), kNow));
+    std::vector<std::string> lines;
+    for (auto line : results.envelope().getResults().getLines()) lines.push_back(wire::text(line));
+    return lines;
+  };
   {
     CoordinatorCore core(config, quiet);
     only_reply(core.turn("c", client_hello(1), kNow));
     std::vector<std::pair<std::string, std::string>> acks;
-    job = three_reports_in_a_turn(core, greeter, acks);
-    auto results = only_reply(core.turn("c", results_request(6, job), kNow));
-    for (auto line : results.envelope().getResults().getLines()) served.push_back(wire::text(line));
+    // Four trials, three reported: the job has not finished.
+    job = three_reports_in_a_turn(core, greeter, acks, 4);
+    served = lines_of(core, 6, job);
   }
-  REQUIRE(served.size() == 3);
+  REQUIRE(served.size() == 4);
   // The stored verdict holds what the store and the worker established, not
   // the specification the job holds.
+  // A reconciled trial is one trial.settled event: its report, its
+  // reconciliation and its verdict.
   std::string verdict;
   std::uint64_t head = 0;
+  std::map<std::string, int> types;
   {
     store::EventStore events(config.store);
     const auto snapshot = events.snapshot();
     const auto log = *snapshot.run(kOrchestrationRun);
     head = log.head;
     snapshot.for_each_event(log, 1, [&](const store::EventView& e) {
-      if (e.type == "trial.verdict" && verdict.empty()) verdict = std::string(e.payload);
+      ++types[std::string(e.type)];
+      if (e.type == "trial.settled" && verdict.empty()) verdict = std::string(e.payload);
       return true;
     });
   }
-  CHECK_THAT(verdict, Catch::Contains(R"("outcome":"completed")") &&
-                          Catch::Contains(R"("isolation":"standard")") &&
-                          !Catch::Contains("expected_bundle_hash") && !Catch::Contains("pin"));
+  CHECK(types["trial.settled"] == 3);
+  CHECK(types["trial.reconciled"] + types["trial.verdict"] == 0);
+  // The store refused the turn's transaction (trial 1's delta), so each
+  // report was reconciled alone: the first transaction wrote the turn's
+  // three reports, folding in only its own.
+  CHECK(types["trial.reported"] == 2);
+  CHECK_THAT(verdict,
+             Catch::Contains(R"("outcome":"completed")") && Catch::Contains(R"("reported_at":)") &&
+                 Catch::Contains(R"("events_appended":1,)") &&
+                 // defaults are left out
+                 !Catch::Contains("isolation") && !Catch::Contains("exit_code") &&
+                 !Catch::Contains("executor") && !Catch::Contains("behavior_failures_after_fork") &&
+                 !Catch::Contains("expected_bundle_hash") && !Catch::Contains("pin"));
   const auto line = nlohmann::json::parse(served[0]);
   for (const char* key : {"trial",
                           "job",
@@ -797,10 +818,17 @@ TEST_CASE("a result is recorded as a verdict and read back whole, an older log's
     CHECK(line.contains(key));
   }
   CHECK(line["candidate"] == "greeter");
+  // and read back as their defaults
+  CHECK(line["exit_code"] == 0);
+  CHECK(line["behavior_failures"] == 1);  // in the parent's history
+  CHECK(line["behavior_failures_after_fork"] == 0);
+  CHECK(line["executor"]["name"] == "lua");
   CHECK(line["fork_run_id"] == "run_" + job + "_0_a1");
   CHECK(line["isolation"].is_object());
   {
-    // A whole result line, as older coordinators wrote it, for trial 2.
+    // A whole result line, as older coordinators wrote it, for trial 2, and
+    // a trial.verdict event, as coordinators wrote before trial.settled, for
+    // trial 1.
     store::EventStore events(config.store);
     store::NewEvent older;
     older.id = store::numbered_event_id(head + 1);
@@ -808,18 +836,72 @@ TEST_CASE("a result is recorded as a verdict and read back whole, an older log's
     older.payload = R"({"trial":")" + job + R"(#2","job":")" + job +
                     R"(","index":2,"outcome":"completed","detail":"written whole"})";
     older.timestamp = "2026-01-05T10:00:00Z";
-    REQUIRE(events.append(kOrchestrationRun, head, older));
+    store::NewEvent cut = older;
+    cut.id = store::numbered_event_id(head + 2);
+    cut.type = "trial.verdict";
+    cut.payload = R"({"job":")" + job +
+                  R"(","index":1,"attempt":1,"worker":"w1","outcome":"crashed",)"
+                  R"("exit_code":1,"detail":"a verdict event","events_appended":4})";
+    REQUIRE(events.append(kOrchestrationRun, head, std::vector{older, cut}));
   }
-  CoordinatorCore restarted(config, quiet);
-  only_reply(restarted.turn("c", client_hello(7), kNow));
-  auto results = only_reply(restarted.turn("c", results_request(8, job), kNow));
-  const auto lines = results.envelope().getResults().getLines();
-  REQUIRE(lines.size() == 3);
-  CHECK(wire::text(lines[0]) == served[0]);  // the same line after a restart
-  CHECK(wire::text(lines[1]) == served[1]);
-  CHECK(wire::text(lines[2]) ==
-        R"({"trial":")" + job + R"(#2","job":")" + job +
-            R"(","index":2,"outcome":"completed","detail":"written whole"})");
+  std::vector<std::string> lines;
+  {
+    CoordinatorCore restarted(config, quiet);
+    only_reply(restarted.turn("c", client_hello(7), kNow));
+    lines = lines_of(restarted, 8, job);
+    REQUIRE(lines.size() == 4);
+    CHECK(lines[0] == served[0]);  // the same line after a restart
+    CHECK(lines[3] == served[3]);
+    CHECK(nlohmann::json::parse(lines[3])["status"] == "queued");
+    CHECK_FALSE(restarted.scheduler().job_status(JobId(job))->archived);
+
+    // The last trial ends: the job has finished, and is archived at the end
+    // of the turn. Its lines read the same from the archive, the older
+    // log's ones too.
+    REQUIRE(
+        only_reply(restarted.turn("w", worker_hello(20, "w1", 3), kNow)).envelope().isWelcome());
+    auto work = only_reply(restarted.turn("w", request_work(21, 1), kNow));
+    const auto assignments = work.envelope().getAssignments().getAssignments();
+    REQUIRE(assignments.size() == 1);
+    REQUIRE(assignments[0].getTrial().getIndex() == 3);
+    restarted.turn("w", report_with_event(22, assignments[0].getTrial(), "evt_new"), kNow);
+    const auto status = restarted.scheduler().job_status(JobId(job));
+    CHECK(status->finished());
+    CHECK(status->archived);
+    CHECK(restarted.scheduler().trial_state(TrialId{JobId(job), 0}) == std::nullopt);
+    CHECK(restarted.archived_status(TrialId{JobId(job), 3}) == TrialStatus::reconciled);
+    const auto archived = lines_of(restarted, 23, job);
+    REQUIRE(archived.size() == 4);
+    for (std::size_t i = 0; i < 3; ++i) CHECK(archived[i] == lines[i]);
+    CHECK(nlohmann::json::parse(archived[3])["status"] == "reconciled");
+    lines[3] = archived[3];
+  }
+  {
+    // The archive: one event per trial, then job.archived in the log.
+    store::EventStore events(config.store);
+    const auto snapshot = events.snapshot();
+    const auto archive = snapshot.run(archive_run_of(JobId(job)));
+    REQUIRE(archive.has_value());
+    CHECK(archive->head == 4);
+    const auto log = *snapshot.run(kOrchestrationRun);
+    CHECK(snapshot.events_of_type(log, "job.archived").size() == 1);
+  }
+  // After a restart, the archived job is read from its archive alone.
+  CoordinatorCore again(config, quiet);
+  only_reply(again.turn("c", client_hello(30), kNow));
+  CHECK(lines_of(again, 31, job) == lines);
+  CHECK(again.scheduler().job_status(JobId(job))->archived);
+  {
+    const auto from_verdict = nlohmann::json::parse(lines[1]);
+    CHECK(from_verdict["outcome"] == "crashed");
+    CHECK(from_verdict["detail"] == "a verdict event");
+    CHECK(from_verdict["exit_code"] == 1);
+    CHECK(from_verdict["worker"] == "w1");
+    CHECK(from_verdict["events_appended"] == 4);
+    CHECK(from_verdict["candidate"] == "greeter");
+  }
+  CHECK(lines[2] == R"({"trial":")" + job + R"(#2","job":")" + job +
+                        R"(","index":2,"outcome":"completed","detail":"written whole"})");
 }
 
 TEST_CASE("a job's own retention is recorded with it and rules gc over the default",

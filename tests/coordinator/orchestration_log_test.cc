@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -99,6 +100,7 @@ std::vector<OrchestrationRecord> edge_records() {
   for (const Outcome outcome : kOutcomes) {
     records.push_back(TrialReconciled{trial("a", 4), 1, outcome, at(6)});
   }
+  for (const std::string& text : kAwkwardTexts) records.push_back(JobArchived{JobId{text}, at(7)});
   return records;
 }
 
@@ -496,6 +498,205 @@ TEST_CASE("a worker's leases of one offer are one event, read back as the record
         "(read_log)");
 }
 
+TEST_CASE("a reconciled attempt is one trial.settled event, its report folded in where it may",
+          "[coordinator][orchestration_log]") {
+  forktrial::testing::TempDir dir;
+  store::EventStore store(dir.path() / "store", quick_options());
+  const WorkerId w1{"w1"};
+  const WorkerId w2{"w2"};
+  const TrialReported a{trial("a", 0), 1, w1, at(1)};
+  const TrialReported c{trial("a", 2), 1, w2, at(1)};
+  const TrialReported f{trial("f", 0), 2, w1, at(1)};
+  const TrialReported g{trial("a", 6), 1, w1, at(1)};
+  const std::vector<OrchestrationRecord> records = {
+      a,
+      TrialLeased{trial("a", 1), 1, w1, at(30'000), at(1)},  // w1's other lease: no matter
+      c,
+      TrialRequeued{trial("a", 5), 1, "lapsed", at(1)},  // another trial's end: no matter
+      WorkerLost{w2, "gone", at(2)},                     // c's worker lost: c is not folded
+      f,
+      JobCancelled{JobId{"f"}, at(2)},  // f's job cancelled: f is not folded
+      TrialReconciled{a.trial, 1, Outcome::completed, at(3)},
+      TrialReconciled{c.trial, 1, Outcome::crashed, at(3)},
+      TrialReconciled{trial("a", 3), 2, Outcome::completed, at(3)},  // reported before
+      TrialReconciled{f.trial, 2, Outcome::scenario_failed, at(3)},
+      TrialReconciled{trial("a", 4), 1, Outcome::completed, at(3)},  // no verdict
+      g,
+      TrialReconciled{g.trial, 1, Outcome::completed, at(4)},
+  };
+  std::vector<Verdict> verdicts = {
+      {trial("a", 3), 2, w1, R"({"n":3})"}, {a.trial, 1, w1, R"({"n":0})"},
+      {c.trial, 1, w2, R"({"n":2})"},       {f.trial, 2, w1, R"({"n":"f"})"},
+      {g.trial, 1, w2, R"({"n":6})"},  // another worker than g's report: not folded
+  };
+  const auto head = store.write([&](store::Writer& writer) {
+    return append_to_log(writer, records, {}, kJobChunkBytes, verdicts);
+  });
+  REQUIRE(head.has_value());
+  std::vector<std::string> types;
+  const store::Snapshot snapshot = store.snapshot();
+  const auto history = snapshot.history(*snapshot.run(kOrchestrationRun));
+  for (const store::Event& event : history) types.push_back(event.type);
+  CHECK(types == std::vector<std::string>{"trial.leased", "trial.reported", "trial.requeued",
+                                          "worker.lost", "trial.reported", "job.cancelled",
+                                          "trial.settled", "trial.settled", "trial.settled",
+                                          "trial.settled", "trial.reconciled", "trial.reported",
+                                          "trial.settled"});
+  CHECK(*head == 13);
+  // Each verdict knows its event.
+  CHECK(verdicts[1].seq == 7);
+  CHECK(verdicts[2].seq == 8);
+  CHECK(verdicts[0].seq == 9);
+  CHECK(verdicts[3].seq == 10);
+  CHECK(verdicts[4].seq == 13);
+  CHECK(history[6].payload ==
+        R"({"trial":{"job":"a","index":0},"attempt":1,"worker":"w1","reported_at":1700000000001,)"
+        R"("outcome":"completed","verdict":{"n":0},"at":1700000000003})");
+  CHECK(history[7].payload ==
+        R"({"trial":{"job":"a","index":2},"attempt":1,"worker":"w2","outcome":"crashed",)"
+        R"("verdict":{"n":2},"at":1700000000003})");
+  // Read back: the same records, a folded report just before its
+  // reconciliation; then each trial.settled for its verdict.
+  const auto read = read_all(store);
+  REQUIRE(read.has_value());
+  std::vector<OrchestrationRecord> expected = records;
+  expected.erase(expected.begin());  // a, folded
+  expected.insert(expected.begin() + 6, a);
+  CHECK(read->records == expected);
+  CHECK(std::count(read->order.begin(), read->order.end(), "o:trial.settled") == 5);
+  CHECK(read->order[6] == "r:trial.reported");
+  CHECK(read->order[7] == "r:trial.reconciled");
+  CHECK(read->order[8] == "o:trial.settled");
+  CHECK(decode_error("trial.settled", "{}") ==
+        "event evt_042 (trial.settled): holds a trial.reconciled record and its verdict, read by "
+        "read_log");
+}
+
+TEST_CASE("a damaged trial.settled event makes the log corrupt, naming the field",
+          "[coordinator][orchestration_log]") {
+  const auto corrupt = [](const std::string& payload) {
+    forktrial::testing::TempDir dir;
+    store::EventStore store(dir.path() / "store", quick_options());
+    const std::vector<store::NewEvent> bad = {own_event("trial.settled", payload)};
+    REQUIRE(append(store, {}, bad) == 1);
+    const auto read = read_all(store);
+    REQUIRE_FALSE(read.has_value());
+    return read.error();
+  };
+  const std::string trial = R"({"trial":{"job":"a","index":0},"attempt":1,"worker":"w",)";
+  CHECK_THAT(corrupt(trial + R"("outcome":"completed","at":1})"),
+             Catch::Contains("event evt_001 (trial.settled): field \"verdict\" is missing"));
+  CHECK_THAT(corrupt(trial + R"("outcome":"completed","verdict":[],"at":1})"),
+             Catch::Contains("field \"verdict\" is an array, not an object"));
+  CHECK_THAT(corrupt(trial + R"("reported_at":"soon","outcome":"completed","verdict":{},"at":1})"),
+             Catch::Contains("field \"reported_at\""));
+  CHECK_THAT(corrupt(trial + R"("outcome":"won","verdict":{},"at":1})"),
+             Catch::Contains("field \"outcome\" \"won\" is not an outcome name"));
+  CHECK_THAT(corrupt(trial + R"("outcome":"completed","verdict":{},"at":1,"extra":0})"),
+             Catch::Contains("field \"extra\" is not a field of this record"));
+}
+
+TEST_CASE("an archived trial round-trips through its event, and is read by its index",
+          "[coordinator][orchestration_log]") {
+  forktrial::testing::TempDir dir;
+  store::EventStore store(dir.path() / "store", quick_options());
+  std::vector<ArchivedTrial> trials;
+  for (std::uint32_t i = 0; i < kAwkwardTexts.size(); ++i) {
+    ArchivedTrial& t = trials.emplace_back();
+    t.index = i;
+    t.attempt = i + 1;
+    t.input = TrialInput{kAwkwardTexts[i], digest(1), {digest(2), digest(3)}};
+    switch (i % 3) {
+      case 0:
+        t.status = TrialStatus::reconciled;
+        t.outcome = kOutcomes[i % kOutcomes.size()];
+        t.worker = WorkerId{kAwkwardTexts[i]};
+        t.result = R"({"events_appended":2,"detail":"d"})";
+        break;
+      case 1:
+        t.status = TrialStatus::abandoned;
+        t.reasons = {kAwkwardTexts[i], "lapsed"};
+        t.input.run_limit = Duration{5'000};
+        t.input.executor = pack::Executor::activegraph;
+        break;
+      default:
+        t.status = TrialStatus::reconciled;
+        t.outcome = Outcome::completed;
+        t.result = R"({"trial":"j#2","outcome":"completed"})";
+        t.line = true;
+        // A repeat of the trial two before: its input is that one's.
+        t.input_of = i - 2;
+        t.input = trials[i - 2].input;
+        break;
+    }
+  }
+  std::vector<store::NewEvent> events;
+  for (const ArchivedTrial& t : trials) {
+    events.push_back(archived_trial_event(t, at(9)));
+    CHECK(store::event_problem(events.back()) == std::nullopt);
+    const auto decoded = archived_trial_of(store::view_of(events.back()));
+    REQUIRE(decoded.has_value());
+    ArchivedTrial as_written = t;
+    if (t.input_of) {
+      as_written.input = TrialInput{};  // the event names the trial holding it
+      CHECK_THAT(events.back().payload, !Catch::Contains("\"input\""));
+    }
+    CHECK(*decoded == as_written);
+  }
+  const JobId job{"job_1"};
+  REQUIRE(store.import_run({.id = archive_run_of(job), .label = "archive"}, events).has_value());
+  CHECK(archive_run_of(job).str() == "forktrial.archive.job_1");
+  const auto snapshot = store.snapshot();
+  for (const std::uint32_t index : {4U, 5U}) {  // 5 names 3's input
+    const auto read = read_archived_trial(snapshot, TrialId{job, index});
+    REQUIRE(read.has_value());
+    REQUIRE(read->has_value());
+    CHECK(**read == trials[index]);
+  }
+  const auto beyond = read_archived_trial(snapshot, TrialId{job, 99});
+  REQUIRE(beyond.has_value());
+  CHECK_FALSE(beyond->has_value());
+  const auto elsewhere = read_archived_trial(snapshot, TrialId{JobId{"other"}, 0});
+  REQUIRE(elsewhere.has_value());
+  CHECK_FALSE(elsewhere->has_value());
+  std::vector<ArchivedTrial> visited;
+  REQUIRE(visit_archive(snapshot, job, [&](ArchivedTrial&& t) { visited.push_back(t); }));
+  CHECK(visited == trials);
+}
+
+TEST_CASE("a damaged archived trial is an error naming the event and the field",
+          "[coordinator][orchestration_log]") {
+  const auto error = [](const std::string& payload) {
+    const auto decoded = archived_trial_of(store::view_of(event_of("trial.archived", payload)));
+    return decoded ? std::string("decoded") : decoded.error().message;
+  };
+  const std::string input =
+      R"("input":{"payload":"p","segment":"sha256:)" + std::string(64, 'a') + R"(","bundles":[]})";
+  CHECK(error(R"({"index":0,"status":"abandoned","attempt":3,)" + input + "}") == "decoded");
+  CHECK(error(R"({"index":0,"status":"queued","attempt":1,)" + input + "}") ==
+        "event evt_042 (trial.archived): field \"status\" \"queued\" is not a final status");
+  CHECK(error(R"({"index":0,"status":"reconciled","attempt":1,)" + input + "}") ==
+        "event evt_042 (trial.archived): field \"outcome\" is missing for a reconciled trial");
+  CHECK(
+      error(R"({"index":0,"status":"cancelled","attempt":1,"outcome":"crashed",)" + input + "}") ==
+      "event evt_042 (trial.archived): field \"outcome\" is given for a trial that was not "
+      "reconciled");
+  CHECK_THAT(error(R"({"index":0,"status":"abandoned","attempt":1})"),
+             Catch::Contains("field \"input\" is missing"));
+  CHECK_THAT(error(R"({"index":0,"status":"abandoned","attempt":1,"input":{"payload":"p"}})"),
+             Catch::Contains("field \"input.segment\" is missing"));
+  CHECK_THAT(error(R"({"index":0,"status":"abandoned","attempt":1,"verdict":3,)" + input + "}"),
+             Catch::Contains("field \"verdict\" is a number, not an object"));
+  CHECK_THAT(error(R"({"index":0,"status":"abandoned","attempt":1,"x":1,)" + input + "}"),
+             Catch::Contains("field \"x\" is not a field of this record"));
+  CHECK(error(R"({"index":3,"status":"abandoned","attempt":1,"input_of":3})") ==
+        "event evt_042 (trial.archived): field \"input_of\" is 3, not the index of an earlier "
+        "trial");
+  const auto wrong_type = archived_trial_of(store::view_of(event_of("trial.settled", "{}")));
+  REQUIRE_FALSE(wrong_type.has_value());
+  CHECK(wrong_type.error().message == "event evt_042 (trial.settled): not a trial.archived event");
+}
+
 TEST_CASE("a damaged trials.leased event makes the log corrupt, naming the field",
           "[coordinator][orchestration_log]") {
   const auto corrupt = [](const std::string& payload) {
@@ -566,20 +767,31 @@ TEST_CASE("a scheduler replaying the log from the store has the state of the one
   const std::filesystem::path path = dir.path() / "store";
   {
     store::EventStore store(path, quick_options());
-    // Transactions of 1, 2, 3, ... records; each holding a trial.reconciled
-    // also holds the coordinator's result event, as a reconciliation does.
+    // Transactions of 1, 2, 3, ... records; each trial.reconciled has its
+    // verdict, as a reconciliation does (a trial.settled event, which folds
+    // in the trial.reported of the same transaction where it may).
     std::size_t from = 0;
     for (std::size_t size = 1; from < live.log.size(); ++size) {
       const std::size_t to = std::min(live.log.size(), from + size);
       const std::span<const OrchestrationRecord> batch(live.log.data() + from, to - from);
-      std::vector<store::NewEvent> extra;
+      std::vector<Verdict> verdicts;
+      std::map<AttemptRef, WorkerId> reporter;
+      for (const OrchestrationRecord& record : live.log) {
+        if (const auto* reported = std::get_if<TrialReported>(&record))
+          reporter[{reported->trial, reported->attempt}] = reported->worker;
+      }
       for (const OrchestrationRecord& record : batch) {
         if (const auto* reconciled = std::get_if<TrialReconciled>(&record)) {
-          extra.push_back(
-              own_event("trial.result", R"({"trial":")" + reconciled->trial.str() + R"("})"));
+          verdicts.push_back(Verdict{reconciled->trial, reconciled->attempt,
+                                     reporter[{reconciled->trial, reconciled->attempt}],
+                                     R"({"of":")" + reconciled->trial.str() + R"("})"});
         }
       }
-      append(store, batch, extra);
+      const auto head = store.write([&](store::Writer& writer) {
+        return append_to_log(writer, batch, {}, kJobChunkBytes, verdicts);
+      });
+      REQUIRE(head.has_value());
+      for (const Verdict& verdict : verdicts) CHECK(verdict.seq > 0);
       from = to;
     }
   }
@@ -598,7 +810,8 @@ TEST_CASE("a scheduler replaying the log from the store has the state of the one
       [&](const store::EventView& event) { results.emplace_back(event.payload); });
   REQUIRE(read.has_value());
   CHECK(replayed == live.log.size());
-  CHECK(results == std::vector<std::string>{R"({"trial":"b#0"})"});
+  REQUIRE(results.size() == 1);
+  CHECK_THAT(results[0], Catch::Contains(R"("verdict":{"of":"b#0"})"));
   CHECK(restarted.state_text() == live.scheduler.state_text());
 }
 

@@ -460,6 +460,51 @@ TEST_CASE("cancelling a job drops its queued trials and names its running ones",
   CHECK(s.work("w1", 3, at(8)).empty());
 }
 
+TEST_CASE("an archived job keeps its counts and forgets its trials", "[coordinator][scheduler]") {
+  Logged s;
+  s.submit(testing::job("a", 0, 3), at(0));
+  s.submit(testing::job("b", 0, 1), at(0));
+  s.join("w1", 4, at(0));
+  REQUIRE(s.work("w1", 4, at(1)).size() == 4);
+  CHECK_FALSE(s.scheduler.job_to_archive().has_value());  // nothing has finished
+  for (std::uint32_t i = 0; i < 3; ++i) {
+    REQUIRE(s.report("w1", trial("a", i), 1, at(2)).verdict == ReportVerdict::accepted);
+    s.reconcile(trial("a", i), at(3));
+  }
+  CHECK(s.scheduler.job_to_archive() == JobId{"a"});
+  CHECK(s.scheduler.job_to_archive({JobId{"a"}}) == std::nullopt);  // skipped
+  // Before: a has its trials; the caller writes them to the archive, then
+  // the record.
+  CHECK(s.scheduler.trial_input(trial("a", 1)) == testing::job("a", 0, 3).trials[1]);
+  CHECK(s.scheduler.trial_state(trial("a", 1))->outcome == Outcome::completed);
+  const JobStatus before = s.job("a");
+  s.scheduler.replay(JobArchived{JobId{"a"}, at(4)});
+  JobStatus after = s.job("a");
+  CHECK(after.archived);
+  after.archived = false;
+  CHECK(after.counts == before.counts);
+  CHECK(after.outcomes == before.outcomes);
+  CHECK(after.trials == 3);
+  CHECK(after.finished_at == before.finished_at);
+  CHECK_FALSE(s.scheduler.job_to_archive().has_value());
+  CHECK_FALSE(s.scheduler.trial_state(trial("a", 1)).has_value());
+  CHECK_FALSE(s.scheduler.trial_input(trial("a", 1)).has_value());
+  CHECK_FALSE(s.scheduler.visit_trials(JobId{"a"}, [](const TrialSummary&) {}));
+  // A late report of its trial changes nothing, and says why.
+  const ReportResult late = s.report("w1", trial("a", 0), 1, at(5));
+  CHECK(late.verdict == ReportVerdict::unknown);
+  CHECK(late.reason == "a#0: job a has finished");
+  CHECK(late.records.empty());
+  // An unfinished job, or one archived already, is not archived: the log
+  // would be corrupt.
+  CHECK_THROWS_WITH(s.scheduler.replay(JobArchived{JobId{"b"}, at(6)}),
+                    Catch::Contains("job b has not finished"));
+  CHECK_THROWS_WITH(s.scheduler.replay(JobArchived{JobId{"a"}, at(6)}),
+                    Catch::Contains("job a is archived"));
+  // Its id stays taken.
+  CHECK_FALSE(s.scheduler.submit(testing::job("a", 0, 1), at(7)).has_value());
+}
+
 TEST_CASE("a lost worker's leases are requeued", "[coordinator][scheduler]") {
   Logged s;
   s.submit(testing::job("a", 0, 3), at(0));

@@ -9,6 +9,8 @@
 //   flood  50 events more than max_appended_events
 //   bytes  1 MiB payloads until max_appended_bytes is passed
 //   misreport  two ordinary events, and a tail claiming seven more
+//   lockfile   two ordinary events, then every byte of the store's lock file
+//              (its reader table and mutexes) overwritten with 0xff
 //
 // Under strict isolation it confines itself first, exactly as
 // forktrial-child does (sandbox/confine.h), and these modes then attempt
@@ -185,6 +187,17 @@ int main() {
     now = "2000-01-01T00:00:00Z";
     append("chat.message", R"({"text":"from the past"})", "scenario");
     written = 2;
+  } else if (mode == "lockfile") {
+    append("chat.message", R"({"text":"one"})", "scenario");
+    append("chat.message", R"({"text":"two"})", "scenario");
+    written = 2;
+    const std::string lock_file = job->scratch_store + "/lock.mdb";
+    const int fd = ::open(lock_file.c_str(), O_WRONLY | O_CLOEXEC);
+    struct stat info {};
+    if (fd < 0 || ::fstat(fd, &info) != 0 || info.st_size == 0) return 2;
+    const std::string junk(static_cast<std::size_t>(info.st_size), '\xff');
+    if (::pwrite(fd, junk.data(), junk.size(), 0) != static_cast<ssize_t>(junk.size())) return 2;
+    ::close(fd);
   } else if (mode == "misreport") {
     append("chat.message", R"({"text":"one"})", "scenario");
     append("chat.message", R"({"text":"two"})", "scenario");

@@ -18,8 +18,10 @@
 #include "base/unique_fd.h"
 #include "pack/bundle_hash.h"
 #include "runtime/reserved_names.h"
+#include "sandbox/scratch.h"
 #include "sandbox/spawn.h"
 #include "tests/sandbox/child_probe.h"
+#include "tests/sandbox/dir_listing.h"
 #include "tests/sandbox/trial_fixture.h"
 #include "tests/support/skip.h"
 
@@ -488,6 +490,27 @@ TEST_CASE("16. preflight passes here and reports a child that cannot start", "[t
                   SandboxStartupError);
 }
 
+TEST_CASE("a child that overwrites its store's lock file neither stalls nor misleads the parent",
+          "[trial]") {
+  Fixture f;
+  ScratchPool pool(f.dir.path());
+  ChildOptions options;
+  options.child_path = FORKTRIAL_HOSTILE_CHILD;
+  options.extra_env = {"FORKTRIAL_HOSTILE=lockfile"};
+  // The parent reads the delta back through its handle, which uses no lock
+  // file; and the pool gives the next trial a new one.
+  for (ScratchPool* scratch : {static_cast<ScratchPool*>(nullptr), &pool, &pool}) {
+    options.scratch_pool = scratch;
+    auto report = f.trial(f.pack(greeter()), "scenarios/main.lua", {}, {}, options);
+    INFO(report.detail);
+    CHECK(report.outcome == Outcome::completed);
+    CHECK(f.fork_events(report).size() == 2);
+    CHECK(report.events_appended == 2);
+  }
+  CHECK(pool.idle() == 1);
+  CHECK(pool.discarded() == 0);
+}
+
 TEST_CASE("17. the store wins when the child's tail disagrees", "[trial]") {
   Fixture f;
   ChildOptions options;
@@ -523,6 +546,24 @@ TEST_CASE("an unknown parent run or fork point is a setup error, not an outcome"
   }
 }
 
+namespace {
+
+// The child probe's listing of its descriptors (FORKTRIAL_PROBE_FDS) names
+// 0 to 3, each a pipe, and nothing else.
+void check_only_pipes_0_to_3(const std::filesystem::path& listing) {
+  std::ifstream in(listing);
+  std::stringstream text;
+  text << in.rdbuf();
+  const auto held = testing::parse_descriptor_listing(text.str());
+  CHECK(testing::descriptor_numbers(held) == "0 1 2 3");
+  for (const auto& [fd, target] : held) {
+    INFO("fd " << fd << " -> " << target);
+    CHECK(target.starts_with("pipe:"));
+  }
+}
+
+}  // namespace
+
 TEST_CASE("a trial child holds only descriptors 0 to 3 and never the caller's store", "[trial]") {
   Fixture f;  // its authoritative store is open in this process
   UniqueFd inheritable(
@@ -534,15 +575,60 @@ TEST_CASE("a trial child holds only descriptors 0 to 3 and never the caller's st
   options.extra_env = {"FORKTRIAL_PROBE_FDS=" + listing.string()};
   auto report = f.trial(f.pack(greeter()), "scenarios/main.lua", {}, {}, options);
   CHECK(report.outcome == Outcome::crashed);  // the probe writes no tail
-  std::ifstream in(listing);
-  std::stringstream text;
-  text << in.rdbuf();
-  const auto held = testing::parse_descriptor_listing(text.str());
-  CHECK(testing::descriptor_numbers(held) == "0 1 2 3");
-  for (const auto& [fd, target] : held) {
-    INFO("fd " << fd << " -> " << target);
-    CHECK(target.starts_with("pipe:"));
+  check_only_pipes_0_to_3(listing);
+}
+
+TEST_CASE("trials leasing from a scratch pool reuse one directory and record what they ran",
+          "[trial][scratch]") {
+  Fixture f;
+  const auto scratch_parent = f.dir.path() / "scratch";
+  std::filesystem::create_directories(scratch_parent);
+  ScratchPool pool(scratch_parent);
+  ChildOptions options;
+  options.scratch_parent = scratch_parent;
+  options.scratch_pool = &pool;
+  const auto candidate = f.pack(greeter());
+  std::vector<std::string> forks;
+  for (int i = 0; i < 3; ++i) {
+    auto report = f.trial(candidate, "scenarios/main.lua", {}, {}, options);
+    INFO(report.detail);
+    CHECK(report.outcome == Outcome::completed);
+    // Each fork holds its own trial's events, counted from the store.
+    const auto events = f.fork_events(report);
+    CHECK(report.events_appended == events.size());
+    CHECK(report.events_appended > 0);
+    forks.push_back(report.fork_run_id);
+    // Between trials the one directory waits, its store emptied.
+    const auto held = testing::names_in(scratch_parent);
+    REQUIRE(held.size() == 1);
+    CHECK(std::filesystem::file_size(scratch_parent / held[0] / "store" / "data.mdb") == 0);
   }
+  CHECK(forks[0] != forks[1]);
+  CHECK(pool.idle() == 1);
+  CHECK(pool.discarded() == 0);
+
+  // Strict isolation makes a directory of its own and removes it.
+  options.isolation = Isolation::strict;
+  auto strict = f.trial(candidate, "scenarios/main.lua", {}, {}, options);
+  CHECK(pool.idle() == 1);
+  CHECK(testing::names_in(scratch_parent).size() == 1);
+}
+
+TEST_CASE("a trial child holds only descriptors 0 to 3 when the pool holds scratch directories",
+          "[trial][scratch]") {
+  Fixture f;
+  ScratchPool pool(f.dir.path());
+  ChildOptions options;
+  options.scratch_pool = &pool;
+  // An earlier trial's directory is idle in the pool, its descriptors open.
+  auto first = f.trial(f.pack(greeter()), "scenarios/main.lua", {}, {}, options);
+  REQUIRE(pool.idle() == 1);
+  const auto listing = f.dir.path() / "child-descriptors";
+  options.child_path = FORKTRIAL_CHILD_PROBE;
+  options.extra_env = {"FORKTRIAL_PROBE_FDS=" + listing.string()};
+  auto report = f.trial(f.pack(greeter(), "probed"), "scenarios/main.lua", {}, {}, options);
+  CHECK(report.outcome == Outcome::crashed);  // the probe writes no tail
+  check_only_pipes_0_to_3(listing);
 }
 
 TEST_CASE("a cancelled trial removes its scratch directory and records nothing", "[trial]") {

@@ -1,6 +1,9 @@
 #include "sandbox/trial_types.h"
 
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "sandbox/job.h"
 
 using namespace forktrial;
 using namespace forktrial::sandbox;
@@ -148,4 +151,34 @@ TEST_CASE("outcomes map to the child's exit codes and back", "[sandbox]") {
   CHECK(outcome_of_exit_code(139) == Outcome::crashed);
   CHECK(outcome_from_name("materialization_failed") == Outcome::materialization_failed);
   CHECK_FALSE(outcome_from_name("ok"));
+}
+
+TEST_CASE("a child's job round-trips through its encoding, with and without a specification",
+          "[sandbox][job]") {
+  ChildJob job;
+  job.limits = sample().limits;
+  job.spec = sample();
+  job.fork_run_id = "run_trial_\"quoted\"";
+  job.fork_seq = 3;
+  job.scratch_store = "/tmp/forktrial-scratch-abc123/store";
+  job.trial_id = "run_trial_1";
+  job.parent_pid = 42;
+  job.strict = true;
+  job.strict_root = "/tmp/forktrial-scratch-abc123/root";
+  job.exec_argv = {"python3", "-m", "child"};
+  job.exec_env = {"PATH=/usr/bin"};
+  job.exec_stdin = "{}";
+  job.exec_read_only = {"/usr/lib/python3"};
+  const std::string text = encode_job(job);
+  CHECK(nlohmann::json::parse(text).size() == 11);
+  auto decoded = decode_job(text);
+  REQUIRE(decoded.has_value());
+  CHECK(*decoded == job);
+
+  ChildJob preflight;
+  preflight.preflight = true;
+  auto decoded_preflight = decode_job(encode_job(preflight));
+  REQUIRE(decoded_preflight.has_value());
+  CHECK(*decoded_preflight == preflight);
+  CHECK(nlohmann::json::parse(encode_job(preflight))["specification"].is_null());
 }

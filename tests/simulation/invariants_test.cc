@@ -180,7 +180,7 @@ TEST_CASE("the referee checks a restarted scheduler and the end", "[simulation][
   CHECK(lost->find("a#0 was reconciled, but not after the restart") != std::string::npos);
   const auto end = invariants.at_end(short_one);
   REQUIRE(end.has_value());
-  CHECK(end->find("but the scheduler says leased") != std::string::npos);
+  CHECK(end->find("but the coordinator says leased") != std::string::npos);
   // One without the job at all.
   CHECK(invariants.after_restart(Scheduler{})->find("job a, acknowledged to its client,") !=
         std::string::npos);

@@ -3,8 +3,10 @@
 // size (grow for this process's write, or follow another process's growth)
 // while Snapshots are open.
 #include <catch2/catch.hpp>
+#include <filesystem>
 #include <latch>
 #include <optional>
+#include <stdexcept>
 #include <thread>
 
 #include "store/event_store.h"
@@ -201,6 +203,44 @@ TEST_CASE("a map another process grew is adopted for reads and writes", "[store]
   CHECK(snap.blob(second)->size() == 6 * kMiB);
   CHECK(snap.blob(own)->size() == mine.size());
   CHECK(store.map_size() >= 16 * kMiB);
+}
+
+StoreOptions exclusive_small_map() {
+  StoreOptions options = small_map();
+  options.exclusive = true;
+  return options;
+}
+
+TEST_CASE("an exclusive store keeps no lock file and reads what another process wrote meanwhile",
+          "[store][map]") {
+  SmallStore f(2, exclusive_small_map());
+  auto& [dir, store, run] = f;
+  const auto path = dir.path() / "s";
+  CHECK_FALSE(std::filesystem::exists(path / "lock.mdb"));
+
+  // Another process writes while this one has no transaction open (its map
+  // grows past this process's), as a trial child writes its scratch store.
+  const Digest theirs = grow_in_other_process(path, run.str(), "other_1", 3);
+  auto snap = store.snapshot();
+  CHECK(ids_of(snap.history(*snap.run(run))) == Strings{"e1", "e2", "other_1"});
+  CHECK(snap.blob(theirs)->size() == 3 * kMiB);
+  CHECK(store.map_size() >= 4 * kMiB);
+}
+
+TEST_CASE("a write to an exclusive store while another transaction is open is refused as a bug",
+          "[store]") {
+  SmallStore f(1, exclusive_small_map());
+  auto& [dir, store, run] = f;
+  {
+    auto snap = store.snapshot();
+    CHECK_THROWS_AS(store.append(run, 1, event("e2")), std::logic_error);
+    CHECK_THROWS_WITH(store.append(run, 1, event("e2")),
+                      Catch::Contains("1 other transactions of this process were open"));
+  }
+  // With the snapshot gone it writes, and nothing of the refused writes was kept.
+  CHECK(store.append(run, 1, event("e2")) == 2u);
+  auto snap = store.snapshot();
+  CHECK(ids_of(snap.history(*snap.run(run))) == Strings{"e1", "e2"});
 }
 
 }  // namespace
