@@ -1,5 +1,5 @@
 # The Debian package (cpack -G DEB, run by scripts/package): forktrial,
-# forktrial-child, the systemd units with example environment files, the man
+# forktrial-full, forktrial-child, the systemd units with example environment files, the man
 # pages, bash completion, the Slurm scripts and the Grafana dashboard
 # (deploy/CMakeLists.txt installs them), with Debian's copyright file and
 # changelog (installed here). Its dependencies are read from the binaries by

@@ -12,7 +12,7 @@
 #include <utility>
 
 #include "base/text.h"
-#include "coordinator/retention.h"
+#include "coordinator/orchestration.h"
 #include "pack/bundle_hash.h"
 #include "pack/manifest.h"
 #include "pack/pack_check.h"

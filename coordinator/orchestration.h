@@ -82,6 +82,10 @@ struct RetentionPolicy {
   Duration after{0};
   friend bool operator==(const RetentionPolicy&, const RetentionPolicy&) = default;
 };
+// An age as people write one: a number and a unit, d (days), h, m, s or ms
+// ("7d", "12h", "0"; a bare number is seconds). None for anything else, or
+// a negative or absurd (past 100 years) age.
+std::optional<Duration> parse_retention_age(std::string_view text);
 
 // A job and all its trials were accepted; its trials are queued with
 // attempt 1, their ids are (job, 0..n-1).

@@ -38,7 +38,8 @@
 namespace forktrial::coordinator {
 
 // KeepForks and RetentionPolicy are plain values of coordinator/orchestration.h
-// (a job records its own). A job's own policy, when it has one, is applied
+// (a job records its own), with their parsers (parse_keep_forks,
+// parse_retention_age). A job's own policy, when it has one, is applied
 // to it in place of the one plan_gc is given.
 
 struct GcPlan {
@@ -53,11 +54,6 @@ struct GcPlan {
   std::uint64_t local_forks_kept = 0;   // run_trial_... kept (too young, or not `none`)
   std::uint64_t jobs_own_policy = 0;    // of the collected, those with a policy of their own
 };
-
-// An age as people write one: a number and a unit, d (days), h, m, s or ms
-// ("7d", "12h", "0"; a bare number is seconds). None for anything else, or
-// a negative or absurd (past 100 years) age.
-std::optional<Duration> parse_retention_age(std::string_view text);
 
 // What `policy` collects in the store as of `now`. An error when the
 // orchestration log does not replay (a corrupt log).

@@ -968,11 +968,13 @@ TEST_CASE("forktrial batch runs a batch file end to end on local workers", "[clu
   CHECK(summary["completed"] == 6);
 }
 
-TEST_CASE("the forktrial command allocates with jemalloc unless built without it", "[cluster]") {
+TEST_CASE("forktrial-full allocates with jemalloc unless built without it", "[cluster]") {
   // jemalloc prints its statistics at exit when MALLOC_CONF asks it to; the
-  // glibc and sanitizer allocators ignore the variable.
+  // glibc and sanitizer allocators ignore the variable. The daemons, the
+  // trials and the store's commands run in forktrial-full, which the front
+  // end runs for `preflight`; the front end's own commands use glibc's.
   auto run = forktrial::testing::run_command(
-      {"/usr/bin/env", "MALLOC_CONF=stats_print:true", FORKTRIAL_BINARY, "--version"});
+      {"/usr/bin/env", "MALLOC_CONF=stats_print:true", FORKTRIAL_BINARY, "preflight", "--help"});
   REQUIRE(run.exit_code == 0);
   const bool printed = run.err.find("Begin jemalloc statistics") != std::string::npos;
   CHECK(printed == (FORKTRIAL_JEMALLOC_LINKED != 0));

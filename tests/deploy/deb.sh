@@ -4,8 +4,9 @@
 # FORKTRIAL_DEB), installed on this machine
 # with dpkg (through apt-get, which waits for the dpkg lock other installs may
 # hold), then:
-#  - /usr/bin/forktrial runs, finds its child in /usr/libexec/forktrial,
-#    records a trial and runs a batch;
+#  - /usr/bin/forktrial runs, loading no library but the C library's; it
+#    runs forktrial-full from /usr/libexec/forktrial, which finds its child
+#    there, records a trial and runs a batch;
 #  - a man page for every command `forktrial --help` lists, the units
 #    (systemd-analyze verify, which also looks up their man pages), the
 #    example environment files, the Prometheus alerting rules;
@@ -15,7 +16,7 @@
 #  - the control fields: version, Maintainer (FORKTRIAL_MAINTAINER's, or the
 #    project's default; never an address at .invalid), Depends (the shared
 #    libraries, but no prometheus-cpp: the package carries its own in
-#    /usr/lib/forktrial, which the installed forktrial loads);
+#    /usr/lib/forktrial, which the installed forktrial-full loads);
 #  - Debian's copyright file (machine-readable, every license it names
 #    given) and changelog (this version, signed by the Maintainer, gzip -9n);
 #  - the Slurm scripts and the Grafana dashboard under /usr/share/forktrial;
@@ -137,6 +138,12 @@ unset FORKTRIAL_CHILD FORKTRIAL_STORE FORKTRIAL_COORDINATOR FORKTRIAL_ISOLATION
 [ "$(/usr/bin/forktrial --version)" = "$version" ] ||
   fail "/usr/bin/forktrial --version says \"$(/usr/bin/forktrial --version)\", the build \"$version\""
 [ -x /usr/libexec/forktrial/forktrial-child ] || fail "no /usr/libexec/forktrial/forktrial-child"
+[ -x /usr/libexec/forktrial/forktrial-full ] || fail "no /usr/libexec/forktrial/forktrial-full"
+# The front end starts lean: the C library's own libraries, nothing else
+# (docs/decisions/0085-a-lean-front-end-for-the-client-commands.md).
+extra=$(ldd /usr/bin/forktrial |
+  awk '{ name = $1; sub(/.*\//, "", name) } name !~ /^(linux-vdso|libc|libm|ld-linux-x86-64)\.so/ { print $1 }')
+[ -z "$extra" ] || fail "/usr/bin/forktrial loads libraries beyond the C library's: $extra"
 work=$TMPDIR/work
 mkdir -p "$work"
 on_exit "rm -rf '$work'"
@@ -241,14 +248,15 @@ say "Slurm scripts in /usr/share/forktrial/slurm (executable), Grafana dashboard
 # ---- prometheus-cpp: the package's own copy is the one the command loads
 
 private_lib=/usr/lib/forktrial/libprometheus-cpp-core.so.1.0
-loaded=$(ldd /usr/bin/forktrial | awk '$1 == "libprometheus-cpp-core.so.1.0" { print $3 }')
-[ -n "$loaded" ] || fail "ldd /usr/bin/forktrial finds no libprometheus-cpp-core.so.1.0"
+full=/usr/libexec/forktrial/forktrial-full
+loaded=$(ldd "$full" | awk '$1 == "libprometheus-cpp-core.so.1.0" { print $3 }')
+[ -n "$loaded" ] || fail "ldd $full finds no libprometheus-cpp-core.so.1.0"
 [ "$(realpath "$loaded")" = "$private_lib" ] ||
-  fail "/usr/bin/forktrial loads prometheus-cpp from $loaded, not the package's $private_lib"
+  fail "$full loads prometheus-cpp from $loaded, not the package's $private_lib"
 grep -qx "$private_lib" "$TMPDIR/files" || fail "dpkg does not list $private_lib as the package's"
 [ "$(stat -c %a "$private_lib")" = 644 ] ||
   fail "$private_lib is mode $(stat -c %a "$private_lib"), not 644"
-say "prometheus-cpp: /usr/bin/forktrial loads the package's $loaded"
+say "prometheus-cpp: $full loads the package's $loaded"
 
 # ---- Debian's copyright file and changelog
 

@@ -132,6 +132,7 @@ on_exit "umount '$root'"
   exec systemd-nspawn --quiet --directory="$root" --volatile=overlay --register=no --keep-unit \
     --link-journal=no --private-network --machine="$machine" \
     --bind-ro="$FORKTRIAL_BIN_DIR/forktrial:/usr/bin/forktrial" \
+    --bind-ro="$FORKTRIAL_BIN_DIR/forktrial-full:/usr/libexec/forktrial/forktrial-full" \
     --bind-ro="$FORKTRIAL_BIN_DIR/forktrial-child:/usr/libexec/forktrial/forktrial-child" \
     --bind-ro="$src/forktrial-coordinator.service:/lib/systemd/system/forktrial-coordinator.service" \
     --bind-ro="$src/forktrial-worker@.service:/lib/systemd/system/forktrial-worker@.service" \
@@ -372,7 +373,9 @@ for unit in forktrial-coordinator.service forktrial-worker@w1.service forktrial-
   state=$(unit_show "$unit" ActiveState)
   [ "$state" = inactive ] || unit_failed "$unit" "$unit is $state after systemctl stop, not inactive"
 done
-if in_container pgrep -x forktrial >/dev/null || in_container pgrep -f forktrial-child >/dev/null; then
+# One name a call: pgrep refuses a pattern longer than a process name (15).
+if in_container pgrep -x forktrial >/dev/null || in_container pgrep -x forktrial-full >/dev/null ||
+  in_container pgrep -f forktrial-child >/dev/null; then
   fail "forktrial processes are left in the container after every unit stopped"
 fi
 say "every unit stopped cleanly; no forktrial process left"
