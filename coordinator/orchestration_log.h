@@ -164,9 +164,9 @@ struct ArchivedTrial {
   std::optional<std::uint32_t> input_of;
   std::optional<Outcome> outcome;  // when reconciled, and only then
   // When reconciled: its stored result, a JSON object: the verdict (a
-  // trial.verdict payload's fields but the attempt, worker and outcome,
-  // which are the archived trial's own), or with `line`, the whole result
-  // line that logs written before verdicts hold.
+  // trial.settled's, or a trial.verdict payload, whose attempt, worker and
+  // outcome are not read: the archived trial's own are), or with `line`,
+  // the whole result line that logs written before verdicts hold.
   std::string result;
   bool line = false;
   friend bool operator==(const ArchivedTrial&, const ArchivedTrial&) = default;

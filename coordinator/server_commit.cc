@@ -137,14 +137,6 @@ void Server::archive_finished() {
         if (auto stored = stored_result_text(trial, snapshot)) {
           archived.line = stored->line;
           archived.result = std::move(stored->text);
-          if (!archived.line) {
-            // Its trial, attempt, worker and outcome are the archived
-            // trial's own.
-            auto verdict = ordered_json::parse(archived.result, nullptr, false);
-            for (const char* key : {"job", "index", "attempt", "worker", "outcome"})
-              verdict.erase(key);
-            archived.result = verdict.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
-          }
         }
       }
       events.push_back(archived_trial_event(archived, now));

@@ -344,9 +344,8 @@ class Server {
   void remember_result(const TrialId& trial, std::uint64_t seq);
 
   // What the log holds of `trial`'s result, read in `snapshot`: a verdict
-  // (a trial.verdict payload, or a trial.settled's verdict with its attempt,
-  // worker and outcome) or, `line`, the whole line of a trial.result, as
-  // written.
+  // (a trial.settled's, or a trial.verdict payload) or, `line`, the whole
+  // line of a trial.result, as written.
   struct StoredResult {
     std::string text;  // a JSON object
     bool line = false;
@@ -356,9 +355,12 @@ class Server {
   // The result line of `trial`, if the log holds its result.
   std::optional<std::string> stored_result(const TrialId& trial, const store::Snapshot& snapshot);
   // The result line a verdict stands for, completed from the trial's
-  // `payload` as submitted; none when it does not parse.
+  // `payload` as submitted and its state (the attempt reconciled, the worker
+  // that reported it, the outcome: the scheduler's or the archive's, never
+  // the verdict's); none when it does not parse.
   std::optional<std::string> result_from_verdict(const TrialId& trial, const ordered_json& doc,
-                                                 const std::string& payload);
+                                                 const std::string& payload, Attempt attempt,
+                                                 const WorkerId& worker, Outcome outcome);
   // The line of a trial that has no result: queued, running, or ended
   // without one (cancelled, abandoned), with its reasons as the detail.
   std::string line_without_result(const TrialId& trial, TrialStatus status, Attempt attempt,

@@ -6,7 +6,8 @@ namespace forktrial::coordinator::detail {
 
 std::optional<std::string> Server::result_from_verdict(const TrialId& trial,
                                                        const ordered_json& doc,
-                                                       const std::string& payload) {
+                                                       const std::string& payload, Attempt attempt,
+                                                       const WorkerId& worker, Outcome outcome) {
   const auto text = [&](const char* key, const std::string& otherwise = "") {
     const auto found = doc.find(key);
     return found != doc.end() && found->is_string() ? found->get<std::string>() : otherwise;
@@ -17,12 +18,11 @@ std::optional<std::string> Server::result_from_verdict(const TrialId& trial,
   };
   if (!doc.is_object()) return std::nullopt;
   auto submitted = read_payload(payload, specs_);
-  const auto outcome = outcome_from_name(text("outcome"));
   const auto executor = pack::executor_named(text("executor", "lua"));
   const auto isolation = sandbox::parse_isolation(text("isolation", "standard"));
-  if (!submitted || !outcome || !executor || !isolation) return std::nullopt;
+  if (!submitted || !executor || !isolation) return std::nullopt;
   sandbox::TrialVerdict v;
-  v.outcome = *outcome;
+  v.outcome = outcome;
   const auto exit_code = doc.find("exit_code");
   v.exit_code =
       exit_code != doc.end() && exit_code->is_number_integer() ? exit_code->get<int>() : 0;
@@ -32,8 +32,7 @@ std::optional<std::string> Server::result_from_verdict(const TrialId& trial,
       if (warning.is_string()) v.warnings.push_back(warning.get<std::string>());
     }
   }
-  const auto attempt = static_cast<Attempt>(number("attempt"));
-  ordered_json line = result_json(trial, attempt, *submitted, v, WorkerId(text("worker")));
+  ordered_json line = result_json(trial, attempt, *submitted, v, worker);
   line["fork_run_id"] = fork_run_of(trial, attempt).str();
   line["events_appended"] = number("events_appended");
   line["behavior_failures"] = number("behavior_failures");
@@ -85,10 +84,7 @@ std::optional<Server::StoredResult> Server::stored_result_text(const TrialId& tr
     if (event.type == kSettledType) {
       auto settled = ordered_json::parse(event.payload, nullptr, false);
       if (!settled.is_object() || !settled["verdict"].is_object()) return false;
-      ordered_json verdict = std::move(settled["verdict"]);
-      for (const char* key : {"attempt", "worker", "outcome"}) verdict[key] = settled[key];
-      stored =
-          StoredResult{verdict.dump(-1, ' ', false, ordered_json::error_handler_t::replace), false};
+      stored = StoredResult{settled["verdict"].dump(), false};
     }
     return false;
   });
@@ -98,10 +94,12 @@ std::optional<Server::StoredResult> Server::stored_result_text(const TrialId& tr
 std::optional<std::string> Server::stored_result(const TrialId& trial,
                                                  const store::Snapshot& snapshot) {
   auto stored = stored_result_text(trial, snapshot);
-  const std::string* payload = scheduler_.payload(trial);
-  if (!stored || payload == nullptr) return std::nullopt;
+  const auto state = scheduler_.trial_state(trial);
+  if (!stored || !state || !state->outcome) return std::nullopt;
   if (stored->line) return std::move(stored->text);
-  return result_from_verdict(trial, ordered_json::parse(stored->text, nullptr, false), *payload);
+  return result_from_verdict(trial, ordered_json::parse(stored->text, nullptr, false),
+                             *scheduler_.payload(trial), state->attempt,
+                             state->worker.value_or(WorkerId("")), *state->outcome);
 }
 
 Server::WireVerdict Server::wire_verdict(ReportVerdict verdict) {

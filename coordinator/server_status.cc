@@ -219,13 +219,8 @@ std::string Server::archived_line(const TrialId& trial, const store::Snapshot& s
   const ArchivedTrial& t = **archived;
   if (t.line) return t.result;
   if (!t.result.empty() && t.outcome) {
-    auto verdict = ordered_json::parse(t.result, nullptr, false);
-    if (verdict.is_object()) {
-      verdict["attempt"] = t.attempt;
-      verdict["worker"] = t.worker.str();
-      verdict["outcome"] = std::string(outcome_name(*t.outcome));
-    }
-    auto line = result_from_verdict(trial, verdict, t.input.payload);
+    auto line = result_from_verdict(trial, ordered_json::parse(t.result, nullptr, false),
+                                    t.input.payload, t.attempt, t.worker, *t.outcome);
     if (line) return std::move(*line);
   }
   return line_without_result(trial, t.status, t.attempt, t.worker, t.reasons, t.input.payload);
