@@ -555,7 +555,16 @@ struct Scheduler::State {
     set_status(key, TrialStatus::reported);
   }
 
-  void apply_one(const TrialFenced& r) { ++jobs[require_trial(r).job].fenced_reports; }
+  void apply_one(const TrialFenced& r) {
+    // The trials of an archived job are gone; its counts stay.
+    const auto job = job_by_id.find(r.trial.job);
+    if (job != job_by_id.end() && jobs[job->second].archived &&
+        r.trial.index < jobs[job->second].trial_count) {
+      ++jobs[job->second].fenced_reports;
+      return;
+    }
+    ++jobs[require_trial(r).job].fenced_reports;
+  }
 
   void apply_one(const TrialReconciled& r) {
     const TrialKey key = require_trial(r);
@@ -660,8 +669,13 @@ struct Scheduler::State {
     const auto key = find(id);
     if (!key) {
       const auto job = job_by_id.find(id.job);
-      if (job != job_by_id.end() && jobs[job->second].archived) {
-        return {ReportVerdict::unknown, id.str() + ": job " + id.job.str() + " has finished"};
+      // A trial of an archived job was reconciled once and for all: a
+      // report that still arrives is a lost attempt's, late.
+      if (job != job_by_id.end() && jobs[job->second].archived &&
+          id.index < jobs[job->second].trial_count) {
+        return {ReportVerdict::fenced, id.str() + " attempt " + std::to_string(attempt) +
+                                           " came after job " + id.job.str() +
+                                           " finished: its results stand"};
       }
       return {ReportVerdict::unknown, "there is no trial " + id.str()};
     }

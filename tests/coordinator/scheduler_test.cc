@@ -490,11 +490,16 @@ TEST_CASE("an archived job keeps its counts and forgets its trials", "[coordinat
   CHECK_FALSE(s.scheduler.trial_state(trial("a", 1)).has_value());
   CHECK_FALSE(s.scheduler.trial_input(trial("a", 1)).has_value());
   CHECK_FALSE(s.scheduler.visit_trials(JobId{"a"}, [](const TrialSummary&) {}));
-  // A late report of its trial changes nothing, and says why.
+  // A late report of its trial is fenced, and says why; the job's count of
+  // fenced reports is all it changes. Of a trial it never had, it knows
+  // nothing.
   const ReportResult late = s.report("w1", trial("a", 0), 1, at(5));
-  CHECK(late.verdict == ReportVerdict::unknown);
-  CHECK(late.reason == "a#0: job a has finished");
-  CHECK(late.records.empty());
+  CHECK(late.verdict == ReportVerdict::fenced);
+  CHECK(late.reason == "a#0 attempt 1 came after job a finished: its results stand");
+  CHECK(late.records.size() == 1);
+  CHECK(s.job("a").fenced_reports == before.fenced_reports + 1);
+  CHECK(s.job("a").counts == before.counts);
+  CHECK(s.report("w1", trial("a", 3), 1, at(5)).verdict == ReportVerdict::unknown);
   // An unfinished job, or one archived already, is not archived: the log
   // would be corrupt.
   CHECK_THROWS_WITH(s.scheduler.replay(JobArchived{JobId{"b"}, at(6)}),
