@@ -92,7 +92,11 @@ struct Client::Impl {
 
   // Sends the envelope `fill` builds and returns the answer to it; answers
   // to earlier, abandoned requests are skipped.
-  wire::Frame call(const std::function<void(Envelope::Builder)>& fill, Resend resend = kNever) {
+  // A request the coordinator may hold (`held`: a status waiting for its
+  // job to finish) has that much more time, and is sent again that much
+  // later.
+  wire::Frame call(const std::function<void(Envelope::Builder)>& fill, Resend resend = kNever,
+                   std::chrono::milliseconds held = {}) {
     capnp::MallocMessageBuilder message;
     const std::uint64_t id = ++request_id;
     fill(wire::start(message, id));
@@ -106,7 +110,8 @@ struct Client::Impl {
     };
     send(frame);
     auto sent = world->monotonic_now();
-    const auto deadline = sent + timeout;
+    const auto deadline = sent + timeout + held;
+    if (resend != kNever) resend += held;
     bool said_hello = false;
     auto send_again = [&](bool hello_first) {
       if (hello_first) {
@@ -352,10 +357,15 @@ SubmittedJob Client::submit(const std::string& name, int priority,
   throw Error(ErrorCode::internal, "a submission of no parts");
 }
 
-nlohmann::ordered_json Client::status(const std::string& job) {
-  auto frame =
-      impl_->call([&](Envelope::Builder envelope) { envelope.initStatusRequest().setJob(job); },
-                  Impl::kIdempotent);
+nlohmann::ordered_json Client::status(const std::string& job, std::chrono::milliseconds hold) {
+  hold = std::clamp(hold, std::chrono::milliseconds{0}, kMaxStatusHold);
+  auto frame = impl_->call(
+      [&](Envelope::Builder envelope) {
+        auto query = envelope.initStatusRequest();
+        query.setJob(job);
+        query.setHoldMillis(static_cast<std::uint32_t>(hold.count()));
+      },
+      Impl::kIdempotent, hold);
   return nlohmann::ordered_json::parse(wire::text(frame.envelope().getJobStatus().getText()));
 }
 

@@ -70,7 +70,11 @@ class Client {
                       const std::vector<BundleBlob>& bundles,
                       std::size_t max_part_bytes = kMaxPartBytes,
                       std::optional<RetentionPolicy> retention = {});
-  nlohmann::ordered_json status(const std::string& job);  // "" for every job
+  // "" for every job. With a `hold` (at most kMaxStatusHold), the
+  // coordinator answers when the job finishes or after `hold`, whichever
+  // comes first; a coordinator that does not hold answers at once.
+  static constexpr std::chrono::milliseconds kMaxStatusHold{10000};
+  nlohmann::ordered_json status(const std::string& job, std::chrono::milliseconds hold = {});
   nlohmann::ordered_json cancel(const std::string& job);
   ResultsPage results(const std::string& job, std::uint32_t after, std::uint32_t limit);
   nlohmann::ordered_json workers();

@@ -14,6 +14,7 @@ void Server::end_turn() {
     keep_tick(clock_now());
     serve_parked(clock_now());
   }
+  serve_held_statuses(clock_now());
   flush();
   if (trim_) {
     // A submission's message, its parse and its record are freed now:

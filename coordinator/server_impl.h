@@ -50,6 +50,10 @@ constexpr std::size_t kMaxWorkerIdBytes = 256;
 // How long a worker's offer of slots waits for work before it is answered
 // empty (the worker offers again at once).
 constexpr auto kParkLimit = std::chrono::seconds(1);
+// A client's status request held until its job finishes: at most this long,
+// and at most this many held at once (past it, answered at once).
+constexpr auto kMaxStatusHold = std::chrono::seconds(10);
+constexpr std::size_t kMaxHeldStatuses = 1024;
 // The most of a peer's text the coordinator keeps (docs/wire-protocol.md,
 // "Text from a peer"); a verdict's bounds are sandbox/delta.h's.
 constexpr std::size_t kMaxIsolationBytes = std::size_t{16} << 10;
@@ -558,6 +562,10 @@ class Server {
                          std::string_view what);
 
   void on_status(const std::string& route, Envelope::Reader envelope);
+  // Held status requests are answered when their job has finished or is
+  // gone, or when their hold has passed: a waiting client hears of the end
+  // in the turn that brings it, and asks nothing per trial.
+  void serve_held_statuses(Instant now);
 
   void on_cancel(const std::string& route, Envelope::Reader envelope, Instant now);
 
@@ -615,6 +623,15 @@ class Server {
     std::chrono::steady_clock::time_point since;
   };
   std::map<std::string, Parked> parked_;     // by routing id
+  // A client's status request waiting for its job to finish; one per
+  // client connection (a later request replaces it: the client gave up on
+  // the earlier one).
+  struct HeldStatus {
+    JobId job;
+    std::uint64_t request = 0;
+    std::chrono::steady_clock::time_point until;
+  };
+  std::map<std::string, HeldStatus> held_statuses_;  // by routing id
   Records pending_;                          // applied, not yet in the store
   std::vector<Reconciliation> reconciling_;  // reports accepted this turn, not yet in the store
   SpecCache specs_;

@@ -164,7 +164,32 @@ void Server::on_status(const std::string& route, Envelope::Reader envelope) {
   if (!status) {
     return reply_error(route, envelope.getRequestId(), ErrorCode::not_found, "no job " + job);
   }
+  const auto hold = std::min<std::chrono::steady_clock::duration>(
+      std::chrono::milliseconds(envelope.getStatusRequest().getHoldMillis()), kMaxStatusHold);
+  held_statuses_.erase(route);
+  if (hold.count() > 0 && !status->finished() && held_statuses_.size() < kMaxHeldStatuses) {
+    held_statuses_.emplace(
+        route, HeldStatus{JobId(job), envelope.getRequestId(), world_.monotonic_now() + hold});
+    return;
+  }
   reply_json(route, envelope.getRequestId(), job_doc(*status, clock_now()), false);
+}
+
+void Server::serve_held_statuses(Instant now) {
+  const auto steady = world_.monotonic_now();
+  for (auto it = held_statuses_.begin(); it != held_statuses_.end();) {
+    const HeldStatus& held = it->second;
+    const auto status = scheduler_.job_status(held.job);
+    if (!status) {
+      reply_error(it->first, held.request, ErrorCode::not_found, "no job " + held.job.str());
+    } else if (status->finished() || steady >= held.until) {
+      reply_json(it->first, held.request, job_doc(*status, now), false);
+    } else {
+      ++it;
+      continue;
+    }
+    it = held_statuses_.erase(it);
+  }
 }
 
 void Server::on_results(const std::string& route, Envelope::Reader envelope) {

@@ -292,6 +292,8 @@ struct JobAccepted {
 
 struct JobQuery {
   job @0 :Text;                # "" for every job
+  holdMillis @1 :UInt32;       # statusRequest of one job: answer when it finishes, or after
+                               # this long (at most 10 s), whichever comes first; 0: at once
 }
 
 struct ResultsRequest {

@@ -199,8 +199,10 @@ void say_if_disk_warning(const ordered_json& status) {
 // going (0 and 1 are the job's own: every trial reconciled, or not).
 constexpr int kWaitExpired = 3;
 
-// Polls the job's status until it is finished, or until `max_wait` seconds
-// have passed (0: no limit); the last status, and whether it is finished.
+// Asks the job's status, held at the coordinator until the job finishes
+// (kStatusHold at most each time), until it is finished or until `max_wait`
+// seconds have passed (0: no limit); the last status, and whether it is
+// finished.
 std::pair<ordered_json, bool> wait_for(coordinator::Client& client, const std::string& job,
                                        bool progress, double max_wait) {
   const bool tty = progress && ::isatty(STDERR_FILENO);
@@ -209,7 +211,12 @@ std::pair<ordered_json, bool> wait_for(coordinator::Client& client, const std::s
                          std::chrono::duration<double>(max_wait));
   std::string said_waiting;
   for (;;) {
-    ordered_json status = client.status(job);
+    const auto asked = std::chrono::steady_clock::now();
+    auto hold = kStatusHold;
+    if (max_wait > 0) {
+      hold = std::min(hold, std::chrono::ceil<std::chrono::milliseconds>(until - asked));
+    }
+    ordered_json status = client.status(job, hold);
     if (tty) std::fprintf(stderr, "\r%s", progress_line(status).c_str());
     if (!tty) say_if_store_full(status);
     if (!tty) say_if_disk_warning(status);
@@ -225,7 +232,10 @@ std::pair<ordered_json, bool> wait_for(coordinator::Client& client, const std::s
       if (tty) std::fprintf(stderr, "\n");
       return {std::move(status), finished};
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    // A coordinator that does not hold statuses (an older one, or one
+    // holding as many as it will) answers at once: ask it ten times a
+    // second at most.
+    std::this_thread::sleep_until(asked + std::chrono::milliseconds(100));
   }
 }
 

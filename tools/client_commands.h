@@ -10,6 +10,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
@@ -41,6 +42,11 @@ struct KeyOptions {
   // usage error) when one flag is missing or a file cannot be read.
   std::optional<transport::ClientKeys> load() const;
 };
+
+// How long a waiting command lets the coordinator hold its status request:
+// it answers at once when the job finishes, else after this, when the
+// progress line and the waiting reasons are told again.
+inline constexpr std::chrono::milliseconds kStatusHold{1000};
 
 // A job's progress as one line: a bar, counts, outcomes, pace and state.
 std::string progress_line(const nlohmann::ordered_json& status);

@@ -517,10 +517,23 @@ void add_batch(CLI::App& app) {
     }
     ordered_json status;
     const bool tty = !*json && ::isatty(STDERR_FILENO);
+    // The coordinator holds each status until the job finishes, or for a
+    // quarter of a second, after which the daemons are looked at again.
+    constexpr std::chrono::milliseconds kHold{250};
     for (;;) {
-      status = client.status(job.job);
-      if (tty) std::fprintf(stderr, "\r%s", progress_line(status).c_str());
-      if (status["finished"].get<bool>() || stop.cancelled()) break;
+      const auto asked = std::chrono::steady_clock::now();
+      try {
+        status = client.status(job.job, kHold);
+      } catch (const Error& e) {
+        // A stop signal ends the wait (and cancels the job below); a
+        // coordinator that died is said so below, not as a silence.
+        if (!stop.cancelled() && coordinator.running()) throw;
+      }
+      if (stop.cancelled()) break;
+      if (!status.is_null()) {
+        if (tty) std::fprintf(stderr, "\r%s", progress_line(status).c_str());
+        if (status["finished"].get<bool>()) break;
+      }
       if (!coordinator.running()) {
         throw CommandFailed("the batch's coordinator died (" + coordinator.how_it_ended() +
                             "); its log is above");
@@ -531,7 +544,7 @@ void add_batch(CLI::App& app) {
         throw CommandFailed("every worker of the batch died (" + how +
                             ") with trials left; their log is above");
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      std::this_thread::sleep_until(asked + std::chrono::milliseconds(20));
     }
     if (tty) std::fprintf(stderr, "\n");
     if (stop.cancelled()) {

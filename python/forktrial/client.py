@@ -18,6 +18,7 @@ from forktrial import wire
 from forktrial.command import Command, ForktrialError
 
 DEFAULT_ENDPOINT = "tcp://127.0.0.1:7600"
+_MAX_HOLD_SECONDS = 10.0  # the most a coordinator holds a status
 _RESEND_SECONDS = 1.0  # as the command's client: a request unanswered is sent again
 _RESULTS_PAGE = 2000
 
@@ -69,7 +70,9 @@ class Connection:
         """Sends the request and returns its answer; raises ForktrialError
         with the coordinator's category and message when it refuses, and
         ``unavailable`` when nothing answered in time. A coordinator that
-        no longer knows this client (it restarted) is greeted again, once."""
+        no longer knows this client (it restarted) is greeted again, once.
+        A request the coordinator may hold (``hold_millis``) has that much
+        more time, and is sent again that much later."""
 
         answer = self._exchange(arm, fields)
         if answer.arm == "error" and answer.code == "failed_precondition" and arm != "clientHello":
@@ -82,10 +85,11 @@ class Connection:
     def _exchange(self, arm: str, fields: dict[str, Any]) -> wire.Answer:
         request = wire.next_request_id()
         frame = wire.encode(arm, request, **fields)
-        deadline = time.monotonic() + self.timeout
+        held = fields.get("hold_millis", 0) / 1000
+        deadline = time.monotonic() + self.timeout + held
         while True:
             self._socket.send(frame)
-            resend = min(deadline, time.monotonic() + _RESEND_SECONDS)
+            resend = min(deadline, time.monotonic() + _RESEND_SECONDS + held)
             while (left := resend - time.monotonic()) > 0:
                 if not self._socket.poll(int(left * 1000) + 1):
                     continue
@@ -165,12 +169,16 @@ class Client:
 
         return self._command().json(["submit", str(Path(batch)), "--json"])["job"]
 
-    def status(self, job: Optional[str] = None) -> dict[str, Any]:
+    def status(self, job: Optional[str] = None, hold: float = 0.0) -> dict[str, Any]:
         """The job's status (``total``, ``done``, ``finished``, ``status``
         and ``outcomes`` counts, ``waiting``: why its queued trials are not
-        leased, or None), or every job's (``{"jobs": [...]}``) without one."""
+        leased, or None), or every job's (``{"jobs": [...]}``) without one.
+        With ``hold`` (seconds, at most 10), the coordinator answers when the
+        job finishes or after ``hold``, whichever comes first."""
 
-        return json.loads(self._wire().call("statusRequest", job=job or "").text)
+        hold_millis = int(min(max(hold, 0.0), _MAX_HOLD_SECONDS) * 1000)
+        return json.loads(
+            self._wire().call("statusRequest", job=job or "", hold_millis=hold_millis).text)
 
     def progress(self, job: str, interval: float = 0.5) -> Iterator[dict[str, Any]]:
         """The job's status every ``interval`` seconds, the last one
@@ -189,14 +197,20 @@ class Client:
         TimeoutError when ``max_wait`` seconds pass first (the job goes
         on)."""
 
+        # The coordinator holds each status until the job finishes (a second
+        # at most): the end is heard in the turn that brings it, and a long
+        # job costs a request a second. ``interval`` spaces the requests to a
+        # coordinator that answers at once.
         until = None if max_wait is None else time.monotonic() + max_wait
         while True:
-            status = self.status(job)
+            asked = time.monotonic()
+            hold = 1.0 if until is None else max(0.0, min(1.0, until - asked))
+            status = self.status(job, hold=hold)
             if status["finished"]:
                 return status
             if until is not None and time.monotonic() >= until:
                 raise TimeoutError(f"job {job} did not finish within {max_wait} s; it goes on")
-            time.sleep(interval)
+            time.sleep(max(0.0, asked + interval - time.monotonic()))
 
     def results(self, job: str) -> Iterator[dict[str, Any]]:
         """One result per trial, in index order: its outcome, fork run,

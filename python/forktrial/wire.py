@@ -85,10 +85,11 @@ class _Builder:
 
 
 def encode(arm: str, request_id: int, *, job: Optional[str] = None, after: int = 0,
-           limit: int = 0) -> bytes:
+           limit: int = 0, hold_millis: int = 0) -> bytes:
     """The frame of an envelope with `arm`: a Void arm (clientHello,
-    workersRequest), a JobQuery (statusRequest, cancelJob: `job`) or a
-    ResultsRequest (`job`, `after`, `limit`)."""
+    workersRequest), a JobQuery (statusRequest, cancelJob: `job`, and for a
+    status `hold_millis`, how long the coordinator may hold it until the job
+    finishes) or a ResultsRequest (`job`, `after`, `limit`)."""
 
     b = _Builder()
     envelope = b.allocate(2 + 1)
@@ -99,9 +100,10 @@ def encode(arm: str, request_id: int, *, job: Optional[str] = None, after: int =
     struct.pack_into("<Q", b.words, base + 8, request_id)
     pointer = envelope + 2
     if arm in ("statusRequest", "cancelJob"):
-        query = b.allocate(1)
-        b.struct_pointer(pointer, query, 0, 1)
-        b.text(query, job or "")
+        query = b.allocate(2)
+        b.struct_pointer(pointer, query, 1, 1)
+        struct.pack_into("<I", b.words, query * _WORD, hold_millis)
+        b.text(query + 1, job or "")
     elif arm == "resultsRequest":
         request = b.allocate(2)
         b.struct_pointer(pointer, request, 1, 1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import pytest
@@ -53,6 +54,24 @@ def test_a_job_no_worker_can_run_says_why_and_can_be_cancelled(cluster, tmp_path
     status = eventually(lambda: (s := client.status(job))["finished"] and s)
     assert status["cancelled"] is True
     assert status["status"]["cancelled"] == 3
+
+
+def test_a_held_status_is_answered_when_its_job_finishes(cluster, tmp_path):
+    client = Client(cluster.endpoint)
+    job = client.submit(lua_batch(tmp_path, 2))
+    # No worker: nothing but the cancellation, from another client, can
+    # finish the job while the first one's status is held.
+    other = Client(cluster.endpoint)
+    cancelling = threading.Timer(0.3, lambda: other.cancel(job))
+    cancelling.start()
+    try:
+        status = client.status(job, hold=10)
+    finally:
+        cancelling.join()
+        other.close()
+    assert status["finished"] is True and status["cancelled"] is True
+    # A finished job's status is not held.
+    assert client.status(job, hold=10)["finished"] is True
 
 
 def test_errors_carry_the_coordinators_message(cluster):

@@ -36,9 +36,18 @@ std::string client_hello(std::uint64_t request) {
   return wire::encode(message);
 }
 
-std::string status_request(std::uint64_t request, const std::string& job) {
+std::string status_request(std::uint64_t request, const std::string& job,
+                           std::uint32_t hold_millis = 0) {
   capnp::MallocMessageBuilder message;
-  wire::start(message, request).initStatusRequest().setJob(job);
+  auto query = wire::start(message, request).initStatusRequest();
+  query.setJob(job);
+  query.setHoldMillis(hold_millis);
+  return wire::encode(message);
+}
+
+std::string cancel_request(std::uint64_t request, const std::string& job) {
+  capnp::MallocMessageBuilder message;
+  wire::start(message, request).initCancelJob().setJob(job);
   return wire::encode(message);
 }
 
@@ -551,14 +560,16 @@ std::string heartbeat(std::uint64_t request,
 }
 
 // A client ("c") says hello and submits `trials` greeter trials under the
-// token 0123456789abcdef: job_0123456789abcdef.
-void submit_tokened_job(CoordinatorCore& core, const GreeterStore& greeter, unsigned trials) {
+// token 0123456789abcdef: job_0123456789abcdef, which it returns.
+std::string submit_tokened_job(CoordinatorCore& core, const GreeterStore& greeter,
+                               unsigned trials) {
   only_reply(core.turn("c", client_hello(1), kNow));
   REQUIRE(
       only_reply(
           core.turn("c", tokened_submission(2, "0123456789abcdef", greeter.trial, trials), kNow))
           .envelope()
           .isJobAccepted());
+  return "job_0123456789abcdef";
 }
 
 // The orchestration log's records by type, and its other events by theirs,
@@ -1051,4 +1062,63 @@ TEST_CASE("a worker's goodbye requeues its leases at once and leaves the others'
   CHECK(types.at("worker.lost") == 1);
   CHECK(types.at("trial.requeued") == 2);
   CHECK(types.at("trial.leased") == 5);
+}
+
+TEST_CASE("a held status is answered when its job finishes, or when its hold has passed",
+          "[coordinator][core]") {
+  GreeterCore fixture;
+  auto& [greeter, config, core] = fixture;
+  const std::string job = submit_tokened_job(core, greeter, 2);
+  using std::chrono::milliseconds;
+  auto status_of = [](const wire::Frame& frame) {
+    REQUIRE(frame.envelope().isJobStatus());
+    return nlohmann::json::parse(wire::text(frame.envelope().getJobStatus().getText()));
+  };
+  // Held for its second, then answered with the job still queued.
+  CHECK(core.turn("c", status_request(3, job, 1000), kNow).empty());
+  CHECK(core.turn({}, kNow + milliseconds(999)).empty());
+  auto held = only_reply(core.turn({}, kNow + milliseconds(1000)));
+  CHECK(held.envelope().getRequestId() == 3);
+  CHECK(status_of(held)["finished"] == false);
+  // A hold is at most ten seconds, however long it is asked for.
+  Instant at = kNow + std::chrono::seconds(2);
+  CHECK(core.turn("c", status_request(4, job, 600'000), at).empty());
+  CHECK(core.turn({}, at + milliseconds(9999)).empty());
+  CHECK(only_reply(core.turn({}, at + std::chrono::seconds(10))).envelope().getRequestId() == 4);
+  // A later request of the same connection replaces the one it gave up on.
+  at += std::chrono::seconds(20);
+  CHECK(core.turn("c", status_request(5, job, 5000), at).empty());
+  CHECK(core.turn("c", status_request(6, job, 5000), at).empty());
+  // The job finishing answers it in that turn, the answer after the
+  // cancellation's.
+  only_reply(core.turn("d", client_hello(1), at));
+  const auto replies = core.turn("d", cancel_request(2, job), at + milliseconds(10));
+  REQUIRE(replies.size() == 2);
+  CHECK(replies[0].first == "d");
+  CHECK(replies[1].first == "c");
+  auto finished = wire::decode(replies[1].second);
+  REQUIRE(finished.has_value());
+  CHECK(finished->envelope().getRequestId() == 6);
+  CHECK(status_of(*finished)["finished"] == true);
+  CHECK(core.turn({}, at + std::chrono::seconds(6)).empty());  // 5 was dropped
+  // A finished job's status, and an unknown job's error, are not held.
+  at += std::chrono::seconds(7);
+  CHECK(status_of(only_reply(core.turn("c", status_request(7, job, 5000), at)))["finished"] ==
+        true);
+  CHECK(only_reply(core.turn("c", status_request(8, "job_none", 5000), at)).envelope().isError());
+}
+
+TEST_CASE("a coordinator holds a bounded number of statuses, and answers the others at once",
+          "[coordinator][core]") {
+  GreeterCore fixture;
+  auto& [greeter, config, core] = fixture;
+  const std::string job = submit_tokened_job(core, greeter, 1);
+  std::size_t answered = 0;
+  for (int i = 0; i < 1100; ++i) {
+    const std::string route = "c" + std::to_string(i);
+    only_reply(core.turn(route, client_hello(1), kNow));
+    answered += core.turn(route, status_request(2, job, 5000), kNow).size();
+  }
+  CHECK(answered == 1100 - 1024);
+  CHECK(core.turn({}, kNow + std::chrono::seconds(5)).size() == 1024);
 }
