@@ -40,6 +40,7 @@
 #include "pack/bundle_archive.h"
 #include "schema/wire_codec.h"
 #include "store/event_store.h"
+#include "synthetic_peers.h"
 
 namespace {
 
@@ -81,10 +82,6 @@ wire::Frame answer(const Replies& replies, std::size_t at = 0) {
 // The bytes this process's heap holds in use.
 std::uint64_t heap_in_use() {
   return mallinfo2().uordblks;
-}
-
-std::string encode(capnp::MallocMessageBuilder& message) {
-  return wire::encode(message);
 }
 
 class Bench {
@@ -172,32 +169,7 @@ class Bench {
   }
 
  private:
-  // A root run of 31 events and the greeter pack's bundle, as the core tests
-  // seed theirs; `trial_` is a specification forking it at evt_031.
-  void seed_store() {
-    const fs::path source(FORKTRIAL_SOURCE_DIR);
-    store::EventStore events(server_.store);
-    std::vector<store::NewEvent> history;
-    for (int i = 1; i <= 31; ++i) {
-      store::NewEvent event;
-      event.id = store::numbered_event_id(static_cast<std::uint64_t>(i));
-      event.type = "note.added";
-      event.payload = R"({"n":)" + std::to_string(i) + "}";
-      event.timestamp = "2026-01-05T10:00:00Z";
-      history.push_back(std::move(event));
-    }
-    if (!events.import_run({.id = store::RunId("run_chat"), .label = "chat"}, history)) {
-      throw std::runtime_error("cannot import the parent run");
-    }
-    auto archive = pack::archive_pack(source / "examples/packs/greeter");
-    if (!archive) throw std::runtime_error("cannot archive examples/packs/greeter");
-    events.put_blob(std::as_bytes(std::span(archive->bytes.data(), archive->bytes.size())));
-    trial_ = R"({"candidate":"greeter","spec":{"at_event":"evt_031","candidate":{"root_dir":")" +
-             wire::bundle_root(Sha256::of(archive->bytes)) + R"(","expected_bundle_hash":")" +
-             archive->bundle_hash.str() +
-             R"("},"extra_packs":[],"label":"t","limits":{},"parent_run_id":"run_chat",)"
-             R"("scenario":"","schema_version":1}})";
-  }
+  void seed_store() { trial_ = bench::seed_trivial_store(server_.store); }
 
   void run_trials() {
     const std::uint64_t heap_before = heap_in_use();
@@ -239,47 +211,16 @@ class Bench {
 
   void tick() { now_ += std::chrono::milliseconds(1); }
 
-  std::string client_hello() {
-    capnp::MallocMessageBuilder message;
-    wire::start(message, ++request_).setClientHello();
-    return encode(message);
-  }
-  std::string worker_hello() {
-    capnp::MallocMessageBuilder message;
-    auto hello = wire::start(message, ++request_).initWorkerHello();
-    hello.setWorkerId("w1");
-    hello.setSlots(1024);
-    hello.setIsolation("{}");
-    return encode(message);
-  }
+  std::string client_hello() { return bench::client_hello_frame(++request_); }
+  std::string worker_hello() { return bench::worker_hello_frame(++request_, "w1", 1024); }
   std::string submission(std::uint32_t trials) {
-    capnp::MallocMessageBuilder message;
-    auto job = wire::start(message, ++request_).initSubmitJob();
-    job.setName("longlife");
-    auto specs = job.initSpecs(trials);
-    for (std::uint32_t i = 0; i < trials; ++i) specs.set(i, trial_);
-    return encode(message);
+    return bench::submission_frame(++request_, "longlife", trials, trial_);
   }
   std::string request_work(std::uint32_t slots) {
-    capnp::MallocMessageBuilder message;
-    wire::start(message, ++request_).initRequestWork().setFreeSlots(std::min(slots, 1024u));
-    return encode(message);
+    return bench::request_work_frame(++request_, std::min(slots, 1024u));
   }
   std::string report(schema::wire::TrialRef::Reader trial) {
-    capnp::MallocMessageBuilder message;
-    auto report = wire::start(message, ++request_).initReport();
-    report.setTrial(trial);
-    report.setOutcome(schema::TrialOutcome::COMPLETED);
-    report.setDetail("ran");
-    auto events = report.initEvents(config_.events);
-    for (std::uint32_t i = 0; i < config_.events; ++i) {
-      events[i].setId("evt_new_" + std::to_string(i));
-      events[i].setType("note.added");
-      events[i].setPayload("{}");
-      events[i].setTimestamp("2026-01-05T10:00:00Z");
-      events[i].getActor().setActorName("candidate");
-    }
-    return encode(message);
+    return bench::report_frame(++request_, trial, config_.events);
   }
 
   // The pages of each table (mdb_stat), read with the store closed.
@@ -362,28 +303,19 @@ class Bench {
   std::uint64_t request_ = 0;
 };
 
-bool parse_number(const char* text, std::uint64_t& out) {
-  char* end = nullptr;
-  out = std::strtoull(text, &end, 10);
-  return end != text && *end == '\0';
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   Config config;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    std::uint64_t value = 0;
     const bool has_value = i + 1 < argc;
-    if (arg == "--trials" && has_value && parse_number(argv[++i], value) && value > 0) {
-      config.trials = value;
-    } else if (arg == "--job" && has_value && parse_number(argv[++i], value) && value > 0 &&
-               value <= 1'000'000) {
-      config.job = static_cast<std::uint32_t>(value);
-    } else if (arg == "--events" && has_value && parse_number(argv[++i], value) && value <= 1000) {
-      config.events = static_cast<std::uint32_t>(value);
-    } else if (arg == "--dir" && has_value) {
+    if (bench::number_option(argc, argv, i, "--trials", 1, UINT64_MAX, config.trials) ||
+        bench::number_option(argc, argv, i, "--job", 1, 1'000'000, config.job) ||
+        bench::number_option(argc, argv, i, "--events", 0, 1000, config.events)) {
+      continue;
+    }
+    if (arg == "--dir" && has_value) {
       config.dir = argv[++i];
     } else {
       std::fprintf(stderr,

@@ -64,6 +64,10 @@ CoordinatorMetrics::CoordinatorMetrics()
                 "Messages answered with an error, by its wire error code"),
       undelivered_(add_counter(*registry_, "forktrial_replies_undelivered_total",
                                "Replies ZeroMQ would not take (the peer gone, or not reading)")),
+      store_commits_(add_counter(*registry_, "forktrial_store_commits_total",
+                                 "Write transactions the coordinator committed to its store")),
+      store_syncs_(add_counter(*registry_, "forktrial_store_syncs_total",
+                               "Forced flushes of the coordinator's store to its disk")),
       reconciliation_(add_histogram(*registry_, "forktrial_reconciliation_duration_seconds",
                                     "From a report's arrival to the commit that reconciled it",
                                     kReconciliationBuckets)),
@@ -236,6 +240,15 @@ void CoordinatorMetrics::resync(const Scheduler& scheduler) {
   for (const WorkerStatus& worker : scheduler.workers()) {
     if (worker.alive) alive_workers_.insert(worker.id);
   }
+}
+
+void CoordinatorMetrics::store_writes(std::uint64_t commits, std::uint64_t syncs) {
+  const auto catch_up = [](prometheus::Counter& counter, std::uint64_t total) {
+    const double now = static_cast<double>(total);
+    if (now > counter.Value()) counter.Increment(now - counter.Value());
+  };
+  catch_up(store_commits_, commits);
+  catch_up(store_syncs_, syncs);
 }
 
 }  // namespace forktrial::coordinator

@@ -14,6 +14,8 @@
 //   forktrial_messages_rejected_total{reason}   error replies, by error category
 //   forktrial_replies_undelivered_total         replies ZeroMQ would not take
 //   forktrial_blob_bytes_total{direction}       "uploaded" by clients, "served" to workers
+//   forktrial_store_commits_total               write transactions committed to the store
+//   forktrial_store_syncs_total                 forced flushes of the store to its disk
 // Histograms:
 //   forktrial_reconciliation_duration_seconds   report received -> reconciliation committed
 //   forktrial_trial_duration_seconds{outcome}   the trial's time on its worker, as reported
@@ -120,6 +122,8 @@ class CoordinatorMetrics {
   void rejected(ErrorCode code) { rejected_.count(code); }
   void undelivered() { undelivered_.Increment(); }
   void blob_bytes(BlobDirection direction, std::uint64_t bytes);
+  // The store's commits and forced flushes since it opened (they only grow).
+  void store_writes(std::uint64_t commits, std::uint64_t syncs);
 
   // Sets the gauges from the scheduler. Jobs and workers it watches are the
   // ones committed() or resync() told of.
@@ -151,6 +155,8 @@ class CoordinatorMetrics {
   prometheus::Counter& workers_lost_;
   transport::ErrorCodeCounters rejected_;
   prometheus::Counter& undelivered_;
+  prometheus::Counter& store_commits_;
+  prometheus::Counter& store_syncs_;
   std::array<prometheus::Counter*, 2> blob_bytes_{};  // by BlobDirection
   prometheus::Histogram& reconciliation_;
 

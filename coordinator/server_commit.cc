@@ -64,6 +64,8 @@ void Server::flush() {
   }
   turn_durable_ = false;
   turn_writes_.clear();
+  const auto written = store_.write_counts();
+  metrics_.store_writes(written.commits, written.syncs);
   if (gauges_stale_) {
     metrics_.observe(scheduler_, store_full_.has_value());
     gauges_stale_ = false;

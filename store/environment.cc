@@ -138,6 +138,7 @@ Environment::Environment(const std::filesystem::path& path, StoreOptions options
 
 void Environment::sync() {
   lmdb::check(mdb_env_sync(env_.get(), 1), "mdb_env_sync(force)");
+  ++syncs_;
 }
 
 void Environment::copy_compacted(const std::filesystem::path& to) {
@@ -161,6 +162,7 @@ void Environment::write(const std::function<bool(lmdb::Txn&)>& body) {
         if (body(txn)) {
           if (options_.before_commit) options_.before_commit();
           txn.commit();
+          ++commits_;
         }
         return;
       }

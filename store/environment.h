@@ -87,6 +87,9 @@ class Environment {
   const StoreOptions& options() const { return options_; }
   const Dbis& dbis() const { return dbis_; }
   std::size_t map_size() const { return map_size_; }
+  // Write transactions committed, and forced flushes (sync()), since open.
+  std::uint64_t commits() const { return commits_; }
+  std::uint64_t syncs() const { return syncs_; }
 
   // Runs `body` in one write transaction, committed when it returns true and
   // aborted when it returns false or throws. When the transaction runs out of
@@ -135,6 +138,8 @@ class Environment {
   // because LMDB maps the file anew only while no transaction is open.
   TxnGate gate_;
   std::atomic<std::size_t> map_size_ = 0;  // changed only inside gate_.resize()
+  std::atomic<std::uint64_t> commits_ = 0;
+  std::atomic<std::uint64_t> syncs_ = 0;
 };
 
 }  // namespace forktrial::store

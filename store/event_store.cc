@@ -87,6 +87,10 @@ std::size_t EventStore::map_size() const {
   return impl_->map_size();
 }
 
+EventStore::WriteCounts EventStore::write_counts() const {
+  return {impl_->commits(), impl_->syncs()};
+}
+
 void EventStore::copy_compacted(const std::filesystem::path& to) const {
   std::error_code error;
   if (std::filesystem::exists(to, error) || error) {

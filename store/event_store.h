@@ -267,6 +267,13 @@ class EventStore {
   // when the disk refuses the flush.
   void sync();
   std::size_t map_size() const;
+  // What this handle wrote: write transactions committed and forced flushes
+  // (sync()) since it opened the store.
+  struct WriteCounts {
+    std::uint64_t commits = 0;
+    std::uint64_t syncs = 0;
+  };
+  WriteCounts write_counts() const;
   // Writes a compacted copy of the store, without the room deleted runs
   // left, into the new directory `to` (created; refused with StoreError when
   // it exists): the way to give that room back to the disk, since LMDB's

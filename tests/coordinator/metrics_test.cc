@@ -305,5 +305,21 @@ TEST_CASE("docs/cluster.md lists every metric the coordinator serves", "[coordin
   }
 }
 
+TEST_CASE("the store's commits and flushes are counters that catch up with its totals",
+          "[coordinator][metrics]") {
+  CoordinatorMetrics metrics;
+  metrics.store_writes(3, 2);
+  metrics.store_writes(5, 2);
+  auto m = scrape(metrics);
+  CHECK(m.at("forktrial_store_commits_total") == 5);
+  CHECK(m.at("forktrial_store_syncs_total") == 2);
+  CHECK(m.types.at("forktrial_store_commits_total") == "counter");
+  // Totals never go back: an older reading changes nothing.
+  metrics.store_writes(4, 1);
+  m = scrape(metrics);
+  CHECK(m.at("forktrial_store_commits_total") == 5);
+  CHECK(m.at("forktrial_store_syncs_total") == 2);
+}
+
 }  // namespace
 }  // namespace forktrial::coordinator

@@ -716,5 +716,22 @@ TEST_CASE("deleted runs leave nothing behind, and a fork keeps its parent", "[st
   CHECK(testing::ids_of(store.snapshot().history(fresh)) == Strings{"n1"});
 }
 
+TEST_CASE("a store counts the transactions it committed and the flushes it forced", "[store]") {
+  forktrial::testing::TempDir dir;
+  EventStore store(dir.path() / "s", fixed_options());
+  const auto opened = store.write_counts();
+  REQUIRE(store.create_run({.id = RunId("run_a"), .label = "a"}));
+  // A transaction its body gives up on commits nothing.
+  (void)store.write([](Writer&) -> Result<int> {
+    return std::unexpected(Refusal(Refused::run_exists, "given up"));
+  });
+  const auto written = store.write_counts();
+  CHECK(written.commits == opened.commits + 1);
+  CHECK(written.syncs == opened.syncs);
+  store.sync();
+  CHECK(store.write_counts().syncs == opened.syncs + 1);
+  CHECK(store.write_counts().commits == written.commits);
+}
+
 }  // namespace
 }  // namespace forktrial::store
