@@ -470,6 +470,19 @@ class Server {
   // The fork point's timestamp of a submitted trial, from the store.
   UnixMillis fork_point_time(const sandbox::TrialSpecification& spec);
 
+  // What is known of a fork point (a stored run's event), once read: its
+  // time, and the behavior failures of the run up to it. The events up to a
+  // fork point never change, and a run deleted and made again has a new
+  // number, so what is kept holds while the process lives; kept for at most
+  // kMaxForkPoints points (then forgotten at once), so that each trial
+  // reads its own delta and not its parent's whole history.
+  struct ForkPointFacts {
+    std::optional<UnixMillis> time;
+    std::optional<std::uint64_t> failures_before;
+  };
+  static constexpr std::size_t kMaxForkPoints = 4096;
+  ForkPointFacts& fork_point(std::uint64_t run_number, const store::EventId& at);
+
   // What a report says, copied out of its message and held to the rules a
   // local parent holds its child's verdict and delta to (sandbox/delta.h
   // DeltaRules): the first rule broken is the error, and nothing is copied
@@ -632,6 +645,7 @@ class Server {
     std::chrono::steady_clock::time_point until;
   };
   std::map<std::string, HeldStatus> held_statuses_;  // by routing id
+  std::map<std::pair<std::uint64_t, std::string>, ForkPointFacts> fork_points_;
   Records pending_;                          // applied, not yet in the store
   std::vector<Reconciliation> reconciling_;  // reports accepted this turn, not yet in the store
   SpecCache specs_;

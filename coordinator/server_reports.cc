@@ -171,12 +171,24 @@ void Server::on_report(const std::string& route, const WorkerId& worker, Envelop
   reconciling_.push_back(std::move(*reconciliation));
 }
 
+Server::ForkPointFacts& Server::fork_point(std::uint64_t run_number, const store::EventId& at) {
+  auto key = std::make_pair(run_number, at.str());
+  if (const auto found = fork_points_.find(key); found != fork_points_.end()) return found->second;
+  if (fork_points_.size() >= kMaxForkPoints) fork_points_.clear();
+  return fork_points_[std::move(key)];
+}
+
 UnixMillis Server::fork_point_time(const sandbox::TrialSpecification& spec) {
   auto snapshot = store_.snapshot();
   auto parent = snapshot.run(spec.parent_run_id);
   if (!parent) return 0;
-  auto point = snapshot.find_event(*parent, spec.at_event);
-  return point ? parse_timestamp(point->timestamp).value_or(0) : 0;
+  ForkPointFacts& facts = fork_point(parent->number, spec.at_event);
+  if (!facts.time) {
+    auto point = snapshot.find_event(*parent, spec.at_event);
+    if (!point) return 0;  // the fork is refused when it is recorded
+    facts.time = parse_timestamp(point->timestamp).value_or(0);
+  }
+  return *facts.time;
 }
 
 std::expected<Server::Reconciliation, Status> Server::reconciliation_of(
@@ -339,7 +351,19 @@ store::Result<std::uint64_t> Server::record_reconciliation(store::Writer& writer
   if (!detail.empty()) verdict["detail"] = detail;
   if (!v.warnings.empty()) verdict["warnings"] = v.warnings;
   verdict["events_appended"] = appended;
-  const std::uint64_t failures = writer.events_of_type(*run, "behavior.failed").size();
+  // The fork's failures: its parent's up to the fork point, read once per
+  // point, and its own.
+  std::uint64_t failures = failures_after;
+  if (const auto parent = writer.run(submitted.spec().parent_run_id)) {
+    ForkPointFacts& facts = fork_point(parent->number, submitted.spec().at_event);
+    if (!facts.failures_before) {
+      facts.failures_before =
+          writer.events_of_type(*run, "behavior.failed").size() - failures_after;
+    }
+    failures += *facts.failures_before;
+  } else {
+    failures = writer.events_of_type(*run, "behavior.failed").size();
+  }
   if (failures != 0) verdict["behavior_failures"] = failures;
   if (failures_after != 0) verdict["behavior_failures_after_fork"] = failures_after;
   verdict["duration_ms"] = r.duration_ms;

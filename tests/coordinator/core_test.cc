@@ -833,6 +833,11 @@ TEST_CASE("a result is recorded as a verdict and read back whole, an older log's
   CHECK(line["exit_code"] == 0);
   CHECK(line["behavior_failures"] == 1);  // in the parent's history
   CHECK(line["behavior_failures_after_fork"] == 0);
+  // Each reconciled trial of that fork point counts it, the parent's
+  // history read once.
+  for (const std::size_t i : {1, 2}) {
+    CHECK(nlohmann::json::parse(served[i])["behavior_failures"] == 1);
+  }
   CHECK(line["executor"]["name"] == "lua");
   CHECK(line["fork_run_id"] == "run_" + job + "_0_a1");
   CHECK(line["isolation"].is_object());
