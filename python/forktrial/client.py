@@ -52,19 +52,68 @@ class Connection:
         self._zmq = zmq
         self.endpoint = endpoint
         self.timeout = timeout
-        self._socket = zmq.Context.instance().socket(zmq.DEALER)
+        self._curve = keys is not None
+        _check_host(endpoint)
+        # Its socket's monitor says what the system can tell at once (a
+        # refused connection, a handshake of the other security mechanism)
+        # rather than after the timeout, as the command's client does. The
+        # process's one context is never ended here: a connection collected
+        # with others in a cycle cannot make it wait for their sockets.
+        self._context = zmq.Context.instance()
+        self._socket = self._context.socket(zmq.DEALER)
         self._socket.setsockopt(zmq.LINGER, 0)
         if keys is not None:
             public, secret, server = keys
             self._socket.curve_publickey = public.encode()
             self._socket.curve_secretkey = secret.encode()
             self._socket.curve_serverkey = server.encode()
-        _check_host(endpoint)
-        self._socket.connect(endpoint)
-        self.call("clientHello")
+        self._monitor = self._socket.get_monitor_socket(
+            zmq.EVENT_CONNECTED | zmq.EVENT_CONNECT_RETRIED | zmq.EVENT_HANDSHAKE_SUCCEEDED
+            | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL)
+        self._connected = False
+        self._refused = False
+        self._hopeless: Optional[ForktrialError] = None
+        try:
+            self._socket.connect(endpoint)
+            self.call("clientHello")
+        except BaseException:
+            self.close()
+            raise
 
     def close(self) -> None:
+        if self._socket.closed:
+            return
+        self._socket.disable_monitor()
+        self._monitor.close(0)
         self._socket.close(0)
+
+    def __del__(self) -> None:
+        if hasattr(self, "_monitor"):
+            self.close()
+
+    def _read_events(self) -> None:
+        from zmq.utils.monitor import recv_monitor_message
+
+        zmq = self._zmq
+        while self._monitor.poll(0):
+            event = recv_monitor_message(self._monitor)
+            kind = event["event"]
+            if kind in (zmq.EVENT_CONNECTED, zmq.EVENT_HANDSHAKE_SUCCEEDED):
+                self._connected = True
+                self._refused = False
+            elif kind == zmq.EVENT_CONNECT_RETRIED:
+                self._refused = True
+            elif (kind == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+                  and event["value"] == zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH):
+                self._hopeless = ForktrialError(
+                    f"the coordinator at {self.endpoint} has no keys (it speaks plain ZeroMQ) "
+                    "and this client speaks CurveZMQ: leave out key and coordinator_key, or "
+                    "start the coordinator with its keys" if self._curve else
+                    f"the coordinator at {self.endpoint} speaks CurveZMQ and this client has "
+                    "no keys: give key (this client's keypair, its public key in the "
+                    "coordinator's --allow-clients) and coordinator_key (docs/cluster.md, "
+                    "\"Keys\")",
+                    code="failed_precondition")
 
     def call(self, arm: str, **fields: Any) -> wire.Answer:
         """Sends the request and returns its answer; raises ForktrialError
@@ -87,11 +136,23 @@ class Connection:
         frame = wire.encode(arm, request, **fields)
         held = fields.get("hold_millis", 0) / 1000
         deadline = time.monotonic() + self.timeout + held
+        poller = self._zmq.Poller()
+        poller.register(self._socket, self._zmq.POLLIN)
+        poller.register(self._monitor, self._zmq.POLLIN)
         while True:
-            self._socket.send(frame)
+            # Never blocking: ZeroMQ holds a message it has no connection for.
+            try:
+                self._socket.send(frame, self._zmq.NOBLOCK)
+            except self._zmq.Again:
+                pass
             resend = min(deadline, time.monotonic() + _RESEND_SECONDS + held)
             while (left := resend - time.monotonic()) > 0:
-                if not self._socket.poll(int(left * 1000) + 1):
+                ready = dict(poller.poll(int(left * 1000) + 1))
+                if self._monitor in ready:
+                    self._read_events()
+                    if self._hopeless is not None:
+                        raise self._hopeless
+                if self._socket not in ready:
                     continue
                 answer = wire.decode(self._socket.recv())
                 if answer.request_id == request:
@@ -99,6 +160,15 @@ class Connection:
                 # An answer to a request given up on before, or a message of
                 # the coordinator's own: not this one's.
             if time.monotonic() >= deadline:
+                self._read_events()
+                if self._refused and not self._connected:
+                    # Nothing listens there; a coordinator starting would
+                    # have bound its socket by now.
+                    raise ForktrialError(
+                        f"nothing listens at {self.endpoint}: every connection was refused "
+                        f"for {self.timeout:g} s; start the coordinator there, or check the "
+                        "endpoint (the coordinator's --listen)",
+                        code="unavailable")
                 raise ForktrialError(
                     f"the coordinator at {self.endpoint} did not answer within "
                     f"{self.timeout:g} s; is a coordinator listening there?",

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import socket
+import subprocess
 import threading
 from pathlib import Path
 
@@ -88,12 +90,68 @@ def test_a_host_that_does_not_resolve_is_said_at_once():
     assert "does not resolve" in raised.value.message
 
 
-def test_a_silent_endpoint_is_unavailable_after_the_timeout(tmp_path):
-    client = Client(f"ipc://{tmp_path / 'nobody'}", timeout=0.3)
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_a_port_nothing_listens_on_is_said_refused():
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
     with pytest.raises(ForktrialError) as raised:
-        client.status()
+        Client(endpoint, timeout=0.5).status()
+    assert raised.value.code == "unavailable"
+    assert f"nothing listens at {endpoint}: every connection was refused" in raised.value.message
+
+
+def test_a_silent_endpoint_is_unavailable_after_the_timeout():
+    # A socket that takes connections and never speaks.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        client = Client(f"tcp://127.0.0.1:{silent.getsockname()[1]}", timeout=0.3)
+        with pytest.raises(ForktrialError) as raised:
+            client.status()
     assert raised.value.code == "unavailable"
     assert "did not answer within 0.3 s" in raised.value.message
+
+
+def test_a_client_without_keys_facing_a_keyed_coordinator_is_told_of_keys(binary, store,
+                                                                            tmp_path):
+    for name in ("coordinator", "client", "worker"):
+        subprocess.run([binary, "keygen", str(tmp_path / f"{name}.key")], check=True,
+                       capture_output=True)
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    coordinator = subprocess.Popen(
+        [binary, "coordinator", "--store", str(store), "--listen", endpoint,
+         "--key", str(tmp_path / "coordinator.key"),
+         "--allow-clients", str(tmp_path / "client.key.pub"),
+         "--allow-workers", str(tmp_path / "worker.key.pub")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        # Said as soon as the handshake fails (a coordinator that does not
+        # listen yet is tried again), not after the timeout.
+        with pytest.raises(ForktrialError) as raised:
+            Client(endpoint, timeout=60).status()
+        assert raised.value.code == "failed_precondition"
+        assert "speaks CurveZMQ and this client has no keys" in raised.value.message
+    finally:
+        coordinator.kill()
+        coordinator.wait()
+
+
+def test_a_client_with_keys_facing_a_plain_coordinator_is_told_it_has_none(cluster, binary,
+                                                                          tmp_path):
+    for name in ("coordinator", "client"):
+        subprocess.run([binary, "keygen", str(tmp_path / f"{name}.key")], check=True,
+                       capture_output=True)
+    client = Client(cluster.endpoint, timeout=60, key=tmp_path / "client.key",
+                    coordinator_key=tmp_path / "coordinator.key.pub")
+    with pytest.raises(ForktrialError) as raised:
+        client.status()
+    assert raised.value.code == "failed_precondition"
+    assert "has no keys (it speaks plain ZeroMQ) and this client speaks CurveZMQ" in \
+        raised.value.message
 
 
 def test_results_of_a_large_job_come_in_pages_across_segments(cluster, tmp_path):
