@@ -66,10 +66,11 @@ class Client {
   // parts, each within it, under one token (docs/wire-protocol.md).
   static constexpr std::size_t kMaxPartBytes = std::size_t{64} << 20;
   // `retention`: the job's own (docs/cluster.md, "Retention"); none: gc's.
+  // `no_cache`: every trial runs, none answered from the result cache.
   SubmittedJob submit(const std::string& name, int priority, const std::vector<std::string>& trials,
                       const std::vector<BundleBlob>& bundles,
                       std::size_t max_part_bytes = kMaxPartBytes,
-                      std::optional<RetentionPolicy> retention = {});
+                      std::optional<RetentionPolicy> retention = {}, bool no_cache = false);
   nlohmann::ordered_json status(const std::string& job);  // "" for every job
   nlohmann::ordered_json cancel(const std::string& job);
   ResultsPage results(const std::string& job, std::uint32_t after, std::uint32_t limit);
