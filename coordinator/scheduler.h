@@ -17,6 +17,9 @@
 //   abandoned: the attempt that failed was the last (SchedulerConfig::
 //   max_attempts); cancelled: the job was cancelled while the trial was
 //   queued or leased.
+//   A queued trial never leased may go straight to reconciled, answered
+//   from the result cache (`cached`, trial.cached: coordinator/
+//   result_cache.h).
 //
 // Record, then apply. Every input decides what changes and writes each change
 // as an orchestration record (coordinator/orchestration.h), then applies the

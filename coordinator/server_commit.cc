@@ -84,7 +84,11 @@ store::Result<std::uint64_t> Server::append_records(store::Writer& writer,
     if (!entry) continue;
     auto decided = scheduler_.cache_answer(answer.trial, entry->source, entry->outcome, now);
     if (!decided) continue;
-    const auto& spec = answer.parsed->spec;
+    // Parsed for a trial answered only (the parse cache makes a repeated
+    // specification one parse).
+    const auto submitted = read_payload(*scheduler_.payload(answer.trial), specs_);
+    if (!submitted) continue;
+    const auto& spec = submitted->spec();
     const store::NewRun fork{.id = fork_run_of(answer.trial, decided->attempt),
                              .label = spec.label};
     auto copied = copy_fork(writer, spec, fork, entry->fork);

@@ -554,11 +554,11 @@ class Server {
                                               std::span<const OrchestrationRecord> records,
                                               std::span<Verdict> verdicts);
   // A trial of a job submitted this turn that may be answered from the
-  // cache, and what the last transaction body decided for it.
+  // cache, and what the last transaction body decided for it. Small: a
+  // job of a million candidates holds no specification here.
   struct Answer {
     TrialId trial;
     Digest key;
-    std::shared_ptr<const ParsedSpec> parsed;
     std::optional<TrialCached> record{};  // answered: its record
     std::uint64_t seq = 0;                // its verdict's event, once written
   };

@@ -362,10 +362,7 @@ void Server::note_cache_candidates(const JobId& job) {
   const auto status = scheduler_.job_status(job);
   for (std::uint32_t i = 0; status && i < status->trials; ++i) {
     const TrialId trial{job, i};
-    const auto key = scheduler_.cache_key(trial);
-    if (!key) continue;
-    auto submitted = read_payload(*scheduler_.payload(trial), specs_);
-    if (submitted) answering_.push_back(Answer{trial, *key, std::move(submitted->parsed)});
+    if (const auto key = scheduler_.cache_key(trial)) answering_.push_back(Answer{trial, *key});
   }
 }
 
