@@ -152,6 +152,10 @@ std::string progress_line(const ordered_json& status) {
   }
   const std::uint64_t abandoned = status["status"]["abandoned"];
   if (abandoned > 0) line += "  abandoned " + std::to_string(abandoned);
+  // Of the results, those answered from the result cache, not run.
+  if (const auto cached = status.value("cached", std::uint64_t{0}); cached > 0) {
+    line += "  cached " + std::to_string(cached);
+  }
   if (const std::string pace = pace_text(status); !pace.empty()) line += "  (" + pace + ")";
   const std::string state = status.value("state", "");
   if (state == "cancelled") {

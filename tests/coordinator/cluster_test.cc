@@ -2236,4 +2236,10 @@ TEST_CASE("forktrial batch answers a deterministic trial run before from the cac
   CHECK(runs() == 12);
   CHECK_THAT(text.out, Catch::Contains("  cached from job_") &&
                            Catch::Contains("2 (answered from the result cache, not run)"));
+  // And `status` of the job, on a coordinator of the same store, counts them.
+  cluster.start_coordinator();
+  const auto jobs = cluster.client({"status"});
+  INFO(jobs.out << jobs.err);
+  REQUIRE(jobs.exit_code == 0);
+  CHECK_THAT(jobs.out, Catch::Contains("  cached 2"));
 }
