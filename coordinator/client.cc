@@ -290,7 +290,7 @@ void Client::put_blob(const Digest& digest, const std::string& bytes) {
 SubmittedJob Client::submit(const std::string& name, int priority,
                             const std::vector<std::string>& trials,
                             const std::vector<BundleBlob>& bundles, std::size_t max_part_bytes,
-                            std::optional<RetentionPolicy> retention) {
+                            std::optional<RetentionPolicy> retention, bool no_cache) {
   // What a spec costs in a message: its text, rounded up to words, and its
   // list pointer. The parts: consecutive runs of specs, each within
   // max_part_bytes (a part holds one spec at least). A spec larger than a
@@ -335,6 +335,7 @@ SubmittedJob Client::submit(const std::string& name, int priority,
             job.setKeepForks(std::string(keep_forks_name(retention->keep)));
             job.setKeepForksAfterMillis(static_cast<std::uint64_t>(retention->after.count()));
           }
+          job.setNoCache(no_cache);
           if (parts.size() > 1) {
             job.setPart(static_cast<std::uint32_t>(p));
             job.setParts(static_cast<std::uint32_t>(parts.size()));

@@ -66,10 +66,11 @@ class Client {
   // parts, each within it, under one token (docs/wire-protocol.md).
   static constexpr std::size_t kMaxPartBytes = std::size_t{64} << 20;
   // `retention`: the job's own (docs/cluster.md, "Retention"); none: gc's.
+  // `no_cache`: every trial runs, none answered from the result cache.
   SubmittedJob submit(const std::string& name, int priority, const std::vector<std::string>& trials,
                       const std::vector<BundleBlob>& bundles,
                       std::size_t max_part_bytes = kMaxPartBytes,
-                      std::optional<RetentionPolicy> retention = {});
+                      std::optional<RetentionPolicy> retention = {}, bool no_cache = false);
   // "" for every job. With a `hold` (at most kMaxStatusHold), the
   // coordinator answers when the job finishes or after `hold`, whichever
   // comes first; a coordinator that does not hold answers at once.

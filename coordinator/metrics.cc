@@ -46,6 +46,9 @@ CoordinatorMetrics::CoordinatorMetrics()
       requeued_(add_counter(*registry_, "forktrial_trials_requeued_total",
                             "Attempts that failed (lease lapsed, worker lost or failed, "
                             "reconciliation refused) and left their trial queued again")),
+      cached_(add_counter(*registry_, "forktrial_trials_cached_total",
+                          "Trials answered from the result cache: reconciled from an earlier "
+                          "trial's recorded result and fork, without running")),
       abandoned_(add_counter(*registry_, "forktrial_trials_abandoned_total",
                              "Trials abandoned: their last attempt failed")),
       lease_expiries_(add_counter(*registry_, "forktrial_lease_expiries_total",
@@ -126,6 +129,8 @@ void CoordinatorMetrics::committed(std::span<const OrchestrationRecord> records)
             attempts_.Increment();
           } else if constexpr (std::is_same_v<Record, TrialRequeued>) {
             requeued_.Increment();
+          } else if constexpr (std::is_same_v<Record, TrialCached>) {
+            cached_.Increment();
           } else if constexpr (std::is_same_v<Record, TrialAbandoned>) {
             abandoned_.Increment();
           } else if constexpr (std::is_same_v<Record, TrialFenced>) {

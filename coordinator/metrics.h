@@ -4,6 +4,8 @@
 //
 // Counters (since this process started; a restart begins them at 0):
 //   forktrial_trials_reconciled_total{outcome}  reports reconciled in the store
+//   forktrial_trials_cached_total               trials answered from the result cache
+//                                               (trial.cached), never run: not reports
 //   forktrial_trial_attempts_total              leases granted (trial.leased)
 //   forktrial_trials_requeued_total             attempts failed, trial queued again
 //   forktrial_trials_abandoned_total            last attempts failed
@@ -147,6 +149,7 @@ class CoordinatorMetrics {
   transport::OutcomeSeries reconciled_;  // and each one's trial duration
   prometheus::Counter& attempts_;
   prometheus::Counter& requeued_;
+  prometheus::Counter& cached_;
   prometheus::Counter& abandoned_;
   prometheus::Counter& lease_expiries_;
   prometheus::Counter& fenced_;

@@ -41,6 +41,11 @@ struct TrialInput {
   Duration run_limit{0};
   // What runs its candidate: only a worker offering it is leased the trial.
   pack::Executor executor = pack::Executor::lua;
+  // The digest of everything the trial depends on (coordinator/result_cache.h)
+  // when its result may be cached and reused: a deterministic candidate, not
+  // a repeat, caching not turned off. None: it always runs, and its result
+  // is never reused.
+  std::optional<Digest> cache_key{};
   friend bool operator==(const TrialInput&, const TrialInput&) = default;
 };
 
@@ -217,6 +222,21 @@ struct TrialReconciled {
   friend bool operator==(const TrialReconciled&, const TrialReconciled&) = default;
 };
 
+// The queued trial was answered from the result cache: `source`, an earlier
+// reconciled trial with the same cache key, gave its outcome, and the caller
+// copied its result and fork for this trial in the transaction of this
+// record. The trial is reconciled without being leased or run (its first
+// attempt, `attempt`, was the cache's).
+struct TrialCached {
+  static constexpr std::string_view kType = "trial.cached";
+  TrialId trial;
+  Attempt attempt = 0;
+  TrialId source;
+  Outcome outcome = Outcome::completed;
+  Instant at;
+  friend bool operator==(const TrialCached&, const TrialCached&) = default;
+};
+
 // The finished job's trials were written to its archive run
 // (coordinator/orchestration_log.h, archive_run_of), in the transaction of
 // this record or before it: the scheduler keeps the job's counts and
@@ -228,9 +248,10 @@ struct JobArchived {
   friend bool operator==(const JobArchived&, const JobArchived&) = default;
 };
 
-using OrchestrationRecord = std::variant<JobSubmitted, JobCancelled, WorkerJoined, WorkerLost,
-                                         LeasesRenewed, TrialLeased, TrialRequeued, TrialAbandoned,
-                                         TrialReported, TrialFenced, TrialReconciled, JobArchived>;
+using OrchestrationRecord =
+    std::variant<JobSubmitted, JobCancelled, WorkerJoined, WorkerLost, LeasesRenewed, TrialLeased,
+                 TrialRequeued, TrialAbandoned, TrialReported, TrialFenced, TrialReconciled,
+                 JobArchived, TrialCached>;
 
 // The record's event type ("trial.leased", ...).
 inline std::string_view record_type(const OrchestrationRecord& record) {

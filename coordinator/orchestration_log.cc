@@ -91,6 +91,7 @@ std::string trial_text(const TrialInput& input) {
   if (input.executor != pack::Executor::lua) {
     trial["executor"] = pack::executor_name(input.executor);
   }
+  if (input.cache_key) trial["cache_key"] = input.cache_key->str();
   return trial.dump();
 }
 
@@ -231,6 +232,13 @@ void encode(const TrialReconciled& r, Json& out) {
   out["outcome"] = std::string(outcome_name(r.outcome));
 }
 
+void encode(const TrialCached& r, Json& out) {
+  out["trial"] = trial_json(r.trial);
+  out["attempt"] = r.attempt;
+  out["source"] = trial_json(r.source);
+  out["outcome"] = std::string(outcome_name(r.outcome));
+}
+
 // ---- Decoding ---------------------------------------------------------------
 //
 // The readers keep the first problem they meet and go on with default values
@@ -346,6 +354,10 @@ class Fields {
   Instant instant_or(std::string_view key, Instant absent) {
     if (object_ == nullptr || problem_.found() || !object_->contains(key)) return absent;
     return instant(key);
+  }
+  std::optional<Digest> digest_or_none(std::string_view key) {
+    if (object_ == nullptr || problem_.found() || !object_->contains(key)) return std::nullopt;
+    return digest(key);
   }
 
   pack::Executor executor_or(std::string_view key, pack::Executor absent) {
@@ -534,6 +546,7 @@ TrialInput decode_trial(const Json& element, std::string path, Problem& problem)
   input.bundles = trial.digests("bundles");
   input.run_limit = trial.duration_or("run_ms", Duration{0});
   input.executor = trial.executor_or("executor", pack::Executor::lua);
+  input.cache_key = trial.digest_or_none("cache_key");
   trial.finish();
   return input;
 }
@@ -632,6 +645,13 @@ void decode(Fields& f, TrialFenced& r) {
 void decode(Fields& f, TrialReconciled& r) {
   r.trial = f.trial("trial");
   r.attempt = f.u32("attempt");
+  r.outcome = f.outcome("outcome");
+}
+
+void decode(Fields& f, TrialCached& r) {
+  r.trial = f.trial("trial");
+  r.attempt = f.u32("attempt");
+  r.source = f.trial("source");
   r.outcome = f.outcome("outcome");
 }
 

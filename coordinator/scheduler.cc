@@ -110,6 +110,7 @@ struct Trial {
   Attempt leased_attempt = 0;   // the last attempt leased; 0: none
   TrialStatus status = TrialStatus::queued;
   std::optional<Outcome> outcome;  // once reconciled
+  std::optional<Digest> cache_key;  // as submitted: its result may be cached
 };
 
 // The queued trials of a job that one executor runs.
@@ -143,6 +144,7 @@ struct Job {
   std::array<std::uint64_t, kOutcomes.size()> outcomes{};
   std::uint64_t failed_attempts = 0;
   std::uint64_t fenced_reports = 0;
+  std::uint64_t cached = 0;  // trials answered from the result cache
   Instant submitted_at{};
   std::string owner;                         // the submitting client's key; "" without keys
   std::optional<RetentionPolicy> retention;  // its own, as submitted
@@ -205,6 +207,9 @@ struct Scheduler::State {
   std::set<std::pair<Instant, TrialKey>> lease_expiries;
   std::set<std::pair<Instant, WorkerIx>> last_heard;
   std::set<TrialKey> reported;  // reported, not yet reconciled
+  // The trials answered from the result cache, of jobs not archived: the
+  // trial whose result each reused.
+  std::map<TrialKey, TrialId> cached_from;
   std::size_t queued = 0;
   std::set<JobIx> to_archive;  // finished, not yet archived
 
@@ -393,6 +398,7 @@ struct Scheduler::State {
       }
       t.run_limit = r.trials[i].run_limit;
       t.executor = r.trials[i].executor;
+      t.cache_key = r.trials[i].cache_key;
       t.digests.reserve(1 + r.trials[i].bundles.size());
       t.digests.push_back(intern(r.trials[i].segment));
       for (const Digest& bundle : r.trials[i].bundles) t.digests.push_back(intern(bundle));
@@ -575,6 +581,22 @@ struct Scheduler::State {
     note_finished(key.job, r.at);
   }
 
+  void apply_one(const TrialCached& r) {
+    const TrialKey key = require_trial(r);
+    require_status(r, key, TrialStatus::queued);
+    if (trial(key).leased_attempt != 0) {
+      does_not_apply(r, r.trial.str() + " was leased before");
+    }
+    dequeue(key);
+    set_status(key, TrialStatus::reconciled);
+    trial(key).outcome = r.outcome;
+    Job& job = jobs[key.job];
+    ++job.outcomes[static_cast<std::size_t>(r.outcome)];
+    ++job.cached;
+    cached_from.insert_or_assign(key, r.source);
+    note_finished(key.job, r.at);
+  }
+
   void apply_one(const JobArchived& r) {
     const auto found = job_by_id.find(r.job);
     if (found == job_by_id.end()) does_not_apply(r, "no job " + r.job.str());
@@ -584,6 +606,9 @@ struct Scheduler::State {
     // A finished job holds no lease, no queued trial, no report: nothing
     // outside its trials refers to them.
     job.archived = true;
+    cached_from.erase(cached_from.lower_bound(TrialKey{found->second, 0}),
+                      cached_from.upper_bound(
+                          TrialKey{found->second, std::numeric_limits<std::uint32_t>::max()}));
     std::vector<Trial>().swap(job.trials);
     to_archive.erase(found->second);
   }
@@ -739,6 +764,7 @@ struct Scheduler::State {
       status.queued_by_executor[e] = job.queues[e].trials.size();
     }
     status.archived = job.archived;
+    status.cached = job.cached;
     return status;
   }
 
@@ -994,6 +1020,33 @@ std::expected<Records, Status> Scheduler::reconciled(const TrialId& trial, Outco
   return out;
 }
 
+std::expected<Records, Status> Scheduler::cached(const TrialId& trial, const TrialId& source,
+                                                 Outcome outcome, Instant now) {
+  auto answer = cache_answer(trial, source, outcome, now);
+  if (!answer) return std::unexpected(std::move(answer.error()));
+  Records out;
+  state_->record(out, std::move(*answer));
+  return out;
+}
+
+std::expected<TrialCached, Status> Scheduler::cache_answer(const TrialId& trial,
+                                                           const TrialId& source, Outcome outcome,
+                                                           Instant now) const {
+  const auto key = state_->find(trial);
+  if (!key) return failure(ErrorCode::not_found, "no trial " + trial.str());
+  const Trial& t = state_->trial(*key);
+  if (t.status != TrialStatus::queued || t.leased_attempt != 0) {
+    return failure(ErrorCode::failed_precondition,
+                   trial.str() + " is " + std::string(trial_status_name(t.status)) +
+                       (t.leased_attempt != 0 ? " and was leased before" : "") +
+                       ": only a trial never leased is answered from the cache");
+  }
+  if (source == trial) {
+    return failure(ErrorCode::invalid_argument, trial.str() + " cannot be its own source");
+  }
+  return TrialCached{trial, t.attempt, source, outcome, now};
+}
+
 std::expected<Records, Status> Scheduler::reconcile_failed(const TrialId& trial,
                                                            const std::string& reason, Instant now) {
   const auto key = state_->reported_trial(trial);
@@ -1055,8 +1108,11 @@ std::optional<TrialState> Scheduler::trial_state(const TrialId& trial) const {
   const auto key = state_->find(trial);
   if (!key) return {};
   const Trial& t = state_->trial(*key);
-  TrialState result{trial, t.status, t.attempt, {}, {}, t.reasons, t.outcome};
+  TrialState result{trial, t.status, t.attempt, {}, {}, t.reasons, t.outcome, {}};
   if (t.worker != kNoWorker) result.worker = state_->workers[t.worker].id;
+  if (auto source = state_->cached_from.find(*key); source != state_->cached_from.end()) {
+    result.cached_from = source->second;
+  }
   if (t.status == TrialStatus::leased) result.lease_expires = t.lease_expires;
   return result;
 }
@@ -1085,11 +1141,18 @@ std::optional<TrialInput> Scheduler::trial_input(const TrialId& trial) const {
   const auto key = state_->find(trial);
   if (!key) return std::nullopt;
   const Trial& t = state_->trial(*key);
-  TrialInput input{*t.payload, state_->digests[t.digests.front()], {}, t.run_limit, t.executor};
+  TrialInput input{*t.payload, state_->digests[t.digests.front()], {}, t.run_limit, t.executor,
+                   t.cache_key};
   for (std::size_t i = 1; i < t.digests.size(); ++i) {
     input.bundles.push_back(state_->digests[t.digests[i]]);
   }
   return input;
+}
+
+std::optional<Digest> Scheduler::cache_key(const TrialId& trial) const {
+  const auto key = state_->find(trial);
+  if (!key) return std::nullopt;
+  return state_->trial(*key).cache_key;
 }
 
 std::optional<Digest> Scheduler::segment(const TrialId& trial) const {
@@ -1144,7 +1207,7 @@ std::string Scheduler::state_text() const {
          " retention=" + retention + " priority=" + std::to_string(job.priority) +
          " cancelled=" + std::to_string(job.cancelled) + " counts" + counts + " failed=" +
          std::to_string(job.failed_attempts) + " fenced=" + std::to_string(job.fenced_reports) +
-         " submitted=" + millis(job.submitted_at) +
+         " cached=" + std::to_string(job.cached) + " submitted=" + millis(job.submitted_at) +
          " finished=" + (job.finished_at ? millis(*job.finished_at) : "-") + " trials=" +
          std::to_string(job.trial_count) + " archived=" + std::to_string(job.archived));
     for (std::size_t i = 0; i < job.trials.size(); ++i) {
@@ -1160,7 +1223,8 @@ std::string Scheduler::state_text() const {
            " run_limit=" + std::to_string(t.run_limit.count()) +
            " executor=" + std::string(pack::executor_name(t.executor)) + " digests" + digests +
            " payload=" + *t.payload + " reasons" + reasons +
-           " outcome=" + (t.outcome ? std::string(outcome_name(*t.outcome)) : "-"));
+           " outcome=" + (t.outcome ? std::string(outcome_name(*t.outcome)) : "-") +
+           " cache_key=" + (t.cache_key ? t.cache_key->str() : "-"));
     }
     for (const pack::Executor executor : pack::kExecutors) {
       const Queue& q = job.queues[executor_ix(executor)];
@@ -1203,6 +1267,9 @@ std::string Scheduler::state_text() const {
     indexed.insert("heard " + s.workers[worker].id.str());
   for (const std::string& entry : indexed) line(entry);
   for (const TrialKey key : s.reported) line("reported " + s.id_of(key).str());
+  for (const auto& [key, source] : s.cached_from) {
+    line("cached " + s.id_of(key).str() + " from " + source.str());
+  }
   line("queued " + std::to_string(s.queued));
   for (const JobIx job : s.to_archive) line("to_archive " + s.jobs[job].id.str());
   return text;

@@ -17,6 +17,9 @@
 //   abandoned: the attempt that failed was the last (SchedulerConfig::
 //   max_attempts); cancelled: the job was cancelled while the trial was
 //   queued or leased.
+//   A queued trial never leased may go straight to reconciled, answered
+//   from the result cache (`cached`, trial.cached: coordinator/
+//   result_cache.h).
 //
 // Record, then apply. Every input decides what changes and writes each change
 // as an orchestration record (coordinator/orchestration.h), then applies the
@@ -197,6 +200,9 @@ struct JobStatus {
   // Its queued trials by the executor that runs them (pack::kExecutors'
   // order): with Scheduler::workers_offering, why a job waits.
   std::array<std::uint64_t, pack::kExecutorCount> queued_by_executor{};
+  // Of its reconciled trials, those answered from the result cache
+  // (TrialCached) rather than run.
+  std::uint64_t cached = 0;
 
   std::uint64_t count(TrialStatus status) const { return counts[static_cast<std::size_t>(status)]; }
   // Trials that reached a final status (reconciled, cancelled, abandoned).
@@ -247,6 +253,7 @@ struct TrialState {
   std::optional<Instant> lease_expires;  // while leased
   std::vector<std::string> reasons;      // of each failed attempt, the first's first
   std::optional<Outcome> outcome;        // once reconciled
+  std::optional<TrialId> cached_from;    // answered from the cache: whose result it reused
 };
 
 class Scheduler {
@@ -330,6 +337,20 @@ class Scheduler {
   // Refused: an unknown trial, a trial that is not reported.
   std::expected<Records, Status> reconciled(const TrialId& trial, Outcome outcome, Instant now);
 
+  // The queued trial, never leased, is answered from the result cache with
+  // `source`'s outcome (trial.cached): reconciled without running. The
+  // caller has copied `source`'s result and fork for it, and writes them in
+  // the transaction of the record. Refused: an unknown trial (not_found), a
+  // trial not queued or leased before (failed_precondition: it runs), a
+  // trial that would be its own source (invalid_argument).
+  std::expected<Records, Status> cached(const TrialId& trial, const TrialId& source,
+                                        Outcome outcome, Instant now);
+  // The record `cached` would write and apply, decided without changing
+  // anything: for a caller that writes it in a transaction of its own (with
+  // the copies it stands for) and then replays it. Refused as `cached` is.
+  std::expected<TrialCached, Status> cache_answer(const TrialId& trial, const TrialId& source,
+                                                  Outcome outcome, Instant now) const;
+
   // The store refused the reported attempt's reconciliation: requeued or
   // abandoned with `reason`. Refused: an unknown trial, a trial not reported.
   std::expected<Records, Status> reconcile_failed(const TrialId& trial, const std::string& reason,
@@ -375,6 +396,9 @@ class Scheduler {
   std::optional<pack::Executor> executor(const TrialId& trial) const;
   // The trial as submitted; none for an unknown or archived trial.
   std::optional<TrialInput> trial_input(const TrialId& trial) const;
+  // The trial's result cache key as submitted (TrialInput::cache_key); none
+  // for a trial without one, an unknown or an archived trial.
+  std::optional<Digest> cache_key(const TrialId& trial) const;
   // A job that has finished and is not archived yet (the first of them by
   // submission) and not in `skip`, to be archived by the caller; none when
   // there is none.

@@ -61,6 +61,10 @@ struct ServerConfig {
   // About the most trial text one event of a job.submitted record holds; a
   // larger job continues in job.trials events (coordinator/orchestration_log.h).
   std::size_t job_chunk_bytes = kJobChunkBytes;
+  // The runtime a trial's result cache key names (coordinator/result_cache.h):
+  // "" is this build's, "forktrial <version>". Results cached under another
+  // runtime answer no trial.
+  std::string runtime_version{};
   // The clocks, randomness and free disk space the coordinator reads
   // (base/world.h); nullptr: real_world(). Not owned; outlives the
   // coordinator.

@@ -52,6 +52,76 @@ void Server::keep_tick(Instant now) {
 void Server::pending_committed() {
   metrics_.committed(pending_);
   pending_.clear();
+  // The trials answered from the cache in the transaction: their records
+  // follow pending_'s in the log, and apply now.
+  Records answered;
+  for (const Answer& answer : answering_) {
+    if (!answer.record) continue;
+    scheduler_.replay(*answer.record);
+    activity_.note(*answer.record);
+    remember_result(answer.trial, answer.seq);
+    answered.push_back(*answer.record);
+  }
+  answering_.clear();
+  if (answered.empty()) return;
+  if (config_.committed) config_.committed(answered);
+  metrics_.committed(answered);
+  gauges_stale_ = true;
+  log_(LogLevel::info,
+       std::to_string(answered.size()) + " trials answered from the result cache, not run");
+}
+
+store::Result<std::uint64_t> Server::append_records(store::Writer& writer,
+                                                    std::span<const OrchestrationRecord> records,
+                                                    std::span<Verdict> verdicts) {
+  auto head = append_to_log(writer, records, {}, config_.job_chunk_bytes, verdicts);
+  if (!head || answering_.empty()) return head;
+  const Instant now = clock_now();
+  Records answered;
+  std::vector<store::NewEvent> answers;
+  for (Answer& answer : answering_) {
+    answer.record.reset();
+    auto entry = find_cache_entry(writer, answer.key);
+    if (!entry) continue;
+    auto decided = scheduler_.cache_answer(answer.trial, entry->source, entry->outcome, now);
+    if (!decided) continue;
+    // Parsed for a trial answered only (the parse cache makes a repeated
+    // specification one parse).
+    const auto submitted = read_payload(*scheduler_.payload(answer.trial), specs_);
+    if (!submitted) continue;
+    const auto& spec = submitted->spec();
+    const store::NewRun fork{.id = fork_run_of(answer.trial, decided->attempt),
+                             .label = spec.label};
+    auto copied = copy_fork(writer, spec, fork, entry->fork);
+    if (!copied) return copied;
+    // The source's verdict, naming the source: it took no worker time, and
+    // its events, failures and isolation are the source's (the copy holds
+    // the same events on the same history). It names its trial at its top,
+    // as a trial.verdict does.
+    ordered_json verdict = ordered_json::parse(entry->verdict, nullptr, false);
+    if (!verdict.is_object()) verdict = ordered_json::object();
+    verdict["job"] = answer.trial.job.str();
+    verdict["index"] = answer.trial.index;
+    verdict["duration_ms"] = 0;
+    verdict["cached_from"] = entry->source.str();
+    store::NewEvent event;
+    event.type = std::string(kVerdictType);
+    event.payload = verdict.dump();
+    event.timestamp = format_timestamp(now.time_since_epoch().count());
+    event.actor = std::string(kCoordinatorActor);
+    answers.push_back(std::move(event));
+    answered.push_back(*decided);
+    answer.record = std::move(*decided);
+  }
+  if (answered.empty()) return head;
+  head = append_to_log(writer, answered, answers, config_.job_chunk_bytes);
+  if (!head) return head;
+  // Each answer's verdict is one of the last events appended, in order.
+  std::uint64_t seq = *head - answers.size();
+  for (Answer& answer : answering_) {
+    if (answer.record) answer.seq = ++seq;
+  }
+  return head;
 }
 
 void Server::flush() {
@@ -83,7 +153,7 @@ void Server::commit_turn() {
   }
   if (!pending_.empty()) {
     auto written = store_.write([&](store::Writer& writer) -> store::Result<std::uint64_t> {
-      return append_to_log(writer, pending_, {}, config_.job_chunk_bytes);
+      return append_records(writer, pending_, {});
     });
     if (!written) {
       throw Error(forktrial::ErrorCode::internal,
@@ -191,6 +261,7 @@ void Server::store_full(const std::string& why) {
   const bool already = store_full_.has_value();
   store_full_ = why;
   pending_.clear();
+  answering_.clear();
   for (const Reconciliation& r : reconciling_) reply_busy(r.route, r.request);
   reconciling_.clear();
   std::vector<std::pair<std::string, std::string>> told;

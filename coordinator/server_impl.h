@@ -19,6 +19,7 @@
 #include "coordinator/candidate_ranking.h"
 #include "coordinator/metrics.h"
 #include "coordinator/orchestration_log.h"
+#include "coordinator/result_cache.h"
 #include "coordinator/server.h"
 #include "coordinator/status_page.h"
 #include "coordinator/store_disk.h"
@@ -537,6 +538,7 @@ class Server {
   struct CheckedBundle {
     std::optional<std::string> problem;
     pack::Executor executor = pack::Executor::lua;
+    bool deterministic = false;  // its manifest declares it deterministic
   };
   static const CheckedBundle& check_bundle(
       const store::Snapshot& snapshot, const Digest& archive, const Digest& pin,
@@ -545,6 +547,39 @@ class Server {
   // The blob of the parent's history up to the fork point, stored once.
   std::expected<Digest, Status> segment_of(const store::Snapshot& snapshot,
                                            const sandbox::TrialSpecification& spec);
+
+  // ---- the result cache (coordinator/result_cache.h)
+
+  // The runtime cache keys name: config_.runtime_version, or this build's.
+  std::string cache_runtime() const;
+  // Of a job about to be submitted: a key that more than one of its trials
+  // has (a matrix's repeats, which sample nondeterminism) is dropped, so
+  // those trials all run and none of their results is cached.
+  static void drop_repeated_keys(std::vector<TrialInput>& inputs);
+  // The new job's trials with a key may be answered from the cache: they
+  // are looked up in the transaction that records the job.
+  void note_cache_candidates(const JobId& job);
+  // In the caller's write transaction, what every commit of pending_
+  // writes: `records` with their verdicts, then for each candidate whose
+  // key has a live entry, read in this same transaction (so that gc cannot
+  // collect the source's fork between the look-up and the copy): a copy of
+  // the source's fork, its trial.cached record, and a trial.verdict event
+  // with the source's verdict naming it (`cached_from`). The scheduler
+  // applies the trial.cached records once the transaction has committed
+  // (pending_committed).
+  store::Result<std::uint64_t> append_records(store::Writer& writer,
+                                              std::span<const OrchestrationRecord> records,
+                                              std::span<Verdict> verdicts);
+  // A trial of a job submitted this turn that may be answered from the
+  // cache, and what the last transaction body decided for it. Small: a
+  // job of a million candidates holds no specification here.
+  struct Answer {
+    TrialId trial;
+    Digest key;
+    std::optional<TrialCached> record{};  // answered: its record
+    std::uint64_t seq = 0;                // its verdict's event, once written
+  };
+  std::vector<Answer> answering_;
 
   ordered_json status_json(const JobStatus& job, Instant now) const;
   // Why the job's queued trials are not being leased (no live worker, or

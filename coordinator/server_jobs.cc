@@ -214,6 +214,7 @@ void Server::on_submit(const std::string& route, Envelope::Reader envelope, Inst
       continue;
     }
     TrialInput input;
+    bool deterministic = false;
     const auto& spec = submitted->spec();
     // The wall clock bounds an attempt's lease (Scheduler::request_work).
     input.run_limit =
@@ -227,8 +228,10 @@ void Server::on_submit(const std::string& route, Envelope::Reader envelope, Inst
       const CheckedBundle& checked =
           check_bundle(snapshot, *archive, *pack->expected_bundle_hash, checked_bundles);
       if (checked.problem) problem(trial, *checked.problem);
-      // The candidate comes last: its pack's executor is the trial's.
+      // The candidate comes last: its pack's executor is the trial's, and
+      // its manifest says whether its results may be reused.
       input.executor = checked.executor;
+      deterministic = checked.deterministic;
       input.bundles.push_back(*archive);
     }
     // What forktrial's Lua child needs, once the candidate is known to be Lua.
@@ -244,6 +247,10 @@ void Server::on_submit(const std::string& route, Envelope::Reader envelope, Inst
       continue;
     }
     input.segment = *segment->second;
+    if (deterministic && !job.getNoCache()) {
+      input.cache_key =
+          trial_cache_key(cache_runtime(), input.executor, spec, input.segment, input.bundles);
+    }
     input.payload = payload_of(submitted->candidate, submitted->spec_json());
     inputs.push_back(std::move(input));
   }
@@ -270,6 +277,7 @@ void Server::on_submit(const std::string& route, Envelope::Reader envelope, Inst
     pending_jobs_.erase(id);
   }
   const std::size_t total = inputs.size();
+  drop_repeated_keys(inputs);
   submission.trials = std::move(inputs);
   submission.owner = client_ ? client_->key : "";
   auto records = scheduler_.submit(std::move(submission), now);
@@ -278,6 +286,7 @@ void Server::on_submit(const std::string& route, Envelope::Reader envelope, Inst
     if (const auto* submitted = std::get_if<JobSubmitted>(&record)) note_job(*submitted);
   }
   keep(std::move(*records));
+  note_cache_candidates(JobId(id));
   turn_durable_ = true;
   trim_ = true;
   log_(LogLevel::info,
@@ -309,6 +318,7 @@ const Server::CheckedBundle& Server::check_bundle(
                 summary->bundle_hash.str() + ", not to its pin " + pin.str();
     } else {
       result.executor = summary->executor;
+      result.deterministic = summary->deterministic;
     }
   }
   return checked.emplace(key, std::move(result)).first->second;
@@ -331,6 +341,29 @@ std::expected<Digest, Status> Server::segment_of(const store::Snapshot& snapshot
       [&](store::Writer& writer) { return writer.store_segment(spec.parent_run_id, point->seq); });
   if (!stored) return std::unexpected(stored.error());
   return *stored;
+}
+
+std::string Server::cache_runtime() const {
+  return config_.runtime_version.empty() ? std::string("forktrial ") + FORKTRIAL_VERSION
+                                         : config_.runtime_version;
+}
+
+void Server::drop_repeated_keys(std::vector<TrialInput>& inputs) {
+  std::map<Digest, std::size_t> seen;
+  for (const TrialInput& input : inputs) {
+    if (input.cache_key) ++seen[*input.cache_key];
+  }
+  for (TrialInput& input : inputs) {
+    if (input.cache_key && seen[*input.cache_key] > 1) input.cache_key.reset();
+  }
+}
+
+void Server::note_cache_candidates(const JobId& job) {
+  const auto status = scheduler_.job_status(job);
+  for (std::uint32_t i = 0; status && i < status->trials; ++i) {
+    const TrialId trial{job, i};
+    if (const auto key = scheduler_.cache_key(trial)) answering_.push_back(Answer{trial, *key});
+  }
 }
 
 void Server::on_cancel(const std::string& route, Envelope::Reader envelope, Instant now) {

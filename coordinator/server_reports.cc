@@ -38,6 +38,9 @@ std::optional<std::string> Server::result_from_verdict(const TrialId& trial,
   line["behavior_failures"] = number("behavior_failures");
   line["behavior_failures_after_fork"] = number("behavior_failures_after_fork");
   line["duration_ms"] = number("duration_ms");
+  // Answered from the result cache: the trial whose result it is.
+  const std::string cached_from = text("cached_from");
+  line["cached_from"] = cached_from.empty() ? ordered_json(nullptr) : ordered_json(cached_from);
   line["executor"] = {{"name", std::string(pack::executor_name(*executor))},
                       {"version", text("executor_version")}};
   const std::string limit = text("limit");
@@ -375,7 +378,14 @@ store::Result<std::uint64_t> Server::record_reconciliation(store::Writer& writer
   if (r.isolation != sandbox::Isolation::standard) {
     verdict["isolation"] = std::string(sandbox::isolation_name(r.isolation));
   }
-  verdicts.push_back(Verdict{r.trial, r.attempt, r.worker, verdict.dump()});
+  std::string text = verdict.dump();
+  // A completed trial whose result may be reused is the entry of its key
+  // (a later trial with the key is answered from it).
+  if (const auto key = scheduler_.cache_key(r.trial); key && v.outcome == Outcome::completed) {
+    auto entry = put_cache_entry(writer, *key, CacheEntry{r.trial, fork_id, v.outcome, text}, r.at);
+    if (!entry) return std::unexpected(std::move(entry.error()));
+  }
+  verdicts.push_back(Verdict{r.trial, r.attempt, r.worker, std::move(text)});
   return recorded;
 }
 
@@ -404,7 +414,7 @@ bool Server::write_turn() {
       auto recorded = record_reconciliation(writer, r, r.verdict, count, records, verdicts);
       if (!recorded) return recorded;
     }
-    return append_to_log(writer, records, {}, config_.job_chunk_bytes, verdicts);
+    return append_records(writer, records, verdicts);
   });
   if (!written) return false;
   if (config_.committed) config_.committed(records);
@@ -425,7 +435,7 @@ void Server::reconcile_alone(Reconciliation& r) {
       verdicts.clear();
       auto recorded = record_reconciliation(writer, r, v, count, records, verdicts);
       if (!recorded) return recorded;
-      return append_to_log(writer, records, {}, config_.job_chunk_bytes, verdicts);
+      return append_records(writer, records, verdicts);
     });
     if (written) {
       if (config_.committed) config_.committed(records);

@@ -30,6 +30,9 @@ ordered_json Server::status_json(const JobStatus& job, Instant now) const {
       {"outcomes", outcomes},
       {"failed_attempts", job.failed_attempts},
       {"fenced_reports", job.fenced_reports},
+      // Reconciled from the result cache, not run (counted in `status` and
+      // `outcomes` as the job's results they are).
+      {"cached", job.cached},
       {"submitted_at", timestamp_json(job.submitted_at)},
       {"finished_at", job.finished_at ? timestamp_json(*job.finished_at) : ordered_json(nullptr)},
       {"throughput", activity_.throughput(job, now)},

@@ -292,6 +292,7 @@ std::expected<ParsedArchive, ArchiveError> parse(std::string_view bytes,
   parsed.summary.files = *count;
   parsed.summary.bundle_hash = hash.finish();
   parsed.summary.executor = executor_of_files(manifest, init_py);
+  parsed.summary.deterministic = manifest_declares_deterministic(manifest);
   return parsed;
 }
 

@@ -80,6 +80,9 @@ struct ArchiveSummary {
   // What runs the pack once extracted (pack/executor.h), told from its
   // manifest.toml and whether an __init__.py is at its root.
   Executor executor = Executor::lua;
+  // Its manifest validates and declares the pack deterministic
+  // (pack/manifest.h, declares_deterministic).
+  bool deterministic = false;
 };
 
 // Validates every rule of the format without writing anything.

@@ -70,4 +70,10 @@ Executor executor_of_files(std::string_view manifest_text, bool init_py) {
   return executor_with(*manifest, true, "the pack").value_or(Executor::lua);
 }
 
+bool manifest_declares_deterministic(std::string_view manifest_text) {
+  auto manifest =
+      parse_manifest(manifest_text, std::string(kManifestFile), RuntimeRequirement::optional);
+  return manifest && declares_deterministic(*manifest);
+}
+
 }  // namespace forktrial::pack

@@ -51,5 +51,8 @@ bool is_activegraph_pack(const std::filesystem::path& root);
 // activegraph when the text parses with [runtime] optional and executor_of
 // says so, Lua otherwise (the Lua path says what is wrong with the rest).
 Executor executor_of_files(std::string_view manifest_text, bool init_py);
+// Whether `manifest_text` validates (as a pack without [runtime] may) and
+// declares the pack deterministic.
+bool manifest_declares_deterministic(std::string_view manifest_text);
 
 }  // namespace forktrial::pack

@@ -493,6 +493,7 @@ void check_fixtures(Checker& c, const toml::table& doc, Manifest& m) {
   if (const toml::node* det = fixtures->get("deterministic")) {
     if (det->is_boolean()) {
       f.deterministic = det->as_boolean()->get();
+      f.deterministic_declared = true;
     } else {
       c.error("fixtures.deterministic", "must be true or false, got " + type_name(*det));
     }
@@ -652,6 +653,11 @@ std::expected<Manifest, ManifestErrors> load_manifest(const std::filesystem::pat
   std::ostringstream text;
   text << in.rdbuf();
   return parse_manifest(text.str(), file.string(), runtime);
+}
+
+bool declares_deterministic(const Manifest& manifest) {
+  return manifest.fixtures && manifest.fixtures->deterministic_declared &&
+         manifest.fixtures->deterministic;
 }
 
 }  // namespace forktrial::pack

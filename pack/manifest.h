@@ -68,6 +68,9 @@ struct Surface {
 struct Fixtures {
   std::string entrypoint;  // relative path inside the pack
   bool deterministic = true;
+  // `deterministic` was written, not defaulted: only a pack that declares
+  // itself deterministic has its trials' results cached and reused.
+  bool deterministic_declared = false;
 };
 
 struct RuntimeSection {
@@ -141,6 +144,11 @@ bool is_pep440_specifier_set(std::string_view text);
 std::expected<Manifest, ManifestErrors> parse_manifest(std::string_view text,
                                                        std::string_view source,
                                                        RuntimeRequirement runtime);
+
+// Whether the manifest declares the pack deterministic ([fixtures]
+// deterministic = true, written): a trial of it, given the same inputs,
+// gives the same verdict (coordinator/result_cache.h).
+bool declares_deterministic(const Manifest& manifest);
 
 // Reads `<pack_dir>/manifest.toml` and validates it.
 std::expected<Manifest, ManifestErrors> load_manifest(const std::filesystem::path& pack_dir,

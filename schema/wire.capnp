@@ -283,6 +283,8 @@ struct SubmitJob {
   keepForks @7 :Text;          # the job's retention: "all", "failures", "none"; "": the
                                # policy `forktrial gc` is given (docs/cluster.md, "Retention")
   keepForksAfterMillis @8 :UInt64;  # once the job has been finished this long
+  noCache @9 :Bool;            # every trial runs: none is answered from the result cache,
+                               # and none's result is kept in it (`--no-cache`)
 }
 
 struct JobAccepted {

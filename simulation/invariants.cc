@@ -181,6 +181,26 @@ std::optional<std::string> Invariants::apply(const OrchestrationRecord& record) 
     ++ended_;
     return std::nullopt;
   }
+  if (const auto* r = std::get_if<TrialCached>(&record)) {
+    // Answered from the result cache: a queued trial never leased, from a
+    // source reconciled before it (once: it is the same exactly-once).
+    Trial* t = trial(r->trial);
+    if (t == nullptr) return "an unknown trial " + r->trial.str() + " was answered from the cache";
+    if (t->status != TrialStatus::queued || t->attempt != 0) {
+      return r->trial.str() + " was answered from the cache while it is " +
+             std::string(trial_status_name(t->status)) + " (attempt " + std::to_string(t->attempt) +
+             "), " + at_text(r->at);
+    }
+    const Trial* source = trial(r->source);
+    if (source != nullptr && source->status != TrialStatus::reconciled) {
+      return r->trial.str() + " was answered from the cache with " + r->source.str() +
+             ", which is " + std::string(trial_status_name(source->status)) + ", " + at_text(r->at);
+    }
+    t->status = TrialStatus::reconciled;
+    --jobs_.at(r->trial.job).queued;
+    ++ended_;
+    return std::nullopt;
+  }
   return std::nullopt;
 }
 

@@ -152,6 +152,10 @@ std::string progress_line(const ordered_json& status) {
   }
   const std::uint64_t abandoned = status["status"]["abandoned"];
   if (abandoned > 0) line += "  abandoned " + std::to_string(abandoned);
+  // Of the results, those answered from the result cache, not run.
+  if (const auto cached = status.value("cached", std::uint64_t{0}); cached > 0) {
+    line += "  cached " + std::to_string(cached);
+  }
   if (const std::string pace = pace_text(status); !pace.empty()) line += "  (" + pace + ")";
   const std::string state = status.value("state", "");
   if (state == "cancelled") {
@@ -246,6 +250,9 @@ ordered_json summary_of(const ordered_json& status) {
   for (const auto& [name, count] : status["status"].items()) out[name] = count;
   for (const auto& [name, count] : status["outcomes"].items()) out[name] = count;
   out["cancelled"] = status["cancelled"];
+  // Of the reconciled, those answered from the result cache (a coordinator
+  // before the cache says nothing: none).
+  out["cached"] = status.value("cached", std::uint64_t{0});
   return out;
 }
 
@@ -259,6 +266,10 @@ void print_summary(const ordered_json& status, bool json) {
   for (const auto& [name, count] : status["status"].items()) {
     if (count.get<std::uint64_t>() > 0)
       std::printf("  %-22s %s\n", name.c_str(), count.dump().c_str());
+  }
+  if (const auto cached = status.value("cached", std::uint64_t{0}); cached > 0) {
+    std::printf("  %-22s %llu (answered from the result cache, not run)\n", "of them cached",
+                static_cast<unsigned long long>(cached));
   }
   std::printf("outcomes\n");
   for (const auto& [name, count] : status["outcomes"].items()) {
@@ -293,7 +304,8 @@ void end_wait(const std::pair<ordered_json, bool>& waited, double max_wait, bool
 // Uploads what the coordinator lacks and submits the batch, whose trials and
 // candidates it empties on the way: each specification is let go as soon as
 // its text is made, so that a million of them are not held twice.
-coordinator::SubmittedJob submit_batch(coordinator::Client& client, coordinator::Batch& batch) {
+coordinator::SubmittedJob submit_batch(coordinator::Client& client, coordinator::Batch& batch,
+                                       bool no_cache) {
   std::map<std::string, coordinator::BundleBlob> bundles;  // by directory
   std::map<std::string, std::string> archives;             // digest hex -> bytes
   for (const auto& pack : batch.packs) {
@@ -336,7 +348,7 @@ coordinator::SubmittedJob submit_batch(coordinator::Client& client, coordinator:
   for (const auto& [dir, bundle] : bundles) list.push_back(bundle);
   try {
     return client.submit(batch.name, batch.priority, trials, list,
-                         coordinator::Client::kMaxPartBytes, batch.retention);
+                         coordinator::Client::kMaxPartBytes, batch.retention, no_cache);
   } catch (const Error& e) {
     // The coordinator says what it lacks; what to do is the command line's.
     const std::string why = e.what();
@@ -380,9 +392,10 @@ std::vector<ordered_json> all_results(coordinator::Client& client, const std::st
 namespace {
 
 constexpr const char* kResultFields[] = {
-    "trial",     "candidate", "pin",         "scenario",        "at",
-    "status",    "outcome",   "fork_run_id", "events_appended", "behavior_failures",
-    "exit_code", "detail",    "worker",      "attempts",        "duration_ms"};
+    "trial",      "candidate", "pin",         "scenario",        "at",
+    "status",     "outcome",   "fork_run_id", "events_appended", "behavior_failures",
+    "exit_code",  "detail",    "worker",      "attempts",        "duration_ms",
+    "cached_from"};
 
 std::string csv_cell(const ordered_json& value) {
   std::string text = value.is_string() ? value.get<std::string>()
@@ -452,10 +465,13 @@ void print_results(const std::vector<ordered_json>& results, const std::string& 
     auto text = [](const ordered_json& v) {
       return terminal_text(v.is_string() ? v.get<std::string>() : v.is_null() ? "-" : v.dump());
     };
-    std::printf("%-26s %-16s %-22s %-9s %-22s %6s %8s\n", text(r["trial"]).c_str(),
+    // A trial answered from the result cache names the trial that ran.
+    const bool cached = r.contains("cached_from") && r["cached_from"].is_string();
+    std::printf("%-26s %-16s %-22s %-9s %-22s %6s %8s%s\n", text(r["trial"]).c_str(),
                 text(r["candidate"]).c_str(), text(r["scenario"]).c_str(), text(r["at"]).c_str(),
                 (r["outcome"].is_string() ? text(r["outcome"]) : text(r["status"])).c_str(),
-                text(r["events_appended"]).c_str(), text(r["behavior_failures"]).c_str());
+                text(r["events_appended"]).c_str(), text(r["behavior_failures"]).c_str(),
+                cached ? ("  cached from " + text(r["cached_from"])).c_str() : "");
   }
 }
 
@@ -485,6 +501,7 @@ void add_submit(CLI::App& app) {
   auto file = std::make_shared<std::string>();
   auto wait = std::make_shared<bool>(false);
   auto max_wait = std::make_shared<double>(0);
+  auto no_cache = std::make_shared<bool>(false);
   auto* cmd = app.add_subcommand(
       "submit",
       "Submit a batch file (a TOML matrix or JSON Lines of trial specifications); "
@@ -496,6 +513,9 @@ void add_submit(CLI::App& app) {
                   "on). 0: no limit")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--no-cache", *no_cache,
+                "Run every trial: answer none from the result cache of trials already run "
+                "(deterministic candidates), and keep none's result in it");
   o->add_to(cmd);
   cmd->footer(examples_footer({
       "forktrial submit nightly.toml --coordinator tcp://coord:7600 --wait",
@@ -504,7 +524,7 @@ void add_submit(CLI::App& app) {
   cmd->callback([=] {
     auto batch = read_batch_or_fail(*file);
     auto client = o->connect();
-    const auto job = submit_batch(client, batch);
+    const auto job = submit_batch(client, batch, *no_cache);
     if (!*wait) {
       if (o->json) {
         std::printf("%s\n", ordered_json{{"job", job.job}, {"total", job.total}}.dump().c_str());

@@ -60,7 +60,10 @@ int wait_status(const nlohmann::ordered_json& status);
 coordinator::Batch read_batch_or_fail(const std::string& file);
 // Uploads what the coordinator lacks and submits the batch, whose trials and
 // candidates it empties on the way. Throws Error from the client.
-coordinator::SubmittedJob submit_batch(coordinator::Client& client, coordinator::Batch& batch);
+// `no_cache`: every trial runs (`--no-cache`), none answered from the
+// coordinator's result cache.
+coordinator::SubmittedJob submit_batch(coordinator::Client& client, coordinator::Batch& batch,
+                                       bool no_cache = false);
 // Every result of the job, page by page.
 std::vector<nlohmann::ordered_json> all_results(coordinator::Client& client,
                                                 const std::string& job);

@@ -435,6 +435,7 @@ void add_batch(CLI::App& app) {
   auto log_level = std::make_shared<std::string>("warn");
   auto isolation = std::make_shared<sandbox::Isolation>(sandbox::Isolation::standard);
   auto python = std::make_shared<std::string>("python3");
+  auto no_cache = std::make_shared<bool>(false);
   auto* cmd = app.add_subcommand(
       "batch",
       "Run a batch file on this machine alone: a coordinator and N workers as local processes "
@@ -454,6 +455,9 @@ void add_batch(CLI::App& app) {
                   "the interpreter the workers run activegraph packs with (a path, or a name on "
                   "PATH)")
       ->capture_default_str();
+  cmd->add_flag("--no-cache", *no_cache,
+                "Run every trial: answer none from the result cache of trials already run in "
+                "this store (deterministic candidates), and keep none's result in it");
   cmd->footer(examples_footer({
       "forktrial batch nightly.toml --workers 2",
       "forktrial batch nightly.toml --by candidate",
@@ -510,7 +514,7 @@ void add_batch(CLI::App& app) {
     StopSignals signals(stop);
     coordinator::Client client(endpoint, std::chrono::seconds(30));
     client.set_interrupted([&stop] { return stop.cancelled(); });
-    const auto job = submit_batch(client, batch);
+    const auto job = submit_batch(client, batch, *no_cache);
     if (!*json) {
       std::fprintf(stderr, "batch %s: job %s, %llu trials on %u workers\n", batch.name.c_str(),
                    job.job.c_str(), static_cast<unsigned long long>(job.total), *workers);

@@ -162,6 +162,14 @@
     if (job.waiting) name.append(el("p", `Waiting: ${job.waiting}`, "waiting"));
     const done = cell("", "num done");
     done.append(el("span", job.done, "done-n"), " / ", el("span", job.total, "total-n"));
+    // Trials answered from the result cache were not run: said apart.
+    const cached = Number(job.cached) || 0;
+    if (cached > 0) {
+      const note = el("span", ` (${cached} cached)`, "cached-n");
+      note.title = `${plural(cached, "trial was", "trials were")} answered from the result ` +
+        "cache: the recorded result and fork of an earlier trial with the same inputs, not run";
+      done.append(note);
+    }
     const outcomes = cell();
     const named = Object.assign({}, job.status, job.outcomes);
     outcomes.append(counts(named, OUTCOMES.concat(STATUSES)));

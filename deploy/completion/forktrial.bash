@@ -44,13 +44,13 @@ _forktrial_options() {
       "--insecure --http --log-level --log-json" ;;
     worker) echo "--help --connect --cache --cache-size --slots --prefetch --id --send-queue" \
       "--isolation --python --http --key --coordinator-key --log-level --log-json" ;;
-    submit) echo "--help --wait --max-wait $client" ;;
+    submit) echo "--help --wait --max-wait --no-cache $client" ;;
     wait) echo "--help --max-wait $client" ;;
     status) echo "--help --state --since --limit $client" ;;
     cancel | workers) echo "--help $client" ;;
     import) echo "--help --id --label --fork-of --at $client" ;;
     results) echo "--help --csv --by --sqlite $client" ;;
-    batch) echo "--help --store --workers --slots --by --json --log-level --isolation --python" ;;
+    batch) echo "--help --store --workers --slots --by --json --log-level --isolation --python --no-cache" ;;
     gc) echo "--help --store --keep --older-than --batch --dry-run --json" ;;
     compact) echo "--help --store --output --json" ;;
   esac

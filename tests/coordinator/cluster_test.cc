@@ -2161,3 +2161,85 @@ TEST_CASE("the health probes answer while slow clients hold every connection the
   }
   for (const int fd : held) ::close(fd);
 }
+
+TEST_CASE("forktrial batch answers a deterministic trial run before from the cache, not running it",
+          "[cluster][cache]") {
+  Cluster cluster;  // its store; batch starts its own daemons
+  // A child that counts the trials it runs, then runs them.
+  const std::string counter = (cluster.dir.path() / "runs").string();
+  const auto child = cluster.stand_in_child(
+      "counting.sh", "echo ran >> " + counter + "\nexec " + std::string(FORKTRIAL_CHILD_FOR_TESTS) +
+                         " <<END\n$job\nEND\n");
+  const auto runs = [&] {
+    std::ifstream in(counter);
+    return std::count(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>(), '\n');
+  };
+  const auto batch = [&](const std::string& name, int repeat) {
+    return cluster.dir
+        .write(name + ".toml", "name = \"" + name +
+                                   "\"\nrun = \"run_chat\"\nat = [\"evt_009\", \"evt_031\"]\n"
+                                   "repeat = " +
+                                   std::to_string(repeat) + "\n[[candidates]]\npack = \"" +
+                                   kExamples + "/packs/greeter\"\n")
+        .string();
+  };
+  const auto run_batch = [&](const std::string& file, std::vector<std::string> extra) {
+    std::vector<std::string> args{"env",     child,         FORKTRIAL_BINARY, "batch", file,
+                                  "--store", cluster.store, "--workers",      "1",     "--json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto ran = forktrial::testing::run_command(args, std::chrono::seconds(120));
+    INFO(ran.out << ran.err);
+    REQUIRE(ran.exit_code == 0);
+    std::vector<json> lines;
+    for (const auto& line : forktrial::testing::lines_of(ran.out))
+      lines.push_back(json::parse(line));
+    return lines;
+  };
+
+  const auto first = run_batch(batch("nightly", 1), {});
+  REQUIRE(first.size() == 3);  // two results, then the summary
+  CHECK(runs() == 2);
+  CHECK(first[0]["cached_from"].is_null());
+  CHECK(first[2]["cached"] == 0);
+
+  // The same trials, in a batch of another name: answered, not run.
+  const auto second = run_batch(batch("again", 1), {});
+  REQUIRE(second.size() == 3);
+  CHECK(runs() == 2);
+  for (std::size_t i = 0; i < 2; ++i) {
+    INFO(second[i].dump());
+    CHECK(second[i]["outcome"] == "completed");
+    CHECK(second[i]["cached_from"] == first[i]["trial"]);
+    CHECK(second[i]["events_appended"] == first[i]["events_appended"]);
+    CHECK(second[i]["fork_run_id"] != first[i]["fork_run_id"]);
+  }
+  CHECK(second[2]["reconciled"] == 2);
+  CHECK(second[2]["completed"] == 2);
+  CHECK(second[2]["cached"] == 2);
+
+  // --no-cache runs them; so are repeats run, every time.
+  const auto forced = run_batch(batch("forced", 1), {"--no-cache"});
+  CHECK(forced[0]["cached_from"].is_null());
+  CHECK(runs() == 4);
+  run_batch(batch("repeats", 2), {});
+  CHECK(runs() == 8);
+  run_batch(batch("repeats", 2), {});
+  CHECK(runs() == 12);
+
+  // The text output says which trial a cached result came from.
+  auto text =
+      forktrial::testing::run_command({"env", child, FORKTRIAL_BINARY, "batch", batch("text", 1),
+                                       "--store", cluster.store, "--workers", "1"},
+                                      std::chrono::seconds(120));
+  INFO(text.out << text.err);
+  REQUIRE(text.exit_code == 0);
+  CHECK(runs() == 12);
+  CHECK_THAT(text.out, Catch::Contains("  cached from job_") &&
+                           Catch::Contains("2 (answered from the result cache, not run)"));
+  // And `status` of the job, on a coordinator of the same store, counts them.
+  cluster.start_coordinator();
+  const auto jobs = cluster.client({"status"});
+  INFO(jobs.out << jobs.err);
+  REQUIRE(jobs.exit_code == 0);
+  CHECK_THAT(jobs.out, Catch::Contains("  cached 2"));
+}

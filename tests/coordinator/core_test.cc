@@ -1127,3 +1127,262 @@ TEST_CASE("a coordinator holds a bounded number of statuses, and answers the oth
   CHECK(answered == 1100 - 1024);
   CHECK(core.turn({}, kNow + std::chrono::seconds(5)).size() == 1024);
 }
+
+// ---- The result cache (coordinator/result_cache.h): a trial already run is
+// answered from its recorded result and fork, without a lease.
+
+namespace {
+
+// A job of `trials` (each its own specification text), submitted in one
+// frame; `no_cache` as `--no-cache` sends it. Returns the job's id.
+std::string submit_trials(CoordinatorCore& core, std::uint64_t request,
+                          const std::vector<std::string>& trials, bool no_cache = false) {
+  capnp::MallocMessageBuilder message;
+  auto job = wire::start(message, request).initSubmitJob();
+  job.setName("cached");
+  job.setNoCache(no_cache);
+  auto specs = job.initSpecs(static_cast<unsigned>(trials.size()));
+  for (unsigned i = 0; i < trials.size(); ++i) specs.set(i, trials[i]);
+  auto accepted = only_reply(core.turn("c", wire::encode(message), kNow));
+  REQUIRE(accepted.envelope().isJobAccepted());
+  return wire::text(accepted.envelope().getJobAccepted().getJob());
+}
+
+// The worker w1 is leased everything queued and reports each trial
+// completed with one event of its own; returns how many it was leased.
+std::size_t run_all(CoordinatorCore& core, std::uint64_t request) {
+  // Said again to a restarted core: a new incarnation of w1.
+  REQUIRE(
+      only_reply(core.turn("w", worker_hello(request++, "w1", 8), kNow)).envelope().isWelcome());
+  if (core.scheduler().queued_trials() == 0) return 0;
+  auto work = only_reply(core.turn("w", request_work(request++, 8), kNow));
+  REQUIRE(work.envelope().isAssignments());
+  const auto assignments = work.envelope().getAssignments().getAssignments();
+  std::vector<CoordinatorCore::Frame> reports;
+  for (unsigned i = 0; i < assignments.size(); ++i) {
+    reports.push_back({"w", report_with_event(request++, assignments[i].getTrial(), "evt_new")});
+  }
+  for (const auto& [route, frame] : core.turn(reports, kNow)) {
+    REQUIRE(wire::decode(frame)->envelope().getReportAck().getVerdict() ==
+            schema::wire::ReportVerdict::ACCEPTED);
+  }
+  return assignments.size();
+}
+
+std::vector<nlohmann::json> results_of(CoordinatorCore& core, const std::string& job) {
+  auto results = only_reply(core.turn("c", results_request(90, job), kNow));
+  std::vector<nlohmann::json> lines;
+  for (auto line : results.envelope().getResults().getLines()) {
+    lines.push_back(nlohmann::json::parse(wire::text(line)));
+  }
+  return lines;
+}
+
+// A core on `config`'s store, seeded `seed` (so that its job ids are its
+// own), submits `trial` and, with `run`, runs what it queued: the job's
+// status then (archived once finished).
+JobStatus submitted_once(const ServerConfig& config, const std::string& trial, std::uint64_t seed,
+                         bool run) {
+  CoordinatorCore core(config, quiet, seed);
+  only_reply(core.turn("c", client_hello(1), kNow));
+  const std::string job = submit_trials(core, 2, {trial});
+  if (run) run_all(core, 3);
+  return *core.scheduler().job_status(JobId(job));
+}
+
+// The greeter's trial with `from` replaced by `to` in its text.
+std::string changed(std::string trial, const std::string& from, const std::string& to) {
+  const auto at = trial.find(from);
+  REQUIRE(at != std::string::npos);
+  return trial.replace(at, from.size(), to);
+}
+
+}  // namespace
+
+TEST_CASE("a deterministic trial run before is answered from the cache, naming its source",
+          "[coordinator][core][cache]") {
+  GreeterStore greeter;
+  std::vector<nlohmann::json> source, answered;
+  {
+    ServerConfig config;
+    config.store = greeter.store;
+    CoordinatorCore core(config, quiet);
+    only_reply(core.turn("c", client_hello(1), kNow));
+    const std::string first = submit_trials(core, 2, {greeter.trial});
+    CHECK(run_all(core, 3) == 1);
+
+    // The same trial under another label (another batch's name): not leased,
+    // reconciled in the turn of its submission.
+    const std::string again = submit_trials(core, 20, {changed(greeter.trial, "\"t\"", "\"u\"")});
+    const auto status = core.scheduler().job_status(JobId(again));
+    CHECK(status->count(TrialStatus::reconciled) == 1);
+    CHECK(status->cached == 1);
+    CHECK(status->finished());
+    CHECK(status->outcomes[0] == 1);  // completed
+    CHECK(status->failed_attempts == 0);
+    // Finished in the turn it was submitted, and archived at its end.
+    CHECK(status->archived);
+    CHECK(run_all(core, 30) == 0);
+    CHECK(core.scheduler().job_status(JobId(first))->cached == 0);
+
+    source = results_of(core, first);
+    answered = results_of(core, again);
+    REQUIRE(answered.size() == 1);
+    CHECK(answered[0]["cached_from"] == first + "#0");
+  }
+  INFO(answered[0].dump());
+  CHECK(source[0]["cached_from"].is_null());
+  CHECK(answered[0]["outcome"] == "completed");
+  CHECK(answered[0]["events_appended"] == 1);
+  CHECK(answered[0]["detail"] == source[0]["detail"]);
+  CHECK(answered[0]["duration_ms"] == 0);
+  CHECK(answered[0]["worker"] == "");
+  // Its own fork: a copy of the source's on the same fork point.
+  const std::string fork = answered[0]["fork_run_id"];
+  CHECK(fork != source[0]["fork_run_id"]);
+  {
+    store::EventStore store(greeter.store);
+    const auto snapshot = store.snapshot();
+    const auto copy = snapshot.run(store::RunId(fork));
+    REQUIRE(copy);
+    CHECK(copy->fork_of->event_id == store::EventId("evt_031"));
+    const auto events = snapshot.history(*copy);
+    CHECK(events.back().id == store::EventId("evt_new"));
+    CHECK(events.size() == copy->fork_of->seq + 1);
+  }
+  // In the log: one trial.cached record, and the answer's verdict.
+  const auto types = logged_types(greeter.store);
+  CHECK(types.at("trial.cached") == 1);
+  CHECK(types.at("trial.verdict") == 1);
+}
+
+TEST_CASE("repeats, --no-cache and a changed input run, and keep the cache as it was",
+          "[coordinator][core][cache]") {
+  GreeterCore fixture;
+  auto& [greeter, config, core] = fixture;
+  submit_trials(core, 2, {greeter.trial});
+  REQUIRE(run_all(core, 3) == 1);
+
+  SECTION("a matrix's repeats all run, and keep no entry") {
+    const std::string repeats = submit_trials(core, 20, {greeter.trial, greeter.trial});
+    CHECK(core.scheduler().job_status(JobId(repeats))->cached == 0);
+    CHECK(run_all(core, 30) == 2);
+  }
+  SECTION("--no-cache runs it") {
+    const std::string forced = submit_trials(core, 20, {greeter.trial}, true);
+    CHECK(core.scheduler().job_status(JobId(forced))->cached == 0);
+    CHECK(run_all(core, 30) == 1);
+  }
+  SECTION("another limit is another trial; once run, it is cached too") {
+    const std::string other =
+        changed(greeter.trial, "\"limits\":{}", R"("limits":{"max_events":7})");
+    submit_trials(core, 20, {other});
+    CHECK(run_all(core, 30) == 1);
+    const std::string again = submit_trials(core, 40, {other});
+    CHECK(core.scheduler().job_status(JobId(again))->cached == 1);
+  }
+  SECTION("another fork point is another trial") {
+    submit_trials(core, 20, {changed(greeter.trial, "evt_031", "evt_030")});
+    CHECK(run_all(core, 30) == 1);
+  }
+}
+
+TEST_CASE("a trial of a candidate that does not declare itself deterministic always runs",
+          "[coordinator][core][cache]") {
+  GreeterStore greeter;
+  const std::filesystem::path source(FORKTRIAL_SOURCE_DIR);
+  const std::filesystem::path copy = greeter.dir.path() / "greeter";
+  std::filesystem::copy(source / "examples/packs/greeter", copy,
+                        std::filesystem::copy_options::recursive);
+  std::ifstream in(copy / "manifest.toml");
+  std::string manifest((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto at = manifest.find("deterministic = true");
+  REQUIRE(at != std::string::npos);
+  manifest.replace(at, 20, "deterministic = false");
+  std::filesystem::permissions(copy / "manifest.toml", std::filesystem::perms::owner_write,
+                               std::filesystem::perm_options::add);
+  std::ofstream(copy / "manifest.toml") << manifest;
+  auto archive = pack::archive_pack(copy);
+  REQUIRE(archive);
+  {
+    store::EventStore store(greeter.store);
+    store.put_blob(std::as_bytes(std::span(archive->bytes.data(), archive->bytes.size())));
+  }
+  ServerConfig config;
+  config.store = greeter.store;
+  CoordinatorCore core(config, quiet);
+  only_reply(core.turn("c", client_hello(1), kNow));
+  const std::string trial =
+      R"({"candidate":"greeter","spec":{"at_event":"evt_031","candidate":{"root_dir":")" +
+      wire::bundle_root(Sha256::of(archive->bytes)) + R"(","expected_bundle_hash":")" +
+      archive->bundle_hash.str() +
+      R"("},"extra_packs":[],"label":"t","limits":{},"parent_run_id":"run_chat",)"
+      R"("scenario":"","schema_version":1}})";
+  submit_trials(core, 20, {trial});
+  CHECK(run_all(core, 30) == 1);
+  const std::string again = submit_trials(core, 40, {trial});
+  CHECK(core.scheduler().job_status(JobId(again))->cached == 0);
+  CHECK(run_all(core, 50) == 1);
+}
+
+TEST_CASE("the cache survives a restart and its source's archive, and misses another runtime",
+          "[coordinator][core][cache]") {
+  GreeterStore greeter;
+  ServerConfig config;
+  config.store = greeter.store;
+  const JobStatus first_status = submitted_once(config, greeter.trial, 0, true);
+  REQUIRE(first_status.archived);
+  REQUIRE(first_status.cached == 0);
+  const std::string first = first_status.id.str();
+  const JobStatus again_status = submitted_once(config, greeter.trial, 1, false);
+  CHECK(again_status.cached == 1);
+  const std::string again = again_status.id.str();
+  {
+    // Replayed: the answer is the log's, and its line names its source.
+    CoordinatorCore replayed(config, quiet, 2);
+    only_reply(replayed.turn("c", client_hello(1), kNow));
+    CHECK(replayed.scheduler().job_status(JobId(again))->cached == 1);
+    const auto lines = results_of(replayed, again);
+    REQUIRE(lines.size() == 1);
+    CHECK(lines[0]["cached_from"] == first + "#0");
+  }
+  ServerConfig upgraded = config;
+  upgraded.runtime_version = "forktrial 99.0.0";
+  const JobStatus other = submitted_once(upgraded, greeter.trial, 3, true);
+  CHECK(other.cached == 0);
+  CHECK(other.count(TrialStatus::reconciled) == 1);  // run, and reported
+}
+
+TEST_CASE("an entry dies with its source's fork, and an answer keeps its own copy",
+          "[coordinator][core][cache]") {
+  GreeterStore greeter;
+  ServerConfig config;
+  config.store = greeter.store;
+  const std::string first = submitted_once(config, greeter.trial, 0, true).id.str();
+  const JobStatus answered_status = submitted_once(config, greeter.trial, 4, false);
+  REQUIRE(answered_status.cached == 1);
+  const std::string again = answered_status.id.str();
+  const store::RunId source_fork = fork_run_of(TrialId{JobId(first), 0}, 1);
+  {
+    // What gc does to a fork its policy no longer keeps.
+    store::EventStore store(greeter.store);
+    const std::vector<store::RunId> collected{source_fork};
+    REQUIRE(store.delete_runs(collected));
+  }
+  {
+    store::EventStore store(greeter.store);
+    CHECK(store.snapshot().run(fork_run_of(TrialId{JobId(again), 0}, 1)));
+  }
+  CoordinatorCore core(config, quiet, 1);
+  only_reply(core.turn("c", client_hello(1), kNow));
+  const auto answered = results_of(core, again);
+  REQUIRE(answered.size() == 1);
+  CHECK(answered[0]["cached_from"] == first + "#0");
+  CHECK(answered[0]["fork_run_id"] == fork_run_of(TrialId{JobId(again), 0}, 1).str());
+  // The source is gone: the trial runs, and its result is the entry now.
+  const std::string third = submit_trials(core, 30, {greeter.trial});
+  CHECK(core.scheduler().job_status(JobId(third))->cached == 0);
+  CHECK(run_all(core, 40) == 1);
+  const std::string fourth = submit_trials(core, 60, {greeter.trial});
+  CHECK(results_of(core, fourth)[0]["cached_from"] == third + "#0");
+}

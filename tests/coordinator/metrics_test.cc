@@ -161,6 +161,20 @@ TEST_CASE("the coordinator's metrics count a known sequence of leases, reports a
   CHECK(scrape(w.metrics).at("forktrial_store_full") == 1);
 }
 
+TEST_CASE("a trial answered from the result cache is counted as cached, not as a report or a lease",
+          "[coordinator][metrics][cache]") {
+  Watched w;
+  w.s.submit(testing::job("a", 0, 2), at(0));
+  w.s.keep(w.s.scheduler.cached(trial("a", 1), trial("z", 0), Outcome::completed, at(1)));
+  w.commit();
+  const Exposition m = scrape(w.metrics);
+  CHECK(m.at("forktrial_trials_cached_total") == 1);
+  CHECK(m.at("forktrial_trials{status=\"reconciled\"}") == 1);
+  CHECK(m.at("forktrial_trials{status=\"queued\"}") == 1);
+  CHECK(m.at("forktrial_trial_attempts_total") == 0);
+  CHECK(m.at("forktrial_trials_reconciled_total{outcome=\"completed\"}") == 0);
+}
+
 TEST_CASE("lease expiries are the failed attempts a tick decides after its last lost worker",
           "[coordinator][metrics]") {
   const auto requeued = [](std::uint32_t index) {
@@ -298,7 +312,7 @@ TEST_CASE("docs/cluster.md lists every metric the coordinator serves", "[coordin
   w.commit();
   const std::string doc = read_doc("cluster.md");
   const Exposition m = scrape(w.metrics);
-  CHECK(m.types.size() == 30);
+  CHECK(m.types.size() == 33);
   for (const auto& [family, type] : m.types) {
     INFO(family);
     CHECK(doc.find("`" + family + "`") != std::string::npos);

@@ -101,6 +101,16 @@ std::vector<OrchestrationRecord> edge_records() {
     records.push_back(TrialReconciled{trial("a", 4), 1, outcome, at(6)});
   }
   for (const std::string& text : kAwkwardTexts) records.push_back(JobArchived{JobId{text}, at(7)});
+  for (const Outcome outcome : kOutcomes) {
+    records.push_back(TrialCached{trial("a", kMaxIndex), 1, trial("b\n", 0), outcome, at(8)});
+  }
+  records.push_back(TrialCached{trial("\xff", 0), kMaxAttempt, trial("", kMaxIndex),
+                                Outcome::completed, kFarFuture});
+  {
+    TrialInput keyed{"k", digest(1), {digest(2)}};
+    keyed.cache_key = digest(5);
+    records.push_back(JobSubmitted{JobId{"keyed"}, 0, "keyed", {keyed, TrialInput{}}, at(1)});
+  }
   return records;
 }
 

@@ -120,7 +120,7 @@ inline constexpr SchedulerConfig kMorningConfig{Duration{10'000}, Duration{20'00
 
 // Inputs that write every kind of record: priorities, leases, heartbeats, a
 // lapsed lease, a fenced report, a worker failure, an abandoned trial, a lost
-// worker, a cancelled job.
+// worker, a cancelled job, a trial answered from the result cache.
 inline void busy_morning(Logged& s) {
   s.submit(testing::job("a", 0, 6), at(0));
   s.submit(testing::job("b", 1, 3), at(0));
@@ -150,6 +150,10 @@ inline void busy_morning(Logged& s) {
   s.work("w3", 4, at(22'100));
   s.join("w4", 2, at(22'200), {}, {pack::Executor::lua, pack::Executor::activegraph});
   s.work("w4", 1, at(22'300));
+  // A job whose first trial is answered from the result cache with b's
+  // reconciled result; its second stays queued.
+  s.submit(testing::job("e", 0, 2), at(22'350));
+  s.keep(s.scheduler.cached(trial("e", 0), trial("b", 0), Outcome::completed, at(22'400)));
 }
 
 }  // namespace forktrial::coordinator::testing

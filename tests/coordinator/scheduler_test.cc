@@ -682,3 +682,52 @@ TEST_CASE("a visit of a job's trials sees each one's status, outcome and payload
 
 }  // namespace
 }  // namespace forktrial::coordinator
+
+namespace forktrial::coordinator {
+
+TEST_CASE("a queued trial never leased is answered from the cache, and only such a trial",
+          "[coordinator][scheduler][cache]") {
+  testing::Logged s;
+  s.submit(testing::job("a", 0, 3), testing::at(0));
+  s.join("w1", 1, testing::at(0));
+  REQUIRE(s.work("w1", 1, testing::at(1)).size() == 1);  // a#0 leased
+  const TrialId source = testing::trial("z", 4);
+
+  const Records records = s.keep(
+      s.scheduler.cached(testing::trial("a", 1), source, Outcome::completed, testing::at(2)));
+  REQUIRE(records.size() == 1);
+  CHECK(std::get<TrialCached>(records[0]) ==
+        TrialCached{testing::trial("a", 1), 1, source, Outcome::completed, testing::at(2)});
+  const auto state = s.scheduler.trial_state(testing::trial("a", 1));
+  CHECK(state->status == TrialStatus::reconciled);
+  CHECK(state->outcome == Outcome::completed);
+  CHECK(state->cached_from == source);
+  CHECK(!state->worker);
+  const auto status = s.scheduler.job_status(JobId{"a"});
+  CHECK(status->cached == 1);
+  CHECK(status->count(TrialStatus::reconciled) == 1);
+  CHECK(status->count(TrialStatus::queued) == 1);
+  CHECK(s.scheduler.queued_trials() == 1);
+
+  // Leased, answered already, or never submitted: refused, nothing changes.
+  const std::string before = s.scheduler.state_text();
+  for (const auto& [trial, code] :
+       {std::pair{testing::trial("a", 0), ErrorCode::failed_precondition},
+        std::pair{testing::trial("a", 1), ErrorCode::failed_precondition},
+        std::pair{testing::trial("q", 0), ErrorCode::not_found},
+        std::pair{testing::trial("a", 2), ErrorCode::invalid_argument}}) {
+    const TrialId from = trial == testing::trial("a", 2) ? trial : source;
+    const auto refused = s.scheduler.cached(trial, from, Outcome::completed, testing::at(3));
+    REQUIRE(!refused);
+    CHECK(refused.error().code == code);
+  }
+  CHECK(s.scheduler.state_text() == before);
+  // The next offer is given the trial still queued, never the answered one.
+  s.join("w2", 2, testing::at(4));
+  const auto leased = s.work("w2", 2, testing::at(5));
+  REQUIRE(leased.size() == 1);
+  CHECK(leased[0].trial == testing::trial("a", 2));
+  CHECK(testing::replayed(s.log).state_text() == s.scheduler.state_text());
+}
+
+}  // namespace forktrial::coordinator

@@ -30,6 +30,15 @@ std::expected<Executor, Status> executor_in(const fs::path& dir) {
   return executor_of(*manifest, dir);
 }
 
+// What check_archive finds in the archive of the pack at `root`.
+ArchiveSummary summary_of(const fs::path& root) {
+  auto archive = archive_pack(root);
+  REQUIRE(archive);
+  auto summary = check_archive(archive->bytes);
+  REQUIRE(summary);
+  return *summary;
+}
+
 TEST_CASE("a forktrial pack runs on Lua, an activegraph package on activegraph's child",
           "[pack][executor]") {
   CHECK(executor_in(kSource / "examples/packs/greeter") == Executor::lua);
@@ -67,13 +76,7 @@ TEST_CASE("a forktrial pack runs on Lua, an activegraph package on activegraph's
 
 TEST_CASE("a pack archive tells its executor by the same rule, before it is extracted",
           "[pack][executor]") {
-  const auto executor_of_archive = [](const fs::path& root) {
-    auto archive = archive_pack(root);
-    REQUIRE(archive);
-    auto summary = check_archive(archive->bytes);
-    REQUIRE(summary);
-    return summary->executor;
-  };
+  const auto executor_of_archive = [](const fs::path& root) { return summary_of(root).executor; };
   CHECK(executor_of_archive(kSource / "examples/packs/greeter") == Executor::lua);
 
   TempDir dir;
@@ -96,6 +99,37 @@ TEST_CASE("a pack archive tells its executor by the same rule, before it is extr
   CHECK(executor_of_files(chat, true) == Executor::activegraph);
   CHECK(executor_of_files(chat, false) == Executor::lua);
   CHECK(executor_of_files("", true) == Executor::lua);
+}
+
+TEST_CASE("a pack archive says whether its manifest declares the pack deterministic",
+          "[pack][executor][cache]") {
+  const auto deterministic = [](const fs::path& root) { return summary_of(root).deterministic; };
+  CHECK(deterministic(kSource / "examples/packs/greeter"));  // deterministic = true
+  CHECK(deterministic(kSource / "examples/packs/chat_echo"));
+
+  const std::string greeter = text_of(kSource / "examples/packs/greeter/manifest.toml");
+  const auto with = [&](const std::string& from, const std::string& to) {
+    std::string manifest = greeter;
+    const auto at = manifest.find(from);
+    REQUIRE(at != std::string::npos);
+    return manifest.replace(at, from.size(), to);
+  };
+  TempDir dir;
+  const auto pack = [&](const std::string& name, const std::string& manifest) {
+    dir.write(name + "/manifest.toml", manifest);
+    dir.write(name + "/pack.lua", text_of(kSource / "examples/packs/greeter/pack.lua"));
+    return dir.path() / name;
+  };
+  CHECK(deterministic(pack("same", greeter)));
+  CHECK_FALSE(deterministic(pack("false", with("deterministic = true", "deterministic = false"))));
+  // Defaulted, not declared: only a written true counts.
+  CHECK_FALSE(deterministic(pack("unsaid", with("deterministic = true\n", ""))));
+  CHECK_FALSE(deterministic(
+      pack("no-fixtures",
+           with("[fixtures]\nentrypoint = \"scenarios/smoke.lua\"\ndeterministic = true\n", ""))));
+  CHECK_FALSE(deterministic(pack("broken", "[pack\n")));
+  CHECK(manifest_declares_deterministic(greeter));
+  CHECK_FALSE(manifest_declares_deterministic(""));
 }
 
 }  // namespace
