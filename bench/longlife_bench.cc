@@ -9,6 +9,8 @@
 //  - the restart's time (the log replayed into the scheduler, results
 //    indexed), against the time to read the same log without applying it,
 //    measured in the same run;
+//  - the compaction of the log (replaced by a snapshot of the live state),
+//    and the restart's time after it, with the events it reads;
 //  - the store's file before and after `gc --keep none` and after a
 //    compacting copy.
 //
@@ -91,6 +93,9 @@ class Bench {
     if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
     root_ = pattern;
     server_.store = root_ / "store";
+    // The whole history is kept while the trials run, for the restart that
+    // replays it; the log is compacted after (run).
+    server_.compact_log_after = 0;
   }
   ~Bench() {
     std::error_code ignored;
@@ -140,6 +145,39 @@ class Bench {
     std::printf("restart                %.2f s; reading its %llu records alone %.2f s: %.2fx\n",
                 restart_seconds, static_cast<unsigned long long>(records), read_seconds,
                 restart_seconds / read_seconds);
+
+    // The log replaced by a snapshot: a coordinator that compacts at the end
+    // of its first turn, then a restart from the snapshot.
+    ServerConfig compacting = server_;
+    compacting.compact_log_after = 1;
+    const auto compact = Clock::now();
+    {
+      CoordinatorCore core(compacting, quiet_, 1, now_);
+      answer(core.turn("c", client_hello(), now_));
+    }
+    const double compact_seconds = seconds_since(compact);
+    const auto again = Clock::now();
+    { CoordinatorCore restarted(server_, quiet_); }
+    const double again_seconds = seconds_since(again);
+    std::uint64_t events = 0;
+    records = 0;
+    {
+      store::EventStore store(server_.store);
+      auto snapshot = store.snapshot();
+      auto log = read_log(
+          snapshot,
+          [&](OrchestrationRecord&&) {
+            ++records;
+            ++events;
+          },
+          [&](const store::EventView&) { ++events; });
+      if (!log) throw std::runtime_error("the log does not read: " + log.error().message);
+    }
+    std::printf(
+        "compacted log          restart and compaction %.2f s; then a restart %.3f s, reading "
+        "%llu records (%llu events: the live state)\n",
+        compact_seconds, again_seconds, static_cast<unsigned long long>(records),
+        static_cast<unsigned long long>(events));
 
     // gc --keep none, then a compacting copy.
     const std::uint64_t before_gc = file_bytes(server_.store);

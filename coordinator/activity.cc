@@ -1,6 +1,7 @@
 #include "coordinator/activity.h"
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 #include <variant>
 
 namespace forktrial::coordinator {
@@ -36,6 +37,32 @@ void Activity::ended(const TrialId& trial, Instant at) {
   }
   const std::int64_t oldest = second_of(at - kPaceWindow);
   while (!ends.empty() && ends.front().first < oldest) ends.pop_front();
+}
+
+std::string Activity::failures_text() const {
+  nlohmann::json failures = nlohmann::json::array();
+  for (const Failure& failure : failures_) {
+    failures.push_back({{"job", failure.trial.job.str()},
+                        {"index", failure.trial.index},
+                        {"at", failure.at.time_since_epoch().count()}});
+  }
+  return nlohmann::json{{"failures", std::move(failures)}}.dump();
+}
+
+void Activity::restore_failures(std::string_view payload) {
+  const auto doc = nlohmann::json::parse(payload, nullptr, false);
+  if (!doc.is_object() || !doc.contains("failures") || !doc["failures"].is_array()) return;
+  for (const auto& failure : doc["failures"]) {
+    if (failures_.size() >= kFailuresKept) return;
+    if (!failure.is_object() || !failure.contains("job") || !failure["job"].is_string() ||
+        !failure.contains("index") || !failure["index"].is_number_unsigned() ||
+        !failure.contains("at") || !failure["at"].is_number_integer()) {
+      continue;
+    }
+    failures_.push_back(Failure{
+        TrialId{JobId(failure["job"].get<std::string>()), failure["index"].get<std::uint32_t>()},
+        Instant{Duration{failure["at"].get<std::int64_t>()}}});
+  }
 }
 
 void Activity::clear() {

@@ -39,6 +39,16 @@ class Activity {
   void note(const OrchestrationRecord& record);
   void clear();
 
+  // The failures as the payload of an event of kFailuresType, which a
+  // compacted log holds (its records no longer do): {"failures": [{"job",
+  // "index", "at"}, ...], newest first}.
+  static constexpr std::string_view kFailuresType = "activity.failures";
+  std::string failures_text() const;
+  // Takes the failures of such a payload as the oldest known, behind those
+  // noted so far; a payload that is not one is ignored (what the status
+  // page shows is not worth refusing a log over).
+  void restore_failures(std::string_view payload);
+
   // Newest first.
   const std::deque<Failure>& failures() const { return failures_; }
 

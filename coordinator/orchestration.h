@@ -13,6 +13,7 @@
 // Plain values: copyable, comparable, safe to share between threads.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -248,10 +249,71 @@ struct JobArchived {
   friend bool operator==(const JobArchived&, const JobArchived&) = default;
 };
 
+// ---- A snapshot (Scheduler::snapshot): the state written as records, which
+// a fresh Scheduler applies to have that state again, without the history
+// that made it (docs/decisions/0087-log-snapshots-and-compaction.md).
+// Applied only to the state they were written for: each restores a job or a
+// trial as the snapshot found it.
+
+// An archived job, as its counts: what status, gc and the ranking read of
+// it (its trials are in its archive run). The job is archived from then on.
+struct JobSummary {
+  static constexpr std::string_view kType = "job.summary";
+  JobId job;
+  int priority = 0;
+  std::string name;
+  std::string owner{};
+  std::optional<RetentionPolicy> retention{};
+  bool cancelled = false;
+  std::uint64_t trials = 0;
+  std::array<std::uint64_t, kTrialStatusCount> counts{};   // by TrialStatus
+  std::array<std::uint64_t, kOutcomes.size()> outcomes{};  // by Outcome
+  std::uint64_t failed_attempts = 0;
+  std::uint64_t fenced_reports = 0;
+  Instant submitted_at{};
+  Instant finished_at{};
+  Instant at;
+  std::uint64_t cached = 0;  // trials answered from the result cache
+  friend bool operator==(const JobSummary&, const JobSummary&) = default;
+};
+
+// A trial of a job the snapshot's job.submitted just restored, which has left
+// its initial state (queued, attempt 1, never leased): its state as the
+// snapshot found it. `worker` is the holder of its last lease (it joined
+// earlier in the snapshot; a leased trial's is alive), `expires` and
+// `deadline` its live lease's, `outcome` a reconciled trial's.
+struct TrialRestored {
+  static constexpr std::string_view kType = "trial.restored";
+  TrialId trial;
+  TrialStatus status = TrialStatus::queued;
+  Attempt attempt = 1;
+  Attempt leased_attempt = 0;
+  std::optional<WorkerId> worker{};
+  Instant expires{};
+  Instant deadline{};
+  std::vector<std::string> reasons{};
+  std::optional<Outcome> outcome{};
+  Instant at;
+  friend bool operator==(const TrialRestored&, const TrialRestored&) = default;
+};
+
+// The end of a job's restoring (after its job.submitted and trial.restored
+// records): what the job counts beyond its trials' states.
+struct JobRestored {
+  static constexpr std::string_view kType = "job.restored";
+  JobId job;
+  bool cancelled = false;
+  std::uint64_t failed_attempts = 0;
+  std::uint64_t fenced_reports = 0;
+  std::optional<Instant> finished_at{};
+  Instant at;
+  friend bool operator==(const JobRestored&, const JobRestored&) = default;
+};
+
 using OrchestrationRecord =
     std::variant<JobSubmitted, JobCancelled, WorkerJoined, WorkerLost, LeasesRenewed, TrialLeased,
                  TrialRequeued, TrialAbandoned, TrialReported, TrialFenced, TrialReconciled,
-                 JobArchived, TrialCached>;
+                 JobArchived, TrialCached, JobSummary, TrialRestored, JobRestored>;
 
 // The record's event type ("trial.leased", ...).
 inline std::string_view record_type(const OrchestrationRecord& record) {

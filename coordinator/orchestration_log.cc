@@ -95,6 +95,13 @@ std::string trial_text(const TrialInput& input) {
   return trial.dump();
 }
 
+// A job's own retention, when it has one (keep_forks, keep_forks_after).
+void encode_retention(const std::optional<RetentionPolicy>& retention, Json& out) {
+  if (!retention) return;
+  out["keep_forks"] = std::string(keep_forks_name(retention->keep));
+  out["keep_forks_after"] = retention->after.count();
+}
+
 // A job.submitted record's events: its payload written a trial at a time
 // (one JSON tree of the whole job took gigabytes for a million trials), cut
 // into a job.submitted event and job.trials events of about `chunk_bytes`
@@ -128,10 +135,7 @@ void job_submitted_texts(const JobSubmitted& r, std::size_t chunk_bytes, Emit&& 
   Json tail = Json::object();
   if (next < r.trials.size()) tail["trial_count"] = r.trials.size();
   if (!r.owner.empty()) tail["owner"] = text_json(r.owner);
-  if (r.retention) {
-    tail["keep_forks"] = std::string(keep_forks_name(r.retention->keep));
-    tail["keep_forks_after"] = r.retention->after.count();
-  }
+  encode_retention(r.retention, tail);
   tail["at"] = instant_json(r.at);
   text += ',';
   text += tail.dump().substr(1);  // without its '{'
@@ -237,6 +241,54 @@ void encode(const TrialCached& r, Json& out) {
   out["attempt"] = r.attempt;
   out["source"] = trial_json(r.source);
   out["outcome"] = std::string(outcome_name(r.outcome));
+}
+
+template <std::size_t N>
+Json counts_json(const std::array<std::uint64_t, N>& counts) {
+  Json array = Json::array();
+  for (const std::uint64_t count : counts) array.push_back(count);
+  return array;
+}
+
+void encode(const JobSummary& r, Json& out) {
+  out["job"] = text_json(r.job.str());
+  out["priority"] = r.priority;
+  out["name"] = text_json(r.name);
+  if (!r.owner.empty()) out["owner"] = text_json(r.owner);
+  encode_retention(r.retention, out);
+  out["cancelled"] = r.cancelled;
+  out["trials"] = r.trials;
+  out["counts"] = counts_json(r.counts);
+  out["outcomes"] = counts_json(r.outcomes);
+  out["failed_attempts"] = r.failed_attempts;
+  out["fenced_reports"] = r.fenced_reports;
+  out["submitted_at"] = instant_json(r.submitted_at);
+  out["finished_at"] = instant_json(r.finished_at);
+  if (r.cached != 0) out["cached"] = r.cached;
+}
+
+void encode(const TrialRestored& r, Json& out) {
+  out["trial"] = trial_json(r.trial);
+  out["status"] = std::string(trial_status_name(r.status));
+  out["attempt"] = r.attempt;
+  out["leased_attempt"] = r.leased_attempt;
+  if (r.worker) out["worker"] = text_json(r.worker->str());
+  if (r.expires != Instant{}) out["expires"] = instant_json(r.expires);
+  if (r.deadline != Instant{}) out["deadline"] = instant_json(r.deadline);
+  if (!r.reasons.empty()) {
+    Json reasons = Json::array();
+    for (const std::string& reason : r.reasons) reasons.push_back(text_json(reason));
+    out["reasons"] = std::move(reasons);
+  }
+  if (r.outcome) out["outcome"] = std::string(outcome_name(*r.outcome));
+}
+
+void encode(const JobRestored& r, Json& out) {
+  out["job"] = text_json(r.job.str());
+  out["cancelled"] = r.cancelled;
+  out["failed_attempts"] = r.failed_attempts;
+  out["fenced_reports"] = r.fenced_reports;
+  if (r.finished_at) out["finished_at"] = instant_json(*r.finished_at);
 }
 
 // ---- Decoding ---------------------------------------------------------------
@@ -372,6 +424,58 @@ class Fields {
       executors.push_back(executor_of(element, path));
     });
     return executors;
+  }
+
+  bool has(std::string_view key) const {
+    return object_ != nullptr && !problem_.found() && object_->contains(key);
+  }
+
+  bool flag(std::string_view key) {
+    const Json* value = take(key);
+    if (value == nullptr) return false;
+    if (!value->is_boolean()) {
+      problem_.mistyped(name(key), *value, "true or false");
+      return false;
+    }
+    return value->get<bool>();
+  }
+
+  std::uint64_t u64(std::string_view key) {
+    const Json* value = take(key);
+    if (value == nullptr) return 0;
+    if (!value->is_number_unsigned()) {
+      problem_.report(name(key), "is " + value_text(*value) + ", not an integer in 0..2^64-1");
+      return 0;
+    }
+    return value->get<std::uint64_t>();
+  }
+
+  // An array of exactly N unsigned integers.
+  template <std::size_t N>
+  std::array<std::uint64_t, N> counts(std::string_view key) {
+    std::array<std::uint64_t, N> counts{};
+    std::size_t n = 0;
+    each(key, [&](const Json& element, const std::string& path) {
+      if (!element.is_number_unsigned()) {
+        problem_.report(path, "is " + value_text(element) + ", not an integer in 0..2^64-1");
+      } else if (n < N) {
+        counts[n] = element.get<std::uint64_t>();
+      }
+      ++n;
+    });
+    if (!problem_.found() && n != N) {
+      problem_.report(name(key),
+                      "holds " + std::to_string(n) + " counts, not " + std::to_string(N));
+    }
+    return counts;
+  }
+
+  TrialStatus status(std::string_view key) {
+    const std::string text = this->text(key);
+    if (problem_.found()) return {};
+    const std::optional<TrialStatus> status = parse_trial_status(text);
+    if (!status) problem_.report(name(key), quoted_excerpt(text) + " is not a trial status");
+    return status.value_or(TrialStatus::queued);
   }
 
   Instant instant(std::string_view key) {
@@ -557,6 +661,19 @@ void decode_trials(Fields& f, std::vector<TrialInput>& trials) {
   });
 }
 
+std::optional<RetentionPolicy> decode_retention(Fields& f) {
+  const std::string keep = f.text_or("keep_forks", "");
+  if (keep.empty()) return std::nullopt;
+  RetentionPolicy retention;
+  if (auto parsed = parse_keep_forks(keep)) {
+    retention.keep = *parsed;
+  } else {
+    f.report("keep_forks", "\"" + keep + "\" is not a retention (all, failures, none)");
+  }
+  retention.after = f.duration_or("keep_forks_after", Duration{0});
+  return retention;
+}
+
 void decode(Fields& f, JobArchived& r) {
   r.job = JobId{f.text("job")};
 }
@@ -568,16 +685,45 @@ void decode(Fields& f, JobSubmitted& r) {
   r.name = f.text("name");
   decode_trials(f, r.trials);
   r.owner = f.text_or("owner", "");
-  if (const std::string keep = f.text_or("keep_forks", ""); !keep.empty()) {
-    RetentionPolicy retention;
-    if (auto parsed = parse_keep_forks(keep)) {
-      retention.keep = *parsed;
-    } else {
-      f.report("keep_forks", "\"" + keep + "\" is not a retention (all, failures, none)");
-    }
-    retention.after = f.duration_or("keep_forks_after", Duration{0});
-    r.retention = retention;
-  }
+  r.retention = decode_retention(f);
+}
+
+void decode(Fields& f, JobSummary& r) {
+  r.job = JobId{f.text("job")};
+  r.priority = static_cast<int>(
+      f.integer("priority", std::numeric_limits<int>::min(), std::numeric_limits<int>::max()));
+  r.name = f.text("name");
+  r.owner = f.text_or("owner", "");
+  r.retention = decode_retention(f);
+  r.cancelled = f.flag("cancelled");
+  r.trials = f.u64("trials");
+  r.counts = f.counts<kTrialStatusCount>("counts");
+  r.outcomes = f.counts<kOutcomes.size()>("outcomes");
+  r.failed_attempts = f.u64("failed_attempts");
+  r.fenced_reports = f.u64("fenced_reports");
+  r.submitted_at = f.instant("submitted_at");
+  r.finished_at = f.instant("finished_at");
+  if (f.has("cached")) r.cached = f.u64("cached");
+}
+
+void decode(Fields& f, TrialRestored& r) {
+  r.trial = f.trial("trial");
+  r.status = f.status("status");
+  r.attempt = f.u32("attempt");
+  r.leased_attempt = f.u32("leased_attempt");
+  if (f.has("worker")) r.worker = WorkerId{f.text("worker")};
+  r.expires = f.instant_or("expires", Instant{});
+  r.deadline = f.instant_or("deadline", Instant{});
+  if (f.has("reasons")) r.reasons = f.texts("reasons");
+  if (f.has("outcome")) r.outcome = f.outcome("outcome");
+}
+
+void decode(Fields& f, JobRestored& r) {
+  r.job = JobId{f.text("job")};
+  r.cancelled = f.flag("cancelled");
+  r.failed_attempts = f.u64("failed_attempts");
+  r.fenced_reports = f.u64("fenced_reports");
+  if (f.has("finished_at")) r.finished_at = f.instant("finished_at");
 }
 
 void decode(Fields& f, JobCancelled& r) {
@@ -1180,6 +1326,43 @@ std::expected<void, Status> read_log(const store::Snapshot& snapshot,
                                             ") is corrupt: " + error);
   }
   return {};
+}
+
+std::optional<LogSnapshot> log_snapshot_of(const store::EventView& event) {
+  if (event.type != kSnapshotType) return std::nullopt;
+  const auto payload = Json::parse(event.payload, nullptr, false);
+  if (!payload.is_object()) return std::nullopt;
+  Problem problem;
+  Fields fields(payload, "", problem);
+  LogSnapshot snapshot{fields.u64("generation"), fields.u64("replaced_events"), event.seq};
+  fields.instant("at");
+  fields.finish();
+  if (problem.found()) return std::nullopt;
+  return snapshot;
+}
+
+store::Result<LogSnapshot> compact_log(store::Writer& writer,
+                                       std::span<const OrchestrationRecord> snapshot,
+                                       std::span<const store::NewEvent> extra,
+                                       std::uint64_t generation, Instant at,
+                                       std::size_t job_chunk_bytes) {
+  LogSnapshot written{generation, 0, 0};
+  if (const std::optional<store::RunInfo> run = writer.run(kOrchestrationRun)) {
+    written.replaced_events = run->head;
+    const std::array<store::RunId, 1> runs{kOrchestrationRun};
+    store::Result<store::DeletedRuns> deleted = writer.delete_runs(runs);
+    if (!deleted) return std::unexpected(std::move(deleted.error()));
+  }
+  Json marker = Json::object();
+  marker["generation"] = generation;
+  marker["replaced_events"] = written.replaced_events;
+  marker["at"] = instant_json(at);
+  std::vector<store::NewEvent> events(extra.begin(), extra.end());
+  events.push_back(record_event(kSnapshotType, marker.dump(), at, 1));  // renumbered
+  store::Result<std::uint64_t> head = append_to_log(writer, snapshot, events, job_chunk_bytes);
+  if (!head) return std::unexpected(std::move(head.error()));
+  written.seq = *head;
+  return written;
 }
 
 store::RunId archive_run_of(const JobId& job) {

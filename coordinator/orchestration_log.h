@@ -135,6 +135,45 @@ std::expected<void, Status> read_log(const store::Snapshot& snapshot,
                                      const std::function<void(OrchestrationRecord&&)>& on_record,
                                      const std::function<void(const store::EventView&)>& on_other);
 
+// ---- Compaction
+//
+// The log is compacted by replacing it, in one write transaction, with a
+// snapshot of the state it rebuilds (Scheduler::snapshot): the run is
+// deleted and created again holding the snapshot's records, the caller's
+// events that must outlive the records they came with (the verdicts of
+// reconciled trials not yet archived), and a log.snapshot event that ends
+// the snapshot. Records appended after it follow as before. A crash or a
+// refusal at any point leaves the log as it was before or after, whole, as
+// LMDB commits a transaction whole or not at all.
+
+// The type of the event that ends a snapshot: payload {"generation": n,
+// "replaced_events": the head of the log it replaced, "at": instant}.
+inline constexpr std::string_view kSnapshotType = "log.snapshot";
+
+struct LogSnapshot {
+  std::uint64_t generation = 0;       // 1 for the first compaction of a log, and on
+  std::uint64_t replaced_events = 0;  // the events of the log the snapshot replaced
+  std::uint64_t seq = 0;              // its event's place: the snapshot's events, itself included
+  friend bool operator==(const LogSnapshot&, const LogSnapshot&) = default;
+};
+
+// The snapshot a log.snapshot event ends; none for another event or one
+// whose payload is not what compact_log writes.
+std::optional<LogSnapshot> log_snapshot_of(const store::EventView& event);
+
+// In the caller's write transaction: replaces the log (run
+// kOrchestrationRun, created when missing) by `snapshot`'s records, then
+// `extra` (as append_to_log takes them), then the log.snapshot event of
+// generation `generation` stamped `at`. Returns where it lands (its seq is
+// the new log's head). Refused by the store as append_to_log is, or when a
+// run forks from the log; the caller's body should then return the refusal,
+// so that the transaction aborts and the old log stays.
+store::Result<LogSnapshot> compact_log(store::Writer& writer,
+                                       std::span<const OrchestrationRecord> snapshot,
+                                       std::span<const store::NewEvent> extra,
+                                       std::uint64_t generation, Instant at,
+                                       std::size_t job_chunk_bytes = kJobChunkBytes);
+
 // ---- A finished job's archive
 //
 // Once a job has finished, the coordinator writes its trials to a run of

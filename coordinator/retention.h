@@ -53,6 +53,7 @@ struct GcPlan {
   std::uint64_t local_forks = 0;        // run_trial_... among `forks`
   std::uint64_t local_forks_kept = 0;   // run_trial_... kept (too young, or not `none`)
   std::uint64_t jobs_own_policy = 0;    // of the collected, those with a policy of their own
+  friend bool operator==(const GcPlan&, const GcPlan&) = default;
 };
 
 // What `policy` collects in the store as of `now`. An error when the

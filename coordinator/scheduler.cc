@@ -375,13 +375,8 @@ struct Scheduler::State {
   // `payload_of(input)` gives each trial's payload, copied or moved.
   template <typename Record, typename PayloadOf>
   void add_job(Record& r, PayloadOf payload_of) {
-    if (job_by_id.contains(r.job)) does_not_apply(r, "job " + r.job.str() + " exists");
-    const auto index = static_cast<JobIx>(jobs.size());
-    Job& job = jobs.emplace_back();
-    job_by_id.emplace(r.job, index);
-    job.id = r.job;
-    job.name = r.name;
-    job.priority = r.priority;
+    const JobIx index = new_job(r);
+    Job& job = jobs[index];
     job.trials.resize(r.trials.size());
     job.trial_count = r.trials.size();
     std::unordered_map<std::string_view, std::shared_ptr<const std::string>> shared;
@@ -405,10 +400,24 @@ struct Scheduler::State {
     }
     job.counts[static_cast<std::size_t>(TrialStatus::queued)] = r.trials.size();
     job.submitted_at = r.at;
-    job.owner = r.owner;
-    job.retention = r.retention;
     for (std::uint32_t i = 0; i < r.trials.size(); ++i) enqueue({index, i});
     note_finished(index, r.at);
+  }
+
+  // A job of the record's id, name, priority, owner and retention, at the
+  // end of the table; the id must be new.
+  template <typename Record>
+  JobIx new_job(const Record& r) {
+    if (job_by_id.contains(r.job)) does_not_apply(r, "job " + r.job.str() + " exists");
+    const auto index = static_cast<JobIx>(jobs.size());
+    Job& job = jobs.emplace_back();
+    job_by_id.emplace(r.job, index);
+    job.id = r.job;
+    job.name = r.name;
+    job.priority = r.priority;
+    job.owner = r.owner;
+    job.retention = r.retention;
+    return index;
   }
 
   // The job's finishing time is the time of the record that left none of
@@ -611,6 +620,162 @@ struct Scheduler::State {
                           TrialKey{found->second, std::numeric_limits<std::uint32_t>::max()}));
     std::vector<Trial>().swap(job.trials);
     to_archive.erase(found->second);
+  }
+
+  // ---- A snapshot's records.
+
+  void apply_one(const JobSummary& r) {
+    std::uint64_t total = 0;
+    for (const std::uint64_t count : r.counts) total += count;
+    if (total != r.trials || done_of(r.counts) != r.trials) {
+      does_not_apply(r, "job " + r.job.str() + " counts " + std::to_string(total) +
+                            " trials, of which " + std::to_string(done_of(r.counts)) +
+                            " are done, not all its " + std::to_string(r.trials));
+    }
+    Job& job = jobs[new_job(r)];
+    job.cancelled = r.cancelled;
+    job.trial_count = r.trials;
+    job.counts = r.counts;
+    job.outcomes = r.outcomes;
+    job.failed_attempts = r.failed_attempts;
+    job.fenced_reports = r.fenced_reports;
+    job.submitted_at = r.submitted_at;
+    job.finished_at = r.finished_at;
+    job.cached = r.cached;
+    job.archived = true;
+  }
+
+  void apply_one(const TrialRestored& r) {
+    const TrialKey key = require_trial(r);
+    Trial& t = trial(key);
+    if (t.status != TrialStatus::queued || t.attempt != 1 || t.leased_attempt != 0 ||
+        t.worker != kNoWorker || !t.reasons.empty()) {
+      does_not_apply(r, r.trial.str() + " is not as submitted");
+    }
+    if (r.attempt == 0 || r.leased_attempt > r.attempt ||
+        (r.status == TrialStatus::reconciled) != r.outcome.has_value() ||
+        (r.status == TrialStatus::leased && !r.worker)) {
+      does_not_apply(r, r.trial.str() + " is " + std::string(trial_status_name(r.status)) +
+                            " at attempt " + std::to_string(r.attempt) + " after lease " +
+                            std::to_string(r.leased_attempt) + ", which no history leaves");
+    }
+    WorkerIx holder = kNoWorker;
+    if (r.worker) {
+      const auto found = r.status == TrialStatus::leased ? find_alive(*r.worker) : find(*r.worker);
+      if (!found) does_not_apply(r, "no such worker " + r.worker->str() + " for " + r.trial.str());
+      holder = *found;
+    }
+    t.attempt = r.attempt;
+    t.leased_attempt = r.leased_attempt;
+    t.worker = holder;
+    t.reasons = r.reasons;
+    if (r.status == TrialStatus::queued) return;
+    dequeue(key);
+    set_status(key, r.status);
+    if (r.status == TrialStatus::leased) {
+      t.lease_deadline = r.deadline;
+      t.lease_expires = r.expires;
+      lease_expiries.insert({t.lease_expires, key});
+      workers[holder].leases.insert(key);
+    }
+    if (r.outcome) {
+      t.outcome = r.outcome;
+      ++jobs[key.job].outcomes[static_cast<std::size_t>(*r.outcome)];
+    }
+  }
+
+  void apply_one(const JobRestored& r) {
+    const auto found = job_by_id.find(r.job);
+    if (found == job_by_id.end()) does_not_apply(r, "no job " + r.job.str());
+    Job& job = jobs[found->second];
+    if (job.archived) does_not_apply(r, "job " + r.job.str() + " is archived");
+    if (r.finished_at.has_value() != (done_of(job.counts) == job.trial_count)) {
+      does_not_apply(r, "job " + r.job.str() + " has " +
+                            std::to_string(job.trial_count - done_of(job.counts)) +
+                            " trials to finish, and is said " +
+                            (r.finished_at ? "finished" : "unfinished"));
+    }
+    job.cancelled = r.cancelled;
+    job.failed_attempts = r.failed_attempts;
+    job.fenced_reports = r.fenced_reports;
+    job.finished_at = r.finished_at;
+    if (r.finished_at) {
+      to_archive.insert(found->second);
+    } else {
+      to_archive.erase(found->second);
+    }
+  }
+
+  // The state as records that rebuild it in a fresh Scheduler: the live
+  // workers (and the lost ones a trial still names), then every job in the
+  // order it came: an archived one as its summary, another as submitted,
+  // its trials that moved on, and its counts.
+  Records snapshot(Instant at) const {
+    Records out;
+    std::vector<bool> named(workers.size(), false);
+    for (const Job& job : jobs) {
+      for (const Trial& t : job.trials) {
+        if (t.worker != kNoWorker) named[t.worker] = true;
+      }
+    }
+    for (WorkerIx index = 0; index < workers.size(); ++index) {
+      const Worker& worker = workers[index];
+      if (!worker.alive && !named[index]) continue;
+      WorkerJoined joined{worker.id, worker.slots, worker.prefetch, {}, worker.last_seen, {}};
+      for (const pack::Executor executor : pack::kExecutors) {
+        if ((worker.executors & bit_of(executor)) != 0) joined.executors.push_back(executor);
+      }
+      if (worker.alive) {
+        for (const DigestIx digest : worker.cached) joined.cached.push_back(digests[digest]);
+      }
+      out.emplace_back(std::move(joined));
+      if (!worker.alive) out.emplace_back(WorkerLost{worker.id, "lost before the snapshot", at});
+    }
+    for (JobIx index = 0; index < jobs.size(); ++index) {
+      const Job& job = jobs[index];
+      if (job.archived) {
+        out.emplace_back(JobSummary{job.id, job.priority, job.name, job.owner, job.retention,
+                                    job.cancelled, job.trial_count, job.counts, job.outcomes,
+                                    job.failed_attempts, job.fenced_reports, job.submitted_at,
+                                    job.finished_at.value_or(Instant{}), at, job.cached});
+        continue;
+      }
+      JobSubmitted submitted{job.id,           job.priority, job.name,     {},
+                             job.submitted_at, job.owner,    job.retention};
+      submitted.trials.reserve(job.trials.size());
+      for (const Trial& t : job.trials) submitted.trials.push_back(input_of(t));
+      out.emplace_back(std::move(submitted));
+      for (std::uint32_t i = 0; i < job.trials.size(); ++i) {
+        const Trial& t = job.trials[i];
+        if (t.status == TrialStatus::queued && t.attempt == 1 && t.leased_attempt == 0 &&
+            t.worker == kNoWorker && t.reasons.empty()) {
+          continue;
+        }
+        // A trial answered from the result cache is answered so again.
+        if (const auto source = cached_from.find(TrialKey{index, i}); source != cached_from.end()) {
+          out.emplace_back(TrialCached{TrialId{job.id, i}, t.attempt, source->second,
+                                       t.outcome.value_or(Outcome::completed), at});
+          continue;
+        }
+        const bool leased = t.status == TrialStatus::leased;
+        out.emplace_back(TrialRestored{
+            TrialId{job.id, i}, t.status, t.attempt, t.leased_attempt,
+            t.worker == kNoWorker ? std::nullopt : std::optional(workers[t.worker].id),
+            leased ? t.lease_expires : Instant{}, leased ? t.lease_deadline : Instant{}, t.reasons,
+            t.outcome, at});
+      }
+      out.emplace_back(JobRestored{job.id, job.cancelled, job.failed_attempts, job.fenced_reports,
+                                   job.finished_at, at});
+    }
+    return out;
+  }
+
+  TrialInput input_of(const Trial& t) const {
+    TrialInput input{*t.payload, digests[t.digests.front()], {}, t.run_limit, t.executor,
+                     t.cache_key};
+    for (std::size_t i = 1; i < t.digests.size(); ++i)
+      input.bundles.push_back(digests[t.digests[i]]);
+    return input;
   }
 
   // Applies the record and hands it to the caller: every decision ends here.
@@ -1066,6 +1231,10 @@ void Scheduler::replay(OrchestrationRecord&& record) {
   state_->apply(std::move(record));
 }
 
+Records Scheduler::snapshot(Instant at) const {
+  return state_->snapshot(at);
+}
+
 Records Scheduler::recover(Instant now) {
   State& s = *state_;
   Records out;
@@ -1140,13 +1309,7 @@ std::optional<JobId> Scheduler::job_to_archive(const std::set<JobId>& skip) cons
 std::optional<TrialInput> Scheduler::trial_input(const TrialId& trial) const {
   const auto key = state_->find(trial);
   if (!key) return std::nullopt;
-  const Trial& t = state_->trial(*key);
-  TrialInput input{*t.payload, state_->digests[t.digests.front()], {}, t.run_limit, t.executor,
-                   t.cache_key};
-  for (std::size_t i = 1; i < t.digests.size(); ++i) {
-    input.bundles.push_back(state_->digests[t.digests[i]]);
-  }
-  return input;
+  return state_->input_of(state_->trial(*key));
 }
 
 std::optional<Digest> Scheduler::cache_key(const TrialId& trial) const {
@@ -1183,6 +1346,70 @@ std::optional<pack::Executor> Scheduler::executor(const TrialId& trial) const {
   const auto key = state_->find(trial);
   if (!key) return std::nullopt;
   return state_->trial(*key).executor;
+}
+
+std::string Scheduler::query_text() const {
+  const Scheduler& scheduler = *this;
+  std::string text;
+  const auto line = [&text](const std::string& content) { text += content + "\n"; };
+  const auto millis = [](Instant instant) {
+    return std::to_string(instant.time_since_epoch().count());
+  };
+  for (const JobStatus& job : scheduler.jobs()) {
+    std::string counts;
+    for (const std::uint64_t count : job.counts) counts += " " + std::to_string(count);
+    for (const std::uint64_t count : job.outcomes) counts += " " + std::to_string(count);
+    for (const std::uint64_t count : job.queued_by_executor) counts += " " + std::to_string(count);
+    line("job " + job.id.str() + " " + job.name + " owner=" + job.owner + " retention=" +
+         (job.retention ? std::string(keep_forks_name(job.retention->keep)) + "/" +
+                              std::to_string(job.retention->after.count())
+                        : "-") +
+         " priority=" + std::to_string(job.priority) +
+         " cancelled=" + std::to_string(job.cancelled) + " trials=" + std::to_string(job.trials) +
+         counts + " failed=" + std::to_string(job.failed_attempts) + " fenced=" +
+         std::to_string(job.fenced_reports) + " submitted=" + millis(job.submitted_at) +
+         " finished=" + (job.finished_at ? millis(*job.finished_at) : "-") +
+         " archived=" + std::to_string(job.archived) + " state=" + std::string(job.state()) +
+         " cached=" + std::to_string(job.cached));
+    if (job.archived) continue;
+    for (std::uint32_t i = 0; i < job.trials; ++i) {
+      const TrialId id{job.id, i};
+      const TrialState state = *scheduler.trial_state(id);
+      const TrialInput input = *scheduler.trial_input(id);
+      std::string reasons;
+      for (const std::string& reason : state.reasons) reasons += " [" + reason + "]";
+      std::string bundles;
+      for (const Digest& bundle : input.bundles) bundles += " " + bundle.str();
+      line(" trial " + id.str() + " " + std::string(trial_status_name(state.status)) +
+           " attempt=" + std::to_string(state.attempt) +
+           " worker=" + (state.worker ? state.worker->str() : "-") + " reasons" + reasons +
+           " outcome=" + (state.outcome ? std::string(outcome_name(*state.outcome)) : "-") +
+           " payload=" + input.payload + " segment=" + input.segment.str() + " bundles" + bundles +
+           " run_limit=" + std::to_string(input.run_limit.count()) +
+           " executor=" + std::string(pack::executor_name(input.executor)) +
+           " cache_key=" + (input.cache_key ? input.cache_key->str() : "-") +
+           " cached_from=" + (state.cached_from ? state.cached_from->str() : "-"));
+    }
+  }
+  for (const WorkerStatus& worker : scheduler.workers()) {
+    if (!worker.alive) continue;
+    std::string executors;
+    for (const pack::Executor executor : worker.executors) {
+      executors += " " + std::string(pack::executor_name(executor));
+    }
+    line("worker " + worker.id.str() + " slots=" + std::to_string(worker.slots) + " prefetch=" +
+         std::to_string(worker.prefetch) + " leases=" + std::to_string(worker.leases) +
+         " cached=" + std::to_string(worker.cached_digests) + " executors" + executors +
+         " work=" + std::to_string(scheduler.has_work_for(worker.id)));
+  }
+  for (const pack::Executor executor : pack::kExecutors) {
+    line("offering " + std::string(pack::executor_name(executor)) + " " +
+         std::to_string(scheduler.workers_offering(executor)));
+  }
+  line("queued " + std::to_string(scheduler.queued_trials()));
+  const std::optional<JobId> next = scheduler.job_to_archive();
+  line("to_archive " + (next ? next->str() : std::string("-")));
+  return text;
 }
 
 std::string Scheduler::state_text() const {

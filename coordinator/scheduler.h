@@ -362,6 +362,16 @@ class Scheduler {
   void replay(const OrchestrationRecord& record);
   void replay(OrchestrationRecord&& record);
 
+  // The state as records (a snapshot: coordinator/orchestration.h), stamped
+  // `at`, which replayed into a fresh Scheduler give a state equal to this
+  // one in all a query answers, but for liveness (as a replay of the log
+  // does) and the lost workers no trial names, which are dropped: its size
+  // is the live state's (unarchived jobs' trials, live workers, a summary
+  // per archived job), not the history's. A job's rotation in its rounds
+  // starts again in the order of submission. Costs O(state); the payloads
+  // are copied.
+  Records snapshot(Instant at) const;
+
   // Called once after the last record is replayed, before any other input.
   // The time the coordinator was down counts against no one: every live
   // worker's leases are renewed and it is heard of now (in memory, as a
@@ -410,6 +420,14 @@ class Scheduler {
   // state's text equals the live one's (the replay tests compare them).
   // Costs O(state).
   std::string state_text() const;
+
+  // What the queries answer, one line each: every job's status, every trial
+  // of the jobs not archived (state and input), the live workers, what
+  // waits. Not liveness, nor internal numbering (digests, turns), nor lost
+  // workers: a state restored from a snapshot (`snapshot`) has the text of
+  // the state the snapshot was taken of, as a replayed one has its
+  // state_text. Costs O(state).
+  std::string query_text() const;
 
  private:
   struct State;

@@ -38,6 +38,11 @@ namespace forktrial::coordinator {
 // at every turn too).
 inline constexpr std::chrono::milliseconds kDefaultTick{100};
 
+// Events appended after the log's last snapshot before it is compacted, at
+// least (ServerConfig::compact_log_after): about a minute of a busy
+// coordinator's records, and a restart's read of well under a second.
+inline constexpr std::uint64_t kCompactLogAfter = 100'000;
+
 struct ServerConfig {
   std::filesystem::path store;
   std::string listen;  // a ZeroMQ endpoint to bind: tcp://0.0.0.0:7600, ipc:///run/ft.sock
@@ -65,6 +70,14 @@ struct ServerConfig {
   // "" is this build's, "forktrial <version>". Results cached under another
   // runtime answer no trial.
   std::string runtime_version{};
+  // Compaction of the orchestration log (coordinator/orchestration_log.h):
+  // once the events after its last snapshot are at least
+  // max(compact_log_after, compact_log_ratio x the snapshot's events), the
+  // log is replaced by a snapshot of the state at the end of a turn, so a
+  // restart reads O(live state) events and the log grows by at most that
+  // many between snapshots. compact_log_after = 0: never.
+  std::uint64_t compact_log_after = kCompactLogAfter;
+  std::uint64_t compact_log_ratio = 4;
   // The clocks, randomness and free disk space the coordinator reads
   // (base/world.h); nullptr: real_world(). Not owned; outlives the
   // coordinator.

@@ -16,6 +16,7 @@ void Server::end_turn() {
   }
   serve_held_statuses(clock_now());
   flush();
+  if (!store_full_) maybe_compact_log();
   if (trim_) {
     // A submission's message, its parse and its record are freed now:
     // give the memory back rather than keep it as the high water.
@@ -340,6 +341,7 @@ std::uint64_t Server::replay_log() {
   auto snapshot = store_.snapshot();
   std::uint64_t records = 0;
   activity_.clear();
+  log_snapshot_ = LogSnapshot{};
   auto read = read_log(
       snapshot,
       [&](OrchestrationRecord&& record) {
@@ -351,12 +353,121 @@ std::uint64_t Server::replay_log() {
       [&](const store::EventView& event) {
         if (event.type == kSettledType || event.type == kVerdictType || event.type == kResultType) {
           remember_result(event);
+        } else if (event.type == Activity::kFailuresType) {
+          activity_.restore_failures(event.payload);
+        } else if (auto marker = log_snapshot_of(event)) {
+          log_snapshot_ = *marker;
         }
       });
   if (!read)
     throw Error(forktrial::ErrorCode::internal,
                 "the orchestration log does not replay: " + read.error().message);
+  compact_at_ = compaction_due(log_snapshot_);
   return records;
+}
+
+std::uint64_t Server::compaction_due(const LogSnapshot& snapshot) const {
+  return snapshot.seq +
+         std::max(config_.compact_log_after, config_.compact_log_ratio * snapshot.seq);
+}
+
+void Server::maybe_compact_log() {
+  if (config_.compact_log_after == 0) return;
+  std::uint64_t head = 0;
+  try {
+    const auto log = store_.snapshot().run(kOrchestrationRun);
+    head = log ? log->head : 0;
+  } catch (const store::ResizeBlocked&) {
+    return;  // another process grew the map and it cannot follow yet: next turn
+  }
+  if (head < compact_at_) return;
+  if (!compact_log_now(clock_now())) {
+    // Not before the log has grown as much again.
+    compact_at_ = head + compaction_due(log_snapshot_) - log_snapshot_.seq;
+  }
+}
+
+bool Server::compact_log_now(Instant now) {
+  const auto started = world_.monotonic_now();
+  const Records snapshot = scheduler_.snapshot(now);
+  // The results of reconciled trials of jobs not archived yet, which the
+  // log holds and the snapshot's records do not: each copied as a
+  // trial.verdict (or, of a log written before verdicts, trial.result)
+  // event that remember_result reads as it reads the old ones.
+  std::vector<store::NewEvent> results;
+  std::vector<TrialId> result_trials;
+  {
+    const auto read = store_.snapshot();
+    for (const JobStatus& job : scheduler_.jobs()) {
+      if (job.archived || job.count(TrialStatus::reconciled) == 0) continue;
+      scheduler_.visit_trials(job.id, [&](const TrialSummary& trial) {
+        if (trial.status != TrialStatus::reconciled) return;
+        const TrialId id{job.id, trial.index};
+        auto stored = stored_result_text(id, read);
+        if (!stored) return;
+        store::NewEvent& event = results.emplace_back();
+        event.type = std::string(stored->line ? kResultType : kVerdictType);
+        if (stored->line) {
+          event.payload = std::move(stored->text);
+        } else {
+          // A trial.verdict names its trial at its top; a trial.settled's
+          // verdict does not.
+          ordered_json verdict = ordered_json::parse(stored->text, nullptr, false);
+          ordered_json doc{{"job", id.job.str()}, {"index", id.index}};
+          if (verdict.is_object()) {
+            for (auto& [key, value] : verdict.items()) {
+              if (key != "job" && key != "index") doc[key] = std::move(value);
+            }
+          }
+          event.payload = doc.dump();
+        }
+        event.timestamp = format_timestamp(now.time_since_epoch().count());
+        event.actor = std::string(kCoordinatorActor);
+        result_trials.push_back(id);
+      });
+    }
+  }
+  // The status page's recent failures, which the records held.
+  store::NewEvent failures;
+  failures.type = std::string(Activity::kFailuresType);
+  failures.payload = activity_.failures_text();
+  failures.timestamp = format_timestamp(now.time_since_epoch().count());
+  failures.actor = std::string(kCoordinatorActor);
+  results.push_back(std::move(failures));
+  const std::uint64_t generation = log_snapshot_.generation + 1;
+  std::optional<store::Result<LogSnapshot>> written;
+  try {
+    written = store_.write([&](store::Writer& writer) {
+      return compact_log(writer, snapshot, results, generation, now, config_.job_chunk_bytes);
+    });
+  } catch (const store::StoreError& e) {
+    // A full disk, say: nothing was written, and the log is whole.
+    log_(LogLevel::warn,
+         std::string("cannot compact the orchestration log (it stays as it is): ") + e.what());
+    return false;
+  }
+  if (!*written) {
+    log_(LogLevel::warn,
+         "cannot compact the orchestration log (it stays as it is): " + written->error().message);
+    return false;
+  }
+  const LogSnapshot& done = **written;
+  // The results now sit just before the failures and the log.snapshot
+  // event, in order.
+  for (auto& [job, seqs] : result_seqs_) std::ranges::fill(seqs, 0);
+  const std::uint64_t first = done.seq - results.size();
+  for (std::size_t i = 0; i < result_trials.size(); ++i) {
+    remember_result(result_trials[i], first + i);
+  }
+  log_snapshot_ = done;
+  compact_at_ = compaction_due(done);
+  const auto took =
+      std::chrono::duration_cast<std::chrono::milliseconds>(world_.monotonic_now() - started);
+  log_(LogLevel::info,
+       "compacted the orchestration log: its " + std::to_string(done.replaced_events) +
+           " events are a snapshot of " + std::to_string(done.seq) + " (generation " +
+           std::to_string(done.generation) + ", " + std::to_string(took.count()) + " ms)");
+  return true;
 }
 
 void Server::note_job(const JobSubmitted& job) {

@@ -339,6 +339,18 @@ class Server {
   // returns how many records.
   std::uint64_t replay_log();
 
+  // ---- compaction of the log (coordinator/orchestration_log.h)
+
+  // The head at which a log whose last snapshot is `snapshot` is compacted.
+  std::uint64_t compaction_due(const LogSnapshot& snapshot) const;
+  // At the end of a turn, its replies sent: compacts the log when its head
+  // has reached compact_at_.
+  void maybe_compact_log();
+  // Replaces the log by a snapshot of the scheduler and the results of its
+  // unarchived jobs, in one transaction, and points result_seqs_ at the
+  // new log. False, with the log as it was, when the store refuses it.
+  bool compact_log_now(Instant now);
+
   // A job's trials have no result yet.
   void note_job(const JobSubmitted& job);
 
@@ -691,8 +703,13 @@ class Server {
   std::map<WorkerId, WorkerInfo> worker_info_;
 
   // Each trial's result event in the log (its seq; 0: none yet), by
-  // job, in trial order.
+  // job, in trial order. Seqs of the log as it is: a compaction renumbers
+  // them (compact_log_now).
   std::unordered_map<std::string, std::vector<std::uint64_t>> result_seqs_;
+  // The log's last snapshot (none yet: generation 0 at seq 0), and the head
+  // at which it is compacted next.
+  LogSnapshot log_snapshot_;
+  std::uint64_t compact_at_ = 0;
   std::uint64_t errors_ = 0;
   std::uint64_t undelivered_ = 0;          // replies ZeroMQ would not take
   bool trim_ = false;                      // a submission was handled this turn

@@ -177,6 +177,13 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0u, 1000u));
   app.add_flag("--no-compare-replay", no_compare,
                "skip comparing the whole replayed state at each restart (O(state) each)");
+  app.add_option("--compact-log-after", config.compact_log_after,
+                 "the coordinator compacts its log once this many events follow its last "
+                 "snapshot (and --compact-log-ratio times the snapshot's); 0: never")
+      ->capture_default_str();
+  app.add_option("--compact-log-ratio", config.compact_log_ratio,
+                 "... and this many times the last snapshot's events")
+      ->capture_default_str();
   app.add_option("--store", store_dir,
                  "directory for the simulated coordinator's store (default: a new one under "
                  "$TMPDIR, removed at the end)");
@@ -296,6 +303,7 @@ int main(int argc, char** argv) {
           {"events", report.events},
           {"records", report.records},
           {"commits", report.commits},
+          {"log_generation", report.log_generation},
           {"trace", report.trace}};
       std::cout << out.dump() << std::endl;
     } else {
@@ -317,7 +325,8 @@ int main(int argc, char** argv) {
                 << " stalls, " << report.workers_lost << " workers lost, "
                 << report.coordinator_restarts << " coordinator restarts, "
                 << report.store_full_episodes << " store-full episodes (" << report.busy_replies
-                << " busy replies); trace " << report.trace << std::endl;
+                << " busy replies), " << report.log_generation << " log snapshots; trace "
+                << report.trace << std::endl;
     }
     if (report.violation) {
       ++failures;

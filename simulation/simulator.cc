@@ -257,6 +257,8 @@ class Simulation {
     core_config_.store = store_path_;
     core_config_.scheduler = config.scheduler;
     core_config_.durable = false;
+    core_config_.compact_log_after = config.compact_log_after;
+    core_config_.compact_log_ratio = config.compact_log_ratio;
     core_config_.committed = [this](std::span<const OrchestrationRecord> records) {
       committed(records);
     };
@@ -311,6 +313,7 @@ class Simulation {
       Scope scope(config_.coordinator_scope);
       core_.reset();
     }
+    note_log_generation();
     report_.virtual_time = Duration{now_};
     report_.wall_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -738,13 +741,31 @@ class Simulation {
     }
   }
 
+  // The generation of the log's last snapshot, from the store.
+  void note_log_generation() {
+    store::EventStore store(store_path_);
+    auto snapshot = store.snapshot();
+    const auto log = snapshot.run(coordinator::kOrchestrationRun);
+    if (!log) return;
+    snapshot.for_each_event(*log, 1, [&](const store::EventView& event) {
+      if (auto marker = log_snapshot_of(event)) {
+        report_.log_generation = std::max(report_.log_generation, marker->generation);
+        return false;
+      }
+      return event.type != coordinator::kSnapshotType;
+    });
+  }
+
   // ---- crashes and restarts of the coordinator
 
   void coordinator_crash() {
     if (!core_) return;
     ++report_.coordinator_restarts;
     // The referee's copy of the state, charged to the simulation.
-    if (config_.compare_replay) crashed_state_ = core_->scheduler().state_text();
+    if (config_.compare_replay) {
+      crashed_state_ = core_->scheduler().state_text();
+      crashed_answers_ = core_->scheduler().query_text();
+    }
     {
       Scope scope(config_.coordinator_scope);
       core_.reset();
@@ -763,19 +784,34 @@ class Simulation {
     if (!crashed_state_.empty()) {
       // The referee's own replay, charged to the simulation.
       Scheduler replayed(config_.scheduler);
+      std::optional<LogSnapshot> compacted;
       {
         store::EventStore store(store_path_);
         auto snapshot = store.snapshot();
         auto read = read_log(
             snapshot, [&](OrchestrationRecord&& record) { replayed.replay(std::move(record)); },
-            [](const store::EventView&) {});
+            [&](const store::EventView& event) {
+              if (auto marker = log_snapshot_of(event)) compacted = marker;
+            });
         if (!read) return fail("the log does not replay: " + read.error().message);
       }
-      if (replayed.state_text() != crashed_state_) {
+      // A log replaced by a snapshot rebuilds a state that answers alike,
+      // with its own numbering (Scheduler::snapshot); a log as written, the
+      // very state.
+      if (compacted) {
+        report_.log_generation = std::max(report_.log_generation, compacted->generation);
+        if (replayed.query_text() != crashed_answers_) {
+          fail(
+              "the scheduler restored from the log's snapshot answers otherwise than the one "
+              "that crashed");
+        }
+      } else if (replayed.state_text() != crashed_state_) {
         fail("the scheduler replayed from the log differs from the one that crashed");
       }
       crashed_state_.clear();
       crashed_state_.shrink_to_fit();
+      crashed_answers_.clear();
+      crashed_answers_.shrink_to_fit();
     }
     start_coordinator();
     check(invariants_.after_restart(core_->scheduler(), archived_status()));
@@ -990,6 +1026,7 @@ class Simulation {
   bool turn_scheduled_ = false;
   std::vector<CoordinatorCore::Frame> inbox_;
   std::string crashed_state_;
+  std::string crashed_answers_;  // its query_text
 };
 
 }  // namespace

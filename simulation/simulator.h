@@ -60,6 +60,7 @@
 #include <string>
 
 #include "coordinator/scheduler.h"
+#include "coordinator/server.h"
 
 namespace forktrial::simulation {
 
@@ -97,6 +98,10 @@ struct Config {
   // Compare the whole replayed state with the crashed one at each restart
   // (costs O(state) per restart).
   bool compare_replay = true;
+  // The coordinator's ServerConfig::compact_log_after: small, and the log is
+  // replaced by snapshots often.
+  std::uint64_t compact_log_after = coordinator::kCompactLogAfter;
+  std::uint64_t compact_log_ratio = 4;  // ServerConfig::compact_log_ratio
   // The run's directory, for the coordinator's store (created, and removed
   // when the run ends).
   std::filesystem::path store_dir;
@@ -135,6 +140,7 @@ struct Report {
   std::uint64_t busy_replies = 0;  // answered "busy" while the store was full
   std::uint64_t records = 0;       // committed to the orchestration log
   std::uint64_t commits = 0;
+  std::uint64_t log_generation = 0;  // the log's snapshots taken (its last one's generation)
   std::string trace;  // hex digest of every event handled, in order
   // The first invariant broken, or the run not finishing: what, when, who.
   std::optional<std::string> violation;

@@ -144,6 +144,11 @@ void add_coordinator(CLI::App& app) {
                   "worker can be leased the whole queue")
       ->capture_default_str()
       ->check(CLI::Range(1u, 1'000'000u));
+  cmd->add_option("--compact-log-after", config->compact_log_after,
+                  "Compact the orchestration log (replace it by a snapshot of the live state) once "
+                  "this many events, and at least 4 times the last snapshot's, follow that "
+                  "snapshot: a restart then reads the live state, not the history. 0: never")
+      ->capture_default_str();
   cmd->add_option("--key", *key,
                   "The coordinator's CurveZMQ keypair file (forktrial keygen): the endpoint then "
                   "speaks CURVE only, and admits only the listed keys");

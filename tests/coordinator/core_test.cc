@@ -12,7 +12,9 @@
 #include <span>
 #include <string>
 
+#include "coordinator/candidate_ranking.h"
 #include "coordinator/orchestration_log.h"
+#include "coordinator/retention.h"
 #include "coordinator/server.h"
 #include "import/jsonl.h"
 #include "pack/bundle_archive.h"
@@ -862,6 +864,48 @@ TEST_CASE("a result is recorded as a verdict and read back whole, an older log's
   }
   std::vector<std::string> lines;
   {
+    // A coordinator that compacts the log at once: the results of every
+    // kind of event (a trial.settled's verdict, a trial.verdict, a whole
+    // line) read the same from the snapshot, before and after a restart.
+    ServerConfig compacting = config;
+    compacting.compact_log_after = 1;
+    std::vector<std::string> before;
+    {
+      CoordinatorCore core(compacting, quiet);
+      only_reply(core.turn("c", client_hello(6), kNow));  // its end compacts the log
+      before = lines_of(core, 7, job);
+    }
+    REQUIRE(before.size() == 4);
+    CHECK(before[0] == served[0]);
+    CHECK(before[3] == served[3]);
+    CHECK(nlohmann::json::parse(before[1])["detail"] == "a verdict event");
+    CHECK(before[2] == R"({"trial":")" + job + R"(#2","job":")" + job +
+                           R"(","index":2,"outcome":"completed","detail":"written whole"})");
+    std::map<std::string, int> compacted;
+    {
+      store::EventStore events(config.store);
+      const auto snapshot = events.snapshot();
+      const auto log = *snapshot.run(kOrchestrationRun);
+      snapshot.for_each_event(log, 1, [&](const store::EventView& e) {
+        ++compacted[std::string(e.type)];
+        if (auto marker = log_snapshot_of(e)) {
+          CHECK(marker->generation == 1);
+          CHECK(marker->replaced_events >= head + 2);  // and what its start recorded
+          CHECK(marker->seq == e.seq);
+        }
+        return true;
+      });
+    }
+    CHECK(compacted["log.snapshot"] == 1);
+    CHECK(compacted["trial.settled"] + compacted["trial.reported"] == 0);
+    CHECK(compacted["trial.verdict"] == 2);  // trial 0's settled verdict, and trial 1's
+    CHECK(compacted["trial.result"] == 1);   // trial 2's whole line
+    CHECK(compacted["trial.restored"] == 3);
+    CoordinatorCore again(config, quiet);
+    only_reply(again.turn("c", client_hello(8), kNow));
+    CHECK(lines_of(again, 9, job) == before);
+  }
+  {
     CoordinatorCore restarted(config, quiet);
     only_reply(restarted.turn("c", client_hello(7), kNow));
     lines = lines_of(restarted, 8, job);
@@ -918,6 +962,138 @@ TEST_CASE("a result is recorded as a verdict and read back whole, an older log's
   }
   CHECK(lines[2] == R"({"trial":")" + job + R"(#2","job":")" + job +
                         R"(","index":2,"outcome":"completed","detail":"written whole"})");
+}
+
+namespace {
+
+// The records and other events a read of the store's log hands over, and
+// its last snapshot.
+struct LogRead {
+  std::uint64_t records = 0;
+  std::uint64_t events = 0;
+  std::optional<LogSnapshot> snapshot;
+};
+
+LogRead read_store_log(const std::filesystem::path& path) {
+  store::EventStore events(path);
+  const auto snapshot = events.snapshot();
+  LogRead read;
+  const auto done = read_log(
+      snapshot,
+      [&](OrchestrationRecord&&) {
+        ++read.records;
+        ++read.events;
+      },
+      [&](const store::EventView& e) {
+        ++read.events;
+        if (auto marker = log_snapshot_of(e)) read.snapshot = marker;
+      });
+  REQUIRE(done.has_value());
+  return read;
+}
+
+GcPlan gc_plan(const std::filesystem::path& path) {
+  store::EventStore events(path);
+  auto plan = plan_gc(events.snapshot(), RetentionPolicy{KeepForks::failures, Duration(0)},
+                      kNow + std::chrono::hours(1));
+  REQUIRE(plan.has_value());
+  return *plan;
+}
+
+}  // namespace
+
+TEST_CASE("after a long history a restart reads the live state, and answers as before",
+          "[coordinator][core][snapshot]") {
+  GreeterStore greeter;
+  ServerConfig config;
+  config.store = greeter.store;
+  config.compact_log_after = 40;
+  config.compact_log_ratio = 1;
+  std::uint64_t written = 0;  // records committed over the whole history
+  config.committed = [&](std::span<const OrchestrationRecord> records) {
+    written += records.size();
+  };
+  constexpr unsigned kJobs = 100;
+  std::vector<std::string> jobs;
+  std::map<std::string, std::vector<std::string>> served;
+  std::string statuses;
+  std::uint64_t request = 1;
+  const auto lines_of = [&](CoordinatorCore& core, const std::string& job) {
+    auto results = only_reply(core.turn("c", results_request(++request, job), kNow));
+    std::vector<std::string> lines;
+    for (auto line : results.envelope().getResults().getLines()) lines.push_back(wire::text(line));
+    return lines;
+  };
+  const auto status_of = [&](const Scheduler& scheduler) {
+    std::string text;
+    for (const JobStatus& job : scheduler.jobs()) {
+      text += job.id.str() + " " + std::string(job.state()) + " " +
+              std::to_string(job.count(TrialStatus::reconciled)) + " " +
+              std::to_string(job.archived) + "\n";
+    }
+    return text;
+  };
+  const auto ranking_of = [&](const std::vector<std::string>& lines) {
+    CandidateTally tally;
+    for (const std::string& line : lines) tally.add_result(nlohmann::ordered_json::parse(line));
+    std::string text;
+    for (const CandidateRank& rank : tally.ranked()) {
+      text += candidate_rank_json(rank).dump() + "\n";
+    }
+    return text;
+  };
+  {
+    CoordinatorCore core(config, quiet, 0, kNow);
+    only_reply(core.turn("c", client_hello(++request), kNow));
+    REQUIRE(
+        only_reply(core.turn("w", worker_hello(++request, "w1", 4), kNow)).envelope().isWelcome());
+    // Jobs of three trials run one after another; the last one is left with
+    // a trial queued, one leased and one reconciled.
+    for (unsigned j = 0; j < kJobs; ++j) {
+      auto accepted =
+          only_reply(core.turn("c", untokened_submission(++request, greeter.trial, 3), kNow));
+      REQUIRE(accepted.envelope().isJobAccepted());
+      jobs.push_back(wire::text(accepted.envelope().getJobAccepted().getJob()));
+      const bool last = j + 1 == kJobs;
+      auto work = only_reply(core.turn("w", request_work(++request, last ? 2 : 3), kNow));
+      const auto assignments = work.envelope().getAssignments().getAssignments();
+      REQUIRE(assignments.size() == (last ? 2 : 3));
+      for (unsigned i = 0; i < (last ? 1 : 3); ++i) {
+        core.turn("w", report_with_event(++request, assignments[i].getTrial(), "evt_new"), kNow);
+      }
+    }
+    for (const std::string& job : jobs) served[job] = lines_of(core, job);
+    statuses = status_of(core.scheduler());
+    CHECK(core.scheduler().job_status(JobId(jobs.back()))->count(TrialStatus::leased) == 1);
+  }
+  const GcPlan plan = gc_plan(config.store);
+  CHECK(plan.jobs_collected == kJobs - 1);
+  const LogRead read = read_store_log(config.store);
+  REQUIRE(read.snapshot.has_value());
+  CHECK(read.snapshot->generation >= 3);
+  // What a restart reads: the snapshot (a summary per archived job, the
+  // live job, its trials that moved on, the worker, the results of the
+  // live job's reconciled trial and the marker), then at most as much
+  // again (or 40): a bound in the live state, not in the history.
+  CHECK(read.snapshot->seq <= kJobs + 8);
+  CHECK(read.events <= 2 * read.snapshot->seq + 40);
+  CHECK(read.records * 3 < written);
+  // A restart answers as before: results, statuses, the candidates'
+  // ranking, gc.
+  {
+    CoordinatorCore restarted(config, quiet, 0, kNow);  // its leases renewed at kNow
+    only_reply(restarted.turn("c", client_hello(++request), kNow));
+    CHECK(status_of(restarted.scheduler()) == statuses);
+    for (const std::string& job : jobs) {
+      INFO(job);
+      const auto lines = lines_of(restarted, job);
+      CHECK(lines == served[job]);
+      CHECK(ranking_of(lines) == ranking_of(served[job]));
+    }
+    // The live job goes on: its leased trial's report is taken.
+    CHECK(restarted.scheduler().job_status(JobId(jobs.back()))->count(TrialStatus::leased) == 1);
+  }
+  CHECK(gc_plan(config.store) == plan);
 }
 
 TEST_CASE("a job's own retention is recorded with it and rules gc over the default",

@@ -111,6 +111,49 @@ std::vector<OrchestrationRecord> edge_records() {
     keyed.cache_key = digest(5);
     records.push_back(JobSubmitted{JobId{"keyed"}, 0, "keyed", {keyed, TrialInput{}}, at(1)});
   }
+  // A snapshot's records.
+  records.push_back(
+      JobSummary{JobId{"s"}, 0, "", "", {}, false, 0, {}, {}, 0, 0, kEpoch, kEpoch, kEpoch});
+  for (const std::string& text : kAwkwardTexts) {
+    JobSummary summary{JobId{text},
+                       std::numeric_limits<int>::min(),
+                       text,
+                       text,
+                       RetentionPolicy{KeepForks::failures, Duration{86'400'000}},
+                       true,
+                       std::numeric_limits<std::uint64_t>::max(),
+                       {1, 2, 3, 4, 5, std::numeric_limits<std::uint64_t>::max()},
+                       {6, 7, 8, 9, 10},
+                       11,
+                       std::numeric_limits<std::uint64_t>::max(),
+                       kFarPast,
+                       kFarFuture,
+                       at(8),
+                       std::numeric_limits<std::uint64_t>::max()};
+    records.push_back(summary);
+    records.push_back(TrialRestored{trial(text, kMaxIndex), TrialStatus::abandoned, kMaxAttempt,
+                                    kMaxAttempt, WorkerId{text}, kEpoch, kEpoch, kAwkwardTexts,
+                                    std::nullopt, at(9)});
+    records.push_back(JobRestored{JobId{text}, true, 1, 2, kFarFuture, at(10)});
+  }
+  for (std::size_t i = 0; i < kTrialStatusCount; ++i) {
+    const auto status = static_cast<TrialStatus>(i);
+    records.push_back(TrialRestored{
+        trial("r", 1), status, 2, 1, std::nullopt, kFarPast, kFarFuture, {}, std::nullopt, kEpoch});
+  }
+  for (const Outcome outcome : kOutcomes) {
+    records.push_back(TrialRestored{trial("r", 2),
+                                    TrialStatus::reconciled,
+                                    1,
+                                    1,
+                                    WorkerId{"w"},
+                                    {},
+                                    {},
+                                    {"x"},
+                                    outcome,
+                                    at(11)});
+  }
+  records.push_back(JobRestored{JobId{"r"}, false, 0, 0, std::nullopt, kEpoch});
   return records;
 }
 
@@ -384,6 +427,29 @@ TEST_CASE("a damaged record event is an error naming the event and the field",
                           "\"sha256:abc\" is not a digest: "));
     CHECK(decode_error("worker.joined", R"({"worker":"w","slots":1,"cached":[5],"at":1})") ==
           "event evt_042 (worker.joined): field \"cached[0]\" is a number, not a digest string");
+  }
+  SECTION("a snapshot's record with a status, a flag or counts that are not one") {
+    CHECK(decode_error("trial.restored",
+                       R"({"trial":{"job":"a","index":0},"status":"lost","attempt":1,)"
+                       R"("leased_attempt":0,"at":1})") ==
+          "event evt_042 (trial.restored): field \"status\" \"lost\" is not a trial status");
+    CHECK(decode_error("job.restored", R"({"job":"a","cancelled":1,"failed_attempts":0,)"
+                                       R"("fenced_reports":0,"at":1})") ==
+          "event evt_042 (job.restored): field \"cancelled\" is a number, not true or false");
+    const std::string summary =
+        R"({"job":"a","priority":0,"name":"","cancelled":false,"trials":1,)"
+        R"("counts":[0,0,0,1,0,0],"outcomes":[1,0,0,0,0],"failed_attempts":0,)"
+        R"("fenced_reports":0,"submitted_at":1,"finished_at":2,"at":3})";
+    CHECK(decode_error("job.summary", summary) == "decoded");
+    std::string short_counts = summary;
+    short_counts.replace(short_counts.find("[0,0,0,1,0,0]"), 13, "[0,0,0,1,0]");
+    CHECK(decode_error("job.summary", short_counts) ==
+          "event evt_042 (job.summary): field \"counts\" holds 5 counts, not 6");
+    std::string negative = summary;
+    negative.replace(negative.find("[1,0,0,0,0]"), 11, "[-1,0,0,0,0]");
+    CHECK(decode_error("job.summary", negative) ==
+          "event evt_042 (job.summary): field \"outcomes[0]\" is -1, not an integer in "
+          "0..2^64-1");
   }
   SECTION("an outcome name that is not one") {
     CHECK(decode_error("trial.reconciled",
@@ -833,6 +899,85 @@ constexpr std::uint32_t kBigJob = 10'000;
 #else
 constexpr std::uint32_t kBigJob = 100'000;
 #endif
+
+TEST_CASE("a compacted log holds the snapshot, and rebuilds a state that answers alike",
+          "[coordinator][orchestration_log][snapshot]") {
+  testing::Logged live(testing::kMorningConfig);
+  testing::busy_morning(live);
+  forktrial::testing::TempDir dir;
+  store::EventStore store(dir.path() / "store", quick_options());
+  append(store, live.log);
+  const Records snapshot = live.scheduler.snapshot(at(500'000));
+  store::NewEvent result = event_of("trial.verdict", R"({"job":"a","index":0})");
+  const auto compacted = store.write([&](store::Writer& writer) {
+    return compact_log(writer, snapshot, std::span(&result, 1), 1, at(500'000));
+  });
+  REQUIRE(compacted.has_value());
+  CHECK(compacted->generation == 1);
+  CHECK(compacted->replaced_events > 0);
+  const auto read = read_all(store);
+  REQUIRE(read.has_value());
+  REQUIRE(read->records.size() < live.log.size());
+  CHECK(read->records == snapshot);
+  REQUIRE(read->others.size() == 2);  // the result, then the marker
+  CHECK(read->others[0].type == "trial.verdict");
+  CHECK(read->others[0].seq == compacted->seq - 1);
+  CHECK(read->others[1].type == "log.snapshot");
+  store::EventView marker = store::view_of(read->others[1]);
+  marker.seq = read->others[1].seq;
+  CHECK(log_snapshot_of(marker) == *compacted);
+  CHECK(testing::replayed(read->records, testing::kMorningConfig).query_text() ==
+        live.scheduler.query_text());
+  // Records appended after the snapshot follow it, numbered on.
+  const std::vector<OrchestrationRecord> more{JobCancelled{JobId{"a"}, at(500'001)}};
+  CHECK(append(store, more) == compacted->seq + 1);
+  // A second compaction is the next generation, and replaces the first.
+  const auto again = store.write(
+      [&](store::Writer& writer) { return compact_log(writer, snapshot, {}, 2, at(500'002)); });
+  REQUIRE(again.has_value());
+  CHECK(again->generation == 2);
+  CHECK(again->replaced_events == compacted->seq + 1);
+  CHECK(again->seq == compacted->seq - 1);
+}
+
+TEST_CASE("a compaction refused or failing mid-way leaves the log as it was",
+          "[coordinator][orchestration_log][snapshot]") {
+  testing::Logged live(testing::kMorningConfig);
+  testing::busy_morning(live);
+  forktrial::testing::TempDir dir;
+  bool fail_commit = false;
+  store::StoreOptions options = quick_options();
+  options.before_commit = [&] {
+    if (fail_commit) throw store::StoreFull("no room left on the device (simulated)");
+  };
+  store::EventStore store(dir.path() / "store", options);
+  append(store, live.log);
+  const auto before = read_all(store);
+  REQUIRE(before.has_value());
+  const std::uint64_t head = store.snapshot().run(kOrchestrationRun)->head;
+  const Records snapshot = live.scheduler.snapshot(at(500'000));
+  SECTION("an extra event the store refuses, after the old log was deleted in the transaction") {
+    store::NewEvent bad = event_of("trial.verdict", "{}");
+    bad.type = "";  // an empty type breaks the store's rules
+    const auto refused = store.write([&](store::Writer& writer) {
+      return compact_log(writer, snapshot, std::span(&bad, 1), 1, at(500'000));
+    });
+    CHECK_FALSE(refused.has_value());
+  }
+  SECTION("the commit failing, as on a full disk") {
+    fail_commit = true;
+    CHECK_THROWS_AS(store.write([&](store::Writer& writer) {
+      return compact_log(writer, snapshot, {}, 1, at(500'000));
+    }),
+                    store::StoreFull);
+    fail_commit = false;
+  }
+  const auto after = read_all(store);
+  REQUIRE(after.has_value());
+  CHECK(after->records == before->records);
+  CHECK(after->order == before->order);
+  CHECK(store.snapshot().run(kOrchestrationRun)->head == head);
+}
 
 TEST_CASE("a job of 100000 trials round-trips in one event", "[coordinator][orchestration_log]") {
   JobSubmitted job{JobId{"big"}, 5, "a big job", {}, at(0)};

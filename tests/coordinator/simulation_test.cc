@@ -65,7 +65,12 @@ std::vector<Item> take_due(std::vector<Item>& pending, std::int64_t now) {
 
 class Simulation {
  public:
-  explicit Simulation(std::uint64_t seed) : rng_(seed), s_(kConfig) {
+  // With `snapshots`, finished jobs are archived as the coordinator
+  // archives them, and a restart now and then compacts the log: the
+  // scheduler is rebuilt from a snapshot of the replayed one, which must
+  // answer every query alike, and the log goes on from that snapshot.
+  explicit Simulation(std::uint64_t seed, bool snapshots = false)
+      : rng_(seed), s_(kConfig), snapshots_(snapshots) {
     for (int i = 0; i < 20; ++i) {
       VirtualWorker& worker = workers_.emplace_back();
       worker.id = "w" + std::to_string(i);
@@ -86,6 +91,8 @@ class Simulation {
       deliver(now);
       reconcile(now);
       s_.tick(at(now));
+      if (snapshots_) archive(now);
+      if (snapshots_ && now % 20'000 == 0) compact(now);
       check_counters();
       if (now > kChaosEnds && all_finished() && reconciliations_.empty()) break;
     }
@@ -99,12 +106,15 @@ class Simulation {
     std::map<TrialId, int> reconciled;
     for (const OrchestrationRecord& record : s_.log) {
       if (const auto* done = std::get_if<TrialReconciled>(&record)) ++reconciled[done->trial];
+      // Answered from the result cache: reconciled without a lease.
+      if (const auto* done = std::get_if<TrialCached>(&record)) ++reconciled[done->trial];
     }
     std::map<TrialStatus, std::size_t> ends;
     for (const auto& [job, size] : submitted_) {
       for (std::uint32_t i = 0; i < size; ++i) {
         const TrialId id{JobId{job}, i};
-        const TrialStatus status = s_.status(id);
+        const auto archived = archived_.find(id);
+        const TrialStatus status = archived != archived_.end() ? archived->second : s_.status(id);
         ++ends[status];
         INFO(id.str() << " is " << trial_status_name(status));
         CHECK(reconciled[id] == (status == TrialStatus::reconciled ? 1 : 0));
@@ -120,7 +130,16 @@ class Simulation {
     CHECK(count<WorkerLost>() > 0);
     CHECK(restarts_ > 0);
     CHECK(duplicates_ > 0);
-    CHECK(replayed(s_.log).state_text() == s_.scheduler.state_text());
+    if (!snapshots_) {
+      CHECK(replayed(s_.log).state_text() == s_.scheduler.state_text());
+      return;
+    }
+    // The log as compacted and the whole history rebuild states that
+    // answer as the live one.
+    CHECK(compactions_ > 0);
+    CHECK(archived_.size() > 0);
+    CHECK(replayed(compacted_log(), kConfig).query_text() == s_.scheduler.query_text());
+    CHECK(replayed(s_.log, kConfig).query_text() == s_.scheduler.query_text());
   }
 
  private:
@@ -166,6 +185,18 @@ class Simulation {
     }
     submitted_.emplace_back(id, static_cast<std::uint32_t>(size));
     s_.submit(std::move(job), at(now));
+    // With snapshots, some trials are answered from the result cache, as if
+    // an earlier job's first trial had the same key.
+    if (snapshots_ && submitted_.size() > 1) {
+      const TrialId source{JobId{submitted_.front().first}, 0};
+      for (std::uint32_t i = 0; i < size; ++i) {
+        if (!chance(100)) continue;
+        auto answered = s_.scheduler.cached(TrialId{JobId{id}, i}, source,
+                                            kOutcomes[roll(kOutcomes.size())], at(now));
+        REQUIRE(answered.has_value());
+        s_.keep(std::move(*answered));
+      }
+    }
     if (doomed) {
       to_cancel_ = id;
       cancel_at_ = now + 1'000;
@@ -208,8 +239,15 @@ class Simulation {
   // on their way to it.
   void restart(std::int64_t now) {
     ++restarts_;
-    Scheduler rebuilt = replayed(s_.log, kConfig);
-    REQUIRE(rebuilt.state_text() == s_.scheduler.state_text());
+    Scheduler rebuilt = replayed(compacted_log(), kConfig);
+    if (snapshots_) {
+      // Rebuilt from a snapshot, the state answers as the live one, not
+      // with its internal numbering.
+      REQUIRE(rebuilt.query_text() == s_.scheduler.query_text());
+      REQUIRE(rebuilt.query_text() == replayed(s_.log, kConfig).query_text());
+    } else {
+      REQUIRE(rebuilt.state_text() == s_.scheduler.state_text());
+    }
     s_.scheduler = std::move(rebuilt);
     reconciliations_.clear();
     std::erase_if(messages_, [this](const Message&) { return chance(500); });
@@ -298,6 +336,39 @@ class Simulation {
     }
   }
 
+  // The log a restart reads: the last snapshot, then the records after it.
+  std::vector<OrchestrationRecord> compacted_log() const {
+    std::vector<OrchestrationRecord> log = snapshot_;
+    log.insert(log.end(), s_.log.begin() + static_cast<std::ptrdiff_t>(since_snapshot_),
+               s_.log.end());
+    return log;
+  }
+
+  // The log is replaced by a snapshot of the state, which rebuilds a state
+  // that answers alike, and whose own snapshot is the same.
+  void compact(std::int64_t now) {
+    ++compactions_;
+    snapshot_ = s_.scheduler.snapshot(at(now));
+    since_snapshot_ = s_.log.size();
+    const Scheduler restored = replayed(snapshot_, kConfig);
+    REQUIRE(restored.query_text() == s_.scheduler.query_text());
+    REQUIRE(replayed(restored.snapshot(at(now)), kConfig).query_text() ==
+            s_.scheduler.query_text());
+  }
+
+  // Each finished job is archived, as the coordinator archives them: its
+  // trials' ends are kept here, and the scheduler keeps its counts.
+  void archive(std::int64_t now) {
+    while (const std::optional<JobId> job = s_.scheduler.job_to_archive()) {
+      s_.scheduler.visit_trials(*job, [&](const TrialSummary& trial) {
+        archived_[TrialId{*job, trial.index}] = trial.status;
+      });
+      const OrchestrationRecord archived = JobArchived{*job, at(now)};
+      s_.scheduler.replay(archived);
+      s_.log.push_back(archived);
+    }
+  }
+
   bool all_finished() const {
     for (const auto& [job, size] : submitted_) {
       if (!s_.job(job).finished()) return false;
@@ -315,6 +386,11 @@ class Simulation {
   std::vector<Reconciliation> reconciliations_;
   int restarts_ = 0;
   std::size_t duplicates_ = 0;
+  bool snapshots_ = false;
+  int compactions_ = 0;
+  std::vector<OrchestrationRecord> snapshot_;  // the last, if any
+  std::size_t since_snapshot_ = 0;             // the records of s_.log before it
+  std::map<TrialId, TrialStatus> archived_;    // the ends of archived jobs' trials
 };
 
 TEST_CASE("virtual workers that die, stall and repeat themselves finish every trial once",
@@ -322,6 +398,15 @@ TEST_CASE("virtual workers that die, stall and repeat themselves finish every tr
   const std::uint64_t seed = GENERATE(1, 2, 3);
   INFO("seed " << seed);
   Simulation simulation(seed);
+  simulation.run();
+  simulation.check_ends();
+}
+
+TEST_CASE("a scheduler restored from snapshots of random histories answers as the replayed one",
+          "[coordinator][simulation][snapshot]") {
+  const std::uint64_t seed = GENERATE(range(1, 21));
+  INFO("seed " << seed);
+  Simulation simulation(static_cast<std::uint64_t>(seed), true);
   simulation.run();
   simulation.check_ends();
 }

@@ -74,6 +74,30 @@ TEST_CASE("many seeds of a faulty cluster keep every promise", "[simulation]") {
   CHECK(total.cancelled > 0);
 }
 
+TEST_CASE("seeds of a faulty cluster whose coordinator compacts its log often keep every promise",
+          "[simulation][snapshot]") {
+  TempDir dir;
+#ifdef FORKTRIAL_SANITIZED
+  constexpr std::uint64_t kSeeds = 8;
+#else
+  constexpr std::uint64_t kSeeds = 40;
+#endif
+  std::uint64_t restarts = 0;
+  for (std::uint64_t seed = 1; seed <= kSeeds; ++seed) {
+    Config config = faulty(dir, seed);
+    config.compact_log_after = 50;
+    config.compact_log_ratio = 1;
+    const Report report = simulate(config);
+    INFO(replay_hint(seed) << " --compact-log-after 50 --compact-log-ratio 1");
+    REQUIRE_FALSE(report.violation.has_value());
+    CHECK(report.reconciled + report.abandoned + report.cancelled == 1000);
+    // The log was replaced by snapshots again and again.
+    CHECK(report.log_generation >= 3);
+    restarts += report.coordinator_restarts;
+  }
+  CHECK(restarts > 0);  // restarts read snapshots, and the referee compared them
+}
+
 TEST_CASE("a seed replays the same run event for event", "[simulation]") {
   TempDir dir;
   const Report first = simulate(faulty(dir, 7));
