@@ -60,7 +60,7 @@ _forktrial_options() {
 _forktrial_is_flag() {
   case $1 in
     -h | --help | --version | --json | --csv | --content | --executable | --force | --wait | \
-      --insecure | --log-json | --all | --dry-run) return 0 ;;
+      --insecure | --log-json | --all | --dry-run | --no-cache) return 0 ;;
   esac
   return 1
 }

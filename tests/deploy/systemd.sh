@@ -278,12 +278,14 @@ say "workers up: w1 standard, w2 strict (namespaces and seccomp applied; only th
 write_batch "$share/batch.jsonl" 10
 on_exit "rm -f '$TMPDIR/results.jsonl' '$share/batch.jsonl'"
 # Runs the batch with WORKER the only worker up; client=(...) are the
-# client's key options, once the coordinator has keys.
+# client's key options, once the coordinator has keys. --no-cache: the
+# batch's candidates are deterministic, and each run must run on its worker
+# rather than be answered from the first run's results.
 client=()
 run_batch_on() {
   local worker=$1 job
   job=$(in_container timeout 120 forktrial submit /srv/forktrial-test/batch.jsonl --json \
-    "${client[@]}" | python3 -c 'import json, sys; print(json.load(sys.stdin)["job"])') ||
+    --no-cache "${client[@]}" | python3 -c 'import json, sys; print(json.load(sys.stdin)["job"])') ||
     fail "submitting the batch for $worker failed"
   in_container timeout 120 forktrial wait "$job" "${client[@]}" >/dev/null ||
     unit_failed "forktrial-worker@$worker.service" "job $job on $worker did not finish reconciled"
