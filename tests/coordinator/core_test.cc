@@ -1415,7 +1415,7 @@ TEST_CASE("a deterministic trial run before is answered from the cache, naming i
   CHECK(answered[0]["worker"] == "");
   // Its own fork: a copy of the source's on the same fork point.
   const std::string fork = answered[0]["fork_run_id"];
-  CHECK(fork != source[0]["fork_run_id"]);
+  CHECK(fork != source[0]["fork_run_id"].get<std::string>());
   {
     store::EventStore store(greeter.store);
     const auto snapshot = store.snapshot();
