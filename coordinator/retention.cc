@@ -20,8 +20,11 @@ bool kept(KeepForks keep, Outcome outcome) {
 }  // namespace
 
 std::expected<GcPlan, Status> plan_gc(const store::Snapshot& snapshot,
-                                      const RetentionPolicy& policy, Instant now) {
+                                      const RetentionPolicy& policy, Instant now,
+                                      Duration blob_grace) {
   GcPlan plan;
+  // The blobs unfinished jobs' trials need.
+  std::set<Digest> needed;
   // Runs other runs fork from, and the runs there are.
   std::set<store::RunId> parents;
   std::set<store::RunId> present;
@@ -48,6 +51,12 @@ std::expected<GcPlan, Status> plan_gc(const store::Snapshot& snapshot,
   for (const JobStatus& job : scheduler.jobs()) {
     if (!job.finished() || !job.finished_at) {
       ++plan.jobs_unfinished;
+      scheduler.visit_trials(job.id, [&](const TrialSummary& trial) {
+        const auto input = scheduler.trial_input(TrialId{job.id, trial.index});
+        if (!input) return;
+        needed.insert(input->segment);
+        needed.insert(input->bundles.begin(), input->bundles.end());
+      });
       continue;
     }
     // The job's own policy, when it recorded one.
@@ -98,6 +107,27 @@ std::expected<GcPlan, Status> plan_gc(const store::Snapshot& snapshot,
     take(run.id);
     plan.local_forks += plan.forks.size() - before;
   }
+
+  const Instant cutoff = now - blob_grace;
+  plan.blobs_stored_before = format_timestamp(cutoff.time_since_epoch().count());
+  for (const store::BlobInfo& blob : snapshot.blobs()) {
+    if (needed.contains(blob.digest)) {
+      ++plan.blobs_needed;
+      continue;
+    }
+    std::optional<UnixMillis> stored;
+    if (blob.stored_at) {
+      if (auto parsed = parse_timestamp(*blob.stored_at)) stored = *parsed;
+    }
+    if (!stored) {
+      plan.blobs_unstamped.push_back(blob.digest);
+    } else if (Instant(Duration(*stored)) >= cutoff) {
+      ++plan.blobs_recent;
+    } else {
+      plan.blobs.push_back(blob.digest);
+      plan.blob_bytes += blob.size;
+    }
+  }
   return plan;
 }
 
@@ -127,6 +157,23 @@ GcResult apply_gc(store::EventStore& store, std::span<const store::RunId> forks,
     if (progress) progress(from + part.size());
   }
   return result;
+}
+
+store::DeletedBlobs apply_gc_blobs(store::EventStore& store, std::span<const Digest> blobs,
+                                   std::string_view stored_before, std::size_t batch,
+                                   const std::function<void(std::uint64_t done)>& progress) {
+  store::DeletedBlobs total;
+  batch = std::max<std::size_t>(batch, 1);
+  for (std::size_t from = 0; from < blobs.size(); from += batch) {
+    const auto part = blobs.subspan(from, std::min(batch, blobs.size() - from));
+    const store::DeletedBlobs deleted = store.delete_blobs(part, stored_before);
+    total.blobs += deleted.blobs;
+    total.bytes += deleted.bytes;
+    total.kept_recent += deleted.kept_recent;
+    total.kept_unstamped += deleted.kept_unstamped;
+    if (progress) progress(from + part.size());
+  }
+  return total;
 }
 
 }  // namespace forktrial::coordinator

@@ -10,6 +10,17 @@
 // `none` collects them, by their age. Runs a user imported or made, and the
 // orchestration log, are never touched.
 //
+// Blobs (pack bundles' archives, segments) go when nothing needs them: a
+// blob no unfinished job's trial names (its bundles and its segment) and last
+// stored or touched (store::Writer::touch_blobs) at least `blob_grace` ago.
+// The grace protects what the log does not name yet: a client's upload before
+// its submission (findMissing, putBlob, submitJob), a job still arriving in
+// parts, a job recorded after the plan's snapshot. The coordinator touches
+// every digest findMissing finds and every digest of a submission before it
+// records the job, and apply_gc_blobs deletes only blobs still older than the
+// grace in the transaction that deletes them, so a blob touched after the
+// plan stays (docs/decisions/0091-gc-collects-blobs.md).
+//
 // plan_gc reads a snapshot (the log replayed through the scheduler, the way a
 // coordinator starts, and the list of runs) and decides; apply_gc deletes in
 // batches, one transaction each, so a coordinator writing the same store
@@ -53,13 +64,25 @@ struct GcPlan {
   std::uint64_t local_forks = 0;        // run_trial_... among `forks`
   std::uint64_t local_forks_kept = 0;   // run_trial_... kept (too young, or not `none`)
   std::uint64_t jobs_own_policy = 0;    // of the collected, those with a policy of their own
+  std::vector<Digest> blobs;       // to delete: needed by no unfinished job, older than the grace
+  std::uint64_t blob_bytes = 0;    // their sizes
+  std::uint64_t blobs_needed = 0;  // kept: an unfinished job's trial names them
+  std::uint64_t blobs_recent = 0;  // kept: stored or touched within the grace
+  // Kept: stored by an older build, of unknown age. A gc that is not a dry
+  // run stamps them (store::Writer::touch_blobs), so a later one may take them.
+  std::vector<Digest> blobs_unstamped;
+  std::string blobs_stored_before;  // the cutoff: now - grace, as a store timestamp
   friend bool operator==(const GcPlan&, const GcPlan&) = default;
 };
 
-// What `policy` collects in the store as of `now`. An error when the
-// orchestration log does not replay (a corrupt log).
+// How long a blob stays after it was last stored or touched, whatever needs it.
+inline constexpr Duration kDefaultBlobGrace = std::chrono::hours(1);
+
+// What `policy` collects in the store as of `now`, blobs by `blob_grace`. An
+// error when the orchestration log does not replay (a corrupt log).
 std::expected<GcPlan, Status> plan_gc(const store::Snapshot& snapshot,
-                                      const RetentionPolicy& policy, Instant now);
+                                      const RetentionPolicy& policy, Instant now,
+                                      Duration blob_grace = kDefaultBlobGrace);
 
 struct GcResult {
   store::DeletedRuns deleted;
@@ -71,5 +94,12 @@ struct GcResult {
 // plan) is deleted one run at a time, the refused ones skipped.
 GcResult apply_gc(store::EventStore& store, std::span<const store::RunId> forks, std::size_t batch,
                   const std::function<void(std::uint64_t done)>& progress);
+
+// Deletes the planned blobs still stored before `stored_before` (the plan's
+// cutoff), `batch` per transaction, calling `progress` with the count done
+// after each. A blob touched since the plan is kept, counted in kept_recent.
+store::DeletedBlobs apply_gc_blobs(store::EventStore& store, std::span<const Digest> blobs,
+                                   std::string_view stored_before, std::size_t batch,
+                                   const std::function<void(std::uint64_t done)>& progress);
 
 }  // namespace forktrial::coordinator

@@ -35,7 +35,9 @@ void Server::on_find_missing(const std::string& route, Envelope::Reader envelope
   for (auto d : envelope.getFindMissing().getDigests()) {
     if (auto digest = wire::digest_of(d)) wanted.push_back(*digest);
   }
-  auto missing = store_.snapshot().missing_blobs(wanted);
+  // Touched: a blob the client is told it need not upload stays for gc's
+  // grace (coordinator/retention.h), time for the submission naming it.
+  auto missing = store_.touch_blobs(wanted);
   capnp::MallocMessageBuilder message;
   auto list = wire::start(message, envelope.getRequestId())
                   .initMissing()
@@ -275,6 +277,26 @@ void Server::on_submit(const std::string& route, Envelope::Reader envelope, Inst
     if (++pending->next < pending->parts) return reply_ok(route, request);
     inputs = std::move(pending->inputs);
     pending_jobs_.erase(id);
+  }
+  // Every blob the job names is touched before the job is recorded, so gc,
+  // which deletes only blobs untouched for its grace, cannot take one the
+  // job is about to need; one it took since the checks (an earlier part's,
+  // or between the snapshot and now) refuses the job.
+  std::vector<Digest> named;
+  for (const TrialInput& input : inputs) {
+    named.push_back(input.segment);
+    named.insert(named.end(), input.bundles.begin(), input.bundles.end());
+  }
+  std::sort(named.begin(), named.end());
+  named.erase(std::unique(named.begin(), named.end()), named.end());
+  if (const auto gone = store_.touch_blobs(named); !gone.empty()) {
+    return reply_error(route, request, ErrorCode::failed_precondition,
+                       "blob " + gone.front().str() +
+                           (gone.size() > 1 ? " (and " + std::to_string(gone.size() - 1) + " more)"
+                                            : std::string()) +
+                           " was collected by gc while job " + id +
+                           " was being submitted; upload its bundles again (findMissing) and "
+                           "submit again");
   }
   const std::size_t total = inputs.size();
   drop_repeated_keys(inputs);

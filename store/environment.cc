@@ -133,6 +133,7 @@ Environment::Environment(const std::filesystem::path& path, StoreOptions options
   open_db("events", dbis_.events);
   open_db("event_ids", dbis_.event_ids);
   open_db("blobs", dbis_.blobs);
+  open_db("blob_times", dbis_.blob_times);
   txn.commit();
 }
 

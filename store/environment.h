@@ -47,6 +47,7 @@ struct Dbis {
   MDB_dbi events = 0;
   MDB_dbi event_ids = 0;
   MDB_dbi blobs = 0;
+  MDB_dbi blob_times = 0;
 };
 
 // A directory entered in the process-wide registry of open stores (by device

@@ -1,11 +1,13 @@
 #include "store/event_store.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <utility>
 
+#include "base/timestamp.h"
 #include "store/blob.h"
 #include "store/codec.h"
 #include "store/environment.h"
@@ -67,6 +69,21 @@ struct Snapshot::State {
   }
   TxnReader reader() { return TxnReader(env->dbis(), use()); }
 };
+
+namespace {
+
+MDB_val blob_key(const Digest& digest) {
+  return lmdb::val(std::as_bytes(std::span(digest.bytes())));
+}
+
+// Records `digest` as stored or needed now (docs/store-format.md, "blob_times").
+Digest stamp_blob(Writer::State& state, const Digest& digest) {
+  const std::string now = state.env.options().clock();
+  state.txn.put(state.env.dbis().blob_times, blob_key(digest), lmdb::val(now));
+  return digest;
+}
+
+}  // namespace
 
 EventStore::EventStore(const std::filesystem::path& path, StoreOptions options)
     : impl_(std::make_unique<Impl>(path, std::move(options))) {}
@@ -177,6 +194,16 @@ Result<RunInfo> EventStore::load_segment(std::span<const std::byte> segment, con
 
 Result<DeletedRuns> EventStore::delete_runs(std::span<const RunId> runs) {
   return write([&](Writer& w) { return w.delete_runs(runs); });
+}
+
+std::vector<Digest> EventStore::touch_blobs(std::span<const Digest> digests) {
+  return *write([&](Writer& w) -> Result<std::vector<Digest>> { return w.touch_blobs(digests); });
+}
+
+DeletedBlobs EventStore::delete_blobs(std::span<const Digest> digests,
+                                      std::string_view stored_before) {
+  return *write(
+      [&](Writer& w) -> Result<DeletedBlobs> { return w.delete_blobs(digests, stored_before); });
 }
 
 // ---- Writer ----
@@ -402,11 +429,11 @@ Result<std::uint64_t> Writer::append(const RunId& run, std::uint64_t expected_he
 }
 
 Digest Writer::put_blob(std::span<const std::byte> bytes) {
-  return blob::put(state_.txn, state_.env.dbis().blobs, bytes);
+  return stamp_blob(state_, blob::put(state_.txn, state_.env.dbis().blobs, bytes));
 }
 
 Digest Writer::put_blob_file(const std::filesystem::path& file) {
-  return blob::put_file(state_.txn, state_.env.dbis().blobs, file);
+  return stamp_blob(state_, blob::put_file(state_.txn, state_.env.dbis().blobs, file));
 }
 
 Result<Digest> Writer::store_segment(const RunId& run, std::uint64_t up_to_seq) {
@@ -423,9 +450,57 @@ Result<Digest> Writer::store_segment(const RunId& run, std::uint64_t up_to_seq) 
   }
   // Streamed twice (hashed, then copied into the reserved blob): the segment
   // is never built in memory, whatever the length of the prefix.
-  return blob::put_produced(
-      state_.txn, state_.env.dbis().blobs, "the segment of run " + run.str(),
-      [&](const blob::Sink& sink) { reader.stream_segment(*record, up_to_seq, sink); });
+  return stamp_blob(
+      state_, blob::put_produced(state_.txn, state_.env.dbis().blobs,
+                                 "the segment of run " + run.str(), [&](const blob::Sink& sink) {
+                                   reader.stream_segment(*record, up_to_seq, sink);
+                                 }));
+}
+
+std::vector<Digest> Writer::touch_blobs(std::span<const Digest> digests) {
+  std::vector<Digest> missing;
+  for (const Digest& digest : digests) {
+    if (blob::get(state_.txn.get(), state_.env.dbis().blobs, digest)) {
+      stamp_blob(state_, digest);
+    } else {
+      missing.push_back(digest);
+    }
+  }
+  return missing;
+}
+
+DeletedBlobs Writer::delete_blobs(std::span<const Digest> digests, std::string_view stored_before) {
+  const auto cutoff = parse_timestamp(stored_before);
+  if (!cutoff) {
+    throw std::invalid_argument("delete_blobs: " + cutoff.error().message);
+  }
+  const Dbis& dbis = state_.env.dbis();
+  DeletedBlobs deleted;
+  for (const Digest& digest : digests) {
+    auto bytes = blob::get(state_.txn.get(), dbis.blobs, digest);
+    if (!bytes) continue;
+    const auto stamp = state_.txn.get(dbis.blob_times, blob_key(digest));
+    std::optional<UnixMillis> at;
+    if (stamp) {
+      if (auto parsed = parse_timestamp(lmdb::chars(*stamp))) at = *parsed;
+    }
+    if (!at) {
+      // Stored before blobs had times (or stamped unreadably): its age is
+      // unknown, so it counts as stored now.
+      ++deleted.kept_unstamped;
+      stamp_blob(state_, digest);
+      continue;
+    }
+    if (*at >= *cutoff) {
+      ++deleted.kept_recent;
+      continue;
+    }
+    deleted.bytes += bytes->size();
+    ++deleted.blobs;
+    state_.txn.del(dbis.blobs, blob_key(digest));
+    state_.txn.del(dbis.blob_times, blob_key(digest));
+  }
+  return deleted;
 }
 
 Result<std::uint64_t> for_each_segment_event(std::span<const std::byte> segment,
@@ -617,6 +692,32 @@ std::optional<std::span<const std::byte>> Snapshot::blob(const Digest& digest) c
 
 bool Snapshot::has_blob(const Digest& digest) const {
   return blob(digest).has_value();
+}
+
+std::vector<BlobInfo> Snapshot::blobs() const {
+  std::vector<BlobInfo> found;
+  MDB_txn* txn = state_->use();
+  const Dbis& dbis = state_->env->dbis();
+  lmdb::Cursor all(txn, dbis.blobs);
+  MDB_val key{};
+  MDB_val value{};
+  for (bool ok = all.get(key, value, MDB_FIRST); ok; ok = all.get(key, value, MDB_NEXT)) {
+    std::array<std::uint8_t, Digest::kSize> raw{};
+    if (key.mv_size != raw.size()) {
+      throw StoreError("a blob key of " + std::to_string(key.mv_size) +
+                       " bytes instead of 32; the store is corrupt");
+    }
+    std::memcpy(raw.data(), key.mv_data, raw.size());
+    BlobInfo info{Digest(raw), value.mv_size, std::nullopt};
+    MDB_val stamp{};
+    const int rc = mdb_get(txn, dbis.blob_times, &key, &stamp);
+    if (rc != MDB_NOTFOUND) {
+      lmdb::check(rc, "mdb_get(blob_times)");
+      info.stored_at = std::string(lmdb::chars(stamp));
+    }
+    found.push_back(std::move(info));
+  }
+  return found;
 }
 
 std::vector<Digest> Snapshot::missing_blobs(std::span<const Digest> digests) const {

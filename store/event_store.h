@@ -205,6 +205,24 @@ struct DeletedRuns {
   std::uint64_t bytes = 0;
 };
 
+// What Writer::delete_blobs removed, and what it kept of what it was asked
+// to delete.
+struct DeletedBlobs {
+  std::uint64_t blobs = 0;
+  std::uint64_t bytes = 0;           // the blobs' sizes: room freed inside the store's file
+  std::uint64_t kept_recent = 0;     // stored or touched at or after the cutoff
+  std::uint64_t kept_unstamped = 0;  // without a time (stored by an older build): stamped now
+};
+
+// A stored blob, as Snapshot::blobs lists it.
+struct BlobInfo {
+  Digest digest;
+  std::uint64_t size = 0;
+  // When it was last stored or touched (Writer::touch_blobs), as
+  // StoreOptions::clock wrote it; nullopt for a blob an older build stored.
+  std::optional<std::string> stored_at;
+};
+
 // The write side of one transaction, handed to the body of EventStore::write.
 // Every call sees the writes made before it in the same transaction. A Writer
 // is only valid inside that body.
@@ -220,6 +238,9 @@ class Writer {
   Result<std::uint64_t> append(const RunId& run, std::uint64_t expected_head,
                                std::span<const NewEvent> events);
   // Stores `bytes` under their SHA-256 digest (an existing blob is kept).
+  // Every way of storing a blob (put_blob, put_blob_file, store_segment)
+  // stamps it with the time (StoreOptions::clock), an existing blob too:
+  // that time is what Writer::delete_blobs checks.
   Digest put_blob(std::span<const std::byte> bytes);
   // See EventStore::put_blob_file.
   Digest put_blob_file(const std::filesystem::path& file);
@@ -228,6 +249,17 @@ class Writer {
   Result<Digest> store_segment(const RunId& run, std::uint64_t up_to_seq);
   // Creates a root run holding exactly the events of a segment.
   Result<RunInfo> load_segment(std::span<const std::byte> segment, const NewRun& run);
+  // Stamps the stored blobs among `digests` with the time, as storing them
+  // again would, so a delete_blobs with an earlier cutoff keeps them: a
+  // blob someone is about to use is touched first. Returns the digests that
+  // are not stored, in the order given.
+  std::vector<Digest> touch_blobs(std::span<const Digest> digests);
+  // Deletes the blobs among `digests` last stored or touched before
+  // `stored_before` (a time in the form parse_timestamp reads). A blob
+  // stamped at or after it is kept; a blob without a time (stored by a build
+  // before blob times) is stamped now and kept, so a later call may take it;
+  // a digest not stored is ignored. Costs O(log n) per digest.
+  DeletedBlobs delete_blobs(std::span<const Digest> digests, std::string_view stored_before);
   // Deletes the runs and their own events (and the events' id index), so
   // their ids may be taken again; blobs stay. Refused, with nothing deleted:
   // an unknown run, a run named twice, or a run another run forks from that
@@ -319,6 +351,8 @@ class EventStore {
   Result<Digest> store_fork_segment(const RunId& run);
   Result<RunInfo> load_segment(std::span<const std::byte> segment, const NewRun& run);
   Result<DeletedRuns> delete_runs(std::span<const RunId> runs);
+  std::vector<Digest> touch_blobs(std::span<const Digest> digests);
+  DeletedBlobs delete_blobs(std::span<const Digest> digests, std::string_view stored_before);
 
   // A consistent read-only view of the store as of now. Throws ResizeBlocked
   // when another process wrote past this process's map and the map cannot
@@ -376,6 +410,8 @@ class Snapshot {
   bool has_blob(const Digest& digest) const;
   // The digests among `digests` that are not stored, in the order given.
   std::vector<Digest> missing_blobs(std::span<const Digest> digests) const;
+  // Every stored blob, in digest order, with its size and time.
+  std::vector<BlobInfo> blobs() const;
 
   struct State;
   explicit Snapshot(std::unique_ptr<State> state);

@@ -1,6 +1,6 @@
 // `forktrial gc` and `forktrial compact`: a long-lived store's upkeep. gc
-// deletes the trials' forks a retention policy no longer keeps
-// (coordinator/retention.h); compact writes a copy of the store without the
+// deletes the trials' forks a retention policy no longer keeps, and the blobs
+// no unfinished job needs (coordinator/retention.h); compact writes a copy of the store without the
 // room deleted runs left, since LMDB's file never shrinks.
 #include <chrono>
 #include <cstdio>
@@ -24,10 +24,10 @@ namespace fs = std::filesystem;
 using coordinator::KeepForks;
 using nlohmann::ordered_json;
 
-// "7d", "12h", "30m", "90s", "0": how long a job has been finished.
-coordinator::Duration parse_age(const std::string& text) {
+// "7d", "12h", "30m", "90s", "0": an age, given to `option`.
+coordinator::Duration parse_age(const std::string& option, const std::string& text) {
   if (auto age = coordinator::parse_retention_age(text)) return *age;
-  throw CommandFailed("--older-than: \"" + text +
+  throw CommandFailed(option + ": \"" + text +
                           "\" is not an age; give a number and a unit, such as 7d, 12h, 30m or 0",
                       kUsageError);
 }
@@ -56,6 +56,7 @@ struct GcOptions {
   std::string store = kDefaultStore;
   std::string keep;
   std::string older_than = "0";
+  std::string blob_grace = "1h";
   std::size_t batch = 1000;
   bool dry_run = false;
   bool json = false;
@@ -67,17 +68,19 @@ void run_gc(const GcOptions& o) {
     throw CommandFailed("--keep: \"" + o.keep + "\" is not a policy; give all, failures or none",
                         kUsageError);
   }
-  const coordinator::RetentionPolicy policy{*keep, parse_age(o.older_than)};
+  const coordinator::RetentionPolicy policy{*keep, parse_age("--older-than", o.older_than)};
+  const coordinator::Duration grace = parse_age("--blob-grace", o.blob_grace);
   store::EventStore store = open_store(o.store, false);
   const auto now =
       std::chrono::time_point_cast<coordinator::Duration>(std::chrono::system_clock::now());
-  auto plan = coordinator::plan_gc(store.snapshot(), policy, now);
+  auto plan = coordinator::plan_gc(store.snapshot(), policy, now, grace);
   if (!plan) {
     throw CommandFailed("cannot plan the collection: " + plan.error().message +
                         "; the store's orchestration log is corrupt, and nothing was deleted");
   }
   const bool progress = !o.json && !plan->forks.empty();
   coordinator::GcResult result;
+  store::DeletedBlobs blobs;
   if (!o.dry_run) {
     result = coordinator::apply_gc(store, plan->forks, o.batch, [&](std::uint64_t done) {
       if (progress) {
@@ -86,6 +89,11 @@ void run_gc(const GcOptions& o) {
       }
     });
     if (progress) std::fprintf(stderr, "\n");
+    // After the forks: a blob is deleted only if it is still older than the
+    // grace in the transaction deleting it (touched since the plan: kept).
+    blobs = coordinator::apply_gc_blobs(store, plan->blobs, plan->blobs_stored_before, o.batch,
+                                        nullptr);
+    store.touch_blobs(plan->blobs_unstamped);
   }
   const std::uint64_t file = file_bytes(store.path());
   if (o.json) {
@@ -105,20 +113,42 @@ void run_gc(const GcOptions& o) {
                      {"jobs_too_recent", plan->jobs_too_recent},
                      {"jobs_unfinished", plan->jobs_unfinished},
                      {"jobs_own_policy", plan->jobs_own_policy},
+                     {"blob_grace_ms", grace.count()},
+                     {"blobs_planned", plan->blobs.size()},
+                     {"blob_bytes_planned", plan->blob_bytes},
+                     {"blobs_deleted", blobs.blobs},
+                     {"blob_bytes_freed", blobs.bytes},
+                     {"blobs_needed", plan->blobs_needed},
+                     {"blobs_recent", plan->blobs_recent + blobs.kept_recent},
+                     {"blobs_unstamped", plan->blobs_unstamped.size() + blobs.kept_unstamped},
                      {"skipped", result.skipped},
                      {"store_file_bytes", file}};
     std::cout << json_text(doc) << '\n';
     return;
   }
   if (o.dry_run) {
-    std::printf("would delete %zu fork(s) (%llu of local trials); nothing was deleted\n",
-                plan->forks.size(), static_cast<unsigned long long>(plan->local_forks));
+    std::printf(
+        "would delete %zu fork(s) (%llu of local trials) and %zu blob(s) (%s); nothing was "
+        "deleted\n",
+        plan->forks.size(), static_cast<unsigned long long>(plan->local_forks), plan->blobs.size(),
+        bytes_text(plan->blob_bytes).c_str());
   } else {
     std::printf("deleted %llu fork(s): %llu events, %s freed inside the store\n",
                 static_cast<unsigned long long>(result.deleted.runs),
                 static_cast<unsigned long long>(result.deleted.events),
                 bytes_text(result.deleted.bytes).c_str());
+    std::printf("deleted %llu blob(s): %s freed inside the store\n",
+                static_cast<unsigned long long>(blobs.blobs), bytes_text(blobs.bytes).c_str());
   }
+  std::printf(
+      "kept %llu blob(s) unfinished jobs need, %llu stored or used less than %s ago, %llu of "
+      "unknown age (stored by an older forktrial: %s)\n",
+      static_cast<unsigned long long>(plan->blobs_needed),
+      static_cast<unsigned long long>(plan->blobs_recent + blobs.kept_recent),
+      terminal_safe(o.blob_grace).c_str(),
+      static_cast<unsigned long long>(plan->blobs_unstamped.size() + blobs.kept_unstamped),
+      o.dry_run ? "a gc that is not a dry run dates them, and one a grace later collects them"
+                : "dated now, collected by a gc a grace from now");
   std::printf(
       "kept %llu fork(s) by the policy (--keep %s%s), %llu that other runs fork from, "
       "%llu local trials' forks\n",
@@ -140,7 +170,7 @@ void run_gc(const GcOptions& o) {
   for (const std::string& skipped : result.skipped) {
     std::printf("skipped %s\n", terminal_safe(skipped).c_str());
   }
-  if (result.deleted.runs > 0) {
+  if (result.deleted.runs > 0 || blobs.blobs > 0) {
     std::printf(
         "the store's file stays %s: LMDB reuses the room but never shrinks its file; "
         "`forktrial compact --store %s --output NEW` writes a copy without it\n",
@@ -153,7 +183,8 @@ void add_gc(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "gc",
       "Delete the trials' forks a retention policy no longer keeps: of finished jobs, every fork, "
-      "or only those of trials that completed, once the job has been finished a while. Results "
+      "or only those of trials that completed, once the job has been finished a while; and the "
+      "blobs (bundles, segments) no unfinished job needs, once unused for --blob-grace. Results "
       "and verdicts are never deleted, nor runs a user imported or made");
   cmd->add_option("--store", o->store, "The store directory (a coordinator may be running on it)")
       ->capture_default_str()
@@ -166,7 +197,11 @@ void add_gc(CLI::App& app) {
                   "Collect only jobs finished at least this long ago (7d, 12h, 30m; 0: all). A "
                   "local trial's fork (run_trial_...) goes with --keep none once this old")
       ->capture_default_str();
-  cmd->add_option("--batch", o->batch, "Forks deleted per transaction")
+  cmd->add_option("--blob-grace", o->blob_grace,
+                  "Keep a blob stored, uploaded or found by a client's findMissing less than this "
+                  "long ago, whatever needs it: a client's upload before its submission (1h, 30m)")
+      ->capture_default_str();
+  cmd->add_option("--batch", o->batch, "Forks, or blobs, deleted per transaction")
       ->capture_default_str()
       ->check(CLI::Range(1, 1'000'000));
   cmd->add_flag("--dry-run", o->dry_run, "Say what would be deleted, and delete nothing");

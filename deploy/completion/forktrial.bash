@@ -51,7 +51,7 @@ _forktrial_options() {
     import) echo "--help --id --label --fork-of --at $client" ;;
     results) echo "--help --csv --by --sqlite $client" ;;
     batch) echo "--help --store --workers --slots --by --json --log-level --isolation --python --no-cache" ;;
-    gc) echo "--help --store --keep --older-than --batch --dry-run --json" ;;
+    gc) echo "--help --store --keep --older-than --blob-grace --batch --dry-run --json" ;;
     compact) echo "--help --store --output --json" ;;
   esac
 }

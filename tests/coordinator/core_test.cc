@@ -1562,3 +1562,216 @@ TEST_CASE("an entry dies with its source's fork, and an answer keeps its own cop
   const std::string fourth = submit_trials(core, 60, {greeter.trial});
   CHECK(results_of(core, fourth)[0]["cached_from"] == third + "#0");
 }
+
+namespace {
+
+// Dates every blob of the store at `path` as stored on 2020-01-01, through
+// the store's clock: old enough for any grace.
+void date_blobs_2020(const std::filesystem::path& path) {
+  store::StoreOptions options;
+  options.clock = [] { return std::string("2020-01-01T00:00:00.000Z"); };
+  store::EventStore events(path, options);
+  std::vector<Digest> all;
+  for (const store::BlobInfo& blob : events.snapshot().blobs()) all.push_back(blob.digest);
+  REQUIRE(events.touch_blobs(all).empty());
+}
+
+// The digest of run_chat's segment up to `event`, as a submission stores it.
+Digest chat_segment(const std::filesystem::path& path, const std::string& event) {
+  store::EventStore events(path);
+  auto snapshot = events.snapshot();
+  const auto chat = snapshot.run(store::RunId("run_chat"));
+  REQUIRE(chat);
+  const auto at = snapshot.find_event(*chat, store::EventId(event));
+  REQUIRE(at);
+  const auto bytes = snapshot.segment(*chat, at->seq);
+  Sha256 hasher;
+  hasher.update(bytes.data(), bytes.size());
+  return hasher.finish();
+}
+
+// The one queued trial, `job`'s, is leased, run and completes.
+void runs_to_completion(CoordinatorCore& core, const std::string& job, std::uint64_t request) {
+  CHECK(run_all(core, request) == 1);
+  const auto lines = results_of(core, job);
+  REQUIRE(lines.size() == 1);
+  CHECK(lines[0]["outcome"] == "completed");
+}
+
+std::set<Digest> stored_blobs(const std::filesystem::path& path) {
+  store::EventStore events(path);
+  std::set<Digest> digests;
+  for (const store::BlobInfo& blob : events.snapshot().blobs()) digests.insert(blob.digest);
+  return digests;
+}
+
+}  // namespace
+
+TEST_CASE("gc collects the blobs only finished jobs need, and a later job uploads them again",
+          "[coordinator][core][gc]") {
+  GreeterStore greeter;
+  ServerConfig config;
+  config.store = greeter.store;
+  const auto archive =
+      pack::archive_pack(std::filesystem::path(FORKTRIAL_SOURCE_DIR) / "examples/packs/greeter");
+  REQUIRE(archive);
+  const Digest bundle = Sha256::of(archive->bytes);
+  const std::string at_030 = changed(greeter.trial, "evt_031", "evt_030");
+  std::string finished;
+  std::string unfinished;
+  {
+    CoordinatorCore core(config, quiet);
+    only_reply(core.turn("c", client_hello(1), kNow));
+    std::vector<std::pair<std::string, std::string>> acks;
+    finished = three_reports_in_a_turn(core, greeter, acks);
+    // Queued, never run: the bundle and the segment up to evt_030 stay.
+    auto accepted = only_reply(core.turn("c", untokened_submission(20, at_030, 1), kNow));
+    REQUIRE(accepted.envelope().isJobAccepted());
+    unfinished = wire::text(accepted.envelope().getJobAccepted().getJob());
+  }
+  const Digest seg_031 = chat_segment(config.store, "evt_031");
+  const Digest seg_030 = chat_segment(config.store, "evt_030");
+  REQUIRE(stored_blobs(config.store) == std::set<Digest>{bundle, seg_031, seg_030});
+  const std::string store = config.store.string();
+  const auto gc = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {"gc", "--store", store, "--keep", "all", "--json"});
+    const auto result = forktrial::testing::run_forktrial(args);
+    INFO(result.err);
+    REQUIRE(result.exit_code == 0);
+    return nlohmann::json::parse(result.out);
+  };
+
+  // Long unused, beside a client's fresh upload for a submission not yet made.
+  date_blobs_2020(config.store);
+  Digest upload;
+  {
+    store::EventStore events(config.store);
+    upload = events.put_blob(std::as_bytes(std::span(std::string_view("a fresh upload"))));
+  }
+  const auto segment_size = [&](const Digest& digest) {
+    store::EventStore events(config.store);
+    return events.snapshot().blob(digest)->size();
+  };
+  const std::uint64_t freed = segment_size(seg_031);
+  auto dry = gc({"--dry-run"});
+  CHECK(dry["blobs_planned"] == 1);
+  CHECK(dry["blob_bytes_planned"] == freed);
+  CHECK(dry["blobs_deleted"] == 0);
+  CHECK(stored_blobs(config.store) == std::set<Digest>{bundle, seg_031, seg_030, upload});
+
+  auto collected = gc({});
+  CHECK(collected["blobs_deleted"] == 1);
+  CHECK(collected["blob_bytes_freed"] == freed);
+  CHECK(collected["blobs_needed"] == 2);
+  CHECK(collected["blobs_recent"] == 1);
+  CHECK(stored_blobs(config.store) == std::set<Digest>{bundle, seg_030, upload});
+
+  // Cancelled, the second job needs nothing: its bundle and segment go.
+  {
+    CoordinatorCore core(config, quiet);
+    only_reply(core.turn("c", client_hello(30), kNow));
+    REQUIRE(only_reply(core.turn("c", cancel_request(31, unfinished), kNow)).envelope().which() !=
+            Envelope::ERROR);
+  }
+  date_blobs_2020(config.store);
+  auto second = gc({"--blob-grace", "30m"});
+  CHECK(second["blobs_deleted"] == 3);
+  CHECK(second["blobs_needed"] == 0);
+  CHECK(stored_blobs(config.store).empty());
+
+  // The same pack again: findMissing says it is missing, it is uploaded,
+  // and the job runs.
+  CoordinatorCore core(config, quiet, 7);
+  only_reply(core.turn("c", client_hello(40), kNow));
+  {
+    capnp::MallocMessageBuilder message;
+    auto digests = wire::start(message, 41).initFindMissing().initDigests(1);
+    wire::set_digest(digests[0], bundle);
+    auto missing = only_reply(core.turn("c", wire::encode(message), kNow));
+    REQUIRE(missing.envelope().isMissing());
+    REQUIRE(missing.envelope().getMissing().getDigests().size() == 1);
+    CHECK(wire::digest_of(missing.envelope().getMissing().getDigests()[0]) == bundle);
+  }
+  {
+    capnp::MallocMessageBuilder message(1 << 17);
+    auto put = wire::start(message, 42).initPutBlob();
+    wire::set_digest(put.initDigest(), bundle);
+    put.setTotalSize(archive->bytes.size());
+    put.setOffset(0);
+    put.setBytes(capnp::Data::Reader(reinterpret_cast<const capnp::byte*>(archive->bytes.data()),
+                                     archive->bytes.size()));
+    REQUIRE(only_reply(core.turn("c", wire::encode(message), kNow)).envelope().which() !=
+            Envelope::ERROR);
+  }
+  runs_to_completion(core, submit_trials(core, 43, {greeter.trial}, true), 50);
+}
+
+TEST_CASE("a blob a job names after gc's plan is kept by its apply, and the job runs",
+          "[coordinator][core][gc]") {
+  GreeterStore greeter;
+  ServerConfig config;
+  config.store = greeter.store;
+  {
+    // A blob no one names, and the bundle, both long unused.
+    store::EventStore events(config.store);
+    events.put_blob(std::as_bytes(std::span(std::string_view("unused"))));
+  }
+  date_blobs_2020(config.store);
+  GcPlan plan;
+  {
+    store::EventStore events(config.store);
+    auto planned = plan_gc(events.snapshot(), RetentionPolicy{KeepForks::all, Duration(0)}, kNow);
+    REQUIRE(planned);
+    plan = *planned;
+  }
+  REQUIRE(plan.blobs.size() == 2);
+  CHECK(plan.blobs_needed == 0);
+
+  // Between the plan and its apply, a client submits a job naming the bundle
+  // it uploaded long ago (findMissing found it).
+  std::string job;
+  {
+    CoordinatorCore core(config, quiet);
+    only_reply(core.turn("c", client_hello(1), kNow));
+    job = submit_trials(core, 2, {greeter.trial}, true);
+  }
+  {
+    store::EventStore events(config.store);
+    const auto deleted =
+        apply_gc_blobs(events, plan.blobs, plan.blobs_stored_before, 1, [](std::uint64_t) {});
+    CHECK(deleted.blobs == 1);
+    CHECK(deleted.kept_recent == 1);
+    CHECK(deleted.bytes == std::string_view("unused").size());
+  }
+  // The bundle stayed: the job is leased and runs.
+  CoordinatorCore core(config, quiet);
+  only_reply(core.turn("c", client_hello(10), kNow));
+  runs_to_completion(core, job, 11);
+}
+
+TEST_CASE("a job in parts whose earlier part's segment gc took is refused, not recorded",
+          "[coordinator][core][gc]") {
+  GreeterStore greeter;
+  ServerConfig config;
+  config.store = greeter.store;
+  const std::string at_030 = changed(greeter.trial, "evt_031", "evt_030");
+  const Digest seg_030 = chat_segment(config.store, "evt_030");
+  CoordinatorCore core(config, quiet);
+  only_reply(core.turn("c", client_hello(1), kNow));
+  // A queued job needs the bundle; the job in parts is not in the log yet.
+  REQUIRE(only_reply(core.turn("c", untokened_submission(2, greeter.trial, 1), kNow))
+              .envelope()
+              .isJobAccepted());
+  REQUIRE(only_reply(core.turn("c", part_frame(3, 0, 2, at_030, 1), kNow)).envelope().isOk());
+  // gc, between the parts, without a grace: part 0's segment goes.
+  const auto gc = forktrial::testing::run_forktrial(
+      {"gc", "--store", config.store.string(), "--keep", "all", "--blob-grace", "0", "--json"});
+  INFO(gc.err);
+  REQUIRE(gc.exit_code == 0);
+  CHECK(nlohmann::json::parse(gc.out)["blobs_deleted"] == 1);
+  auto refused = only_reply(core.turn("c", part_frame(4, 1, 2, greeter.trial, 1), kNow));
+  REQUIRE(refused.envelope().which() == Envelope::ERROR);
+  CHECK_THAT(wire::text(refused.envelope().getError().getMessage()),
+             Catch::Contains(seg_030.str()) && Catch::Contains("was collected by gc"));
+  CHECK(core.scheduler().jobs().size() == 1);
+}

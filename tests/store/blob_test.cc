@@ -54,6 +54,64 @@ TEST_CASE("missing_blobs names exactly the absent digests in order", "[store][bl
   CHECK(store.snapshot().missing_blobs(std::vector<Digest>{a, c}).empty());
 }
 
+// A store whose clock reads `now`.
+struct ClockedStore {
+  static StoreOptions reading(const std::string& now) {
+    StoreOptions options;
+    options.clock = [&now] { return now; };
+    return options;
+  }
+  forktrial::testing::TempDir dir;
+  std::string now = "2026-01-01T10:00:00.000Z";
+  EventStore store{dir.path() / "s", reading(now)};
+};
+
+TEST_CASE("a blob is stamped when stored or touched and deleted only when older than the cutoff",
+          "[store][blob]") {
+  ClockedStore clocked;
+  std::string& now = clocked.now;
+  EventStore& store = clocked.store;
+  const Digest old = store.put_blob(bytes_of("old"));
+  const Digest touched = store.put_blob(bytes_of("touched!"));
+  now = "2026-01-01T11:00:00.000Z";
+  const Digest fresh = store.put_blob(bytes_of("fresh"));
+  const Digest absent = Sha256::of("absent");
+  CHECK(store.touch_blobs(std::vector<Digest>{touched, absent}) == std::vector<Digest>{absent});
+
+  const auto listed = store.snapshot().blobs();
+  REQUIRE(listed.size() == 3);
+  for (const BlobInfo& blob : listed) {
+    CHECK(blob.stored_at ==
+          (blob.digest == old ? "2026-01-01T10:00:00.000Z" : "2026-01-01T11:00:00.000Z"));
+    CHECK(blob.size == (blob.digest == old ? 3u : blob.digest == touched ? 8u : 5u));
+  }
+
+  const auto deleted = store.delete_blobs(std::vector<Digest>{old, touched, fresh, absent},
+                                          "2026-01-01T10:30:00.000Z");
+  CHECK(deleted.blobs == 1);
+  CHECK(deleted.bytes == 3);
+  CHECK(deleted.kept_recent == 2);
+  CHECK(deleted.kept_unstamped == 0);
+  auto snap = store.snapshot();
+  CHECK_FALSE(snap.has_blob(old));
+  CHECK(snap.has_blob(touched));
+  CHECK(snap.has_blob(fresh));
+  CHECK(snap.blobs().size() == 2);
+}
+
+TEST_CASE("storing a blob again renews its time", "[store][blob]") {
+  ClockedStore clocked;
+  std::string& now = clocked.now;
+  EventStore& store = clocked.store;
+  const Digest d = store.put_blob(bytes_of("abc"));
+  now = "2026-01-01T12:00:00.000Z";
+  CHECK(store.put_blob(bytes_of("abc")) == d);
+  CHECK(store.delete_blobs(std::vector<Digest>{d}, "2026-01-01T11:00:00.000Z").kept_recent == 1);
+  CHECK(store.snapshot().has_blob(d));
+  CHECK(store.delete_blobs(std::vector<Digest>{d}, "2026-01-01T12:00:00.001Z").blobs == 1);
+  CHECK_FALSE(store.snapshot().has_blob(d));
+}
+
 long max_rss_bytes() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
