@@ -169,7 +169,8 @@ if ft status --key "$keys/stranger.key" --timeout 2 >/dev/null 2>&1; then
   fail "a client whose key is on no allow list was answered"
 fi
 stranger=$(sed -n 's/^public-key = "\(.*\)"$/\1/p' "$keys/stranger.key.pub")
-wait_until 10 bash -c 'podman logs "$0" 2>&1 | grep -F "refused a peer" | grep -qF "$1"' \
+# -e: a key may begin with "-".
+wait_until 10 bash -c 'podman logs "$0" 2>&1 | grep -F "refused a peer" | grep -qF -e "$1"' \
   "$coordinator" "$stranger" || fail_with_pods "the coordinator did not log refusing the unlisted key"
 step "an unlisted client key is refused"
 

@@ -308,7 +308,8 @@ in_container systemctl start forktrial-worker@w1.service
 gc_says() {
   in_container systemctl start forktrial-gc.service ||
     unit_failed forktrial-gc.service "forktrial-gc.service failed"
-  in_container journalctl --no-pager -o cat -u forktrial-gc.service | grep "^deleted" | tail -n 1
+  in_container journalctl --no-pager -o cat -u forktrial-gc.service | grep "^deleted [0-9]* fork" |
+    tail -n 1
 }
 said=$(gc_says)
 [[ $said == "deleted 0 fork(s)"* ]] || fail "gc with the shipped policy (keep all) said: $said"
