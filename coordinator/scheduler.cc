@@ -109,7 +109,7 @@ struct Trial {
   Attempt attempt = 1;          // the live or next attempt
   Attempt leased_attempt = 0;   // the last attempt leased; 0: none
   TrialStatus status = TrialStatus::queued;
-  std::optional<Outcome> outcome;  // once reconciled
+  std::optional<Outcome> outcome;   // once reconciled
   std::optional<Digest> cache_key;  // as submitted: its result may be cached
 };
 

@@ -682,7 +682,7 @@ class Server {
     std::uint64_t request = 0;
     std::chrono::steady_clock::time_point since;
   };
-  std::map<std::string, Parked> parked_;     // by routing id
+  std::map<std::string, Parked> parked_;  // by routing id
   // A client's status request waiting for its job to finish; one per
   // client connection (a later request replaces it: the client gave up on
   // the earlier one).

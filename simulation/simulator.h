@@ -141,7 +141,7 @@ struct Report {
   std::uint64_t records = 0;       // committed to the orchestration log
   std::uint64_t commits = 0;
   std::uint64_t log_generation = 0;  // the log's snapshots taken (its last one's generation)
-  std::string trace;  // hex digest of every event handled, in order
+  std::string trace;                 // hex digest of every event handled, in order
   // The first invariant broken, or the run not finishing: what, when, who.
   std::optional<std::string> violation;
 };
