@@ -7,6 +7,14 @@
 #  - /usr/bin/forktrial runs, loading no library but the C library's; it
 #    runs forktrial-full from /usr/libexec/forktrial, which finds its child
 #    there, records a trial and runs a batch;
+#  - the relink kit in /usr/lib/forktrial/relink: its script links the child
+#    again from the installed kit and this machine's archives (and takes a
+#    libseccomp.a given with --lib-dir); it names the Debian packages of a
+#    missing compiler or archives with the apt-get install that adds them; it
+#    replaces no existing file, the package's child included, without
+#    --force; the relinked child, stripped,
+#    is the package's (when the package was built here), and a trial run with
+#    it (FORKTRIAL_CHILD) reports what the shipped child's did;
 #  - a man page for every command `forktrial --help` lists, the units
 #    (systemd-analyze verify, which also looks up their man pages), the
 #    example environment files, the Prometheus alerting rules;
@@ -175,6 +183,119 @@ lines = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 print(sum(1 for l in lines if "trial" in l and l.get("status") == "reconciled"))' batch.jsonl.out)
 [ "$reconciled" = 5 ] || fail "the installed batch reconciled $reconciled of 5 trials"
 say "installed forktrial batch: 5 of 5 trials reconciled"
+cd "$FORKTRIAL_SOURCE"
+
+# ---- the relink kit: the child linked again from what the package installed
+
+# libseccomp and the C library are linked into the child statically, under
+# the LGPL 2.1, so the package ships forktrial's object code and a script
+# that links it again (docs/decisions/0090-lgpl-libraries-in-the-static-child.md).
+# Here it links from the installed kit alone, with this machine's archives,
+# and the relinked child must run the same trial as the shipped one.
+kit=/usr/lib/forktrial/relink
+relink=$kit/relink-forktrial-child
+[ -x "$relink" ] || fail "no executable $relink"
+kit_files=$(grep "^$kit/." "$TMPDIR/files" | sort)
+for file in relink-forktrial-child child_main.o built-with libforktrial_base.a; do
+  grep -qx "$kit/$file" <<<"$kit_files" || fail "dpkg does not list $kit/$file as the package's: $kit_files"
+done
+[ "$(grep -c '\.a$' <<<"$kit_files")" -ge 2 ] || fail "the kit has too few archives: $kit_files"
+grep -q '^libseccomp-dev .*(source: libseccomp ' "$kit/built-with" &&
+  grep -q '^libc6-dev .*(source: glibc ' "$kit/built-with" ||
+  fail "$kit/built-with does not name the libseccomp and glibc the child was linked with: $(cat "$kit/built-with")"
+"$relink" --help | grep -q -- '--lib-dir' || fail "$relink --help does not describe --lib-dir"
+cd "$work"
+here=$(pwd -P) # the script names the paths it writes and links with their links resolved
+# Run as a user would: from a directory of theirs, with nothing of the
+# source tree or the build on its paths.
+env -i PATH=/usr/bin:/bin HOME="$work" "$relink" >relink.out 2>relink.err ||
+  fail "$relink failed (exit $?): $(tail -n 20 relink.err)"
+relinked=$here/forktrial-child
+[ -f "$relinked" ] && [ -x "$relinked" ] || fail "$relink wrote no executable $relinked: $(cat relink.out)"
+grep -qx "relink-forktrial-child: wrote $relinked" relink.out ||
+  fail "$relink does not say it wrote $relinked: $(cat relink.out)"
+grep -q '^libseccomp\.a: /' relink.out || fail "$relink does not say which libseccomp.a it linked: $(cat relink.out)"
+! readelf -l "$relinked" | grep -q INTERP || fail "the relinked child is not static: it names a dynamic loader"
+# An existing file is not replaced without --force, nor is the package's child.
+before=$(sha256sum <"$relinked")
+if "$relink" >relink.again 2>&1; then fail "$relink replaced the existing $relinked without --force"; fi
+grep -q -- '--force' relink.again || fail "$relink refused to replace $relinked without saying how: $(cat relink.again)"
+[ "$(sha256sum <"$relinked")" = "$before" ] || fail "$relink changed $relinked although it refused"
+shipped=/usr/libexec/forktrial/forktrial-child
+before=$(sha256sum <"$shipped")
+if "$relink" --output "$shipped" >relink.again 2>&1; then fail "$relink wrote over $shipped without --force"; fi
+[ "$(sha256sum <"$shipped")" = "$before" ] || fail "$relink changed $shipped although it refused"
+# What is missing is named with the Debian package that has it: no compiler,
+# then a compiler (a stand-in for g++) that finds no archive at all.
+if out=$(CXX=no-such-compiler "$relink" --output missing 2>&1); then fail "$relink linked without a compiler"; fi
+grep -q 'apt-get install g++' <<<"$out" || fail "$relink without a compiler does not say to install g++: $out"
+printf '#!/bin/sh\ncase "$1" in -print-file-name=*) echo "${1#*=}" ;; -dumpversion) echo 12 ;; *) exit 1 ;; esac\n' \
+  >bare-cxx
+chmod +x bare-cxx
+if out=$(CXX=$here/bare-cxx "$relink" --output missing 2>&1); then fail "$relink linked without archives"; fi
+want="apt-get install liblua5.4-dev libutf8proc-dev libssl-dev libcapnp-dev liblmdb-dev libseccomp-dev libc6-dev libstdc++-12-dev"
+grep -qx "  $want" <<<"$out" || fail "$relink without the libraries' archives does not say \"$want\": $out"
+[ ! -e missing ] || fail "$relink wrote missing although it failed"
+# A modified library is given with --lib-dir: a copy of the system's
+# libseccomp.a stands for one, and the link must take it.
+mkdir libs
+cp "$(sed -n 's/^libseccomp\.a: //p' relink.out)" libs/libseccomp.a
+"$relink" --lib-dir libs --output forktrial-child.own >relink.own 2>&1 ||
+  fail "$relink --lib-dir libs failed: $(tail -n 20 relink.own)"
+grep -qx "libseccomp.a: $here/libs/libseccomp.a" relink.own ||
+  fail "$relink --lib-dir libs did not link libs/libseccomp.a: $(cat relink.own)"
+[ -x forktrial-child.own ] || fail "$relink --lib-dir libs wrote no executable forktrial-child.own"
+# The package strips its child; stripped, the relinked one is the same file
+# when the package was built on this machine (the same archives, the same link).
+same_bytes="not compared with the package's (built elsewhere)"
+if [ -z "${FORKTRIAL_DEB:-}" ]; then
+  strip -o stripped "$relinked"
+  cmp -s stripped "$shipped" || fail "the relinked child, stripped, differs from the package's $shipped"
+  rm -f stripped
+  same_bytes="stripped, the package's byte for byte"
+fi
+
+# The relinked child is the one a trial starts, through FORKTRIAL_CHILD.
+FORKTRIAL_CHILD=$relinked /usr/bin/forktrial preflight --json >preflight.relinked.json ||
+  fail "forktrial preflight with the relinked child failed: $(cat preflight.relinked.json)"
+child=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["child"])' preflight.relinked.json)
+[ "$child" = "$relinked" ] || fail "FORKTRIAL_CHILD=$relinked: forktrial starts its trials with $child"
+# The same trial, under standard isolation and under strict (whose filter
+# libseccomp builds), with each child: the reports must agree in all but the
+# trial's own ids, times and resource use.
+same_trial() {
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+shipped, relinked = (json.load(open(path)) for path in sys.argv[1:3])
+keys = ["outcome", "events_appended", "behavior_failures", "behavior_failures_after_fork",
+        "exit_code", "detail", "warnings", "limit", "executor", "isolation"]
+problems = [f"the report has no {key}" for key in keys if key not in shipped]
+problems += [f"{key}: shipped {shipped.get(key)!r}, relinked {relinked.get(key)!r}"
+             for key in keys if shipped.get(key) != relinked.get(key)]
+for problem in problems:
+    print(problem, file=sys.stderr)
+sys.exit(1 if problems else 0)
+PY
+}
+for isolation in standard strict; do
+  for which in shipped relinked; do
+    chosen=$shipped
+    [ "$which" = shipped ] || chosen=$relinked
+    FORKTRIAL_CHILD=$chosen /usr/bin/forktrial trial --store store --run run_chat --at evt_031 \
+      --pack "$examples/packs/chat_echo" --expect "$pin" --scenario scenarios/replay.lua \
+      --isolation "$isolation" --json >"trial.$isolation.$which.json" ||
+      fail "the $isolation trial with the $which child did not complete (exit $?): $(cat "trial.$isolation.$which.json")"
+  done
+done
+for isolation in standard strict; do
+  same_trial "trial.$isolation.shipped.json" "trial.$isolation.relinked.json" ||
+    fail "under $isolation isolation, the relinked child's trial differs from the shipped child's"
+done
+seccomp=$(python3 -c 'import json, sys
+print(next(n["state"] for n in json.load(open(sys.argv[1]))["isolation"]["nets"] if n["name"] == "seccomp"))' \
+  trial.strict.relinked.json)
+say "relink kit: $relink linked $relinked from $kit (libseccomp from --lib-dir too; $same_bytes);" \
+  "its standard and strict trials (seccomp $seccomp) report what the shipped child's do"
 cd "$FORKTRIAL_SOURCE"
 
 # ---- man pages: one for every command --help lists
@@ -414,8 +535,8 @@ dpkg -r forktrial >"$TMPDIR/remove.log" 2>&1 || {
   fail "dpkg -r forktrial failed"
 }
 rm -f "$TMPDIR/remove.log"
-[ ! -e /usr/bin/forktrial ] && [ ! -e /usr/libexec/forktrial ] ||
-  fail "dpkg -r left /usr/bin/forktrial or /usr/libexec/forktrial"
+[ ! -e /usr/bin/forktrial ] && [ ! -e /usr/libexec/forktrial ] && [ ! -e /usr/lib/forktrial/relink ] ||
+  fail "dpkg -r left /usr/bin/forktrial, /usr/libexec/forktrial or the relink kit in /usr/lib/forktrial/relink"
 [ -L "$timer_link" ] && [ -L "$worker_link" ] ||
   fail "dpkg -r disabled the units (their symlinks are gone); only the purge should"
 # What a worker's unit leaves (its cache under DynamicUser): a purge deletes it.
