@@ -97,7 +97,7 @@ struct Client::Impl {
   // later.
   wire::Frame call(const std::function<void(Envelope::Builder)>& fill, Resend resend = kNever,
                    std::chrono::milliseconds held = {}) {
-    capnp::MallocMessageBuilder message;
+    wire::MessageBuilder message;
     const std::uint64_t id = ++request_id;
     fill(wire::start(message, id));
     const std::string frame = wire::encode(message);
@@ -115,7 +115,7 @@ struct Client::Impl {
     bool said_hello = false;
     auto send_again = [&](bool hello_first) {
       if (hello_first) {
-        capnp::MallocMessageBuilder hello;
+        wire::MessageBuilder hello;
         wire::start(hello, ++request_id).setClientHello();
         send(wire::encode(hello));
       }

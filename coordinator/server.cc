@@ -260,7 +260,7 @@ void Server::handle(const std::string& route, Envelope::Reader envelope, Instant
 }
 
 void Server::reply_ok(const std::string& route, std::uint64_t request) {
-  capnp::MallocMessageBuilder message;
+  wire::MessageBuilder message;
   wire::start(message, request).setOk();
   reply(route, wire::encode(message));
 }

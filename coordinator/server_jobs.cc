@@ -19,7 +19,7 @@ void Server::on_fetch(const std::string& route, Envelope::Reader envelope) {
   const std::uint64_t offset = std::min<std::uint64_t>(fetch.getOffset(), blob->size());
   const std::uint64_t length = std::min<std::uint64_t>(
       {fetch.getLength(), schema::wire::K_MAX_CHUNK_BYTES, blob->size() - offset});
-  capnp::MallocMessageBuilder message;
+  wire::MessageBuilder message;
   auto chunk = wire::start(message, envelope.getRequestId()).initBlobChunk();
   wire::set_digest(chunk.initDigest(), *digest);
   chunk.setTotalSize(blob->size());
@@ -38,7 +38,7 @@ void Server::on_find_missing(const std::string& route, Envelope::Reader envelope
   // Touched: a blob the client is told it need not upload stays for gc's
   // grace (coordinator/retention.h), time for the submission naming it.
   auto missing = store_.touch_blobs(wanted);
-  capnp::MallocMessageBuilder message;
+  wire::MessageBuilder message;
   auto list = wire::start(message, envelope.getRequestId())
                   .initMissing()
                   .initDigests(static_cast<unsigned>(missing.size()));
@@ -118,7 +118,7 @@ void Server::on_submit(const std::string& route, Envelope::Reader envelope, Inst
                                existing->name + "\", " + std::to_string(existing->trials) +
                                " trials); a new submission needs a new token");
       }
-      capnp::MallocMessageBuilder message;
+      wire::MessageBuilder message;
       auto accepted = wire::start(message, request).initJobAccepted();
       accepted.setJob(id);
       accepted.setTotal(existing->trials);
@@ -313,7 +313,7 @@ void Server::on_submit(const std::string& route, Envelope::Reader envelope, Inst
   trim_ = true;
   log_(LogLevel::info,
        std::string("job ") + id + " submitted with " + std::to_string(total) + " trials");
-  capnp::MallocMessageBuilder message;
+  wire::MessageBuilder message;
   auto accepted = wire::start(message, request).initJobAccepted();
   accepted.setJob(id);
   accepted.setTotal(total);

@@ -127,7 +127,7 @@ void Server::ack(const std::string& route, std::uint64_t request,
 
 void Server::ack(const std::string& route, std::uint64_t request, const TrialId& trial,
                  Attempt attempt, WireVerdict verdict, std::string_view reason) {
-  capnp::MallocMessageBuilder message;
+  wire::MessageBuilder message;
   auto out = wire::start(message, request).initReportAck();
   auto ref = out.initTrial();
   ref.setJob(trial.job.str());

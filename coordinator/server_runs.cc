@@ -90,7 +90,7 @@ void Server::on_import_run(const std::string& route, Envelope::Reader envelope) 
 }
 
 void Server::reply_run(const std::string& route, std::uint64_t request, const store::RunInfo& run) {
-  capnp::MallocMessageBuilder message;
+  wire::MessageBuilder message;
   wire::start(message, request).initRunImported().setText(run_json(run).dump());
   reply(route, wire::encode(message));
 }

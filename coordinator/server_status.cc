@@ -132,7 +132,7 @@ ordered_json Server::job_doc(const JobStatus& status, Instant now) const {
 
 void Server::reply_json(const std::string& route, std::uint64_t request, const ordered_json& doc,
                         bool workers) {
-  capnp::MallocMessageBuilder message;
+  wire::MessageBuilder message;
   auto envelope = wire::start(message, request);
   if (workers) {
     envelope.initWorkers().setText(doc.dump());
@@ -209,7 +209,7 @@ void Server::on_results(const std::string& route, Envelope::Reader envelope) {
   const std::uint32_t from = std::min(query.getAfter(), total);
   const std::uint32_t limit = std::clamp<std::uint32_t>(query.getLimit(), 1, 2000);
   const std::uint32_t to = std::min<std::uint64_t>(total, std::uint64_t{from} + limit);
-  capnp::MallocMessageBuilder message;
+  wire::MessageBuilder message;
   auto results = wire::start(message, envelope.getRequestId()).initResults();
   auto lines = results.initLines(to - from);
   const auto snapshot = store_.snapshot();

@@ -94,7 +94,7 @@ void Server::on_worker_hello(const std::string& route, Envelope::Reader envelope
                        ? ordered_json::parse(wire::text(isolation), nullptr, false)
                        : ordered_json();
   if (!info.isolation.is_object()) info.isolation = nullptr;
-  capnp::MallocMessageBuilder message;
+  wire::MessageBuilder message;
   wire::start(message, envelope.getRequestId())
       .initWelcome()
       .setLeaseMillis(static_cast<std::uint64_t>(config_.scheduler.lease_duration.count()));
@@ -135,7 +135,7 @@ void Server::assign(const std::string& route, const WorkerId& worker, std::uint3
   auto work = scheduler_.request_work(worker, free, now);
   if (!work) return reply_error(route, request, work.error());
   keep(std::move(work->records));
-  capnp::MallocMessageBuilder message;
+  wire::MessageBuilder message;
   auto list = wire::start(message, request)
                   .initAssignments()
                   .initAssignments(static_cast<unsigned>(work->assignments.size()));
@@ -188,7 +188,7 @@ void Server::on_heartbeat(const std::string& route, const WorkerId& worker,
 }
 
 void Server::send_stop(const std::string& route, const std::vector<AttemptRef>& trials) {
-  capnp::MallocMessageBuilder message;
+  wire::MessageBuilder message;
   auto list =
       wire::start(message, 0).initStopTrials().initTrials(static_cast<unsigned>(trials.size()));
   for (unsigned i = 0; i < trials.size(); ++i) {

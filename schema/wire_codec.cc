@@ -1,6 +1,7 @@
 #include "schema/wire_codec.h"
 
 #include <capnp/dynamic.h>
+#include <kj/io.h>
 
 #include <array>
 #include <cstdio>
@@ -179,10 +180,45 @@ std::expected<Frame, Status> decode(std::string_view bytes, std::size_t max_byte
   return frame;
 }
 
+namespace detail {
+namespace {
+constexpr std::size_t kScratchWords = (std::size_t{1} << 20) / sizeof(capnp::word);
+constexpr std::size_t kNestedWords = 1024;
+struct Scratch {
+  std::unique_ptr<capnp::word[]> words;  // zeroed wherever no builder writes
+  bool held = false;
+};
+thread_local Scratch scratch;
+}  // namespace
+
+FirstSegment::FirstSegment() {
+  if (!scratch.held) {
+    if (!scratch.words) scratch.words = std::make_unique<capnp::word[]>(kScratchWords);
+    scratch.held = true;
+    segment_ = kj::arrayPtr(scratch.words.get(), kScratchWords);
+  } else {
+    own_ = std::make_unique<capnp::word[]>(kNestedWords);  // value-initialized: zeroed
+    segment_ = kj::arrayPtr(own_.get(), kNestedWords);
+  }
+}
+
+FirstSegment::~FirstSegment() {
+  // The builder, destroyed before this, has zeroed what it wrote.
+  if (!own_) scratch.held = false;
+}
+}  // namespace detail
+
 std::string encode(capnp::MessageBuilder& message) {
-  auto words = capnp::messageToFlatArray(message);
-  auto bytes = words.asBytes();
-  return std::string(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
+  // The frame written once, into the string that carries it.
+  const auto segments = message.getSegmentsForOutput();
+  const std::size_t bytes = capnp::computeSerializedSizeInWords(segments) * sizeof(capnp::word);
+  std::string frame;
+  frame.resize_and_overwrite(bytes, [&](char* out, std::size_t size) {
+    kj::ArrayOutputStream stream(kj::arrayPtr(reinterpret_cast<kj::byte*>(out), size));
+    capnp::writeMessage(stream, segments);
+    return size;
+  });
+  return frame;
 }
 
 Envelope::Builder start(capnp::MessageBuilder& message, std::uint64_t request_id) {
@@ -193,7 +229,7 @@ Envelope::Builder start(capnp::MessageBuilder& message, std::uint64_t request_id
 }
 
 std::string error_frame(std::uint64_t request_id, const Status& status) {
-  capnp::MallocMessageBuilder builder;
+  MessageBuilder builder;
   auto error = start(builder, request_id).initError();
   error.setCode(wire_code(status.code));
   error.setMessage(status.message);

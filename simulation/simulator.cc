@@ -669,7 +669,7 @@ class Simulation {
     auto greet = [&] {
       if (greeted) return;
       greeted = true;
-      capnp::MallocMessageBuilder message;
+      wire::MessageBuilder message;
       wire::start(message, request_id(Asked::greet)).setClientHello();
       frames.push_back({kClientRoute, wire::encode(message)});
     };
@@ -682,7 +682,7 @@ class Simulation {
         for (std::uint32_t part = 0; part < parts; ++part) {
           const std::uint32_t first = part * kPartTrials;
           const std::uint32_t count = std::min(kPartTrials, job.size - first);
-          capnp::MallocMessageBuilder message;
+          wire::MessageBuilder message;
           auto submit = wire::start(message, request_id(Asked::submit, j)).initSubmitJob();
           submit.setName("job " + std::to_string(j));
           submit.setPriority(job.priority);
@@ -699,7 +699,7 @@ class Simulation {
       }
       if (job.cancel_due && job.submitted && !job.cancelled && now_ >= job.cancel_next) {
         greet();
-        capnp::MallocMessageBuilder message;
+        wire::MessageBuilder message;
         wire::start(message, request_id(Asked::cancel, j)).initCancelJob().setJob(job.id.str());
         frames.push_back({kClientRoute, wire::encode(message)});
         job.cancel_next = now_ + kCoordinatorTimeout;
@@ -864,7 +864,7 @@ class Simulation {
   // (the parent's first), which the store refuses.
   static std::string report_frame(const AttemptKey& key, Outcome outcome, bool refused_delta,
                                   std::int64_t took) {
-    capnp::MallocMessageBuilder message;
+    wire::MessageBuilder message;
     auto report = wire::start(message, kReportRequest).initReport();
     worker::set_ref(report.initTrial(), key);
     report.setOutcome(static_cast<schema::TrialOutcome>(std::to_underlying(outcome)));

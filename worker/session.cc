@@ -39,7 +39,7 @@ AttemptKey attempt_key(schema::wire::TrialRef::Reader ref) {
 }
 
 std::string failure_frame(const AttemptKey& key, const std::string& reason) {
-  capnp::MallocMessageBuilder message;
+  wire::MessageBuilder message;
   auto failed = wire::start(message, 0).initAttemptFailed();
   set_ref(failed.initTrial(), key);
   failed.setReason(reason);
@@ -74,7 +74,7 @@ void WorkerSession::start(Clock::time_point now) {
 void WorkerSession::say_hello(Clock::time_point now) {
   work_requested_ = false;
   if (config_.said_hello) config_.said_hello();
-  capnp::MallocMessageBuilder message;
+  wire::MessageBuilder message;
   hello_request_ = ++request_id_;
   auto hello = wire::start(message, hello_request_).initWorkerHello();
   hello.setWorkerId(config_.worker_id);
@@ -218,7 +218,7 @@ void WorkerSession::step(Clock::time_point now) {
 
 std::optional<std::uint64_t> WorkerSession::goodbye(const std::string& reason) {
   if (!welcomed_) return std::nullopt;
-  capnp::MallocMessageBuilder message;
+  wire::MessageBuilder message;
   const std::uint64_t request = ++request_id_;
   wire::start(message, request).initWorkerGoodbye().setReason(reason);
   if (!send_(wire::encode(message))) return std::nullopt;
@@ -227,7 +227,7 @@ std::optional<std::uint64_t> WorkerSession::goodbye(const std::string& reason) {
 }
 
 void WorkerSession::send_heartbeat(Clock::time_point now) {
-  capnp::MallocMessageBuilder message;
+  wire::MessageBuilder message;
   auto heartbeat = wire::start(message, ++request_id_).initHeartbeat();
   auto running = heartbeat.initRunning(static_cast<unsigned>(held_.size()));
   unsigned i = 0;
@@ -246,7 +246,7 @@ void WorkerSession::offer(Clock::time_point now) {
   const std::size_t room =
       std::size_t{config_.slots} + prefetch_wanted(config_.prefetch, config_.slots, mean_trial_us_);
   if (held_.size() >= room) return;
-  capnp::MallocMessageBuilder message;
+  wire::MessageBuilder message;
   wire::start(message, ++request_id_)
       .initRequestWork()
       .setFreeSlots(static_cast<std::uint32_t>(room - held_.size()));

@@ -75,7 +75,7 @@ static_assert(static_cast<int>(schema::Net::WRITE_BUDGET) == static_cast<int>(Ne
 
 std::string report_frame(const AttemptKey& key, const sandbox::ExecutedTrial& executed,
                          sandbox::Isolation isolation, std::chrono::milliseconds duration) {
-  capnp::MallocMessageBuilder message;
+  wire::MessageBuilder message;
   auto report = wire::start(message, 0).initReport();
   set_ref(report.initTrial(), key);
   report.setIsolation(isolation == sandbox::Isolation::strict
@@ -421,7 +421,7 @@ class Worker {
       // A chunk not answered in time was lost (or the coordinator
       // restarted): ask again; a late answer still counts.
       if (fetch.in_flight && now - fetch.sent < config_.coordinator_timeout) continue;
-      capnp::MallocMessageBuilder message;
+      wire::MessageBuilder message;
       const std::uint64_t id = session_.next_request_id();
       auto request = wire::start(message, id).initFetchBlob();
       wire::set_digest(request.initDigest(), digest);

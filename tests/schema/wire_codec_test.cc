@@ -37,6 +37,34 @@ TEST_CASE("a frame round-trips its envelope", "[schema][wire]") {
   CHECK(wire::digest_of(envelope.getWorkerHello().getCached()[0]) == Sha256::of("blob"));
 }
 
+TEST_CASE("messages built one after another, nested, or past the reused buffer encode alike",
+          "[schema][wire]") {
+  // What a MessageBuilder gives, whatever buffer it built in, is the frame
+  // capnp's own builder gives.
+  const auto build = [](capnp::MessageBuilder& message, std::size_t text_bytes) {
+    auto hello = wire::start(message, 7).initWorkerHello();
+    hello.setWorkerId(std::string(text_bytes, 'w'));
+    hello.setSlots(3);
+    return wire::encode(message);
+  };
+  for (const std::size_t bytes : {std::size_t{0}, std::size_t{100}, std::size_t{5000},
+                                  std::size_t{3} << 20}) {  // the last spills past the buffer
+    capnp::MallocMessageBuilder plain;
+    const std::string expected = build(plain, bytes);
+    for (int round = 0; round < 3; ++round) {  // the buffer reused: zeroed again each time
+      wire::MessageBuilder outer;
+      {
+        wire::MessageBuilder inner;  // while the outer holds the buffer
+        CHECK(build(inner, bytes) == expected);
+      }
+      CHECK(build(outer, bytes) == expected);
+    }
+    auto frame = wire::decode(expected, std::size_t{16} << 20);
+    REQUIRE(frame);
+    CHECK(frame->envelope().getWorkerHello().getWorkerId().size() == bytes);
+  }
+}
+
 TEST_CASE("a frame from another protocol version is refused by name", "[schema][wire]") {
   auto frame = wire::decode(hello_frame(7));
   REQUIRE_FALSE(frame);
