@@ -61,6 +61,99 @@ Json text_json(std::string_view text) {
   return object;
 }
 
+// JSON text written as it is made, for the records written once per trial
+// or offer: the text nlohmann's dump() gives for the same tree (keys in
+// the order written, no spaces), without building the tree.
+class JsonText {
+ public:
+  void open(char bracket) {
+    out_ += bracket;
+    first_ = true;
+  }
+  void close(char bracket) {
+    out_ += bracket;
+    first_ = false;
+  }
+  // Before an array's element.
+  void element() {
+    if (!first_) out_ += ',';
+    first_ = false;
+  }
+  void key(std::string_view name) {  // a name of this file's, plain ASCII
+    element();
+    out_ += '"';
+    out_ += name;
+    out_ += "\":";
+    first_ = true;  // the value follows without a comma
+  }
+  template <typename Integer>
+  void number(Integer value) {
+    out_ += std::to_string(value);
+    first_ = false;
+  }
+  // Text as text_json writes it: a string, or its bytes in hex.
+  void text(std::string_view value) {
+    if (!is_valid_utf8(value)) {
+      out_ += text_json(value).dump();
+    } else {
+      out_ += '"';
+      for (const char c : value) {
+        const auto byte = static_cast<unsigned char>(c);
+        switch (c) {
+          case '"':
+            out_ += "\\\"";
+            break;
+          case '\\':
+            out_ += "\\\\";
+            break;
+          case '\b':
+            out_ += "\\b";
+            break;
+          case '\f':
+            out_ += "\\f";
+            break;
+          case '\n':
+            out_ += "\\n";
+            break;
+          case '\r':
+            out_ += "\\r";
+            break;
+          case '\t':
+            out_ += "\\t";
+            break;
+          default:
+            if (byte < 0x20) {
+              out_ += "\\u00";
+              out_ += kHexDigits[byte >> 4];
+              out_ += kHexDigits[byte & 0xF];
+            } else {
+              out_ += c;
+            }
+        }
+      }
+      out_ += '"';
+    }
+    first_ = false;
+  }
+  // A trial's fields, inside its object.
+  void trial(const TrialId& trial) {
+    key("job");
+    text(trial.job.str());
+    key("index");
+    number(trial.index);
+  }
+  // JSON text made elsewhere.
+  void raw(std::string_view json) {
+    out_ += json;
+    first_ = false;
+  }
+  std::string take() && { return std::move(out_); }
+
+ private:
+  std::string out_;
+  bool first_ = true;
+};
+
 Json instant_json(Instant instant) {
   return Json(static_cast<std::int64_t>(instant.time_since_epoch().count()));
 }
@@ -958,19 +1051,33 @@ std::expected<JobTrials, Status> job_trials_of(const store::EventView& event) {
 // The payload of a trials.leased event: the leases `leases`, which share
 // their worker, expiry and time.
 std::string leases_text(std::span<const TrialLeased> leases) {
-  Json trials = Json::array();
+  // Written as text, not built as a tree: one of these is written for each
+  // offer a worker is answered, and its entries are numbers and ids.
+  JsonText out;
+  out.open('{');
+  out.key("worker");
+  out.text(leases.front().worker.str());
+  out.key("expires");
+  out.number(leases.front().expires.time_since_epoch().count());
+  out.key("trials");
+  out.open('[');
   for (const TrialLeased& lease : leases) {
-    Json entry = trial_json(lease.trial);
-    entry["attempt"] = lease.attempt;
-    if (lease.deadline != Instant{}) entry["deadline"] = instant_json(lease.deadline);
-    trials.push_back(std::move(entry));
+    out.element();
+    out.open('{');
+    out.trial(lease.trial);
+    out.key("attempt");
+    out.number(lease.attempt);
+    if (lease.deadline != Instant{}) {
+      out.key("deadline");
+      out.number(lease.deadline.time_since_epoch().count());
+    }
+    out.close('}');
   }
-  Json payload = Json::object();
-  payload["worker"] = text_json(leases.front().worker.str());
-  payload["expires"] = instant_json(leases.front().expires);
-  payload["trials"] = std::move(trials);
-  payload["at"] = instant_json(leases.front().at);
-  return payload.dump();
+  out.close(']');
+  out.key("at");
+  out.number(leases.front().at.time_since_epoch().count());
+  out.close('}');
+  return std::move(out).take();
 }
 
 // The leases a trials.leased event holds, in order.
@@ -1007,20 +1114,29 @@ std::expected<std::vector<TrialLeased>, Status> leases_of(const store::EventView
 // `verdict`, and `reported` folded in when not null.
 std::string settled_text(const TrialReconciled& r, const Verdict& verdict,
                          const TrialReported* reported) {
-  Json head = Json::object();
-  head["trial"] = trial_json(r.trial);
-  head["attempt"] = r.attempt;
-  head["worker"] = text_json(verdict.worker.str());
-  if (reported != nullptr) head["reported_at"] = instant_json(reported->at);
-  head["outcome"] = std::string(outcome_name(r.outcome));
-  std::string text = head.dump();
-  text.pop_back();  // its '}'
-  text += ",\"verdict\":";
-  text += verdict.payload;
-  text += ",\"at\":";
-  text += instant_json(r.at).dump();
-  text += '}';
-  return text;
+  // Written as text (one per reconciled trial); the verdict is JSON already.
+  JsonText out;
+  out.open('{');
+  out.key("trial");
+  out.open('{');
+  out.trial(r.trial);
+  out.close('}');
+  out.key("attempt");
+  out.number(r.attempt);
+  out.key("worker");
+  out.text(verdict.worker.str());
+  if (reported != nullptr) {
+    out.key("reported_at");
+    out.number(reported->at.time_since_epoch().count());
+  }
+  out.key("outcome");
+  out.text(outcome_name(r.outcome));
+  out.key("verdict");
+  out.raw(verdict.payload);
+  out.key("at");
+  out.number(r.at.time_since_epoch().count());
+  out.close('}');
+  return std::move(out).take();
 }
 
 // The records a trial.settled event holds: its trial.reported (when folded

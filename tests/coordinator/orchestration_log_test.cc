@@ -14,6 +14,7 @@
 #include <variant>
 #include <vector>
 
+#include "base/text.h"
 #include "base/timestamp.h"
 #include "coordinator/scheduler.h"
 #include "store/event.h"
@@ -572,6 +573,64 @@ TEST_CASE("a worker's leases of one offer are one event, read back as the record
   CHECK(decode_error("trials.leased", "{}") ==
         "event evt_042 (trials.leased): holds several trial.leased records, read one by one "
         "(read_log)");
+}
+
+TEST_CASE("leases and settlements written as text hold any id, and read back as written",
+          "[coordinator][orchestration_log]") {
+  forktrial::testing::TempDir dir;
+  store::EventStore store(dir.path() / "store", quick_options());
+  std::vector<OrchestrationRecord> written;
+  // Ids are a peer's text: quotes, backslashes, control characters, other
+  // scripts, and bytes that are not UTF-8 (written in hex).
+  for (const std::string& id :
+       {std::string("w\"1\\"), std::string("w\n\t\x01\x1f\x7f"),
+        std::string("caf\xc3\xa9 \xe2\x80\x8b"), std::string("bad\xff"), std::string("")}) {
+    const WorkerId worker{id};
+    const TrialId leased{JobId{id}, 7};
+    const std::vector<OrchestrationRecord> records = {
+        TrialLeased{leased, 1, worker, at(30'000), at(1), at(90'000)},
+        TrialLeased{trial("a", 8), 2, worker, at(30'000), at(1)},
+        TrialReported{leased, 1, worker, at(2)},
+        TrialReconciled{leased, 1, Outcome::completed, at(3)},
+    };
+    std::vector<Verdict> verdicts = {{leased, 1, worker, R"({"events_appended":1})"}};
+    const auto head = store.write([&](store::Writer& writer) {
+      return append_to_log(writer, records, {}, kJobChunkBytes, verdicts);
+    });
+    REQUIRE(head.has_value());
+    written.insert(written.end(), records.begin(), records.end());
+    // The same text the JSON library gives for the same fields.
+    const store::Snapshot snapshot = store.snapshot();
+    const auto history = snapshot.history(*snapshot.run(kOrchestrationRun));
+    const auto text = [](const std::string& value) {
+      if (forktrial::is_valid_utf8(value)) return nlohmann::ordered_json(value);
+      std::string hex;
+      for (const unsigned char byte : value) {
+        hex += "0123456789abcdef"[byte >> 4];
+        hex += "0123456789abcdef"[byte & 0xF];
+      }
+      return nlohmann::ordered_json{{"hex", hex}};
+    };
+    nlohmann::ordered_json leases = {
+        {"worker", text(id)},
+        {"expires", 1'700'000'030'000},
+        {"trials",
+         {{{"job", text(id)}, {"index", 7}, {"attempt", 1}, {"deadline", 1'700'000'090'000}},
+          {{"job", "a"}, {"index", 8}, {"attempt", 2}}}},
+        {"at", 1'700'000'000'001}};
+    CHECK(history[history.size() - 2].payload == leases.dump());
+    nlohmann::ordered_json settled = {{"trial", {{"job", text(id)}, {"index", 7}}},
+                                      {"attempt", 1},
+                                      {"worker", text(id)},
+                                      {"reported_at", 1'700'000'000'002},
+                                      {"outcome", "completed"},
+                                      {"verdict", {{"events_appended", 1}}},
+                                      {"at", 1'700'000'000'003}};
+    CHECK(history.back().payload == settled.dump());
+  }
+  const auto read = read_all(store);
+  REQUIRE(read.has_value());
+  CHECK(read->records == written);
 }
 
 TEST_CASE("a reconciled attempt is one trial.settled event, its report folded in where it may",
