@@ -491,6 +491,7 @@ class Server {
   // reads its own delta and not its parent's whole history.
   struct ForkPointFacts {
     std::optional<UnixMillis> time;
+    std::optional<std::uint64_t> seq;  // the fork point's, in its run's lineage
     std::optional<std::uint64_t> failures_before;
   };
   static constexpr std::size_t kMaxForkPoints = 4096;

@@ -331,18 +331,36 @@ store::Result<std::uint64_t> Server::record_reconciliation(store::Writer& writer
   const SubmittedTrial& submitted = submitted_trial(r.trial);
   const store::RunId fork_id = fork_run_of(r.trial, r.attempt);
   const store::NewRun fork{.id = fork_id, .label = submitted.spec().label};
+  // What every trial of this fork point shares, read once per point: its
+  // time, its seq and the parent's failures up to it.
+  const auto parent = writer.run(submitted.spec().parent_run_id);
+  ForkPointFacts* facts = parent ? &fork_point(parent->number, submitted.spec().at_event) : nullptr;
   auto recorded =
-      sandbox::record_trial(writer, submitted.spec(), fork, count, sandbox::delta_of(r.events), v);
+      sandbox::record_trial(writer, submitted.spec(), fork, count, sandbox::delta_of(r.events), v,
+                            facts ? facts->time : std::nullopt);
   if (!recorded) return recorded;
   records.push_back(TrialReconciled{r.trial, r.attempt, v.outcome, r.at});
-  auto run = writer.run(fork_id);
-  const std::uint64_t fork_seq = run->fork_of ? run->fork_of->seq : 0;
+  std::optional<store::RunInfo> run;
+  const auto fork_run = [&]() -> const store::RunInfo& {
+    if (!run) run = writer.run(fork_id);
+    return *run;
+  };
+  std::uint64_t fork_seq = 0;
+  if (facts && facts->seq) {
+    fork_seq = *facts->seq;
+  } else {
+    fork_seq = fork_run().fork_of ? fork_run().fork_of->seq : 0;
+    if (facts) facts->seq = fork_seq;
+  }
   // What the store and the worker established, and nothing the job's
   // specification or the fork's id already say: the result line is this,
   // completed from the job when it is read (result_line).
-  const std::uint64_t appended = run->head - fork_seq;
-  const std::uint64_t failures_after =
-      writer.events_of_type(*run, "behavior.failed", fork_seq).size();
+  const std::uint64_t appended = *recorded - fork_seq;
+  // The fork's own failures are the recorded delta's (the first `count`
+  // events of the report; the parent's wall-clock record is not one).
+  const std::uint64_t failures_after = static_cast<std::uint64_t>(
+      std::count_if(r.events.begin(), r.events.begin() + static_cast<std::ptrdiff_t>(count),
+                    [](const store::NewEvent& event) { return event.type == "behavior.failed"; }));
   // The store is the record: say when the child claimed otherwise.
   std::string detail = v.detail;
   sandbox::append_detail_line(detail, sandbox::claim_disagreement(v, appended, failures_after));
@@ -354,18 +372,16 @@ store::Result<std::uint64_t> Server::record_reconciliation(store::Writer& writer
   if (!detail.empty()) verdict["detail"] = detail;
   if (!v.warnings.empty()) verdict["warnings"] = v.warnings;
   verdict["events_appended"] = appended;
-  // The fork's failures: its parent's up to the fork point, read once per
-  // point, and its own.
+  // The fork's failures: its parent's up to the fork point, and its own.
   std::uint64_t failures = failures_after;
-  if (const auto parent = writer.run(submitted.spec().parent_run_id)) {
-    ForkPointFacts& facts = fork_point(parent->number, submitted.spec().at_event);
-    if (!facts.failures_before) {
-      facts.failures_before =
-          writer.events_of_type(*run, "behavior.failed").size() - failures_after;
+  if (facts) {
+    if (!facts->failures_before) {
+      facts->failures_before =
+          writer.events_of_type(fork_run(), "behavior.failed").size() - failures_after;
     }
-    failures += *facts.failures_before;
+    failures += *facts->failures_before;
   } else {
-    failures = writer.events_of_type(*run, "behavior.failed").size();
+    failures = writer.events_of_type(fork_run(), "behavior.failed").size();
   }
   if (failures != 0) verdict["behavior_failures"] = failures;
   if (failures_after != 0) verdict["behavior_failures_after_fork"] = failures_after;

@@ -166,13 +166,17 @@ std::optional<std::string> continuity_problem(std::int64_t previous_ms,
 
 store::Result<std::uint64_t> record_trial(store::Writer& writer, const TrialSpecification& spec,
                                           const store::NewRun& fork_record, std::uint64_t count,
-                                          const DeltaSource& delta, const TrialVerdict& verdict) {
+                                          const DeltaSource& delta, const TrialVerdict& verdict,
+                                          std::optional<UnixMillis> fork_point_time) {
   auto fork = writer.fork(spec.parent_run_id, spec.at_event, fork_record);
   if (!fork) return std::unexpected(fork.error());
   const store::RunId fork_id = fork->id;
   std::uint64_t head = fork->head;
-  auto point = writer.find_event(*writer.run(spec.parent_run_id), spec.at_event);
-  UnixMillis last = point ? parse_timestamp(point->timestamp).value_or(0) : 0;
+  if (!fork_point_time) {
+    auto point = writer.find_event(*writer.run(spec.parent_run_id), spec.at_event);
+    fork_point_time = point ? parse_timestamp(point->timestamp).value_or(0) : 0;
+  }
+  UnixMillis last = *fork_point_time;
 
   // In batches, never holding the delta whole.
   constexpr std::size_t kBatchEvents = 512;

@@ -123,10 +123,13 @@ std::optional<std::string> continuity_problem(std::int64_t previous_ms,
 // checking that each continues the fork (continuity_problem, from the fork
 // point on), and, when the verdict says the wall clock killed the child, the
 // parent's trial.wall_clock_exhausted record. Returns the fork's head. A
-// refusal writes nothing (the caller's transaction aborts).
+// refusal writes nothing (the caller's transaction aborts). A caller that
+// records many trials of one fork point (the coordinator) passes the fork
+// point's time, read once; it is read from the parent's event otherwise.
 store::Result<std::uint64_t> record_trial(store::Writer& writer, const TrialSpecification& spec,
                                           const store::NewRun& fork, std::uint64_t count,
-                                          const DeltaSource& delta, const TrialVerdict& verdict);
+                                          const DeltaSource& delta, const TrialVerdict& verdict,
+                                          std::optional<UnixMillis> fork_point_time = std::nullopt);
 
 // The verdict after the store refused the delta (`why`): the trial is
 // recorded without it, and unless a net stopped the child, it crashed.
