@@ -7,20 +7,73 @@
 #include <cstdio>
 #include <cstring>
 #include <optional>
+#include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "base/text.h"
 
 namespace forktrial::wire {
 namespace {
 
+// Where a field is, built into text only when it is named in an error
+// ("report.trial.job", "report.events[3].id"): checking a message builds no
+// string.
+struct Path {
+  const Path* up = nullptr;
+  std::string_view name;          // a field's
+  std::optional<unsigned> index;  // or an element's of the list `up` names
+
+  std::string str() const {
+    if (index) return up->str() + "[" + std::to_string(*index) + "]";
+    if (up == nullptr || (up->up == nullptr && up->name.empty())) return std::string(name);
+    return up->str() + "." + std::string(name);
+  }
+};
+
+// What checking a struct needs of its schema, worked out once per struct
+// type: the fields that may hold Text (directly or below them), prose fields
+// left out.
+struct TextField {
+  capnp::StructSchema::Field field;
+  std::string name;
+  bool group = false;
+  bool checked = false;  // may hold Text, and not prose
+};
+struct StructFields {
+  std::vector<TextField> by_index;  // every field, by its index
+  std::vector<unsigned> non_union;  // the checked ones outside the union
+};
+
+const StructFields& fields_of(capnp::StructSchema schema) {
+  // Finite: one entry per struct type of the schema, per thread.
+  thread_local std::unordered_map<std::uint64_t, StructFields> known;
+  const std::uint64_t id = schema.getProto().getId();
+  if (const auto found = known.find(id); found != known.end()) return found->second;
+  StructFields fields;
+  const auto owner = schema.getShortDisplayName();
+  const std::string_view owner_name(owner.cStr(), owner.size());
+  for (auto field : schema.getFields()) {
+    const auto proto = field.getProto();
+    TextField entry{field, std::string(proto.getName().cStr(), proto.getName().size()),
+                    proto.isGroup(), false};
+    const auto type = field.getType();
+    entry.checked = (type.isText() || type.isStruct() || type.isList()) &&
+                    !is_prose_field(owner_name, entry.name);
+    fields.by_index.push_back(std::move(entry));
+  }
+  for (auto field : schema.getNonUnionFields()) {
+    if (fields.by_index[field.getIndex()].checked) fields.non_union.push_back(field.getIndex());
+  }
+  return known.emplace(id, std::move(fields)).first->second;
+}
+
 std::optional<std::string> struct_text_problem(capnp::DynamicStruct::Reader reader,
-                                               const std::string& path);
+                                               const Path& path);
 
 // Why a Text in `value`, found at `path`, is not valid UTF-8; nullopt when
 // every one is.
-std::optional<std::string> value_text_problem(capnp::DynamicValue::Reader value,
-                                              const std::string& path) {
+std::optional<std::string> value_text_problem(capnp::DynamicValue::Reader value, const Path& path) {
   switch (value.getType()) {
     case capnp::DynamicValue::TEXT: {
       const auto text = value.as<capnp::Text>();
@@ -28,7 +81,7 @@ std::optional<std::string> value_text_problem(capnp::DynamicValue::Reader value,
       if (auto at = first_invalid_utf8(view)) {
         char byte[8];
         std::snprintf(byte, sizeof byte, "0x%02X", static_cast<unsigned char>(view[*at]));
-        return "field " + path + " is not valid UTF-8 (byte " + byte + " at offset " +
+        return "field " + path.str() + " is not valid UTF-8 (byte " + byte + " at offset " +
                std::to_string(*at) + ")";
       }
       return std::nullopt;
@@ -38,9 +91,7 @@ std::optional<std::string> value_text_problem(capnp::DynamicValue::Reader value,
     case capnp::DynamicValue::LIST: {
       const auto list = value.as<capnp::DynamicList>();
       for (unsigned i = 0; i < list.size(); ++i) {
-        if (auto problem = value_text_problem(list[i], path + "[" + std::to_string(i) + "]")) {
-          return problem;
-        }
+        if (auto problem = value_text_problem(list[i], Path{&path, {}, i})) return problem;
       }
       return std::nullopt;
     }
@@ -52,24 +103,18 @@ std::optional<std::string> value_text_problem(capnp::DynamicValue::Reader value,
 // Every field of `reader` that holds Text, directly or below it: its
 // non-union fields and its union's active one, prose fields left out.
 std::optional<std::string> struct_text_problem(capnp::DynamicStruct::Reader reader,
-                                               const std::string& path) {
-  const auto schema = reader.getSchema();
-  auto visit = [&](capnp::StructSchema::Field field) -> std::optional<std::string> {
-    const auto proto = field.getProto();
-    const std::string_view name(proto.getName().cStr(), proto.getName().size());
-    const auto owner = schema.getShortDisplayName();
-    if (is_prose_field(std::string_view(owner.cStr(), owner.size()), name)) return std::nullopt;
-    const auto type = field.getType();
-    if (!type.isText() && !type.isStruct() && !type.isList()) return std::nullopt;
-    if (!proto.isGroup() && !reader.has(field)) return std::nullopt;
-    return value_text_problem(reader.get(field),
-                              path.empty() ? std::string(name) : path + "." + std::string(name));
+                                               const Path& path) {
+  const StructFields& fields = fields_of(reader.getSchema());
+  auto visit = [&](const TextField& entry) -> std::optional<std::string> {
+    if (!entry.checked) return std::nullopt;
+    if (!entry.group && !reader.has(entry.field)) return std::nullopt;
+    return value_text_problem(reader.get(entry.field), Path{&path, entry.name, {}});
   };
-  for (auto field : schema.getNonUnionFields()) {
-    if (auto problem = visit(field)) return problem;
+  for (const unsigned index : fields.non_union) {
+    if (auto problem = visit(fields.by_index[index])) return problem;
   }
   KJ_IF_MAYBE (active, reader.which()) {
-    return visit(*active);
+    return visit(fields.by_index[active->getIndex()]);
   }
   return std::nullopt;
 }
@@ -169,7 +214,7 @@ std::expected<Frame, Status> decode(std::string_view bytes, std::size_t max_byte
                                         " is not one this peer knows"});
     }
     // Text a peer sent is refused here, before anyone keeps or shows it.
-    if (auto problem = struct_text_problem(capnp::toDynamic(envelope), "")) {
+    if (auto problem = struct_text_problem(capnp::toDynamic(envelope), Path{})) {
       return std::unexpected(Status{ErrorCode::invalid_argument, "the message's " + *problem});
     }
   } catch (const kj::Exception& e) {

@@ -37,6 +37,35 @@ TEST_CASE("a frame round-trips its envelope", "[schema][wire]") {
   CHECK(wire::digest_of(envelope.getWorkerHello().getCached()[0]) == Sha256::of("blob"));
 }
 
+TEST_CASE(
+    "text that is not UTF-8 is refused naming its path, list elements included, and prose is not",
+    "[schema][wire]") {
+  {
+    capnp::MallocMessageBuilder message;
+    auto running = wire::start(message, 1).initHeartbeat().initRunning(3);
+    running[0].setJob("j0");
+    running[1].setJob("j1");
+    running[2].setJob(capnp::Text::Reader("j\xff", 2));
+    auto frame = wire::decode(wire::encode(message));
+    REQUIRE_FALSE(frame);
+    CHECK(
+        frame.error().message ==
+        "the message's field heartbeat.running[2].job is not valid UTF-8 (byte 0xFF at offset 1)");
+  }
+  {
+    capnp::MallocMessageBuilder message;
+    auto hello = wire::start(message, 1).initWorkerHello();
+    hello.setWorkerId("w1");
+    hello.initWarnings(1).set(0, capnp::Text::Reader("bad \xff", 5));  // prose: repaired later
+    CHECK(wire::decode(wire::encode(message)));
+    hello.setWorkerId(capnp::Text::Reader("\xc3", 1));
+    auto frame = wire::decode(wire::encode(message));
+    REQUIRE_FALSE(frame);
+    CHECK(frame.error().message ==
+          "the message's field workerHello.workerId is not valid UTF-8 (byte 0xC3 at offset 0)");
+  }
+}
+
 TEST_CASE("messages built one after another, nested, or past the reused buffer encode alike",
           "[schema][wire]") {
   // What a MessageBuilder gives, whatever buffer it built in, is the frame
