@@ -59,20 +59,50 @@ std::vector<NewEvent> trial_events(int pings) {
   return out;
 }
 
-// Each stored value of the events table, in key order (raw LMDB, the store
-// closed).
+// A raw LMDB handle on a store's directory, the store closed: for what the
+// store does not show (its values' form, its meta table) and what only a
+// corrupt or older store holds.
+class RawStore {
+ public:
+  RawStore(const fs::path& path, bool write) {
+    REQUIRE(mdb_env_create(&env_) == 0);
+    mdb_env_set_maxdbs(env_, 16);
+    REQUIRE(mdb_env_open(env_, path.c_str(), write ? 0 : MDB_RDONLY, 0644) == 0);
+    REQUIRE(mdb_txn_begin(env_, nullptr, write ? 0 : MDB_RDONLY, &txn_) == 0);
+  }
+  ~RawStore() {
+    if (txn_ != nullptr) mdb_txn_abort(txn_);
+    mdb_env_close(env_);
+  }
+  RawStore(const RawStore&) = delete;
+  RawStore& operator=(const RawStore&) = delete;
+
+  MDB_txn* txn() const { return txn_; }
+  MDB_dbi dbi(const char* name) const {
+    MDB_dbi dbi = 0;
+    REQUIRE(mdb_dbi_open(txn_, name, 0, &dbi) == 0);
+    return dbi;
+  }
+  void commit() {
+    REQUIRE(mdb_txn_commit(txn_) == 0);
+    txn_ = nullptr;
+  }
+
+ private:
+  MDB_env* env_ = nullptr;
+  MDB_txn* txn_ = nullptr;
+};
+
+MDB_val schema_version_key() {
+  return MDB_val{14, const_cast<char*>("schema_version")};
+}
+
+// Each stored value of the events table, in key order.
 std::vector<std::vector<std::byte>> stored_values(const fs::path& store) {
   std::vector<std::vector<std::byte>> values;
-  MDB_env* env = nullptr;
-  REQUIRE(mdb_env_create(&env) == 0);
-  mdb_env_set_maxdbs(env, 16);
-  REQUIRE(mdb_env_open(env, store.c_str(), MDB_RDONLY, 0644) == 0);
-  MDB_txn* txn = nullptr;
-  REQUIRE(mdb_txn_begin(env, nullptr, MDB_RDONLY, &txn) == 0);
-  MDB_dbi dbi = 0;
-  REQUIRE(mdb_dbi_open(txn, "events", 0, &dbi) == 0);
+  RawStore raw(store, false);
   MDB_cursor* cursor = nullptr;
-  REQUIRE(mdb_cursor_open(txn, dbi, &cursor) == 0);
+  REQUIRE(mdb_cursor_open(raw.txn(), raw.dbi("events"), &cursor) == 0);
   MDB_val key;
   MDB_val value;
   while (mdb_cursor_get(cursor, &key, &value, MDB_NEXT) == 0) {
@@ -80,27 +110,17 @@ std::vector<std::vector<std::byte>> stored_values(const fs::path& store) {
     values.emplace_back(bytes, bytes + value.mv_size);
   }
   mdb_cursor_close(cursor);
-  mdb_txn_abort(txn);
-  mdb_env_close(env);
   return values;
 }
 
 // Rewrites the store's schema version, as an older or newer build wrote it.
 void set_schema_version(const fs::path& store, unsigned char version) {
-  MDB_env* env = nullptr;
-  REQUIRE(mdb_env_create(&env) == 0);
-  mdb_env_set_maxdbs(env, 16);
-  REQUIRE(mdb_env_open(env, store.c_str(), 0, 0644) == 0);
-  MDB_txn* txn = nullptr;
-  REQUIRE(mdb_txn_begin(env, nullptr, 0, &txn) == 0);
-  MDB_dbi meta;
-  REQUIRE(mdb_dbi_open(txn, "meta", 0, &meta) == 0);
+  RawStore raw(store, true);
   unsigned char v[4] = {0, 0, 0, version};
-  MDB_val key{14, const_cast<char*>("schema_version")};
+  MDB_val key = schema_version_key();
   MDB_val value{4, v};
-  REQUIRE(mdb_put(txn, meta, &key, &value, 0) == 0);
-  REQUIRE(mdb_txn_commit(txn) == 0);
-  mdb_env_close(env);
+  REQUIRE(mdb_put(raw.txn(), raw.dbi("meta"), &key, &value, 0) == 0);
+  raw.commit();
 }
 
 std::uint64_t value_bytes(const std::vector<std::vector<std::byte>>& values) {
@@ -208,21 +228,12 @@ TEST_CASE("a store of schema version 1 is read and written as version 1, never d
   }
   CHECK(!any_deflated(stored_values(path)));
   // Still version 1: a build before deflated events opens it.
-  MDB_env* env = nullptr;
-  REQUIRE(mdb_env_create(&env) == 0);
-  mdb_env_set_maxdbs(env, 16);
-  REQUIRE(mdb_env_open(env, path.c_str(), MDB_RDONLY, 0644) == 0);
-  MDB_txn* txn = nullptr;
-  REQUIRE(mdb_txn_begin(env, nullptr, MDB_RDONLY, &txn) == 0);
-  MDB_dbi meta;
-  REQUIRE(mdb_dbi_open(txn, "meta", 0, &meta) == 0);
-  MDB_val key{14, const_cast<char*>("schema_version")};
+  RawStore raw(path, false);
+  MDB_val key = schema_version_key();
   MDB_val value;
-  REQUIRE(mdb_get(txn, meta, &key, &value) == 0);
+  REQUIRE(mdb_get(raw.txn(), raw.dbi("meta"), &key, &value) == 0);
   REQUIRE(value.mv_size == 4);
   CHECK(static_cast<const unsigned char*>(value.mv_data)[3] == 1);
-  mdb_txn_abort(txn);
-  mdb_env_close(env);
 }
 
 TEST_CASE("a new store is of schema version 2, and a store of version 0 is refused",
@@ -248,16 +259,9 @@ TEST_CASE("a deflated event that does not inflate to its stated size is corrupt"
   }
   // Its stated size, one byte more.
   {
-    MDB_env* env = nullptr;
-    REQUIRE(mdb_env_create(&env) == 0);
-    mdb_env_set_maxdbs(env, 16);
-    REQUIRE(mdb_env_open(env, path.c_str(), 0, 0644) == 0);
-    MDB_txn* txn = nullptr;
-    REQUIRE(mdb_txn_begin(env, nullptr, 0, &txn) == 0);
-    MDB_dbi dbi = 0;
-    REQUIRE(mdb_dbi_open(txn, "events", 0, &dbi) == 0);
+    RawStore raw(path, true);
     MDB_cursor* cursor = nullptr;
-    REQUIRE(mdb_cursor_open(txn, dbi, &cursor) == 0);
+    REQUIRE(mdb_cursor_open(raw.txn(), raw.dbi("events"), &cursor) == 0);
     MDB_val key;
     MDB_val value;
     REQUIRE(mdb_cursor_get(cursor, &key, &value, MDB_FIRST) == 0);
@@ -268,8 +272,7 @@ TEST_CASE("a deflated event that does not inflate to its stated size is corrupt"
     MDB_val changed{bytes.size(), bytes.data()};
     REQUIRE(mdb_cursor_put(cursor, &key, &changed, MDB_CURRENT) == 0);
     mdb_cursor_close(cursor);
-    REQUIRE(mdb_txn_commit(txn) == 0);
-    mdb_env_close(env);
+    raw.commit();
   }
   EventStore store(path, deflating);
   auto snapshot = store.snapshot();
