@@ -329,7 +329,37 @@ constexpr char kEventDictionaryText[] =
     "{\"behavior\":\"\",\"event_id\":\"evt_\",\"events_emitted\":1,\"objects_created\":0,"
     "\"patches_applied\":0,\"patches_proposed\":0,\"relations_created\":0}\0\0\0\0\0"
     "2026-01-01T00:00:00.000Z\0\0\0\0\0\0\0\0runtime\0evt_001\0evt_001\0";
-constexpr std::string_view kEventDictionary(kEventDictionaryText, sizeof kEventDictionaryText - 1);
+
+// The dictionary: the text above, then the canonical encodings of a
+// behavior.started and a behavior.completed event of a behavior "x.y" (seq
+// 1, ids evt_001), whose pointer and data words match those of the
+// runtime's events of the same shapes. Canonical encodings are fixed by
+// Cap'n Proto's specification, so these bytes are as fixed as the text.
+const std::string& event_dictionary() {
+  static const std::string dictionary = [] {
+    std::string text(kEventDictionaryText, sizeof kEventDictionaryText - 1);
+    NewEvent started;
+    started.id = EventId("evt_001");
+    started.type = "behavior.started";
+    started.payload = R"({"behavior":"x.y","event_id":"evt_001","triggering_event_type":"ping",)"
+                      R"("triggering_object_id":null})";
+    started.timestamp = "2026-01-05T09:00:07Z";
+    started.actor = "runtime";
+    started.caused_by = EventId("evt_001");
+    NewEvent completed = started;
+    completed.type = "behavior.completed";
+    completed.payload =
+        R"({"behavior":"x.y","event_id":"evt_001","events_emitted":1,"objects_created":0,)"
+        R"("patches_applied":0,"patches_proposed":0,"relations_created":0})";
+    for (const NewEvent* event : {&started, &completed}) {
+      std::vector<std::byte> encoded(encoded_event_size(*event, 1));
+      encode_event(*event, 1, encoded);
+      text.append(reinterpret_cast<const char*>(encoded.data()), encoded.size());
+    }
+    return text;
+  }();
+  return dictionary;
+}
 
 constexpr std::size_t kDeflatedHeader = 5;  // the tag and the size
 
@@ -358,7 +388,11 @@ struct Inflater {
 };
 
 Bytef* dictionary_bytes() {
-  return reinterpret_cast<Bytef*>(const_cast<char*>(kEventDictionary.data()));
+  return reinterpret_cast<Bytef*>(const_cast<char*>(event_dictionary().data()));
+}
+
+uInt dictionary_size() {
+  return static_cast<uInt>(event_dictionary().size());
 }
 
 }  // namespace
@@ -373,8 +407,7 @@ bool deflate_event(std::span<const std::byte> canonical, std::vector<std::byte>&
   if (!deflater.ready) return false;
   z_stream& z = deflater.stream;
   if (deflateReset(&z) != Z_OK ||
-      deflateSetDictionary(&z, dictionary_bytes(), static_cast<uInt>(kEventDictionary.size())) !=
-          Z_OK) {
+      deflateSetDictionary(&z, dictionary_bytes(), dictionary_size()) != Z_OK) {
     return false;
   }
   // Only a smaller form is kept, so the output never needs more room than
@@ -410,8 +443,7 @@ std::span<const std::byte> canonical_event(std::span<const std::byte> value,
   z_stream& z = inflater.stream;
   buffer.resize(size);
   inflateReset(&z);
-  if (inflateSetDictionary(&z, dictionary_bytes(), static_cast<uInt>(kEventDictionary.size())) !=
-      Z_OK) {
+  if (inflateSetDictionary(&z, dictionary_bytes(), dictionary_size()) != Z_OK) {
     throw StoreError("cannot set the dictionary to inflate a stored event");
   }
   z.next_in = reinterpret_cast<Bytef*>(const_cast<std::byte*>(value.data() + kDeflatedHeader));
