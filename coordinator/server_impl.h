@@ -91,6 +91,8 @@ inline store::StoreOptions coordinator_store_options(World& world, const ServerC
   store::StoreOptions options;
   options.sync = config.durable;
   options.sync_meta = false;
+  // The trials' forks are most of the store, and their events alike.
+  options.deflate_events = true;
   // A world whose disk is full refuses the commit, as a real full disk does.
   options.before_commit = [&world, store = config.store] {
     if (auto why = world.write_refused(store)) throw store::StoreFull(*why);

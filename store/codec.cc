@@ -3,9 +3,11 @@
 #include <capnp/message.h>
 #include <capnp/serialize.h>
 #include <kj/exception.h>
+#include <zlib.h>
 
 #include <bit>
 #include <cstring>
+#include <memory>
 
 #include "schema/event.capnp.h"
 #include "store/event_store.h"
@@ -303,12 +305,168 @@ bool fast_decode(std::span<const std::byte> value, EventView& v) {
 
 }  // namespace
 
+namespace {
+
+// The preset dictionary of deflated events: what the runtime's events share
+// (a Cap'n Proto Event's first word, ids, timestamps, actors, the types and
+// payload keys of the events every trial appends), the most common last,
+// nearest to the data. Part of the format: a value deflated with it must
+// inflate with it for ever, so it never changes (another dictionary would
+// take another tag).
+constexpr char kEventDictionaryText[] =
+    "\0\0\0\0\2\0\7\0\0\0\0\0\0\0\0\0\1\0\0\0\1\0\0\0"
+    "object.created\0relation.created\0patch.proposed\0patch.applied\0patch.rejected\0"
+    "runtime.idle\0pack.loaded\0chat.message\0behavior.failed\0trial.replay\0"
+    "{\"object\":{\"data\":{},\"id\":\"\",\"provenance\":{\"caused_by_event\":\"evt_\","
+    "\"created_by\":\"\",\"evidence\":[],\"frame_id\":null,\"timestamp\":\"\"},\"type\":\"\","
+    "\"version\":1}}\0"
+    "{\"behavior\":\"\",\"error\":\"\",\"event_id\":\"evt_\"}\0"
+    "{\"text\":\"\"}\0{\"n\":1}\0"
+    "behavior.started\0\0\0\0\0\0\0\0"
+    "{\"behavior\":\"\",\"event_id\":\"evt_\",\"triggering_event_type\":\"\","
+    "\"triggering_object_id\":null}\0\0\0\0\0\0\0\0"
+    "behavior.completed\0\0\0\0\0\0"
+    "{\"behavior\":\"\",\"event_id\":\"evt_\",\"events_emitted\":1,\"objects_created\":0,"
+    "\"patches_applied\":0,\"patches_proposed\":0,\"relations_created\":0}\0\0\0\0\0"
+    "2026-01-01T00:00:00.000Z\0\0\0\0\0\0\0\0runtime\0evt_001\0evt_001\0";
+
+// The dictionary: the text above, then the canonical encodings of a
+// behavior.started and a behavior.completed event of a behavior "x.y" (seq
+// 1, ids evt_001), whose pointer and data words match those of the
+// runtime's events of the same shapes. Canonical encodings are fixed by
+// Cap'n Proto's specification, so these bytes are as fixed as the text.
+const std::string& event_dictionary() {
+  static const std::string dictionary = [] {
+    std::string text(kEventDictionaryText, sizeof kEventDictionaryText - 1);
+    NewEvent started;
+    started.id = EventId("evt_001");
+    started.type = "behavior.started";
+    started.payload = R"({"behavior":"x.y","event_id":"evt_001","triggering_event_type":"ping",)"
+                      R"("triggering_object_id":null})";
+    started.timestamp = "2026-01-05T09:00:07Z";
+    started.actor = "runtime";
+    started.caused_by = EventId("evt_001");
+    NewEvent completed = started;
+    completed.type = "behavior.completed";
+    completed.payload =
+        R"({"behavior":"x.y","event_id":"evt_001","events_emitted":1,"objects_created":0,)"
+        R"("patches_applied":0,"patches_proposed":0,"relations_created":0})";
+    for (const NewEvent* event : {&started, &completed}) {
+      std::vector<std::byte> encoded(encoded_event_size(*event, 1));
+      encode_event(*event, 1, encoded);
+      text.append(reinterpret_cast<const char*>(encoded.data()), encoded.size());
+    }
+    return text;
+  }();
+  return dictionary;
+}
+
+constexpr std::size_t kDeflatedHeader = 5;  // the tag and the size
+
+// One zlib stream per thread and direction, reset for each value: setting
+// one up allocates its window and hash tables, which would cost more than
+// deflating an event.
+struct Deflater {
+  z_stream stream{};
+  bool ready = false;
+  Deflater() {
+    // Level 6, a 32 KiB window (raw: no zlib header or checksum, the store's
+    // own size check stands for them), memory level 8.
+    ready = deflateInit2(&stream, 6, Z_DEFLATED, -15, 8, Z_DEFAULT_STRATEGY) == Z_OK;
+  }
+  ~Deflater() {
+    if (ready) deflateEnd(&stream);
+  }
+};
+struct Inflater {
+  z_stream stream{};
+  bool ready = false;
+  Inflater() { ready = inflateInit2(&stream, -15) == Z_OK; }
+  ~Inflater() {
+    if (ready) inflateEnd(&stream);
+  }
+};
+
+Bytef* dictionary_bytes() {
+  return reinterpret_cast<Bytef*>(const_cast<char*>(event_dictionary().data()));
+}
+
+uInt dictionary_size() {
+  return static_cast<uInt>(event_dictionary().size());
+}
+
+}  // namespace
+
+bool is_deflated_event(std::span<const std::byte> value) {
+  return !value.empty() && value[0] == kDeflatedEventTag;
+}
+
+bool deflate_event(std::span<const std::byte> canonical, std::vector<std::byte>& out) {
+  if (canonical.size() <= kDeflatedHeader || canonical.size() > 0xffffffffu) return false;
+  thread_local Deflater deflater;
+  if (!deflater.ready) return false;
+  z_stream& z = deflater.stream;
+  if (deflateReset(&z) != Z_OK ||
+      deflateSetDictionary(&z, dictionary_bytes(), dictionary_size()) != Z_OK) {
+    return false;
+  }
+  // Only a smaller form is kept, so the output never needs more room than
+  // the input.
+  out.resize(canonical.size());
+  const auto size = static_cast<std::uint32_t>(canonical.size());
+  out[0] = kDeflatedEventTag;
+  for (int i = 0; i < 4; ++i) out[1 + i] = std::byte(size >> (24 - 8 * i));
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<std::byte*>(canonical.data()));
+  z.avail_in = static_cast<uInt>(canonical.size());
+  z.next_out = reinterpret_cast<Bytef*>(out.data() + kDeflatedHeader);
+  z.avail_out = static_cast<uInt>(out.size() - kDeflatedHeader);
+  if (deflate(&z, Z_FINISH) != Z_STREAM_END) return false;  // no smaller
+  out.resize(out.size() - z.avail_out);
+  return true;
+}
+
+std::span<const std::byte> canonical_event(std::span<const std::byte> value,
+                                           std::vector<std::byte>& buffer) {
+  if (!is_deflated_event(value)) return value;
+  if (value.size() < kDeflatedHeader) throw StoreError("stored event is cut short");
+  std::uint32_t size = 0;
+  for (int i = 0; i < 4; ++i) size = size << 8 | std::to_integer<std::uint32_t>(value[1 + i]);
+  // Deflate expands at most about 1,032 times: a larger size is a corrupt
+  // value, which must not make the reader allocate it.
+  if (size > (value.size() - kDeflatedHeader) * 1032 + 64) {
+    throw StoreError("stored event states an inflated size of " + std::to_string(size) +
+                     " bytes, more than its " + std::to_string(value.size()) +
+                     " bytes can hold; the store is corrupt");
+  }
+  thread_local Inflater inflater;
+  if (!inflater.ready) throw StoreError("cannot set up zlib to inflate a stored event");
+  z_stream& z = inflater.stream;
+  buffer.resize(size);
+  inflateReset(&z);
+  if (inflateSetDictionary(&z, dictionary_bytes(), dictionary_size()) != Z_OK) {
+    throw StoreError("cannot set the dictionary to inflate a stored event");
+  }
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<std::byte*>(value.data() + kDeflatedHeader));
+  z.avail_in = static_cast<uInt>(value.size() - kDeflatedHeader);
+  z.next_out = reinterpret_cast<Bytef*>(buffer.data());
+  z.avail_out = size;
+  const int rc = inflate(&z, Z_FINISH);
+  if (rc != Z_STREAM_END || z.avail_out != 0 || z.avail_in != 0) {
+    throw StoreError("stored event does not inflate to the " + std::to_string(size) +
+                     " bytes it states; the store is corrupt");
+  }
+  return buffer;
+}
+
 EventView EventDecoder::decode(std::span<const std::byte> value) {
+  value = canonical_event(value, inflated_);
   EventView v;
   if (fast_decode(value, v)) return v;
   return decode_impl(value, nullptr);
 }
 
+// A deflated value is not a canonical encoding: Cap'n Proto's reader
+// refuses it (its root is no struct), as a segment must.
 EventView EventDecoder::decode_checked(std::span<const std::byte> value, bool& canonical) {
   return decode_impl(value, &canonical);
 }

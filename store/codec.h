@@ -48,6 +48,24 @@ std::size_t encoded_event_size(const NewEvent& event, std::uint64_t seq);
 // bytes and needs no alignment.
 void encode_event(const NewEvent& event, std::uint64_t seq, std::span<std::byte> out);
 
+// Deflated events (schema version 2, docs/store-format.md "Deflated
+// events"): the tag byte, the canonical encoding's size as u32 big-endian,
+// then the canonical encoding as raw deflate (RFC 1951) with the store's
+// preset dictionary. No canonical encoding begins with the tag (its first
+// word is a struct pointer of offset 0), so a reader tells the two apart by
+// the first byte.
+inline constexpr std::byte kDeflatedEventTag{0xff};
+// Whether a stored value is a deflated event.
+bool is_deflated_event(std::span<const std::byte> value);
+// Writes the deflated form of `canonical` into `out` and returns true when it
+// is smaller than `canonical`; false (out unspecified) otherwise.
+bool deflate_event(std::span<const std::byte> canonical, std::vector<std::byte>& out);
+// The canonical encoding of a stored value: the value itself, or a deflated
+// event inflated into `buffer`. Throws StoreError when it does not inflate to
+// the size it states.
+std::span<const std::byte> canonical_event(std::span<const std::byte> value,
+                                           std::vector<std::byte>& buffer);
+
 // A run record as stored, plus the store-internal run number.
 struct RunRecord {
   RunId id;
@@ -61,7 +79,7 @@ struct RunRecord {
 kj::Array<capnp::word> encode_run(const RunRecord& record);
 RunRecord decode_run(std::span<const std::byte> value);
 
-// Decodes stored event values.
+// Decodes stored event values, canonical or deflated.
 //
 // decode() reads the layout the encoder writes (schema::Event in canonical
 // form, whatever the alignment) directly, checking every pointer against the
@@ -85,6 +103,7 @@ class EventDecoder {
   // Not a std::vector: capnp::word cannot be copied or moved, which
   // std::vector<capnp::word>::resize needs under clang.
   kj::Array<capnp::word> aligned_;
+  std::vector<std::byte> inflated_;  // the last deflated value, inflated
 };
 
 }  // namespace forktrial::store::codec

@@ -70,7 +70,9 @@ OpenRegistration::~OpenRegistration() {
 
 SchemaVersionMismatch::SchemaVersionMismatch(const std::filesystem::path& path, std::uint32_t found)
     : StoreError("the store at " + path.string() + " has schema version " + std::to_string(found) +
-                     ", but this forktrial reads schema version " + std::to_string(kSchemaVersion) +
+                     ", but this forktrial reads schema versions " +
+                     std::to_string(kOldestSchemaVersion) + " to " +
+                     std::to_string(kSchemaVersion) +
                      " only; open it with a forktrial built for version " + std::to_string(found) +
                      ", or export its runs there and import them here (docs/store-format.md, "
                      "\"Versioning\")",
@@ -116,7 +118,12 @@ Environment::Environment(const std::filesystem::path& path, StoreOptions options
     auto* b = static_cast<const unsigned char*>(version->mv_data);
     std::uint32_t found = (std::uint32_t{b[0]} << 24) | (std::uint32_t{b[1]} << 16) |
                           (std::uint32_t{b[2]} << 8) | std::uint32_t{b[3]};
-    if (found != kSchemaVersion) throw SchemaVersionMismatch(path, found);
+    // A version-1 store (before deflated events) is read and written as
+    // version 1: this build never deflates into it.
+    if (found < kOldestSchemaVersion || found > kSchemaVersion) {
+      throw SchemaVersionMismatch(path, found);
+    }
+    schema_version_ = found;
   } else {
     unsigned char b[4] = {static_cast<unsigned char>(kSchemaVersion >> 24),
                           static_cast<unsigned char>(kSchemaVersion >> 16),

@@ -86,6 +86,12 @@ class Environment {
 
   const std::filesystem::path& path() const { return path_; }
   const StoreOptions& options() const { return options_; }
+  // The schema version of the store's layout (meta/schema_version).
+  std::uint32_t schema_version() const { return schema_version_; }
+  // Whether appends store events deflated: asked for, and the store's
+  // version has deflated events (a version-1 store stays readable by the
+  // builds that wrote it).
+  bool deflates_events() const { return options_.deflate_events && schema_version_ >= 2; }
   const Dbis& dbis() const { return dbis_; }
   std::size_t map_size() const { return map_size_; }
   // Write transactions committed, and forced flushes (sync()), since open.
@@ -131,6 +137,7 @@ class Environment {
 
   std::filesystem::path path_;
   StoreOptions options_;
+  std::uint32_t schema_version_ = kSchemaVersion;
   std::optional<OpenRegistration> registration_;
   lmdb::Env env_;
   Dbis dbis_;

@@ -279,8 +279,11 @@ Result<codec::RunRecord> insert_run(const Environment& env, lmdb::Txn& txn, cons
 // search and fills pages completely instead of splitting them in half.
 class EventSink {
  public:
-  EventSink(const Dbis& dbis, lmdb::Txn& txn, std::uint64_t number, std::uint64_t first_seq)
-      : cursor_(txn.get(), dbis.events), number_(number) {
+  // `deflate`: store each event deflated when that is smaller (a store of
+  // schema version 2 with StoreOptions::deflate_events).
+  EventSink(const Dbis& dbis, lmdb::Txn& txn, std::uint64_t number, std::uint64_t first_seq,
+            bool deflate)
+      : cursor_(txn.get(), dbis.events), number_(number), deflate_(deflate) {
     auto first = codec::event_key(number, first_seq);
     MDB_val key{};
     MDB_val value{};
@@ -288,16 +291,34 @@ class EventSink {
               std::memcmp(key.mv_data, first.data(), std::min<std::size_t>(key.mv_size, 16)) < 0;
   }
 
+  // Stores the event at `seq` whose canonical encoding of `size` bytes
+  // `fill` writes: in place, or, deflating, into a buffer first.
+  template <typename Fill>
+  void put(std::uint64_t seq, std::size_t size, Fill&& fill) {
+    if (!deflate_) {
+      fill(reserve(seq, size));
+      return;
+    }
+    canonical_.resize(size);
+    fill(std::span<std::byte>(canonical_));
+    const bool smaller = codec::deflate_event(canonical_, deflated_);
+    const std::vector<std::byte>& value = smaller ? deflated_ : canonical_;
+    std::memcpy(reserve(seq, value.size()).data(), value.data(), value.size());
+  }
+
+ private:
   std::span<std::byte> reserve(std::uint64_t seq, std::size_t size) {
     auto key = codec::event_key(number_, seq);
     return cursor_.reserve(lmdb::val(std::span<const std::byte>(key)), size,
                            append_ ? MDB_APPEND : 0);
   }
 
- private:
   lmdb::Cursor cursor_;
   std::uint64_t number_;
   bool append_ = false;
+  bool deflate_ = false;
+  std::vector<std::byte> canonical_;
+  std::vector<std::byte> deflated_;
 };
 
 // Adds entries to the event-id index. It remembers the largest key of the
@@ -358,7 +379,7 @@ std::optional<Refusal> put_event(const Dbis& dbis, lmdb::Txn& txn, EventSink& si
     auto existing = txn.get(dbis.event_ids, id_val);
     return duplicate(codec::get_u64(static_cast<const std::byte*>(existing->mv_data)));
   }
-  fill(sink.reserve(seq, size));
+  sink.put(seq, size, fill);
   return std::nullopt;
 }
 
@@ -409,7 +430,8 @@ Result<std::uint64_t> Writer::append(const RunId& run, std::uint64_t expected_he
   }
   auto inherited = reader.inherited(*record);
   std::uint64_t seq = head;
-  EventSink sink(state_.env.dbis(), state_.txn, record->number, head + 1);
+  EventSink sink(state_.env.dbis(), state_.txn, record->number, head + 1,
+                 state_.env.deflates_events());
   IdIndexSink ids(state_.env.dbis(), state_.txn);
   for (const NewEvent& event : events) {
     if (auto problem = event_problem(event)) {
@@ -528,7 +550,7 @@ Result<RunInfo> Writer::load_segment(std::span<const std::byte> segment, const N
   if (!events) return bad(events.error().message);
   auto record = insert_run(state_.env, state_.txn, run, std::nullopt);
   if (!record) return std::unexpected(record.error());
-  EventSink sink(state_.env.dbis(), state_.txn, record->number, 1);
+  EventSink sink(state_.env.dbis(), state_.txn, record->number, 1, state_.env.deflates_events());
   IdIndexSink ids(state_.env.dbis(), state_.txn);
   for (;;) {
     auto next = events->next();

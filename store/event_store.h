@@ -62,8 +62,11 @@
 
 namespace forktrial::store {
 
-// The schema version this build reads and writes (docs/store-format.md).
-inline constexpr std::uint32_t kSchemaVersion = 1;
+// The schema version this build writes into a new store, and the oldest it
+// reads and writes too (docs/store-format.md, "Versioning"): version 2 may
+// hold deflated events, version 1 never does.
+inline constexpr std::uint32_t kSchemaVersion = 2;
+inline constexpr std::uint32_t kOldestSchemaVersion = 1;
 
 enum class Refused {
   unknown_run,         // no run with that id
@@ -175,6 +178,13 @@ struct StoreOptions {
   // older snapshot still reads; a write that begins otherwise is a bug and
   // throws std::logic_error.
   bool exclusive = false;
+  // true stores each appended event deflated when that is smaller (raw
+  // deflate with the store's dictionary of the runtime's event shapes,
+  // docs/store-format.md "Deflated events"): a trial's fork of hundreds of
+  // alike events then takes a fraction of its bytes, for a few microseconds
+  // an event. Only in a store of schema version 2; a version-1 store is
+  // written as before. Reading needs no option: every value says its form.
+  bool deflate_events = false;
   // The clock stamping created_at (ISO-8601 UTC) and the generator of new
   // run ids; tests inject fixed ones. Defaults: the system clock, and "run_"
   // plus 16 random hex digits. Both are called inside write transactions

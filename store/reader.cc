@@ -116,8 +116,11 @@ void TxnReader::scan(const std::vector<Range>& ranges, std::uint64_t from_seq, s
 void TxnReader::stream_segment(const codec::RunRecord& run, std::uint64_t up_to_seq,
                                const SegmentWriter::Sink& sink) const {
   SegmentWriter segment(run.id.str(), up_to_seq, sink);
+  // A segment holds canonical encodings: deflated events are inflated, so
+  // the same history gives the same segment whichever store holds it.
+  std::vector<std::byte> inflated;
   scan(lineage(run), 1, up_to_seq, [&](std::uint64_t seq, std::span<const std::byte> value) {
-    segment.add(seq, value);
+    segment.add(seq, codec::canonical_event(value, inflated));
     return true;
   });
   segment.finish();
