@@ -1304,7 +1304,12 @@ store::Result<std::uint64_t> append_to_log(store::Writer& writer,
   std::uint64_t number = head;
   const auto flush = [&]() -> store::Result<void> {
     if (events.empty()) return {};
-    store::Result<std::uint64_t> appended = writer.append(kOrchestrationRun, head, events);
+    // Plain, though the store deflates trials' events: the log's records
+    // are a few hundred bytes a trial, and it is compacted, while deflating
+    // each costs the coordinator more CPU than reconciling a trivial trial
+    // does otherwise (docs/decisions/0092-deflated-events.md).
+    store::Result<std::uint64_t> appended =
+        writer.append(kOrchestrationRun, head, events, /*deflate=*/false);
     if (!appended) return std::unexpected(std::move(appended.error()));
     head = *appended;
     events.clear();

@@ -412,7 +412,7 @@ Result<RunInfo> Writer::fork(const RunId& parent, const EventId& at_event, const
 }
 
 Result<std::uint64_t> Writer::append(const RunId& run, std::uint64_t expected_head,
-                                     std::span<const NewEvent> events) {
+                                     std::span<const NewEvent> events, bool deflate) {
   auto reader = state_.reader();
   auto record = reader.record(run);
   if (!record) {
@@ -431,7 +431,7 @@ Result<std::uint64_t> Writer::append(const RunId& run, std::uint64_t expected_he
   auto inherited = reader.inherited(*record);
   std::uint64_t seq = head;
   EventSink sink(state_.env.dbis(), state_.txn, record->number, head + 1,
-                 state_.env.deflates_events());
+                 deflate && state_.env.deflates_events());
   IdIndexSink ids(state_.env.dbis(), state_.txn);
   for (const NewEvent& event : events) {
     if (auto problem = event_problem(event)) {

@@ -181,8 +181,9 @@ struct StoreOptions {
   // true stores each appended event deflated when that is smaller (raw
   // deflate with the store's dictionary of the runtime's event shapes,
   // docs/store-format.md "Deflated events"): a trial's fork of hundreds of
-  // alike events then takes a fraction of its bytes, for a few microseconds
-  // an event. Only in a store of schema version 2; a version-1 store is
+  // alike events then takes a fraction of its bytes, for 6 to 8 µs of CPU
+  // an event (mostly zlib's set-up of each stream, whatever the event's
+  // size). Only in a store of schema version 2; a version-1 store is
   // written as before. Reading needs no option: every value says its form.
   bool deflate_events = false;
   // The clock stamping created_at (ISO-8601 UTC) and the generator of new
@@ -244,9 +245,11 @@ class Writer {
   Result<RunInfo> fork(const RunId& parent, const EventId& at_event, const NewRun& fork);
   // Appends `events` after `expected_head`; returns the new head. Refused,
   // with nothing written, if the head moved or an event id is already in the
-  // run's history or repeated in the batch.
+  // run's history or repeated in the batch. `deflate` false keeps them
+  // plain in a deflating store too (StoreOptions::deflate_events): for
+  // records written once per trial whose bytes matter less than the CPU.
   Result<std::uint64_t> append(const RunId& run, std::uint64_t expected_head,
-                               std::span<const NewEvent> events);
+                               std::span<const NewEvent> events, bool deflate = true);
   // Stores `bytes` under their SHA-256 digest (an existing blob is kept).
   // Every way of storing a blob (put_blob, put_blob_file, store_segment)
   // stamps it with the time (StoreOptions::clock), an existing blob too:
