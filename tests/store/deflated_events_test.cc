@@ -200,6 +200,29 @@ TEST_CASE("deflated events read back byte for byte, in fewer bytes, with the sam
   }
 }
 
+TEST_CASE("an append that asks for its events plain keeps them plain in a deflating store",
+          "[store][deflate]") {
+  forktrial::testing::TempDir dir;
+  const auto events = trial_events(20);
+  StoreOptions deflating = fixed_options();
+  deflating.deflate_events = true;
+  {
+    EventStore store(dir.path() / "store", deflating);
+    REQUIRE(store.create_run(NewRun{.id = RunId("run_root"), .label = "root"}));
+    const auto head = store.write([&](Writer& writer) {
+      return writer.append(RunId("run_root"), 0, events, /*deflate=*/false);
+    });
+    REQUIRE(head);
+    auto snapshot = store.snapshot();
+    const auto history = snapshot.history(*snapshot.run(RunId("run_root")));
+    REQUIRE(history.size() == events.size());
+    for (std::size_t i = 0; i < events.size(); ++i) {
+      CHECK(static_cast<const NewEvent&>(history[i]) == events[i]);
+    }
+  }
+  CHECK(!any_deflated(stored_values(dir.path() / "store")));
+}
+
 TEST_CASE("a store of schema version 1 is read and written as version 1, never deflated",
           "[store][deflate]") {
   forktrial::testing::TempDir dir;
