@@ -233,7 +233,7 @@ printf '#!/bin/sh\ncase "$1" in -print-file-name=*) echo "${1#*=}" ;; -dumpversi
   >bare-cxx
 chmod +x bare-cxx
 if out=$(CXX=$here/bare-cxx "$relink" --output missing 2>&1); then fail "$relink linked without archives"; fi
-want="apt-get install liblua5.4-dev libutf8proc-dev libssl-dev libcapnp-dev liblmdb-dev libseccomp-dev libc6-dev libstdc++-12-dev"
+want="apt-get install liblua5.4-dev libutf8proc-dev libssl-dev libcapnp-dev liblmdb-dev zlib1g-dev libseccomp-dev libc6-dev libstdc++-12-dev"
 grep -qx "  $want" <<<"$out" || fail "$relink without the libraries' archives does not say \"$want\": $out"
 [ ! -e missing ] || fail "$relink wrote missing although it failed"
 # A modified library is given with --lib-dir: a copy of the system's
