@@ -469,7 +469,7 @@ TEST_CASE("text that is not UTF-8 is repaired or refused at the wire, and every 
 }
 
 TEST_CASE("a report past the write budget or the verdict's bounds is not recorded whole",
-          "[cluster][rogue]") {
+          "[cluster][rogue][no-tsan]") {
   Cluster cluster;
   cluster.start_coordinator("60", {"--max-attempts", "1"});
   const std::string job = greeter_job(cluster, 2);
@@ -816,7 +816,7 @@ TEST_CASE("a job too large for one message goes in parts, and becomes one job wi
 }
 
 TEST_CASE("a trial larger than one message is refused before anything is sent, saying why",
-          "[cluster][rogue]") {
+          "[cluster][rogue][no-tsan]") {
   Cluster cluster;
   cluster.start_coordinator();
   forktrial::coordinator::Client client(cluster.endpoint, std::chrono::seconds(10));

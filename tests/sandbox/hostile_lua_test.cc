@@ -100,7 +100,7 @@ void require_memory_net(const TrialReport& report) {
 }  // namespace
 
 TEST_CASE("a scenario that catches its memory error is limits_exceeded by the memory net",
-          "[trial][hostile]") {
+          "[trial][hostile][no-tsan]") {
   Hostile h;
   auto report = h.trial(scenario(kHoardLua,
                                  "local ok = pcall(hoard)\n"
@@ -111,7 +111,7 @@ TEST_CASE("a scenario that catches its memory error is limits_exceeded by the me
 }
 
 TEST_CASE("a behavior that catches its memory error is limits_exceeded by the memory net",
-          "[trial][hostile]") {
+          "[trial][hostile][no-tsan]") {
   Hostile h;
   PackSpec spec;
   spec.behaviors = {"hoarder"};
@@ -132,7 +132,7 @@ return pack
 }
 
 TEST_CASE("loops catching errors after memory ran out end by the memory net, not the wall clock",
-          "[trial][hostile]") {
+          "[trial][hostile][no-tsan]") {
   Hostile h;
   SECTION("a pcall loop") {
     require_memory_net(

@@ -54,7 +54,7 @@ std::string fork_run_of(const std::string& trial_output) {
 
 }  // namespace
 
-TEST_CASE("the README walkthrough runs as written", "[readme][cli]") {
+TEST_CASE("the README walkthrough runs as written", "[readme][cli][release-only]") {
   std::ifstream file(std::filesystem::path(FORKTRIAL_SOURCE_DIR) / "README.md");
   std::stringstream readme;
   readme << file.rdbuf();

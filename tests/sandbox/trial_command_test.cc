@@ -646,7 +646,8 @@ TEST_CASE("the helper that runs commands for these tests stops one that hangs", 
   if (!gone) ::kill(member, SIGKILL);
 }
 
-TEST_CASE("an installed forktrial finds its own child, not the build tree's", "[cli][install]") {
+TEST_CASE("an installed forktrial finds its own child, not the build tree's",
+          "[cli][install][release-only]") {
   TempDir dir;
   const auto prefix = dir.path() / "prefix";
   auto installed =

@@ -339,7 +339,7 @@ TEST_CASE("10. the child sees only PATH, HOME, LANG and the names passed through
 }
 
 TEST_CASE("11. unbounded allocation hits the memory net, and a refused net is one warning",
-          "[trial]") {
+          "[trial][no-tsan]") {
   Fixture f;
   SECTION("memory net") {
     TrialLimits limits;

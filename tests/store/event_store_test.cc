@@ -59,7 +59,8 @@ TEST_CASE("a new run starts empty and reads back what was appended", "[store]") 
   CHECK_FALSE(snap.find_event(now, EventId("nope")).has_value());
 }
 
-TEST_CASE("an event far larger than Cap'n Proto's default traversal limit reads back", "[store]") {
+TEST_CASE("an event far larger than Cap'n Proto's default traversal limit reads back",
+          "[store][release-only]") {
   forktrial::testing::TempDir dir;
   EventStore store(dir.path() / "s", fixed_options());
   RunInfo run = must(store.create_run({.label = "big"}));
@@ -85,7 +86,8 @@ TEST_CASE("an event far larger than Cap'n Proto's default traversal limit reads 
   CHECK(copied.history(*copied.run(loaded->id))[0].payload == payload);
 }
 
-TEST_CASE("a payload past what one stored event can count is refused, not cut", "[store]") {
+TEST_CASE("a payload past what one stored event can count is refused, not cut",
+          "[store][release-only]") {
   const std::string payload =
       R"({"x":")" + std::string(kMaxPayloadBytes, 'a') + R"("})";  // past it by 8
   const auto problem = event_problem(event("evt_huge", "job.submitted", payload));
