@@ -189,7 +189,7 @@ class _Reader:
             raise WireError("a struct pointer is not one")
         data = (value >> 32) & 0xFFFF
         pointers = value >> 48
-        if (target + data + pointers) * _WORD > len(self.segments[seg]):
+        if target < 0 or (target + data + pointers) * _WORD > len(self.segments[seg]):
             raise WireError("a struct runs past its segment")
         return _Struct(seg, target, data, target + data, pointers)
 
@@ -220,7 +220,7 @@ class _Reader:
             raise WireError("a text pointer is not a list of bytes")
         count = value >> 35
         data = self.segments[seg]
-        if count == 0 or target * _WORD + count > len(data):
+        if count == 0 or target < 0 or target * _WORD + count > len(data):
             raise WireError("a text runs past its segment")
         self.budget -= count // _WORD
         raw = bytes(data[target * _WORD:target * _WORD + count])
@@ -241,7 +241,7 @@ class _Reader:
         if value & 3 != 1 or (value >> 32) & 7 != 6:
             raise WireError("a list of texts is not a list of pointers")
         count = value >> 35
-        if (target + count) * _WORD > len(self.segments[seg]):
+        if target < 0 or (target + count) * _WORD > len(self.segments[seg]):
             raise WireError("a list runs past its segment")
         return [self._text_at(seg, target + i) for i in range(count)]
 
