@@ -618,6 +618,14 @@ class Server {
   // Whether the client of the message being handled may act on `job`: its
   // owner, an administrator, or anyone when the coordinator has no keys.
   bool may_act_on(const JobStatus& job) const;
+  // Whether the client of the message being handled may name `run` as a
+  // parent, of a job's trials or of an imported fork: never one of the
+  // coordinator's own runs (its log, archives and trials' forks hold other
+  // clients' jobs), and with keys a run another client imported only for an
+  // administrator. no_run_to_fork says why not, without telling whether
+  // another client's run exists.
+  bool may_fork(const store::RunInfo& run) const;
+  std::string no_run_to_fork(const std::string& run) const;
 
   // The refusal of a client acting on a job it may not: said the same for a
   // job of another owner and for none, so a key learns nothing of others'.

@@ -349,10 +349,8 @@ const Server::CheckedBundle& Server::check_bundle(
 std::expected<Digest, Status> Server::segment_of(const store::Snapshot& snapshot,
                                                  const sandbox::TrialSpecification& spec) {
   auto parent = snapshot.run(spec.parent_run_id);
-  if (!parent) {
-    return failure(ErrorCode::not_found, "no run " + spec.parent_run_id.str() +
-                                             " in the coordinator's store " +
-                                             config_.store.string());
+  if (!parent || !may_fork(*parent)) {
+    return failure(ErrorCode::not_found, no_run_to_fork(spec.parent_run_id.str()));
   }
   auto point = snapshot.find_event(*parent, spec.at_event);
   if (!point) {

@@ -49,15 +49,28 @@ void Server::on_import_run(const std::string& route, Envelope::Reader envelope) 
     return reply_error(route, request, ErrorCode::invalid_argument,
                        "a fork names both the run it forks and the event it branches after");
   }
+  const std::string owner = client_ ? client_->key : std::string();
   const auto snapshot = store_.snapshot();
   if (const auto existing = snapshot.run(id)) {
-    // A resend of an import that was committed is answered again.
-    if (existing->label == label &&
-        (existing->fork_of ? existing->fork_of->parent.str() : std::string()) == fork_of) {
+    // A resend of an import that was committed is answered again: the same
+    // client, the same file, label and fork point. Anything else under the
+    // id (another client's file above all) is refused, or a client could
+    // take a run another forks.
+    if (existing->owner == owner && existing->source == *blob && existing->label == label &&
+        (existing->fork_of ? existing->fork_of->parent.str() : std::string()) == fork_of &&
+        (existing->fork_of ? existing->fork_of->event_id.str() : std::string()) == at) {
       return reply_run(route, request, *existing);
     }
     return reply_error(route, request, ErrorCode::conflict,
-                       "the coordinator's store has a run " + id.str() + " already");
+                       "the coordinator's store has a run " + id.str() +
+                           " already, imported from another file or by another client; give "
+                           "the run another id");
+  }
+  if (!fork_of.empty()) {
+    const auto parent = snapshot.run(store::RunId(fork_of));
+    if (!parent || !may_fork(*parent)) {
+      return reply_error(route, request, ErrorCode::not_found, no_run_to_fork(fork_of));
+    }
   }
   const auto bytes = snapshot.blob(*blob);
   if (!bytes) {
@@ -77,7 +90,7 @@ void Server::on_import_run(const std::string& route, Envelope::Reader envelope) 
     return reply_error(route, request, ErrorCode::invalid_argument,
                        events.error().message + "; nothing was imported");
   }
-  const store::NewRun spec{.id = id, .label = label};
+  const store::NewRun spec{.id = id, .label = label, .owner = owner, .source = *blob};
   auto run = fork_of.empty()
                  ? store_.import_run(spec, *events)
                  : import::jsonl::import_fork(store_, store::RunId(fork_of), store::EventId(at),

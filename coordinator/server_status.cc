@@ -147,6 +147,25 @@ bool Server::may_act_on(const JobStatus& job) const {
   return client_ && (client_->admin || client_->key == job.owner);
 }
 
+bool Server::may_fork(const store::RunInfo& run) const {
+  if (coordinator_run_id(run.id.str())) return false;
+  if (!zap_ || run.owner.empty()) return true;
+  return client_ && (client_->admin || client_->key == run.owner);
+}
+
+std::string Server::no_run_to_fork(const std::string& run) const {
+  if (coordinator_run_id(run)) {
+    return "run " + run +
+           " is the coordinator's own (its log, a finished job's archive or a trial's fork), "
+           "which no job or import may fork; to go on from a trial's fork, export it (forktrial "
+           "run export) and import it as a run of your own";
+  }
+  // Another client's run is answered as one that does not exist (decision
+  // 0073): the answer tells a key nothing of what others imported.
+  // The client's command line says what to do (import it), once a job.
+  return "no run " + run + " in the coordinator's store " + config_.store.string();
+}
+
 void Server::refuse_not_theirs(const std::string& route, std::uint64_t request,
                                const std::string& job, std::string_view what) {
   reply_error(route, request, ErrorCode::not_found,

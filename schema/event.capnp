@@ -65,4 +65,14 @@ struct RunRecord {
     noFrame @8 :Void;
     frameId @9 :Text;
   }
+
+  # Who may fork the run through a coordinator: the public key (Z85) of the
+  # client that imported it there, or absent (records written before this
+  # field, runs imported into the store directly by its operators, runs
+  # imported without keys): every client may.
+  owner @10 :Text;
+  # The digest of the file a client imported the run from (absent for other
+  # runs): a resend of the same import is answered again, another file
+  # under the same id is refused.
+  source @11 :Data;
 }

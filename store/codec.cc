@@ -202,6 +202,12 @@ kj::Array<capnp::word> encode_run(const RunRecord& record) {
   } else {
     r.getFrame().setNoFrame();
   }
+  // Unset when empty, so that a run without them is stored as it always was.
+  if (!record.owner.empty()) r.setOwner(t(record.owner));
+  if (record.source) {
+    const auto& bytes = record.source->bytes();
+    r.setSource(capnp::Data::Reader(reinterpret_cast<const kj::byte*>(bytes.data()), bytes.size()));
+  }
   return capnp::canonicalize(r.asReader());
 }
 
@@ -224,6 +230,17 @@ RunRecord decode_run_words(std::span<const std::byte> value) {
   }
   if (r.getGoal().isGoalText()) record.goal = std::string(view(r.getGoal().getGoalText()));
   if (r.getFrame().isFrameId()) record.frame_id = std::string(view(r.getFrame().getFrameId()));
+  record.owner = std::string(view(r.getOwner()));
+  if (r.hasSource()) {
+    const auto source = r.getSource();
+    if (source.size() != Digest::kSize) {
+      throw StoreError("stored run record " + record.id.str() + " has a source of " +
+                       std::to_string(source.size()) + " bytes, not a digest");
+    }
+    std::array<std::uint8_t, Digest::kSize> bytes{};
+    std::copy(source.begin(), source.end(), bytes.begin());
+    record.source = Digest(bytes);
+  }
   return record;
 }
 

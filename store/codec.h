@@ -75,6 +75,8 @@ struct RunRecord {
   std::optional<ForkPoint> fork_of;
   std::optional<std::string> goal;
   std::optional<std::string> frame_id;
+  std::string owner;  // "" (not stored): every client may fork it
+  std::optional<Digest> source;
 };
 kj::Array<capnp::word> encode_run(const RunRecord& record);
 RunRecord decode_run(std::span<const std::byte> value);

@@ -106,6 +106,9 @@ std::optional<TextProblem> run_text_problem(const NewRun& run) {
       return TextProblem{"frame_id", std::move(*problem)};
     }
   }
+  if (auto problem = text_field_problem("owner", run.owner, kMaxIdBytes, false)) {
+    return TextProblem{"owner", std::move(*problem)};
+  }
   return std::nullopt;
 }
 

@@ -14,6 +14,7 @@
 #include <string>
 #include <string_view>
 
+#include "base/digest.h"
 #include "base/error.h"
 #include "store/ids.h"
 
@@ -92,6 +93,10 @@ struct RunInfo {
   // activegraph's run goal and frame id, kept from an imported store.
   std::optional<std::string> goal = std::nullopt;
   std::optional<std::string> frame_id = std::nullopt;
+  // The client key a coordinator imported the run for ("": every client's
+  // to fork), and the digest of the file it came from (NewRun).
+  std::string owner = {};
+  std::optional<Digest> source = std::nullopt;
 
   friend bool operator==(const RunInfo&, const RunInfo&) = default;
 };
@@ -106,6 +111,13 @@ struct NewRun {
   // activegraph's runs.goal and runs.frame_id (absent: NULL there).
   std::optional<std::string> goal = std::nullopt;
   std::optional<std::string> frame_id = std::nullopt;
+  // Set by a coordinator importing a run for a client: the client's public
+  // key, whose alone the run is to fork through it ("": every client's),
+  // and the digest of the file imported, which tells a resend of the same
+  // import from another file under the same id. The store keeps both and
+  // enforces neither.
+  std::string owner = {};
+  std::optional<Digest> source = std::nullopt;
 };
 
 // The rule every text field of an event and of a run follows

@@ -23,8 +23,8 @@ Refusal refuse(Refused kind, std::string message) {
 }
 
 codec::RunRecord as_record(const RunInfo& run) {
-  return codec::RunRecord{run.id,      run.label, run.created_at, run.number,
-                          run.fork_of, run.goal,  run.frame_id};
+  return codec::RunRecord{run.id,   run.label,    run.created_at, run.number, run.fork_of,
+                          run.goal, run.frame_id, run.owner,      run.source};
 }
 
 }  // namespace
@@ -257,6 +257,8 @@ Result<codec::RunRecord> insert_run(const Environment& env, lmdb::Txn& txn, cons
   record.fork_of = std::move(fork_of);
   record.goal = run.goal;
   record.frame_id = run.frame_id;
+  record.owner = run.owner;
+  record.source = run.source;
 
   lmdb::Cursor numbers(txn.get(), env.dbis().run_numbers);
   MDB_val key{};

@@ -51,7 +51,8 @@ std::uint64_t TxnReader::head(const codec::RunRecord& r) const {
 }
 
 RunInfo TxnReader::info(const codec::RunRecord& r) const {
-  return RunInfo{r.id, r.label, r.created_at, r.fork_of, head(r), r.number, r.goal, r.frame_id};
+  return RunInfo{r.id,     r.label, r.created_at, r.fork_of, head(r),
+                 r.number, r.goal,  r.frame_id,   r.owner,   r.source};
 }
 
 std::vector<Range> TxnReader::lineage(const codec::RunRecord& run) const {

@@ -686,6 +686,95 @@ TEST_CASE("with keys, a client acts on its own jobs only, and an administrator o
   CHECK(cluster.log_text().find("refused to cancel job " + alices) != std::string::npos);
 }
 
+TEST_CASE(
+    "a client forks its own runs and the store's, never another client's or the coordinator's",
+    "[cluster][rogue][curve]") {
+  Keys keys;
+  REQUIRE(run_forktrial({"keygen", keys.path("other.key")}).exit_code == 0);
+  keys.dir.write("others.allow", forktrial::testing::read_file(keys.path("other.key.pub")));
+  Cluster cluster;
+  cluster.endpoint = "tcp://127.0.0.1:" + std::to_string(free_tcp_port());
+  cluster.start_coordinator(
+      "30", with(keys.coordinator(), {"--allow-clients", keys.path("others.allow")}));
+  cluster.start_worker(1, 1, {}, keys.as("worker"));
+  auto as = [&](const std::string& who, std::vector<std::string> args) {
+    args.insert(args.end(), {"--coordinator", cluster.endpoint, "--timeout", "30"});
+    return run_forktrial(with(args, keys.as(who)));
+  };
+  const std::string chat = kExamples + "/runs/chat.jsonl";
+  const std::string whatif = kExamples + "/runs/chat-whatif.jsonl";
+  // A batch of one greeter trial forked from `parent`.
+  auto batch_from = [&](const std::string& parent) { return cluster.outcome_batch(1, 1, parent); };
+  auto submitted = [&](const std::string& who, const std::string& parent) {
+    auto result = as(who, {"submit", batch_from(parent), "--json"});
+    INFO(result.err);
+    REQUIRE(result.exit_code == 0);
+    return json::parse(result.out)["job"].get<std::string>();
+  };
+  auto refused_to = [&](const std::string& who, const std::string& parent) {
+    auto result = as(who, {"submit", batch_from(parent)});
+    CHECK(result.exit_code != 0);
+    return result.err;
+  };
+
+  // Alice imports a run; sent again, the same import is the same run.
+  REQUIRE(as("client", {"import", chat, "--id", "run_alice"}).exit_code == 0);
+  CHECK(as("client", {"import", chat, "--id", "run_alice"}).exit_code == 0);
+  // Bob cannot take her id, with his own file or with hers (a resend is the
+  // same client's, with the same file).
+  for (const auto& file : {whatif, chat}) {
+    auto squatted = as("other", {"import", file, "--id", "run_alice"});
+    CHECK(squatted.exit_code != 0);
+    CHECK_THAT(squatted.err, Catch::Contains("has a run run_alice already") &&
+                                 Catch::Contains("give the run another id"));
+  }
+  // Alice herself cannot put another file under it.
+  CHECK(as("client", {"import", whatif, "--id", "run_alice"}).exit_code != 0);
+  // Bob can neither fork her run in a job nor import a fork of it: to him
+  // it is a run the coordinator does not have.
+  CHECK_THAT(refused_to("other", "run_alice"),
+             Catch::Contains("no run run_alice in the coordinator's store"));
+  auto fork = as("other", {"import", whatif, "--id", "run_bobs_fork", "--fork-of", "run_alice",
+                           "--at", "evt_009"});
+  CHECK(fork.exit_code != 0);
+  CHECK_THAT(fork.err, Catch::Contains("no run run_alice in the coordinator's store"));
+  // Alice forks her run, and both fork the run of the store's operators.
+  auto completed = [&](const std::string& who, const std::string& job) {
+    auto waited = as(who, {"wait", job, "--json", "--max-wait", "60"});
+    INFO(waited.err << cluster.log_text());
+    const auto lines = forktrial::testing::lines_of(waited.out);
+    REQUIRE_FALSE(lines.empty());
+    return json::parse(lines.back())["completed"] == 1;
+  };
+  const std::string alices = submitted("client", "run_alice");
+  CHECK(completed("client", alices));
+  const std::string bobs = submitted("other", "run_chat");
+  CHECK(completed("other", bobs));
+  CHECK(as("client", {"import", whatif, "--id", "run_alice_fork", "--fork-of", "run_alice", "--at",
+                      "evt_009"})
+            .exit_code == 0);
+
+  // The coordinator's own runs are no one's to fork, on any path: its log
+  // (every job's names, keys and pins), a finished job's archive, and a
+  // trial's fork, Bob's own included.
+  const std::string own_fork = "run_" + bobs + "_0_a1";
+  for (const std::string& run :
+       {std::string("forktrial.orchestration"), "forktrial.archive." + alices, own_fork}) {
+    INFO(run);
+    CHECK_THAT(refused_to("other", run),
+               Catch::Contains("run " + run + " is the coordinator's own") &&
+                   Catch::Contains("import it as a run of your own"));
+    auto forked = as(
+        "other", {"import", whatif, "--id", "run_of_theirs", "--fork-of", run, "--at", "evt_001"});
+    CHECK(forked.exit_code != 0);
+    CHECK_THAT(forked.err, Catch::Contains("is the coordinator's own"));
+  }
+  // What Bob did not submit is not there for him: only his job's results.
+  auto status = as("other", {"status", "--json"});
+  REQUIRE(status.exit_code == 0);
+  CHECK(json::parse(status.out)["jobs"].size() == 1);
+}
+
 TEST_CASE("abandoned partial uploads spill to disk within a client's share and an overall limit",
           "[cluster][rogue]") {
   Cluster cluster;

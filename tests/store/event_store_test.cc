@@ -369,6 +369,28 @@ TEST_CASE("a run goal may span lines but holds no other control character", "[st
   CHECK_FALSE(store.create_run({.label = "two\nlines"}));
 }
 
+TEST_CASE("a run keeps the owner and source it was created with, and one without them has none",
+          "[store]") {
+  forktrial::testing::TempDir dir;
+  EventStore store(dir.path() / "s", fixed_options());
+  const Digest source = Sha256::of("the file a client imported");
+  const std::string owner = "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7";
+  RunInfo owned = must(store.create_run({.label = "owned", .owner = owner, .source = source}));
+  CHECK(owned.owner == owner);
+  CHECK(owned.source == source);
+  const RunInfo plain = must(store.create_run({.label = "plain"}));
+  // Read back, decoded from the stored records.
+  const auto snapshot = store.snapshot();
+  CHECK(snapshot.run(owned.id) == owned);
+  CHECK(snapshot.run(plain.id)->owner.empty());
+  CHECK_FALSE(snapshot.run(plain.id)->source);
+  // An owner is text of a run, held to the same rule.
+  auto refused = store.create_run({.owner = std::string("key\x1b")});
+  REQUIRE_FALSE(refused);
+  CHECK_THAT(refused.error().message,
+             Catch::Contains("owner \"key\\x1b\" contains the control character U+001B"));
+}
+
 TEST_CASE("a fork of a fork of a fork reads exactly its lineage", "[store][lineage]") {
   forktrial::testing::TempDir dir;
   EventStore store(dir.path() / "s", fixed_options());
