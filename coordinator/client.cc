@@ -124,7 +124,11 @@ struct Client::Impl {
     };
     for (;;) {
       const auto now = world->monotonic_now();
-      const auto until = resend == kNever ? deadline : std::min(deadline, sent + resend);
+      auto until = resend == kNever ? deadline : std::min(deadline, sent + resend);
+      // With a caller's check, it is asked at least every kInterruptCheck
+      // too: what it watches (a daemon the caller started, say) may end
+      // without a signal.
+      if (interrupted) until = std::min(until, now + kInterruptCheck);
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - now);
       zmq::pollitem_t items[] = {{socket.handle(), 0, ZMQ_POLLIN, 0},
                                  {monitor.handle(), 0, ZMQ_POLLIN, 0}};
@@ -142,6 +146,12 @@ struct Client::Impl {
         read_events();
         if (hopeless) throw Error(*hopeless);
         if ((items[0].revents & ZMQ_POLLIN) == 0) continue;
+      }
+      if (ready == 0 && interrupted && world->monotonic_now() < deadline &&
+          (resend == kNever || world->monotonic_now() < sent + resend)) {
+        if (interrupted())
+          throw Error(ErrorCode::cancelled, "stopped while waiting for the coordinator");
+        continue;
       }
       if (ready == 0) {
         if (resend != kNever && world->monotonic_now() < deadline) {

@@ -39,6 +39,9 @@ struct ResultsPage {
   std::uint32_t total = 0;
 };
 
+// How often a wait asks the caller's `interrupted` (Client::set_interrupted).
+inline constexpr std::chrono::milliseconds kInterruptCheck{200};
+
 class Client {
  public:
   // Connects to `endpoint` (with CURVE when `keys` are given) and says
@@ -54,7 +57,9 @@ class Client {
   Client& operator=(const Client&) = delete;
 
   // A signal interrupting a wait ends the call with Error (cancelled) when
-  // `interrupted` says so; other signals are waited through.
+  // `interrupted` says so; other signals are waited through. `interrupted`
+  // is also asked every kInterruptCheck of a wait, for what ends without a
+  // signal (a coordinator process the caller started).
   void set_interrupted(std::function<bool()> interrupted);
 
   // Each call throws Error: unavailable when no answer came in time,

@@ -5,12 +5,23 @@
 namespace forktrial::coordinator {
 namespace detail {
 
+namespace {
+
+store::WriterLock take_writer_lock(const std::filesystem::path& store) {
+  auto lock = store::WriterLock::take(store, "coordinator");
+  if (!lock) throw Error(lock.error());
+  return std::move(*lock);
+}
+
+}  // namespace
+
 Server::Server(const ServerConfig& config, const sandbox::Cancellation& stop, const Log& log,
                bool listen)
     : config_(config),
       world_(config.world != nullptr ? *config.world : real_world()),
       stop_(stop),
       log_(log),
+      lock_(take_writer_lock(config.store)),
       store_(config.store, coordinator_store_options(world_, config)),
       uploads_(config.store / "uploads", config.uploads),
       scheduler_(config.scheduler) {

@@ -29,6 +29,7 @@
 #include "sandbox/trial_types.h"
 #include "schema/wire_codec.h"
 #include "store/event_store.h"
+#include "store/writer_lock.h"
 #include "transport/metrics_endpoint.h"
 #include "transport/zap.h"
 
@@ -680,6 +681,9 @@ class Server {
   World& world_;  // every clock, random number and free-space reading
   const sandbox::Cancellation& stop_;
   const Log& log_;
+  // Taken before the store is opened and its log replayed, held until the
+  // server is gone: one coordinator a store (store/writer_lock.h).
+  store::WriterLock lock_;
   store::EventStore store_;
   UploadSpool uploads_;  // blobs clients are uploading, spilled to disk
   Scheduler scheduler_;

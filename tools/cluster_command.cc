@@ -25,6 +25,7 @@
 #include "sandbox/executor.h"
 #include "sandbox/limit_units.h"
 #include "sandbox/trial.h"
+#include "store/writer_lock.h"
 #include "tools/cli_support.h"
 #include "tools/client_commands.h"
 #include "tools/commands.h"
@@ -471,6 +472,14 @@ void add_batch(CLI::App& app) {
   cmd->callback([=] {
     if (*workers == 0) throw CommandFailed("--workers: give at least 1", kUsageError);
     auto batch = read_batch_or_fail(*file);
+    // A batch runs a coordinator of its own, and a store has one at a time.
+    if (const auto holder = store::WriterLock::holder(*store)) {
+      throw CommandFailed("the store " + *store + " is in use by a coordinator (" +
+                          store::describe(*holder) +
+                          "); a batch runs a coordinator of its own, and a store has one at a "
+                          "time: submit the batch to that coordinator (forktrial submit " +
+                          *file + " --coordinator ENDPOINT), or give the batch another --store");
+    }
     // activegraph packs need activegraph here: without it no local worker
     // could run them, and the batch would wait for ever.
     if (std::ranges::any_of(batch.trials, [](const sandbox::TrialSpecification& spec) {
@@ -518,8 +527,21 @@ void add_batch(CLI::App& app) {
     sandbox::Cancellation stop;
     StopSignals signals(stop);
     coordinator::Client client(endpoint, std::chrono::seconds(30));
-    client.set_interrupted([&stop] { return stop.cancelled(); });
-    const auto job = submit_batch(client, batch, *no_cache);
+    // A coordinator that stops (it found the store in use, or cannot write
+    // it) ends the wait at once: its log above says why.
+    client.set_interrupted([&] { return stop.cancelled() || !coordinator.running(); });
+    const auto coordinator_died = [&] {
+      return CommandFailed("the batch's coordinator stopped (" + coordinator.how_it_ended() +
+                           ") before the batch finished; its log is above");
+    };
+    const auto job = [&] {
+      try {
+        return submit_batch(client, batch, *no_cache);
+      } catch (const Error&) {
+        if (!stop.cancelled() && !coordinator.running()) throw coordinator_died();
+        throw;
+      }
+    }();
     if (!*json) {
       std::fprintf(stderr, "batch %s: job %s, %llu trials on %u workers\n", batch.name.c_str(),
                    job.job.c_str(), static_cast<unsigned long long>(job.total), *workers);
@@ -543,10 +565,7 @@ void add_batch(CLI::App& app) {
         if (tty) std::fprintf(stderr, "\r%s", progress_line(status).c_str());
         if (status["finished"].get<bool>()) break;
       }
-      if (!coordinator.running()) {
-        throw CommandFailed("the batch's coordinator died (" + coordinator.how_it_ended() +
-                            "); its log is above");
-      }
+      if (!coordinator.running()) throw coordinator_died();
       if (std::none_of(pool.begin(), pool.end(), [](auto& w) { return w->running(); })) {
         std::string how;
         for (auto& worker : pool) how += (how.empty() ? "" : ", ") + worker->how_it_ended();

@@ -110,6 +110,9 @@ struct Cluster {
     std::vector<std::string> args{"coordinator", "--store", store, "--listen",
                                   endpoint,      "--lease", lease};
     args.insert(args.end(), extra.begin(), extra.end());
+    // The one before is gone before this one starts: a store has one
+    // coordinator at a time (store/writer_lock.h).
+    coordinator.reset();
     coordinator = std::make_unique<Daemon>(std::move(args), log);
   }
   void start_worker(int n, unsigned slots = 1, std::vector<std::string> env = {},

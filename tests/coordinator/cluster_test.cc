@@ -943,6 +943,44 @@ TEST_CASE("forktrial batch stops, saying so, when every worker it started has di
         std::string::npos);
 }
 
+TEST_CASE("a store has one coordinator: another, or a batch, is refused at once, naming it",
+          "[cluster]") {
+  Cluster cluster;
+  cluster.start_coordinator();
+  cluster.start_worker(1);
+  const std::string job = cluster.submit(cluster.outcome_batch(1, 1));
+  CHECK(cluster.wait(job)["completed"] == 1);
+  auto second = forktrial::testing::run_command(
+      {FORKTRIAL_BINARY, "coordinator", "--store", cluster.store, "--listen",
+       "ipc://" + (cluster.dir.path() / "second.sock").string()},
+      std::chrono::seconds(30));
+  INFO(second.err);
+  CHECK(second.exit_code != 0);
+  CHECK_THAT(second.err, Catch::Contains("the store " + cluster.store +
+                                         " is in use by another coordinator (pid ") &&
+                             Catch::Contains("coordinator --store " + cluster.store));
+  const auto batch = cluster.dir.write(
+      "nightly.toml", "run = \"run_chat\"\nat = \"evt_031\"\n[[candidates]]\npack = \"" +
+                          kExamples + "/packs/greeter\"\n");
+  auto ran = forktrial::testing::run_command(
+      {FORKTRIAL_BINARY, "batch", batch.string(), "--store", cluster.store, "--workers", "1"},
+      std::chrono::seconds(60));
+  INFO(ran.err);
+  CHECK(ran.exit_code != 0);
+  CHECK_THAT(ran.err, Catch::Contains("is in use by a coordinator (pid ") &&
+                          Catch::Contains("submit the batch to that coordinator"));
+  // Neither touched the store: its coordinator carries on, and one started
+  // on it after it replays its log.
+  const std::string next = cluster.submit(cluster.outcome_batch(1, 1));
+  CHECK(cluster.wait(next)["completed"] == 1);
+  cluster.coordinator.reset();
+  cluster.start_coordinator();
+  auto status = cluster.client({"status", "--json"});
+  INFO(status.err << cluster.log_text());
+  REQUIRE(status.exit_code == 0);
+  CHECK(json::parse(status.out)["jobs"].size() == 2);
+}
+
 TEST_CASE("forktrial batch runs a batch file end to end on local workers", "[cluster]") {
   TempDir dir;
   const std::string store = (dir.path() / "store").string();
