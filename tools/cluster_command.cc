@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "coordinator/batch_file.h"
@@ -373,8 +374,9 @@ std::vector<std::string> batch_daemon_environment() {
 
 class Daemon {
  public:
-  // Started with PR_SET_PDEATHSIG: should this process die without stopping
-  // it (SIGKILL), it is sent SIGTERM rather than left running.
+  // Started in a process group of its own, with PR_SET_PDEATHSIG: should
+  // this process die without stopping it (SIGKILL), it is sent SIGTERM
+  // rather than left running.
   explicit Daemon(std::vector<std::string> args) {
     std::vector<char*> argv;
     for (auto& arg : args) argv.push_back(arg.data());
@@ -389,6 +391,10 @@ class Daemon {
     if (pid_ < 0) throw SystemError("fork", errno);
     if (pid_ == 0) {
       // Async-signal-safe calls only, between fork and exec.
+      // A process group of its own: a terminal's Ctrl-C goes to the batch
+      // alone, which cancels the job through this coordinator before it
+      // stops the daemons.
+      if (::setpgid(0, 0) != 0) ::_exit(127);
       if (::prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || ::getppid() != parent) ::_exit(127);
       ::execve(self.c_str(), argv.data(), envp.data());
       ::_exit(127);
@@ -497,100 +503,135 @@ void add_batch(CLI::App& app) {
             "--python; `forktrial preflight --python PY` checks");
       }
     }
-    // A private directory (mkdtemp: mode 0700, a name nobody can guess or
-    // take first): the endpoint in it has no keys, so only this user may
-    // reach it.
-    std::string pattern = (fs::temp_directory_path() / "forktrial-batch-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) {
-      throw CommandFailed("cannot make a private directory for the batch's endpoint (" + pattern +
-                          "): " + std::strerror(errno));
-    }
-    const fs::path scratch = pattern;
-    struct Cleanup {
-      fs::path dir;
-      ~Cleanup() {
-        std::error_code ignored;
-        fs::remove_all(dir, ignored);
-      }
-    } cleanup{scratch};
-    const std::string endpoint = "ipc://" + (scratch / "coordinator.sock").string();
-    Daemon coordinator(std::vector<std::string>{"forktrial", "coordinator", "--store", *store,
-                                                "--listen", endpoint, "--log-level", *log_level});
-    std::vector<std::unique_ptr<Daemon>> pool;
-    for (unsigned i = 0; i < *workers; ++i) {
-      pool.push_back(std::make_unique<Daemon>(std::vector<std::string>{
-          "forktrial", "worker", "--connect", endpoint, "--cache",
-          (scratch / ("cache-" + std::to_string(i))).string(), "--slots", std::to_string(*slots),
-          "--id", "local-" + std::to_string(i), "--log-level", *log_level, "--isolation",
-          std::string(sandbox::isolation_name(*isolation)), "--python", *python}));
-    }
+    // SIGINT (Ctrl-C) and SIGTERM cancel the job and stop the daemons; a
+    // second one, with the default disposition back, ends the batch at once
+    // (its daemons get SIGTERM as their parent dies). end_by() ends the
+    // process the way the signal would have, once the daemons are stopped
+    // and the scratch directory removed.
     sandbox::Cancellation stop;
-    StopSignals signals(stop);
-    coordinator::Client client(endpoint, std::chrono::seconds(30));
-    // A coordinator that stops (it found the store in use, or cannot write
-    // it) ends the wait at once: its log above says why.
-    client.set_interrupted([&] { return stop.cancelled() || !coordinator.running(); });
-    const auto coordinator_died = [&] {
-      return CommandFailed("the batch's coordinator stopped (" + coordinator.how_it_ended() +
-                           ") before the batch finished; its log is above");
-    };
-    const auto job = [&] {
+    std::optional<StopSignals> signals(std::in_place, stop);
+    const int stopped_by = [&] {
+      // A private directory (mkdtemp: mode 0700, a name nobody can guess or
+      // take first): the endpoint in it has no keys, so only this user may
+      // reach it. Removed last, once every daemon using it has stopped.
+      std::string pattern = (fs::temp_directory_path() / "forktrial-batch-XXXXXX").string();
+      if (::mkdtemp(pattern.data()) == nullptr) {
+        throw CommandFailed("cannot make a private directory for the batch's endpoint (" + pattern +
+                            "): " + std::strerror(errno));
+      }
+      const fs::path scratch = pattern;
+      struct Cleanup {
+        fs::path dir;
+        ~Cleanup() {
+          std::error_code ignored;
+          fs::remove_all(dir, ignored);
+        }
+      } cleanup{scratch};
+      const std::string endpoint = "ipc://" + (scratch / "coordinator.sock").string();
+      Daemon coordinator(std::vector<std::string>{"forktrial", "coordinator", "--store", *store,
+                                                  "--listen", endpoint, "--log-level", *log_level});
+      std::vector<std::unique_ptr<Daemon>> pool;
+      for (unsigned i = 0; i < *workers; ++i) {
+        pool.push_back(std::make_unique<Daemon>(std::vector<std::string>{
+            "forktrial", "worker", "--connect", endpoint, "--cache",
+            (scratch / ("cache-" + std::to_string(i))).string(), "--slots", std::to_string(*slots),
+            "--id", "local-" + std::to_string(i), "--log-level", *log_level, "--isolation",
+            std::string(sandbox::isolation_name(*isolation)), "--python", *python}));
+      }
+      const auto stop_daemons = [&] {
+        for (auto& worker : pool) worker->terminate();
+        for (auto& worker : pool) worker->stop();
+        coordinator.stop();
+      };
+      coordinator::Client client(endpoint, std::chrono::seconds(30));
+      // A coordinator that stops (it found the store in use, or cannot write
+      // it) ends the wait at once: its log above says why.
+      client.set_interrupted([&] { return stop.cancelled() || !coordinator.running(); });
+      const auto coordinator_died = [&] {
+        return CommandFailed("the batch's coordinator stopped (" + coordinator.how_it_ended() +
+                             ") before the batch finished; its log is above");
+      };
+      std::optional<coordinator::SubmittedJob> job;
       try {
-        return submit_batch(client, batch, *no_cache);
+        if (!stop.cancelled()) job = submit_batch(client, batch, *no_cache);
       } catch (const Error&) {
         if (!stop.cancelled() && !coordinator.running()) throw coordinator_died();
-        throw;
+        if (!stop.cancelled()) throw;
       }
+      if (job && !*json) {
+        std::fprintf(stderr, "batch %s: job %s, %llu trials on %u workers\n", batch.name.c_str(),
+                     job->job.c_str(), static_cast<unsigned long long>(job->total), *workers);
+      }
+      ordered_json status;
+      const bool tty = !*json && ::isatty(STDERR_FILENO);
+      // The coordinator holds each status until the job finishes, or for a
+      // quarter of a second, after which the daemons are looked at again.
+      constexpr std::chrono::milliseconds kHold{250};
+      while (job && !stop.cancelled()) {
+        const auto asked = std::chrono::steady_clock::now();
+        try {
+          status = client.status(job->job, kHold);
+        } catch (const Error& e) {
+          // A stop signal ends the wait (and cancels the job below); a
+          // coordinator that died is said so below, not as a silence.
+          if (!stop.cancelled() && coordinator.running()) throw;
+        }
+        if (stop.cancelled()) break;
+        if (!status.is_null()) {
+          if (tty) std::fprintf(stderr, "\r%s", progress_line(status).c_str());
+          if (status["finished"].get<bool>()) break;
+        }
+        if (!coordinator.running()) throw coordinator_died();
+        if (std::none_of(pool.begin(), pool.end(), [](auto& w) { return w->running(); })) {
+          std::string how;
+          for (auto& worker : pool) how += (how.empty() ? "" : ", ") + worker->how_it_ended();
+          throw CommandFailed("every worker of the batch died (" + how +
+                              ") with trials left; their log is above");
+        }
+        std::this_thread::sleep_until(asked + std::chrono::milliseconds(20));
+      }
+      if (tty) std::fprintf(stderr, "\n");
+      if (stop.cancelled()) {
+        const int signal = stop_signal_received();
+        signals.reset();
+        std::fprintf(stderr, "batch: stopping on SIG%s: %s; send it again to stop at once\n",
+                     sigabbrev_np(signal),
+                     job ? ("cancelling job " + job->job + " and stopping its workers").c_str()
+                         : "stopping the workers");
+        if (job) {
+          // The coordinator is in a process group of its own: a terminal's
+          // Ctrl-C did not reach it, and it records the cancellation.
+          client.set_interrupted([&] { return !coordinator.running(); });
+          try {
+            status = client.cancel(job->job);
+            std::fprintf(stderr, "batch: job %s cancelled: %s\n", job->job.c_str(),
+                         progress_line(status).c_str());
+          } catch (const Error& e) {
+            std::fprintf(stderr, "batch: job %s could not be cancelled: %s\n", job->job.c_str(),
+                         e.what());
+          }
+        }
+        stop_daemons();
+        return signal;
+      }
+      const auto results = all_results(client, job->job);
+      print_results(results, *json ? "json" : "text", *by);
+      if (*json) {
+        std::printf("%s\n", summary_of(status).dump().c_str());
+      } else {
+        std::printf("\n");
+        print_summary(status, false);
+      }
+      stop_daemons();
+      if (const int code = wait_status(status); code != 0) throw ExitStatus(code);
+      return 0;
     }();
-    if (!*json) {
-      std::fprintf(stderr, "batch %s: job %s, %llu trials on %u workers\n", batch.name.c_str(),
-                   job.job.c_str(), static_cast<unsigned long long>(job.total), *workers);
+    if (stopped_by != 0) {
+      std::fprintf(stderr,
+                   "batch: stopped; its workers, their trials and its scratch directory "
+                   "are gone\n");
+      end_by(stopped_by);
     }
-    ordered_json status;
-    const bool tty = !*json && ::isatty(STDERR_FILENO);
-    // The coordinator holds each status until the job finishes, or for a
-    // quarter of a second, after which the daemons are looked at again.
-    constexpr std::chrono::milliseconds kHold{250};
-    for (;;) {
-      const auto asked = std::chrono::steady_clock::now();
-      try {
-        status = client.status(job.job, kHold);
-      } catch (const Error& e) {
-        // A stop signal ends the wait (and cancels the job below); a
-        // coordinator that died is said so below, not as a silence.
-        if (!stop.cancelled() && coordinator.running()) throw;
-      }
-      if (stop.cancelled()) break;
-      if (!status.is_null()) {
-        if (tty) std::fprintf(stderr, "\r%s", progress_line(status).c_str());
-        if (status["finished"].get<bool>()) break;
-      }
-      if (!coordinator.running()) throw coordinator_died();
-      if (std::none_of(pool.begin(), pool.end(), [](auto& w) { return w->running(); })) {
-        std::string how;
-        for (auto& worker : pool) how += (how.empty() ? "" : ", ") + worker->how_it_ended();
-        throw CommandFailed("every worker of the batch died (" + how +
-                            ") with trials left; their log is above");
-      }
-      std::this_thread::sleep_until(asked + std::chrono::milliseconds(20));
-    }
-    if (tty) std::fprintf(stderr, "\n");
-    if (stop.cancelled()) {
-      client.cancel(job.job);
-      end_by(stop_signal_received());
-    }
-    const auto results = all_results(client, job.job);
-    print_results(results, *json ? "json" : "text", *by);
-    if (*json) {
-      std::printf("%s\n", summary_of(status).dump().c_str());
-    } else {
-      std::printf("\n");
-      print_summary(status, false);
-    }
-    for (auto& worker : pool) worker->terminate();
-    for (auto& worker : pool) worker->stop();
-    coordinator.stop();
-    if (const int code = wait_status(status); code != 0) throw ExitStatus(code);
   });
 }
 

@@ -20,6 +20,7 @@
 #include <cerrno>
 #include <chrono>
 #include <deque>
+#include <filesystem>
 #include <fstream>
 #include <future>
 #include <map>
@@ -28,6 +29,7 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <sstream>
 #include <thread>
 #include <zmq.hpp>
 
@@ -979,6 +981,151 @@ TEST_CASE("a store has one coordinator: another, or a batch, is refused at once,
   INFO(status.err << cluster.log_text());
   REQUIRE(status.exit_code == 0);
   CHECK(json::parse(status.out)["jobs"].size() == 2);
+}
+
+namespace {
+
+// Every live descendant of `root`, read from /proc (children, their
+// children, ...): the processes a command started, and only those.
+std::set<int> descendants_of(int root) {
+  std::multimap<int, int> children;  // ppid -> pid
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;
+    const auto close = line.rfind(')');  // comm may hold spaces and parentheses
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 2));
+    char state = 0;
+    int ppid = 0;
+    rest >> state >> ppid;
+    if (state != 'Z') children.emplace(ppid, std::stoi(name));
+  }
+  std::set<int> found;
+  std::deque<int> next{root};
+  while (!next.empty()) {
+    const int parent = next.front();
+    next.pop_front();
+    for (auto [it, end] = children.equal_range(parent); it != end; ++it) {
+      if (found.insert(it->second).second) next.push_back(it->second);
+    }
+  }
+  return found;
+}
+
+}  // namespace
+
+TEST_CASE("Ctrl-C on forktrial batch cancels its job, stops what it started and leaves nothing",
+          "[cluster]") {
+  Cluster cluster;
+  const auto tmp = cluster.dir.path() / "tmp";
+  std::filesystem::create_directory(tmp);
+  const auto err = cluster.dir.path() / "batch.err";
+  // Trials that run until they are stopped.
+  const auto child = cluster.stand_in_child("sleeper.sh", "sleep 300\n");
+  const auto batch = cluster.dir.write(
+      "long.toml", "run = \"run_chat\"\nat = \"evt_031\"\nrepeat = 6\n[[candidates]]\npack = \"" +
+                       kExamples + "/packs/greeter\"\n");
+  // Started as a shell starts a command in the foreground: a process group
+  // of its own, which a terminal's Ctrl-C signals whole, with the default
+  // dispositions of SIGINT and SIGTERM.
+  std::vector<std::string> argv{FORKTRIAL_BINARY, "batch", batch.string(), "--store", cluster.store,
+                                "--workers",      "2"};
+  std::vector<std::string> env{child, "TMPDIR=" + tmp.string()};
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    if (!std::string_view(*entry).starts_with("TMPDIR=")) env.emplace_back(*entry);
+  }
+  auto pointers = [](std::vector<std::string>& strings) {
+    std::vector<char*> out;
+    for (auto& text : strings) out.push_back(text.data());
+    out.push_back(nullptr);
+    return out;
+  };
+  posix_spawn_file_actions_t actions;
+  ::posix_spawn_file_actions_init(&actions);
+  ::posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+  ::posix_spawn_file_actions_addopen(&actions, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  posix_spawnattr_t attributes;
+  ::posix_spawnattr_init(&attributes);
+  sigset_t stops;
+  sigemptyset(&stops);
+  sigaddset(&stops, SIGINT);
+  sigaddset(&stops, SIGTERM);
+  ::posix_spawnattr_setsigdefault(&attributes, &stops);
+  ::posix_spawnattr_setpgroup(&attributes, 0);
+  ::posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
+  auto args = pointers(argv);
+  auto envp = pointers(env);
+  pid_t pid = 0;
+  REQUIRE(::posix_spawn(&pid, FORKTRIAL_BINARY, &actions, &attributes, args.data(), envp.data()) ==
+          0);
+  ::posix_spawnattr_destroy(&attributes);
+  ::posix_spawn_file_actions_destroy(&actions);
+  struct Reaper {
+    pid_t pid;
+    ~Reaper() {
+      if (pid > 0 && ::kill(-pid, SIGKILL) == 0) ::waitpid(pid, nullptr, 0);
+    }
+  } reaper{pid};
+
+  // Once both workers run a trial (a sleeping stand-in child each).
+  std::set<int> started;
+  for (int i = 0; i < 600; ++i) {
+    started = descendants_of(pid);
+    int sleeping = 0;
+    for (int process : started) {
+      std::ifstream comm("/proc/" + std::to_string(process) + "/comm");
+      std::string name;
+      std::getline(comm, name);
+      sleeping += name == "sleep" ? 1 : 0;
+    }
+    if (sleeping == 2) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const std::string before = forktrial::testing::read_file(err);
+  INFO(before);
+  REQUIRE(before.find("trials on 2 workers") != std::string::npos);
+  const std::string job = before.substr(before.find("job job_") + 4, 20);
+
+  ::kill(-pid, SIGINT);  // as the terminal does
+  int status = 0;
+  bool ended = false;
+  for (int i = 0; i < 600 && !ended; ++i) {
+    ended = ::waitpid(pid, &status, WNOHANG) == pid;
+    if (!ended) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const std::string said = forktrial::testing::read_file(err);
+  INFO(said);
+  REQUIRE(ended);
+  reaper.pid = 0;
+  CHECK(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGINT);  // a shell says 130
+  CHECK_THAT(said, Catch::Contains("batch: stopping on SIGINT: cancelling job " + job) &&
+                       Catch::Contains("batch: job " + job + " cancelled: ") &&
+                       Catch::Contains("CANCELLED") &&
+                       Catch::Contains("its scratch directory are gone"));
+  CHECK(said.find("passing condition") == std::string::npos);
+  // Everything it started has gone: coordinator, workers, trial children.
+  for (int process : started) {
+    INFO("process " << process);
+    bool gone = false;
+    for (int i = 0; i < 200 && !gone; ++i) {
+      std::ifstream stat("/proc/" + std::to_string(process) + "/stat");
+      std::string line;
+      gone = !std::getline(stat, line) || line.find(") Z ") != std::string::npos;
+      if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    CHECK(gone);
+  }
+  CHECK(std::filesystem::is_empty(tmp));
+  // The store says the job was cancelled.
+  cluster.start_coordinator();
+  auto asked = cluster.client({"status", job, "--json"});
+  INFO(asked.err);
+  REQUIRE(asked.exit_code == 0);
+  CHECK(json::parse(asked.out)["state"] == "cancelled");
 }
 
 TEST_CASE("forktrial batch runs a batch file end to end on local workers", "[cluster]") {
