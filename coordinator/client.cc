@@ -9,6 +9,7 @@
 #include <zmq.hpp>
 
 #include "schema/wire_codec.h"
+#include "transport/socket_monitor.h"
 
 namespace forktrial::coordinator {
 
@@ -28,40 +29,60 @@ struct Client::Impl {
   // was refused, and a handshake that cannot succeed (keys on one side
   // only), which ends every call at once. Declared after `socket`, so it
   // closes first.
-  zmq::socket_t monitor{context, zmq::socket_type::pair};
+  std::optional<zmq::socket_t> monitor;
   bool watching = false;
   bool connected = false;
   bool refused = false;
   std::optional<Status> hopeless;
+  // Since when every connection was refused, none ever made; past
+  // `refused_grace` of that a call ends at once (none: at its deadline).
+  std::optional<std::chrono::steady_clock::time_point> refused_since;
+  std::optional<std::chrono::milliseconds> refused_grace = kRefusedGrace;
 
   void watch() {
     constexpr const char* kAddress = "inproc://forktrial-client-monitor";
     const int events = ZMQ_EVENT_CONNECTED | ZMQ_EVENT_CONNECT_RETRIED |
-                       ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_SUCCEEDED;
-    if (zmq_socket_monitor(socket.handle(), kAddress, events) != 0) return;  // best effort
-    monitor.set(zmq::sockopt::linger, 0);
-    monitor.connect(kAddress);
-    watching = true;
+                       ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+                       ZMQ_EVENT_HANDSHAKE_SUCCEEDED;
+    monitor = transport::monitor_socket(context, socket, kAddress, events);  // best effort
+    watching = monitor.has_value();
+  }
+
+  // When a call gives up on a coordinator that refuses every connection,
+  // if it does.
+  std::optional<std::chrono::steady_clock::time_point> refusal_deadline() const {
+    if (!refused_grace || !refused_since || connected) return std::nullopt;
+    return *refused_since + *refused_grace;
+  }
+
+  Status nothing_listens(std::chrono::milliseconds refused_for) const {
+    return Status{ErrorCode::unavailable,
+                  "nothing listens at " + endpoint + ": every connection was refused for " +
+                      std::to_string(refused_for.count()) +
+                      " ms; start the coordinator there, or check the endpoint (the "
+                      "coordinator's --listen)"};
   }
 
   // Reads the monitor's events that have come.
   void read_events() {
-    for (;;) {
-      zmq::message_t head;
-      if (!monitor.recv(head, zmq::recv_flags::dontwait)) return;
-      std::uint16_t event = 0;
-      std::uint32_t value = 0;
-      if (head.size() >= 6) {
-        std::memcpy(&event, head.data(), 2);
-        std::memcpy(&value, static_cast<const char*>(head.data()) + 2, 4);
-      }
-      zmq::message_t address;  // the endpoint, a second frame
-      while (monitor.get(zmq::sockopt::rcvmore)) (void)monitor.recv(address);
+    while (const auto next = transport::next_event(*monitor)) {
+      const auto [event, value] = *next;
       if (event == ZMQ_EVENT_CONNECTED || event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
         connected = true;
         refused = false;
+        refused_since.reset();
       } else if (event == ZMQ_EVENT_CONNECT_RETRIED) {
         refused = true;
+        if (!connected && !refused_since) refused_since = world->monotonic_now();
+      } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
+        // The coordinator's ZAP handler refused this client's key (it says
+        // which in its log); every later handshake would be refused too.
+        hopeless = Status{ErrorCode::failed_precondition,
+                          "the coordinator at " + endpoint +
+                              " refused this client's key: its public key is not in the "
+                              "coordinator's --allow-clients or --admin-clients (its log names "
+                              "the key it refused); add it there and restart the coordinator, or "
+                              "give --key the keypair of a listed client"};
       } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL &&
                  value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH) {
         hopeless = Status{
@@ -129,9 +150,10 @@ struct Client::Impl {
       // too: what it watches (a daemon the caller started, say) may end
       // without a signal.
       if (interrupted) until = std::min(until, now + kInterruptCheck);
+      if (const auto gives_up = refusal_deadline()) until = std::min(until, *gives_up);
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - now);
       zmq::pollitem_t items[] = {{socket.handle(), 0, ZMQ_POLLIN, 0},
-                                 {monitor.handle(), 0, ZMQ_POLLIN, 0}};
+                                 {watching ? monitor->handle() : nullptr, 0, ZMQ_POLLIN, 0}};
       int ready = 0;
       try {
         ready = left.count() <= 0 ? 0 : zmq::poll(items, watching ? 2 : 1, left);
@@ -142,8 +164,12 @@ struct Client::Impl {
         }
         continue;  // a signal the caller does not stop for
       }
+      if (watching && (items[1].revents & ZMQ_POLLIN) != 0) read_events();
+      if (const auto gives_up = refusal_deadline();
+          gives_up && world->monotonic_now() >= *gives_up) {
+        throw Error(nothing_listens(*refused_grace));
+      }
       if (watching && (items[1].revents & ZMQ_POLLIN) != 0) {
-        read_events();
         if (hopeless) throw Error(*hopeless);
         if ((items[0].revents & ZMQ_POLLIN) == 0) continue;
       }
@@ -162,11 +188,7 @@ struct Client::Impl {
         if (refused && !connected) {
           // Nothing listens there; a coordinator starting would have bound
           // its socket by now.
-          throw Error(ErrorCode::unavailable,
-                      "nothing listens at " + endpoint + ": every connection was refused for " +
-                          std::to_string(timeout.count()) +
-                          " ms; start the coordinator there, or check the endpoint (the "
-                          "coordinator's --listen)");
+          throw Error(nothing_listens(timeout));
         }
         throw Error(ErrorCode::unavailable,
                     "the coordinator at " + endpoint + " did not answer within " +
@@ -261,6 +283,10 @@ Client::Client(const std::string& endpoint, std::chrono::milliseconds timeout,
 }
 
 Client::~Client() = default;
+
+void Client::set_refused_grace(std::optional<std::chrono::milliseconds> grace) {
+  impl_->refused_grace = grace;
+}
 
 void Client::set_interrupted(std::function<bool()> interrupted) {
   impl_->interrupted = std::move(interrupted);

@@ -41,6 +41,11 @@ struct ResultsPage {
 
 // How often a wait asks the caller's `interrupted` (Client::set_interrupted).
 inline constexpr std::chrono::milliseconds kInterruptCheck{200};
+// How long a client that has never connected goes on trying an endpoint
+// that refuses every connection before a call ends (Error, unavailable:
+// "nothing listens at ..."), its deadline notwithstanding: a coordinator
+// starting binds its endpoint well within it.
+inline constexpr std::chrono::milliseconds kRefusedGrace{2000};
 
 class Client {
  public:
@@ -61,6 +66,10 @@ class Client {
   // is also asked every kInterruptCheck of a wait, for what ends without a
   // signal (a coordinator process the caller started).
   void set_interrupted(std::function<bool()> interrupted);
+  // How long refused connections are tried before a call ends
+  // (kRefusedGrace); none: until the call's deadline. A client that once
+  // connected waits out refusals (a coordinator restarting) until then.
+  void set_refused_grace(std::optional<std::chrono::milliseconds> grace);
 
   // Each call throws Error: unavailable when no answer came in time,
   // failed_precondition or not_found (with the coordinator's message) when it

@@ -1,6 +1,7 @@
 #include "store/environment.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -88,7 +89,8 @@ Environment::Environment(const std::filesystem::path& path, StoreOptions options
   std::error_code ec;
   std::filesystem::create_directories(path, ec);
   if (ec) {
-    throw StoreError("cannot create the store directory " + path.string() + ": " + ec.message());
+    throw StoreError("cannot create the store directory " + path.string() + ": " + ec.message(),
+                     error_code_of_errno(ec.value()));
   }
   registration_.emplace(path);
 
@@ -100,8 +102,16 @@ Environment::Environment(const std::filesystem::path& path, StoreOptions options
   unsigned flags = MDB_NOTLS | (options_.sync ? 0 : MDB_NOSYNC) |
                    (options_.sync_meta ? 0 : MDB_NOMETASYNC) |
                    (options_.exclusive ? MDB_NOLOCK : 0);
-  lmdb::check(mdb_env_open(env_.get(), path.c_str(), flags, 0644),
-              "mdb_env_open(\"" + path.string() + "\")");
+  if (const int rc = mdb_env_open(env_.get(), path.c_str(), flags, 0644);
+      rc == EACCES || rc == EPERM || rc == EROFS) {
+    throw StoreError("mdb_env_open(\"" + path.string() + "\"): " + mdb_strerror(rc) +
+                         ": this user (uid " + std::to_string(::geteuid()) +
+                         ") may not write the store's files there; run as the user that owns "
+                         "them, or give a store this user may write",
+                     ErrorCode::failed_precondition);
+  } else {
+    lmdb::check(rc, "mdb_env_open(\"" + path.string() + "\")");
+  }
   env_.close_on_exec();
   MDB_envinfo info{};
   lmdb::check(mdb_env_info(env_.get(), &info), "mdb_env_info");

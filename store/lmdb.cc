@@ -21,8 +21,13 @@ void set_close_on_exec(int fd) {
 
 }  // namespace
 
+// LMDB's own codes (MDB_CORRUPTED, ...) are negative; a positive one is the
+// errno of a failed system call, whose category says what to do
+// (EACCES: failed_precondition, EAGAIN: unavailable).
 LmdbError::LmdbError(const std::string& call, int rc)
-    : StoreError(call + ": " + mdb_strerror(rc)), code_(rc) {}
+    : StoreError(call + ": " + mdb_strerror(rc),
+                 rc > 0 ? error_code_of_errno(rc) : ErrorCode::internal),
+      code_(rc) {}
 
 void check(int rc, const std::string& call) {
   if (rc == MDB_SUCCESS) return;

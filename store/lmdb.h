@@ -30,7 +30,10 @@
 
 namespace forktrial::store::lmdb {
 
-// A StoreError, so callers of the public API need not know about LMDB.
+// A StoreError, so callers of the public API need not know about LMDB. Its
+// category is that of the errno when LMDB returns one (a store whose files
+// this user may not write is failed_precondition), internal for LMDB's own
+// codes.
 class LmdbError : public StoreError {
  public:
   LmdbError(const std::string& call, int rc);

@@ -88,8 +88,14 @@ std::expected<UniqueFd, Status> open_lock_file(const std::filesystem::path& path
   UniqueFd fd(retry_eintr([&] { return ::open(path.c_str(), flags | O_CLOEXEC, 0644); }));
   if (!fd) {
     const int error = errno;
-    return failure(error_code_of_errno(error), "cannot open the store's lock file " +
-                                                   path.string() + ": " + std::strerror(error));
+    std::string message =
+        "cannot open the store's lock file " + path.string() + ": " + std::strerror(error);
+    if (error == EACCES || error == EPERM || error == EROFS) {
+      message += ": this user (uid " + std::to_string(::geteuid()) +
+                 ") may not write the store; run as the user that owns it, or give a store this "
+                 "user may write";
+    }
+    return failure(error_code_of_errno(error), message);
   }
   return fd;
 }

@@ -547,6 +547,10 @@ void add_batch(CLI::App& app) {
       // A coordinator that stops (it found the store in use, or cannot write
       // it) ends the wait at once: its log above says why.
       client.set_interrupted([&] { return stop.cancelled() || !coordinator.running(); });
+      // Its own coordinator, just started, binds the endpoint once it has
+      // opened the store: refusals until then are waited out, and its death
+      // ends the wait.
+      client.set_refused_grace(std::nullopt);
       const auto coordinator_died = [&] {
         return CommandFailed("the batch's coordinator stopped (" + coordinator.how_it_ended() +
                              ") before the batch finished; its log is above");

@@ -24,6 +24,7 @@
 #include "pack/bundle_archive.h"
 #include "schema/wire_codec.h"
 #include "transport/metrics_endpoint.h"
+#include "transport/socket_monitor.h"
 #include "worker/blob_assembly.h"
 #include "worker/blob_cache.h"
 #include "worker/metrics.h"
@@ -142,7 +143,13 @@ class Worker {
     // and back off to a second while the coordinator is down.
     socket_.set(zmq::sockopt::reconnect_ivl, 10);
     socket_.set(zmq::sockopt::reconnect_ivl_max, 1000);
-    if (config.keys) transport::make_curve_client(socket_, *config.keys);
+    if (config.keys) {
+      transport::make_curve_client(socket_, *config.keys);
+      // A key the coordinator does not list is refused at every handshake,
+      // which ZeroMQ retries without a word but to its monitor.
+      monitor_ = transport::monitor_socket(context_, socket_, "inproc://forktrial-worker-monitor",
+                                           ZMQ_EVENT_HANDSHAKE_FAILED_AUTH);
+    }
     socket_.connect(config.coordinator);
     // Trials' scratch stores live in the cache directory, which this worker
     // holds alone (the cache's lock): what a killed worker left there is
@@ -189,6 +196,7 @@ class Worker {
     session_.start(world_.monotonic_now());
     while (!stop_.cancelled() && exit_code_ < 0) {
       wait_for_input(std::chrono::milliseconds(20));
+      watch_handshakes();
       while (receive_one()) {
       }
       probes_.turned();
@@ -274,6 +282,23 @@ class Worker {
     log_(LogLevel::warn, "the coordinator did not answer this worker's goodbye within " +
                              std::to_string(config_.goodbye_wait.count()) +
                              " ms; it finds the worker lost when its leases lapse");
+  }
+
+  // A handshake the coordinator's ZAP handler refused ends the worker,
+  // saying why: every later one would be refused too.
+  void watch_handshakes() {
+    while (monitor_ && exit_code_ < 0) {
+      const auto event = transport::next_event(*monitor_);
+      if (!event) return;
+      if (event->event != ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) continue;
+      log_(LogLevel::error,
+           "the coordinator at " + config_.coordinator + " refused this worker's key (ZAP status " +
+               std::to_string(event->value) +
+               "): its public key is not in the coordinator's --allow-workers (the coordinator's "
+               "log names the key it refused); add it there and restart the coordinator, or give "
+               "--key the keypair of a listed worker");
+      exit_code_ = 1;
+    }
   }
 
   void wait_for_input(std::chrono::milliseconds timeout) {
@@ -694,6 +719,7 @@ class Worker {
   std::optional<sandbox::ScratchPool> scratch_pool_;
   zmq::context_t context_;
   zmq::socket_t socket_;
+  std::optional<zmq::socket_t> monitor_;  // with keys: its handshakes (closed before socket_)
   UniqueFd wake_{::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)};  // written by slots
   tbb::global_control parallelism_;
   tbb::task_arena arena_;

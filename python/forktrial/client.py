@@ -20,6 +20,10 @@ from forktrial.command import Command, ForktrialError
 DEFAULT_ENDPOINT = "tcp://127.0.0.1:7600"
 _MAX_HOLD_SECONDS = 10.0  # the most a coordinator holds a status
 _RESEND_SECONDS = 1.0  # as the command's client: a request unanswered is sent again
+# As the command's client: a client that never connected gives up on an
+# endpoint refusing every connection after this long, whatever its timeout
+# (a coordinator starting binds its endpoint well within it).
+_REFUSED_GRACE_SECONDS = 2.0
 _RESULTS_PAGE = 2000
 
 
@@ -69,9 +73,10 @@ class Connection:
             self._socket.curve_serverkey = server.encode()
         self._monitor = self._socket.get_monitor_socket(
             zmq.EVENT_CONNECTED | zmq.EVENT_CONNECT_RETRIED | zmq.EVENT_HANDSHAKE_SUCCEEDED
-            | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL)
+            | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_AUTH)
         self._connected = False
         self._refused = False
+        self._refused_since: Optional[float] = None
         self._hopeless: Optional[ForktrialError] = None
         try:
             self._socket.connect(endpoint)
@@ -101,8 +106,20 @@ class Connection:
             if kind in (zmq.EVENT_CONNECTED, zmq.EVENT_HANDSHAKE_SUCCEEDED):
                 self._connected = True
                 self._refused = False
+                self._refused_since = None
             elif kind == zmq.EVENT_CONNECT_RETRIED:
                 self._refused = True
+                if not self._connected and self._refused_since is None:
+                    self._refused_since = time.monotonic()
+            elif kind == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+                # The coordinator's ZAP handler refused this client's key;
+                # every later handshake would be refused too.
+                self._hopeless = ForktrialError(
+                    f"the coordinator at {self.endpoint} refused this client's key: its public "
+                    "key is not in the coordinator's --allow-clients or --admin-clients (its "
+                    "log names the key it refused); add it there and restart the coordinator, "
+                    "or give key the keypair of a listed client",
+                    code="failed_precondition")
             elif (kind == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
                   and event["value"] == zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH):
                 self._hopeless = ForktrialError(
@@ -114,6 +131,12 @@ class Connection:
                     "coordinator's --allow-clients) and coordinator_key (docs/cluster.md, "
                     "\"Keys\")",
                     code="failed_precondition")
+
+    def _nothing_listens(self, seconds: float) -> ForktrialError:
+        return ForktrialError(
+            f"nothing listens at {self.endpoint}: every connection was refused for {seconds:g} "
+            "s; start the coordinator there, or check the endpoint (the coordinator's --listen)",
+            code="unavailable")
 
     def call(self, arm: str, **fields: Any) -> wire.Answer:
         """Sends the request and returns its answer; raises ForktrialError
@@ -147,11 +170,17 @@ class Connection:
                 pass
             resend = min(deadline, time.monotonic() + _RESEND_SECONDS + held)
             while (left := resend - time.monotonic()) > 0:
-                ready = dict(poller.poll(int(left * 1000) + 1))
+                if self._refused_since is not None and not self._connected:
+                    left = min(left, self._refused_since + _REFUSED_GRACE_SECONDS
+                               - time.monotonic())
+                ready = dict(poller.poll(max(0, int(left * 1000)) + 1))
                 if self._monitor in ready:
                     self._read_events()
                     if self._hopeless is not None:
                         raise self._hopeless
+                if (self._refused_since is not None and not self._connected
+                        and time.monotonic() >= self._refused_since + _REFUSED_GRACE_SECONDS):
+                    raise self._nothing_listens(_REFUSED_GRACE_SECONDS)
                 if self._socket not in ready:
                     continue
                 answer = wire.decode(self._socket.recv())
@@ -164,11 +193,7 @@ class Connection:
                 if self._refused and not self._connected:
                     # Nothing listens there; a coordinator starting would
                     # have bound its socket by now.
-                    raise ForktrialError(
-                        f"nothing listens at {self.endpoint}: every connection was refused "
-                        f"for {self.timeout:g} s; start the coordinator there, or check the "
-                        "endpoint (the coordinator's --listen)",
-                        code="unavailable")
+                    raise self._nothing_listens(self.timeout)
                 raise ForktrialError(
                     f"the coordinator at {self.endpoint} did not answer within "
                     f"{self.timeout:g} s; is a coordinator listening there?",

@@ -102,6 +102,10 @@ def test_a_port_nothing_listens_on_is_said_refused():
         Client(endpoint, timeout=0.5).status()
     assert raised.value.code == "unavailable"
     assert f"nothing listens at {endpoint}: every connection was refused" in raised.value.message
+    # With a long timeout, said after the refusals' grace rather than at the end.
+    with pytest.raises(ForktrialError) as raised:
+        Client(endpoint, timeout=60).status()
+    assert "every connection was refused for 2 s" in raised.value.message
 
 
 def test_a_silent_endpoint_is_unavailable_after_the_timeout():
@@ -135,6 +139,14 @@ def test_a_client_without_keys_facing_a_keyed_coordinator_is_told_of_keys(binary
             Client(endpoint, timeout=60).status()
         assert raised.value.code == "failed_precondition"
         assert "speaks CurveZMQ and this client has no keys" in raised.value.message
+        # A key the coordinator does not list: said at once, not after the timeout.
+        subprocess.run([binary, "keygen", str(tmp_path / "stranger.key")], check=True,
+                       capture_output=True)
+        with pytest.raises(ForktrialError) as raised:
+            Client(endpoint, timeout=60, key=tmp_path / "stranger.key",
+                   coordinator_key=tmp_path / "coordinator.key.pub").status()
+        assert raised.value.code == "failed_precondition"
+        assert "refused this client's key" in raised.value.message
     finally:
         coordinator.kill()
         coordinator.wait()

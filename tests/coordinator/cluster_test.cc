@@ -373,6 +373,57 @@ TEST_CASE("a client facing a port nothing listens on says the connection was ref
   CHECK(contains(refused.err,
                  "nothing listens at " + endpoint + ": every connection was refused for 1000 ms"));
   CHECK_FALSE(contains(refused.err, "did not answer"));
+  // With a long timeout it is said after the refusals' grace, not at the end.
+  auto soon = run_forktrial({"status", "--coordinator", endpoint, "--timeout", "60"});
+  CHECK(soon.exit_code != 0);
+  CHECK(contains(soon.err,
+                 "nothing listens at " + endpoint + ": every connection was refused for 2000 ms"));
+}
+
+TEST_CASE("a store this user may not write is said so with what to do, not as a bug", "[cluster]") {
+  if (::geteuid() != 0 || !std::filesystem::exists("/usr/bin/setpriv")) {
+    forktrial::testing::skip("needs root and setpriv (util-linux) to run forktrial as nobody");
+    return;
+  }
+  TempDir dir;
+  const std::string store = (dir.path() / "store").string();
+  REQUIRE(run_forktrial({"run", "import", kExamples + "/runs/chat.jsonl", "--store", store, "--id",
+                         "run_chat"})
+              .exit_code == 0);
+  namespace fs = std::filesystem;
+  fs::permissions(dir.path(), fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                                  fs::perms::others_read | fs::perms::others_exec);
+  for (const auto& entry : fs::directory_iterator(store)) {
+    fs::permissions(entry.path(),
+                    fs::perms::owner_read | fs::perms::group_read | fs::perms::others_read);
+  }
+  fs::permissions(store, fs::perms::owner_read | fs::perms::owner_exec | fs::perms::group_read |
+                             fs::perms::group_exec | fs::perms::others_read |
+                             fs::perms::others_exec);
+  auto as_nobody = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {"/usr/bin/setpriv", "--reuid=nobody", "--regid=nogroup",
+                               "--clear-groups", FORKTRIAL_BINARY});
+    return forktrial::testing::run_command(args, std::chrono::seconds(30));
+  };
+  auto coordinator = as_nobody(
+      {"coordinator", "--store", store, "--listen", "ipc://" + (dir.path() / "c.sock").string()});
+  INFO(coordinator.err);
+  CHECK(coordinator.exit_code != 0);
+  CHECK(contains(coordinator.err, "failed_precondition: cannot open the store's lock file " +
+                                      store + "/writer.lock: Permission denied: this user (uid "));
+  CHECK(contains(coordinator.err,
+                 "run as the user that owns it, or give a store this user may "
+                 "write"));
+  auto imported = as_nobody(
+      {"run", "import", kExamples + "/runs/chat.jsonl", "--store", store, "--id", "run_again"});
+  INFO(imported.err);
+  CHECK(imported.exit_code != 0);
+  CHECK(contains(imported.err, "Permission denied: this user (uid "));
+  for (const auto* said : {&coordinator.err, &imported.err}) {
+    CHECK_FALSE(contains(*said, "internal"));
+    CHECK_FALSE(contains(*said, "report it"));
+  }
+  fs::permissions(store, fs::perms::owner_all);  // for the directory's removal
 }
 
 TEST_CASE("each client command's help shows its own examples", "[cluster]") {
@@ -1454,10 +1505,23 @@ TEST_CASE("with keys, only listed keys get in, each in its own role", "[cluster]
   auto plain = run_forktrial({"status", "--coordinator", cluster.endpoint, "--timeout", "60"});
   CHECK(plain.exit_code != 0);
   CHECK(contains(plain.err, "speaks CurveZMQ and this client has no keys: give --key FILE"));
-  // A key on no list: sent away, and the coordinator says so.
-  auto stranger = quick(keys.as("stranger"));
+  // A key on no list: sent away, and the coordinator says so; so does the
+  // client, at once, not after its timeout.
+  auto stranger = run_forktrial(
+      with({"status", "--coordinator", cluster.endpoint, "--timeout", "60"}, keys.as("stranger")));
   CHECK(stranger.exit_code != 0);
-  CHECK(contains(stranger.err, "--allow-clients"));
+  CHECK(contains(stranger.err,
+                 "refused this client's key: its public key is not in the "
+                 "coordinator's --allow-clients"));
+  CHECK_FALSE(contains(stranger.err, "did not answer"));
+  // A worker with such a key exits 1, saying why, instead of waiting for ever.
+  auto outsider = run_forktrial(with({"worker", "--connect", cluster.endpoint, "--cache",
+                                      (cluster.dir.path() / "outsider").string()},
+                                     keys.as("stranger")));
+  CHECK(outsider.exit_code == 1);
+  CHECK(contains(outsider.err,
+                 "refused this worker's key (ZAP status 400): its public key is "
+                 "not in the coordinator's --allow-workers"));
   // A worker's key used by a client: admitted as a worker, refused as a client.
   auto borrowed = quick(keys.as("worker"));
   CHECK(borrowed.exit_code != 0);
