@@ -35,16 +35,40 @@ lease=30
 daemon_pids() { ps -e -o pid=,comm= | awk '$2 ~ /^(slurmctld|slurmd|slurmstepd|munged)$/ {print $1}'; }
 daemons_before=$(daemon_pids | tr '\n' ' ')
 
+# The Slurm and munge daemons this test started (not there before it).
+new_daemon_pids() {
+  local pid
+  for pid in $(daemon_pids); do
+    case " $daemons_before " in *" $pid "*) continue ;; esac
+    echo "$pid"
+  done
+}
+
+# Whether process PID descends from this script or from a daemon it started:
+# a program of this build run by another test or user beside this one is
+# not this test's to judge.
+descends_from_ours() {
+  local pid=$1 started
+  started=" $$ $(new_daemon_pids | tr '\n' ' ') "
+  while [ -n "$pid" ] && [ "$pid" -gt 1 ]; do
+    case "$started" in *" $pid "*) return 0 ;; esac
+    pid=$(awk '/^PPid:/ {print $2}' "/proc/$pid/status" 2>/dev/null)
+  done
+  return 1
+}
+
 # What this test started and is still running: a process whose command line
-# names this test's directory or this build's programs, or a Slurm or munge
-# daemon that was not there before.
+# names this test's directory, one of this build's programs run by this test
+# or under a daemon it started, or a Slurm or munge daemon that was not there
+# before.
 ours() {
   {
     pgrep -a -f "$TMPDIR" || true
-    pgrep -a -f "^$FORKTRIAL_BIN_DIR/forktrial" || true
     local pid
-    for pid in $(daemon_pids); do
-      case " $daemons_before " in *" $pid "*) continue ;; esac
+    for pid in $(pgrep -f "^$FORKTRIAL_BIN_DIR/forktrial" || true); do
+      descends_from_ours "$pid" && echo "$pid $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)"
+    done
+    for pid in $(new_daemon_pids); do
       [ "$(awk '/^State:/ {print $2}' "/proc/$pid/status" 2>/dev/null)" = Z ] && continue
       echo "$pid $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)"
     done
