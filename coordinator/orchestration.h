@@ -22,11 +22,28 @@
 #include <vector>
 
 #include "base/digest.h"
+#include "base/error.h"
 #include "coordinator/ids.h"
 #include "pack/executor.h"
 #include "schema/outcome.h"
 
 namespace forktrial::coordinator {
+
+// A record Scheduler::replay (coordinator/scheduler.h) cannot apply to the state: its type and why.
+class RecordDoesNotApply : public Error {
+ public:
+  RecordDoesNotApply(std::string_view type, const std::string& why)
+      : Error(ErrorCode::internal,
+              "orchestration record " + std::string(type) + " does not apply: " + why),
+        type_(type),
+        why_(why) {}
+  const std::string& type() const { return type_; }
+  const std::string& why() const { return why_; }
+
+ private:
+  std::string type_;
+  std::string why_;
+};
 
 // One trial of a submission. The payload is the caller's (the serialized
 // trial specification, in practice) and is never read here; the digests are

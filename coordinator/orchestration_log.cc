@@ -6,6 +6,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <unordered_map>
 #include <utility>
 #include <variant>
@@ -1662,6 +1663,57 @@ std::expected<void, Status> visit_archive(const store::Snapshot& snapshot, const
     return true;
   });
   return done;
+}
+
+std::string describe(const SetAside& record) {
+  return "record " + std::to_string(record.ordinal) + " (" + record.type + "): " + record.why;
+}
+
+std::expected<Replayed, Status> replay_setting_aside(
+    const store::Snapshot& snapshot, const std::function<void()>& restart,
+    const std::function<void(OrchestrationRecord&&)>& on_record,
+    const std::function<void(const store::EventView&)>& on_other, std::size_t max_set_aside) {
+  Replayed replayed;
+  std::set<std::uint64_t> skipped;
+  for (;;) {
+    restart();
+    replayed.records = 0;
+    std::uint64_t ordinal = 0;
+    std::optional<SetAside> failed;
+    try {
+      auto read = read_log(
+          snapshot,
+          [&](OrchestrationRecord&& record) {
+            const std::uint64_t at = ordinal++;
+            if (skipped.contains(at)) return;
+            try {
+              on_record(std::move(record));
+            } catch (const RecordDoesNotApply& e) {
+              failed = SetAside{at, e.type(), e.why()};
+              throw;
+            }
+            ++replayed.records;
+          },
+          on_other);
+      if (!read) return std::unexpected(read.error());
+      return replayed;
+    } catch (const RecordDoesNotApply&) {
+      if (!failed) throw;  // thrown by on_other: not a record's
+    }
+    if (replayed.set_aside.size() >= max_set_aside) {
+      std::string first;
+      for (std::size_t i = 0; i < replayed.set_aside.size() && i < 3; ++i) {
+        first += "\n  " + describe(replayed.set_aside[i]);
+      }
+      return failure(ErrorCode::failed_precondition,
+                     "more than " + std::to_string(max_set_aside) +
+                         " records of the orchestration log do not apply to the state the "
+                         "records before them built; the first:" +
+                         first + "\n  and " + describe(*failed));
+    }
+    skipped.insert(failed->ordinal);
+    replayed.set_aside.push_back(std::move(*failed));
+  }
 }
 
 }  // namespace forktrial::coordinator

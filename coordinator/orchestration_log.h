@@ -135,6 +135,44 @@ std::expected<void, Status> read_log(const store::Snapshot& snapshot,
                                      const std::function<void(OrchestrationRecord&&)>& on_record,
                                      const std::function<void(const store::EventView&)>& on_other);
 
+// ---- Records that do not apply
+//
+// A record that does not apply to the state the records before it built
+// (RecordDoesNotApply: two coordinators once wrote one store's log, or a
+// bug) must not make the store refuse every start. replay_setting_aside
+// reads the log as read_log does; when `on_record` throws RecordDoesNotApply,
+// that record is set aside: `restart` is called (the caller discards all it
+// built from the log), and the log is read again from its start without any
+// record set aside so far. `restart` is also called before the first read.
+// Each record set aside costs one more read of the log.
+
+// A record set aside: its place among the log's records in read order (from
+// 0), its type and why it did not apply.
+struct SetAside {
+  std::uint64_t ordinal = 0;
+  std::string type;
+  std::string why;
+};
+// "record 41 (trial.leased): job_... is not queued".
+std::string describe(const SetAside& record);
+
+struct Replayed {
+  std::uint64_t records = 0;  // handed to on_record and applied
+  std::vector<SetAside> set_aside;
+};
+
+// More records than this that do not apply mean a log beyond setting aside.
+inline constexpr std::size_t kMaxSetAside = 64;
+
+// Errors: read_log's; failed_precondition, naming the first records set
+// aside, when more than `max_set_aside` do not apply. Exceptions of the
+// callbacks other than RecordDoesNotApply propagate.
+std::expected<Replayed, Status> replay_setting_aside(
+    const store::Snapshot& snapshot, const std::function<void()>& restart,
+    const std::function<void(OrchestrationRecord&&)>& on_record,
+    const std::function<void(const store::EventView&)>& on_other,
+    std::size_t max_set_aside = kMaxSetAside);
+
 // ---- Compaction
 //
 // The log is compacted by replacing it, in one write transaction, with a

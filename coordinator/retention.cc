@@ -43,9 +43,12 @@ std::expected<GcPlan, Status> plan_gc(const store::Snapshot& snapshot,
   };
 
   // The jobs, as a restarted coordinator sees them.
+  // Records that do not apply are set aside, as the coordinator's start
+  // sets them aside.
   Scheduler scheduler;
-  auto read = read_log(
-      snapshot, [&](OrchestrationRecord&& record) { scheduler.replay(std::move(record)); },
+  auto read = replay_setting_aside(
+      snapshot, [&] { scheduler = Scheduler(); },
+      [&](OrchestrationRecord&& record) { scheduler.replay(std::move(record)); },
       [](const store::EventView&) {});
   if (!read) return std::unexpected(read.error());
   for (const JobStatus& job : scheduler.jobs()) {

@@ -178,8 +178,7 @@ std::string text_of(Instant instant) {
 
 template <typename Record>
 [[noreturn]] void does_not_apply(const Record&, const std::string& why) {
-  throw Error(ErrorCode::internal,
-              "orchestration record " + std::string(Record::kType) + " does not apply: " + why);
+  throw RecordDoesNotApply(Record::kType, why);
 }
 
 }  // namespace

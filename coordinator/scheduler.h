@@ -76,9 +76,11 @@
 // slots, a job id already taken, a report for a trial that does not exist) is
 // a value: a Status or a ReportVerdict. A record that replay cannot apply to
 // the state (a lease of a trial that is not queued, a record of an unknown
-// job) means the log and the state disagree, a corruption: replay throws
-// forktrial::Error with ErrorCode::internal, naming the record and the state
-// it found, and the Scheduler must be discarded.
+// job) means the log and the state disagree, a corruption (a second writer
+// of the log, say): replay throws RecordDoesNotApply (an Error, internal),
+// naming the record and the state it found, and the Scheduler must be
+// discarded; replay_setting_aside (coordinator/log_replay.h) replays a log
+// again without such records.
 #pragma once
 
 #include <algorithm>

@@ -285,6 +285,12 @@ int run_coordinator(const ServerConfig& config, const sandbox::Cancellation& sto
   return server.run();
 }
 
+std::vector<SetAside> repair_log(const ServerConfig& config, const Log& log) {
+  sandbox::Cancellation stop;
+  Server server(config, stop, log, false);
+  return server.repair();
+}
+
 struct CoordinatorCore::Impl {
   Impl(const ServerConfig& given, const Log& log, std::uint64_t seed, Instant start)
       : world(seed, std::chrono::system_clock::time_point{start.time_since_epoch()}),

@@ -99,6 +99,15 @@ struct ServerConfig {
 // the store or the endpoint cannot be opened, or the log does not replay.
 int run_coordinator(const ServerConfig& config, const sandbox::Cancellation& stop, const Log& log);
 
+// What a coordinator's start does to its store, without its endpoint: it
+// takes the store's lock (a coordinator running there is refused, named),
+// replays the log setting aside the records that do not apply, ends the
+// attempts a report of which was not reconciled, and then compacts the log,
+// so that it holds none of the records set aside. Returns those records
+// (none: the log was whole, and is compacted all the same). Throws as
+// run_coordinator does.
+std::vector<SetAside> repair_log(const ServerConfig& config, const Log& log);
+
 // The coordinator without its endpoint, in virtual time: run_coordinator's
 // handling of peers' frames and its end of turn (one code path), fed by the
 // caller (the simulation, the fuzz targets, tests) instead of a socket. Its

@@ -339,16 +339,21 @@ void Server::recover() {
 
 std::uint64_t Server::replay_log() {
   auto snapshot = store_.snapshot();
-  std::uint64_t records = 0;
-  activity_.clear();
-  log_snapshot_ = LogSnapshot{};
-  auto read = read_log(
+  auto read = replay_setting_aside(
       snapshot,
+      [&] {
+        // Before each read of the log: nothing built from a read that met
+        // a record set aside stays.
+        activity_.clear();
+        log_snapshot_ = LogSnapshot{};
+        result_seqs_.clear();
+        scheduler_ = Scheduler(config_.scheduler);
+      },
       [&](OrchestrationRecord&& record) {
+        // What a record set aside left here goes with the next read's restart.
         activity_.note(record);
         if (const auto* job = std::get_if<JobSubmitted>(&record)) note_job(*job);
         scheduler_.replay(std::move(record));  // after what reads it
-        ++records;
       },
       [&](const store::EventView& event) {
         if (event.type == kSettledType || event.type == kVerdictType || event.type == kResultType) {
@@ -359,11 +364,22 @@ std::uint64_t Server::replay_log() {
           log_snapshot_ = *marker;
         }
       });
-  if (!read)
+  if (!read) {
     throw Error(forktrial::ErrorCode::internal,
-                "the orchestration log does not replay: " + read.error().message);
-  compact_at_ = compaction_due(log_snapshot_);
-  return records;
+                "the orchestration log does not replay: " + read.error().message +
+                    "\n`forktrial store check --store " + config_.store.string() +
+                    "` says what is wrong with the store");
+  }
+  set_aside_ = std::move(read->set_aside);
+  for (const SetAside& record : set_aside_) {
+    log_(LogLevel::warn, "set aside orchestration " + describe(record) +
+                             ": the state the log's other records build goes on without it");
+  }
+  // A log that holds records set aside is compacted at the first turn: the
+  // snapshot holds the state without them, and the next start reads no
+  // record that does not apply.
+  compact_at_ = set_aside_.empty() ? compaction_due(log_snapshot_) : 0;
+  return read->records;
 }
 
 std::uint64_t Server::compaction_due(const LogSnapshot& snapshot) const {
@@ -385,6 +401,15 @@ void Server::maybe_compact_log() {
     // Not before the log has grown as much again.
     compact_at_ = head + compaction_due(log_snapshot_) - log_snapshot_.seq;
   }
+}
+
+std::vector<SetAside> Server::repair() {
+  if (!compact_log_now(clock_now())) {
+    throw Error(ErrorCode::internal,
+                "the orchestration log of " + config_.store.string() +
+                    " could not be compacted; the coordinator's log above says why");
+  }
+  return set_aside_;
 }
 
 bool Server::compact_log_now(Instant now) {

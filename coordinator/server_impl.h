@@ -354,6 +354,12 @@ class Server {
   // new log. False, with the log as it was, when the store refuses it.
   bool compact_log_now(Instant now);
 
+ public:
+  // After the start: compacts the log now, throwing when it cannot, and
+  // returns the records set aside (repair_log).
+  std::vector<SetAside> repair();
+
+ private:
   // A job's trials have no result yet.
   void note_job(const JobSubmitted& job);
 
@@ -619,6 +625,9 @@ class Server {
   // Whether the client of the message being handled may act on `job`: its
   // owner, an administrator, or anyone when the coordinator has no keys.
   bool may_act_on(const JobStatus& job) const;
+  // Orchestration records set aside at start, as they did not apply (shown
+  // in every status, logged once).
+  std::vector<SetAside> set_aside_;
   // Whether the client of the message being handled may name `run` as a
   // parent, of a job's trials or of an imported fork: never one of the
   // coordinator's own runs (its log, archives and trials' forks hold other

@@ -106,6 +106,13 @@ void Server::look_at_store() {
 void Server::add_store_warnings(ordered_json& doc) const {
   if (store_full_) doc["store_full"] = *store_full_;
   if (disk_warning_) doc["disk_warning"] = *disk_warning_;
+  if (!set_aside_.empty()) {
+    ordered_json records = ordered_json::array();
+    for (const SetAside& record : set_aside_) {
+      records.push_back({{"record", record.ordinal}, {"type", record.type}, {"why", record.why}});
+    }
+    doc["log_set_aside"] = std::move(records);
+  }
 }
 
 ordered_json Server::jobs_doc(Instant now, bool mine) const {

@@ -17,6 +17,6 @@ void add_run_command(CLI::App& app);
 void add_trial_command(CLI::App& app);
 void add_preflight_command(CLI::App& app);
 void add_cluster_commands(CLI::App& app);
-void add_store_commands(CLI::App& app);  // gc, compact
+void add_store_commands(CLI::App& app);  // gc, compact, store check
 
 }  // namespace forktrial::tools

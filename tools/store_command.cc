@@ -1,7 +1,10 @@
-// `forktrial gc` and `forktrial compact`: a long-lived store's upkeep. gc
+// `forktrial gc`, `forktrial compact` and `forktrial store check`: a
+// long-lived store's upkeep. gc
 // deletes the trials' forks a retention policy no longer keeps, and the blobs
 // no unfinished job needs (coordinator/retention.h); compact writes a copy of the store without the
-// room deleted runs left, since LMDB's file never shrinks.
+// room deleted runs left, since LMDB's file never shrinks. store check says
+// what is wrong with a store (who holds it, log records that do not apply)
+// and repairs what can be.
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -10,8 +13,12 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "coordinator/orchestration_log.h"
 #include "coordinator/retention.h"
+#include "coordinator/scheduler.h"
+#include "coordinator/server.h"
 #include "store/event_store.h"
+#include "store/writer_lock.h"
 #include "tools/cli_support.h"
 #include "tools/commands.h"
 #include "tools/store_access.h"
@@ -258,9 +265,115 @@ void add_compact(CLI::App& app) {
 
 }  // namespace
 
+ordered_json set_aside_json(const std::vector<coordinator::SetAside>& records) {
+  ordered_json out = ordered_json::array();
+  for (const auto& record : records) {
+    out.push_back({{"record", record.ordinal}, {"type", record.type}, {"why", record.why}});
+  }
+  return out;
+}
+
+void add_store_check(CLI::App& app) {
+  auto* group = app.add_subcommand("store", "Look after a store: check it, repair it");
+  group->require_subcommand(1);
+  auto store_dir = std::make_shared<std::string>(kDefaultStore);
+  auto repair = std::make_shared<bool>(false);
+  auto json = std::make_shared<bool>(false);
+  auto* cmd = group->add_subcommand(
+      "check",
+      "Say what is wrong with a store: who holds it, and the records of its orchestration log "
+      "that do not apply to the state the others build (as after two coordinators wrote it). "
+      "Exit 0 when nothing is, 1 when something is. --repair sets those records aside for good: "
+      "as a coordinator's start does, then compacting the log without them");
+  cmd->add_option("--store", *store_dir, "The store directory")
+      ->capture_default_str()
+      ->envname("FORKTRIAL_STORE");
+  cmd->add_flag("--repair", *repair,
+                "Repair what can be: replay the log as a coordinator's start does, setting aside "
+                "what does not apply, and compact it (needs the store free of a coordinator)");
+  cmd->add_flag("--json", *json, "Print JSON for scripts instead of text");
+  cmd->footer(examples_footer({
+      "forktrial store check --store /var/lib/forktrial",
+      "forktrial store check --store /var/lib/forktrial --repair",
+  }));
+  cmd->callback([=] {
+    if (!fs::exists(fs::path(*store_dir) / "data.mdb")) {
+      throw CommandFailed("no store at " + *store_dir + " (it has no data.mdb); give --store",
+                          kUsageError);
+    }
+    const auto holder = store::WriterLock::holder(*store_dir);
+    std::vector<coordinator::SetAside> set_aside;
+    std::uint64_t records = 0;
+    {
+      store::EventStore store = open_store(*store_dir, false);
+      coordinator::Scheduler scheduler;
+      auto replayed = coordinator::replay_setting_aside(
+          store.snapshot(), [&] { scheduler = coordinator::Scheduler(); },
+          [&](coordinator::OrchestrationRecord&& record) { scheduler.replay(std::move(record)); },
+          [](const store::EventView&) {});
+      if (!replayed) {
+        throw CommandFailed("the orchestration log of " + *store_dir +
+                            " cannot be read, and cannot be repaired by setting records aside: " +
+                            replayed.error().message);
+      }
+      set_aside = std::move(replayed->set_aside);
+      records = replayed->records;
+    }
+    bool repaired = false;
+    if (*repair && !set_aside.empty()) {
+      coordinator::ServerConfig config;
+      config.store = *store_dir;
+      const Log log = [](LogLevel level, const std::string& message) {
+        if (level >= LogLevel::warn) {
+          std::fprintf(stderr, "forktrial: %s\n", terminal_safe(message).c_str());
+        }
+      };
+      coordinator::repair_log(config, log);
+      repaired = true;
+    }
+    if (*json) {
+      ordered_json doc{{"store", *store_dir},
+                       {"writer", holder ? ordered_json{{"pid", holder->pid},
+                                                        {"host", holder->host},
+                                                        {"command", holder->command}}
+                                         : ordered_json(nullptr)},
+                       {"log_records", records},
+                       {"set_aside", set_aside_json(set_aside)},
+                       {"repaired", repaired}};
+      std::cout << json_text(doc) << '\n';
+    } else {
+      std::printf("store %s\n", terminal_safe(*store_dir).c_str());
+      std::printf(
+          "  writer: %s\n",
+          holder ? ("held by a coordinator, " + terminal_safe(store::describe(*holder))).c_str()
+                 : "none (no coordinator runs on it)");
+      std::printf("  orchestration log: %llu records apply",
+                  static_cast<unsigned long long>(records));
+      if (set_aside.empty()) {
+        std::printf("; none is set aside\n");
+      } else {
+        std::printf(
+            "; %zu do not apply to the state the others build%s:\n", set_aside.size(),
+            repaired ? " and are set aside for good (the log is compacted without them)" : "");
+        for (const auto& record : set_aside) {
+          std::printf("    %s\n", terminal_safe(coordinator::describe(record)).c_str());
+        }
+        if (!repaired) {
+          std::printf(
+              "  a coordinator's start sets them aside and compacts its log; or, with no "
+              "coordinator on the store: forktrial store check --store %s --repair\n",
+              terminal_safe(*store_dir).c_str());
+        }
+      }
+    }
+    if (!set_aside.empty() && !repaired) throw ExitStatus(1);
+  });
+}
+
 void add_store_commands(CLI::App& app) {
   add_gc(app);
   add_compact(app);
+  add_store_check(app);
 }
 
 }  // namespace forktrial::tools

@@ -11,8 +11,9 @@
 # The subcommands under a command path ("" is forktrial itself).
 _forktrial_subcommands() {
   case $1 in
-    "") echo "pack run trial preflight keygen coordinator worker submit status wait cancel results workers import batch gc compact" ;;
+    "") echo "pack run trial preflight keygen coordinator worker submit status wait cancel results workers import batch gc compact store" ;;
     pack) echo "hash verify check" ;;
+    store) echo "check" ;;
     run) echo "new ls show events graph fork export import import-sqlite" ;;
   esac
 }
@@ -22,7 +23,7 @@ _forktrial_options() {
   local client="--coordinator --timeout --json --key --coordinator-key"
   case $1 in
     "") echo "--help --version" ;;
-    pack | run) echo "--help" ;;
+    pack | run | store) echo "--help" ;;
     "pack hash") echo "--help --content --json" ;;
     "pack verify") echo "--help --expect --json" ;;
     "pack check") echo "--help --executable --json" ;;
@@ -53,6 +54,7 @@ _forktrial_options() {
     batch) echo "--help --store --workers --slots --by --json --log-level --isolation --python --no-cache" ;;
     gc) echo "--help --store --keep --older-than --blob-grace --batch --dry-run --json" ;;
     compact) echo "--help --store --output --json" ;;
+    "store check") echo "--help --store --repair --json" ;;
   esac
 }
 
@@ -60,7 +62,7 @@ _forktrial_options() {
 _forktrial_is_flag() {
   case $1 in
     -h | --help | --version | --json | --csv | --content | --executable | --force | --wait | \
-      --insecure | --log-json | --all | --dry-run | --no-cache) return 0 ;;
+      --insecure | --log-json | --all | --dry-run | --no-cache | --repair) return 0 ;;
   esac
   return 1
 }

@@ -33,6 +33,7 @@
 #include <thread>
 #include <zmq.hpp>
 
+#include "coordinator/orchestration_log.h"
 #include "pack/bundle_archive.h"
 #include "pack/bundle_hash.h"
 #include "schema/outcome.h"
@@ -1177,6 +1178,77 @@ TEST_CASE("Ctrl-C on forktrial batch cancels its job, stops what it started and 
   INFO(asked.err);
   REQUIRE(asked.exit_code == 0);
   CHECK(json::parse(asked.out)["state"] == "cancelled");
+}
+
+namespace {
+
+// Damages the orchestration log of `store` as a second coordinator on it
+// did: a lease, by a worker this coordinator never knew, of `job`'s trial 0,
+// which the log has already reconciled.
+void lease_a_reconciled_trial(const std::string& store, const std::string& job) {
+  namespace co = forktrial::coordinator;
+  forktrial::store::EventStore events(store);
+  const co::OrchestrationRecord lease = co::TrialLeased{
+      co::TrialId{co::JobId(job), 0}, 1, co::WorkerId("local-0"), co::Instant{}, co::Instant{}};
+  auto appended = events.write([&](forktrial::store::Writer& writer) {
+    return co::append_to_log(writer, std::span(&lease, 1));
+  });
+  REQUIRE(appended);
+}
+
+}  // namespace
+
+TEST_CASE("a log record that does not apply is set aside at start, said so, and repaired",
+          "[cluster]") {
+  Cluster cluster;
+  cluster.start_coordinator();
+  cluster.start_worker(1);
+  const std::string job = cluster.submit(cluster.outcome_batch(1, 1));
+  REQUIRE(cluster.wait(job)["completed"] == 1);
+  cluster.coordinator.reset();
+  lease_a_reconciled_trial(cluster.store, job);
+
+  // What is wrong, said without changing anything.
+  auto checked = run_forktrial({"store", "check", "--store", cluster.store, "--json"});
+  INFO(checked.err);
+  CHECK(checked.exit_code == 1);
+  const json report = json::parse(checked.out);
+  CHECK(report["writer"].is_null());
+  REQUIRE(report["set_aside"].size() == 1);
+  CHECK(report["set_aside"][0]["type"] == "trial.leased");
+  CHECK_THAT(report["set_aside"][0]["why"].get<std::string>(), Catch::Contains(job));
+  CHECK(report["repaired"] == false);
+
+  // The coordinator starts all the same, says what it set aside, and goes on.
+  cluster.start_coordinator();
+  auto status = cluster.client({"status", job, "--json"});
+  INFO(status.err << cluster.log_text());
+  REQUIRE(status.exit_code == 0);
+  const json doc = json::parse(status.out);
+  CHECK(doc["outcomes"]["completed"] == 1);
+  REQUIRE(doc["log_set_aside"].size() == 1);
+  CHECK(doc["log_set_aside"][0]["type"] == "trial.leased");
+  const std::string next = cluster.submit(cluster.outcome_batch(1, 1));
+  CHECK(cluster.wait(next)["completed"] == 1);
+  CHECK(contains(cluster.log_text(), "set aside orchestration record"));
+  cluster.coordinator.reset();
+  // It compacted its log without the record: the store is whole again.
+  auto clean = run_forktrial({"store", "check", "--store", cluster.store});
+  INFO(clean.out << clean.err);
+  CHECK(clean.exit_code == 0);
+  CHECK(contains(clean.out, "none is set aside"));
+
+  // Repaired offline, with no coordinator on the store.
+  lease_a_reconciled_trial(cluster.store, job);
+  auto repaired = run_forktrial({"store", "check", "--store", cluster.store, "--repair"});
+  INFO(repaired.out << repaired.err);
+  CHECK(repaired.exit_code == 0);
+  CHECK(contains(repaired.out, "are set aside for good"));
+  CHECK(run_forktrial({"store", "check", "--store", cluster.store}).exit_code == 0);
+  // Both jobs' results read back after all of it.
+  cluster.start_coordinator();
+  CHECK(cluster.results(job).size() == 1);
+  CHECK(cluster.results(next).size() == 1);
 }
 
 TEST_CASE("forktrial batch runs a batch file end to end on local workers", "[cluster]") {

@@ -867,6 +867,48 @@ TEST_CASE("an event the store refuses appends nothing to the log",
   CHECK(store.snapshot().run(kOrchestrationRun)->head == 1);
 }
 
+TEST_CASE("records that do not apply are set aside, the log read again without each",
+          "[coordinator][orchestration_log]") {
+  forktrial::testing::TempDir dir;
+  store::EventStore store(dir.path() / "store", quick_options());
+  // As two coordinators would write one log: the same worker joining twice,
+  // and a cancel of a job this log never had.
+  const std::vector<OrchestrationRecord> records = {
+      WorkerJoined{WorkerId{"w1"}, 1, 0, {}, at(0)}, WorkerJoined{WorkerId{"w1"}, 1, 0, {}, at(1)},
+      WorkerJoined{WorkerId{"w2"}, 1, 0, {}, at(2)}, JobCancelled{JobId{"job_other"}, at(3)}};
+  CHECK(append(store, records) == 4);
+  Scheduler scheduler;
+  int restarts = 0;
+  auto replayed = replay_setting_aside(
+      store.snapshot(),
+      [&] {
+        ++restarts;
+        scheduler = Scheduler();
+      },
+      [&](OrchestrationRecord&& record) { scheduler.replay(std::move(record)); },
+      [](const store::EventView&) {});
+  REQUIRE(replayed);
+  CHECK(restarts == 3);  // the first read, and one for each record set aside
+  CHECK(replayed->records == 2);
+  REQUIRE(replayed->set_aside.size() == 2);
+  CHECK(replayed->set_aside[0].ordinal == 1);
+  CHECK(replayed->set_aside[0].type == "worker.joined");
+  CHECK(replayed->set_aside[0].why == "worker w1 is alive");
+  CHECK(describe(replayed->set_aside[1]) == "record 3 (job.cancelled): no job job_other");
+  CHECK(scheduler.workers().size() == 2);
+  // Past the most it sets aside, the log is beyond it, and says which.
+  auto beyond = replay_setting_aside(
+      store.snapshot(), [&] { scheduler = Scheduler(); },
+      [&](OrchestrationRecord&& record) { scheduler.replay(std::move(record)); },
+      [](const store::EventView&) {}, 1);
+  REQUIRE_FALSE(beyond);
+  CHECK(beyond.error().code == ErrorCode::failed_precondition);
+  CHECK_THAT(beyond.error().message,
+             Catch::Contains("more than 1 records of the orchestration log do not apply") &&
+                 Catch::Contains("record 1 (worker.joined)") &&
+                 Catch::Contains("and record 3 (job.cancelled)"));
+}
+
 TEST_CASE("a log holding a damaged record is reported corrupt at that record",
           "[coordinator][orchestration_log]") {
   forktrial::testing::TempDir dir;
