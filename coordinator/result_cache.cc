@@ -68,9 +68,11 @@ std::optional<CacheEntry> entry_in(const Reader& snapshot, const Digest& key) {
     }
     const auto parsed = outcome_from_name(outcome->get<std::string>());
     if (!parsed) return false;
-    entry = CacheEntry{TrialId{JobId((*source)["job"].get<std::string>()),
-                               (*source)["index"].get<std::uint32_t>()},
-                       store::RunId(fork->get<std::string>()), *parsed, verdict->dump()};
+    const auto worker = doc.find("worker");
+    entry = CacheEntry{
+        TrialId{JobId((*source)["job"].get<std::string>()), (*source)["index"].get<std::uint32_t>()},
+        store::RunId(fork->get<std::string>()), *parsed, verdict->dump(),
+        WorkerId(worker != doc.end() && worker->is_string() ? worker->get<std::string>() : "")};
     return false;
   });
   // An entry dies with its fork: gc collected the source's fork.
@@ -102,6 +104,7 @@ store::Result<std::uint64_t> put_cache_entry(store::Writer& writer, const Digest
   payload["fork"] = entry.fork.str();
   payload["outcome"] = std::string(outcome_name(entry.outcome));
   payload["verdict"] = ordered_json::parse(entry.verdict, nullptr, false);
+  payload["worker"] = entry.worker.str();
   store::NewEvent event;
   event.id = store::numbered_event_id(run->head + 1);
   event.type = std::string(kCacheEntryType);

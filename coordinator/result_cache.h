@@ -55,6 +55,9 @@ struct CacheEntry {
   store::RunId fork;  // that trial's fork
   Outcome outcome = Outcome::completed;
   std::string verdict;  // that trial's verdict, a JSON object (the log's)
+  // The worker whose report it is ("" in entries written before it was
+  // kept): every answer from the entry names it.
+  WorkerId worker{};
   friend bool operator==(const CacheEntry&, const CacheEntry&) = default;
 };
 

@@ -105,6 +105,8 @@ store::Result<std::uint64_t> Server::append_records(store::Writer& writer,
     verdict["index"] = answer.trial.index;
     verdict["duration_ms"] = 0;
     verdict["cached_from"] = entry->source.str();
+    // Whose word the answer is: the worker that reported the source.
+    verdict["cached_worker"] = entry->worker.str();
     store::NewEvent event;
     event.type = std::string(kVerdictType);
     event.payload = verdict.dump();
@@ -123,6 +125,14 @@ store::Result<std::uint64_t> Server::append_records(store::Writer& writer,
     if (answer.record) answer.seq = ++seq;
   }
   return head;
+}
+
+void Server::commit_now() {
+  try {
+    commit_turn();
+  } catch (const store::StoreFull& e) {
+    store_full(e.what());
+  }
 }
 
 void Server::flush() {

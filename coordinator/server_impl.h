@@ -283,6 +283,10 @@ class Server {
   void pending_committed();
 
   void flush();
+  // Writes what the turn holds so far (commit_turn) now, not at its end;
+  // made durable with the rest of the turn. A full store is handled as
+  // flush handles it.
+  void commit_now();
 
   void commit_turn();
 

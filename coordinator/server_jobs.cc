@@ -310,6 +310,10 @@ void Server::on_submit(const std::string& route, Envelope::Reader envelope, Inst
   keep(std::move(*records));
   note_cache_candidates(JobId(id));
   turn_durable_ = true;
+  // The trials the result cache may answer are answered now, in the commit
+  // that records the job: nothing else of this turn (a worker's offer that
+  // follows, a waiting worker's parked offer at its end) may lease one first.
+  if (!answering_.empty()) commit_now();
   trim_ = true;
   log_(LogLevel::info,
        std::string("job ") + id + " submitted with " + std::to_string(total) + " trials");

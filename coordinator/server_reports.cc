@@ -41,6 +41,10 @@ std::optional<std::string> Server::result_from_verdict(const TrialId& trial,
   // Answered from the result cache: the trial whose result it is.
   const std::string cached_from = text("cached_from");
   line["cached_from"] = cached_from.empty() ? ordered_json(nullptr) : ordered_json(cached_from);
+  // And the worker that reported that trial ("": an entry older than this
+  // field), whose word the answer is.
+  line["cached_worker"] = cached_from.empty() ? ordered_json(nullptr)
+                                              : ordered_json(text("cached_worker"));
   line["executor"] = {{"name", std::string(pack::executor_name(*executor))},
                       {"version", text("executor_version")}};
   const std::string limit = text("limit");
@@ -398,7 +402,7 @@ store::Result<std::uint64_t> Server::record_reconciliation(store::Writer& writer
   // A completed trial whose result may be reused is the entry of its key
   // (a later trial with the key is answered from it).
   if (const auto key = scheduler_.cache_key(r.trial); key && v.outcome == Outcome::completed) {
-    auto entry = put_cache_entry(writer, *key, CacheEntry{r.trial, fork_id, v.outcome, text}, r.at);
+    auto entry = put_cache_entry(writer, *key, CacheEntry{r.trial, fork_id, v.outcome, text, r.worker}, r.at);
     if (!entry) return std::unexpected(std::move(entry.error()));
   }
   verdicts.push_back(Verdict{r.trial, r.attempt, r.worker, std::move(text)});

@@ -395,7 +395,7 @@ constexpr const char* kResultFields[] = {
     "trial",      "candidate", "pin",         "scenario",        "at",
     "status",     "outcome",   "fork_run_id", "events_appended", "behavior_failures",
     "exit_code",  "detail",    "worker",      "attempts",        "duration_ms",
-    "cached_from"};
+    "cached_from", "cached_worker"};
 
 std::string csv_cell(const ordered_json& value) {
   std::string text = value.is_string() ? value.get<std::string>()

@@ -2574,3 +2574,45 @@ TEST_CASE("forktrial batch answers a deterministic trial run before from the cac
   REQUIRE(jobs.exit_code == 0);
   CHECK_THAT(jobs.out, Catch::Contains("  cached 2"));
 }
+
+TEST_CASE("a resubmitted deterministic job is answered from the cache with idle workers waiting",
+          "[cluster][cache]") {
+  Cluster cluster;
+  const std::string counter = (cluster.dir.path() / "runs").string();
+  const auto child = cluster.stand_in_child(
+      "counting.sh", "echo ran >> " + counter + "\nexec " + std::string(FORKTRIAL_CHILD_FOR_TESTS) +
+                         " <<END\n$job\nEND\n");
+  const auto runs = [&] {
+    std::ifstream in(counter);
+    return std::count(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>(), '\n');
+  };
+  // Twelve trials of distinct keys: the greeter at twelve fork points.
+  std::string points;
+  for (int event = 20; event <= 31; ++event) {
+    points += (points.empty() ? "\"evt_0" : ", \"evt_0") + std::to_string(event) + "\"";
+  }
+  const auto batch = [&](const std::string& name) {
+    return cluster.dir
+        .write(name + ".toml", "name = \"" + name + "\"\nrun = \"run_chat\"\nat = [" + points +
+                                   "]\n[[candidates]]\npack = \"" + kExamples +
+                                   "/packs/greeter\"\n")
+        .string();
+  };
+  cluster.start_coordinator();
+  cluster.start_worker(1, 2, {child});
+  cluster.start_worker(2, 2, {child});
+  const std::string first = cluster.submit(batch("first"));
+  REQUIRE(cluster.wait(first)["completed"] == 12);
+  REQUIRE(runs() == 12);
+  // Both workers wait with offers parked at the coordinator now; the same
+  // trials again are answered when the job is recorded, before an offer
+  // can take one.
+  for (int round = 0; round < 3; ++round) {
+    const std::string again = cluster.submit(batch("again" + std::to_string(round)));
+    const json summary = cluster.wait(again);
+    INFO(summary.dump());
+    CHECK(summary["completed"] == 12);
+    CHECK(summary["cached"] == 12);
+  }
+  CHECK(runs() == 12);
+}

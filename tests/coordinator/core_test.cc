@@ -1413,6 +1413,10 @@ TEST_CASE("a deterministic trial run before is answered from the cache, naming i
   CHECK(answered[0]["detail"] == source[0]["detail"]);
   CHECK(answered[0]["duration_ms"] == 0);
   CHECK(answered[0]["worker"] == "");
+  // Whose word it is: the worker that reported the source.
+  CHECK(source[0]["cached_worker"].is_null());
+  CHECK(answered[0]["cached_worker"] == source[0]["worker"]);
+  CHECK_FALSE(answered[0]["cached_worker"].get<std::string>().empty());
   // Its own fork: a copy of the source's on the same fork point.
   const std::string fork = answered[0]["fork_run_id"];
   CHECK(fork != source[0]["fork_run_id"].get<std::string>());
