@@ -15,14 +15,15 @@ using nlohmann::ordered_json;
 
 // What the key's text starts with: a new rule for keys takes a new tag, so
 // that no key of the old rule can answer a trial of the new.
-constexpr std::string_view kKeyTag = "forktrial.trial-cache.v1";
+// v2: the owner is part of the key.
+constexpr std::string_view kKeyTag = "forktrial.trial-cache.v2";
 constexpr std::string_view kCacheRunPrefix = "forktrial.cache.";
 
 }  // namespace
 
 Digest trial_cache_key(std::string_view runtime, pack::Executor executor,
                        const sandbox::TrialSpecification& spec, const Digest& segment,
-                       std::span<const Digest> bundles) {
+                       std::span<const Digest> bundles, std::string_view owner) {
   // The label names the fork and nothing a trial does: repeats differ by
   // their labels only, and so do a batch's trials submitted again under
   // another name.
@@ -36,7 +37,8 @@ Digest trial_cache_key(std::string_view runtime, pack::Executor executor,
                             std::string(pack::executor_name(executor)),
                             segment.str(),
                             sandbox::to_canonical_json(unlabelled),
-                            std::move(archives)};
+                            std::move(archives),
+                            std::string(owner)};
   return Sha256::of(key.dump());
 }
 
@@ -70,7 +72,8 @@ std::optional<CacheEntry> entry_in(const Reader& snapshot, const Digest& key) {
     if (!parsed) return false;
     const auto worker = doc.find("worker");
     entry = CacheEntry{
-        TrialId{JobId((*source)["job"].get<std::string>()), (*source)["index"].get<std::uint32_t>()},
+        TrialId{JobId((*source)["job"].get<std::string>()),
+                (*source)["index"].get<std::uint32_t>()},
         store::RunId(fork->get<std::string>()), *parsed, verdict->dump(),
         WorkerId(worker != doc.end() && worker->is_string() ? worker->get<std::string>() : "")};
     return false;

@@ -41,11 +41,15 @@ namespace forktrial::coordinator {
 // The type of a cache entry's event.
 inline constexpr std::string_view kCacheEntryType = "cache.entry";
 
-// What a trial's key is made of (a `runtime` such as "forktrial 0.9.0").
-// Costs one SHA-256 over the specification's canonical JSON.
+// What a trial's key is made of (a `runtime` such as "forktrial 0.9.0"),
+// and whose: `owner`, the submitting client's key ("" without keys). An
+// entry answers the trials of its owner alone, so that no client is handed
+// a result only one worker vouched for on another client's behalf
+// (docs/decisions/0088-result-cache.md). Costs one SHA-256 over the
+// specification's canonical JSON.
 Digest trial_cache_key(std::string_view runtime, pack::Executor executor,
                        const sandbox::TrialSpecification& spec, const Digest& segment,
-                       std::span<const Digest> bundles);
+                       std::span<const Digest> bundles, std::string_view owner);
 
 // "forktrial.cache.<64 hex digits of the key>".
 store::RunId cache_run_of(const Digest& key);

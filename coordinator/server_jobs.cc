@@ -250,8 +250,8 @@ void Server::on_submit(const std::string& route, Envelope::Reader envelope, Inst
     }
     input.segment = *segment->second;
     if (deterministic && !job.getNoCache()) {
-      input.cache_key =
-          trial_cache_key(cache_runtime(), input.executor, spec, input.segment, input.bundles);
+      input.cache_key = trial_cache_key(cache_runtime(), input.executor, spec, input.segment,
+                                        input.bundles, client_ ? client_->key : "");
     }
     input.payload = payload_of(submitted->candidate, submitted->spec_json());
     inputs.push_back(std::move(input));

@@ -43,8 +43,8 @@ std::optional<std::string> Server::result_from_verdict(const TrialId& trial,
   line["cached_from"] = cached_from.empty() ? ordered_json(nullptr) : ordered_json(cached_from);
   // And the worker that reported that trial ("": an entry older than this
   // field), whose word the answer is.
-  line["cached_worker"] = cached_from.empty() ? ordered_json(nullptr)
-                                              : ordered_json(text("cached_worker"));
+  line["cached_worker"] =
+      cached_from.empty() ? ordered_json(nullptr) : ordered_json(text("cached_worker"));
   line["executor"] = {{"name", std::string(pack::executor_name(*executor))},
                       {"version", text("executor_version")}};
   const std::string limit = text("limit");
@@ -402,7 +402,8 @@ store::Result<std::uint64_t> Server::record_reconciliation(store::Writer& writer
   // A completed trial whose result may be reused is the entry of its key
   // (a later trial with the key is answered from it).
   if (const auto key = scheduler_.cache_key(r.trial); key && v.outcome == Outcome::completed) {
-    auto entry = put_cache_entry(writer, *key, CacheEntry{r.trial, fork_id, v.outcome, text, r.worker}, r.at);
+    auto entry = put_cache_entry(writer, *key,
+                                 CacheEntry{r.trial, fork_id, v.outcome, text, r.worker}, r.at);
     if (!entry) return std::unexpected(std::move(entry.error()));
   }
   verdicts.push_back(Verdict{r.trial, r.attempt, r.worker, std::move(text)});

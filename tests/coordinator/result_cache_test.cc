@@ -28,6 +28,7 @@ struct Inputs {
   sandbox::TrialSpecification spec;
   Digest segment = digest_of("the parent's history up to evt_031");
   std::vector<Digest> bundles;
+  std::string owner = "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7";
 
   Inputs() {
     spec.parent_run_id = store::RunId("run_chat");
@@ -41,7 +42,7 @@ struct Inputs {
     bundles = {digest_of("helper's archive"), digest_of("greeter's archive")};
   }
 
-  Digest key() const { return trial_cache_key(runtime, executor, spec, segment, bundles); }
+  Digest key() const { return trial_cache_key(runtime, executor, spec, segment, bundles, owner); }
 };
 
 }  // namespace
@@ -82,6 +83,8 @@ TEST_CASE("a trial's cache key changes with a byte of any input it depends on",
       {"the parent run", [](Inputs& i) { i.spec.parent_run_id = store::RunId("run_chaT"); }},
       {"the runtime's version", [](Inputs& i) { i.runtime = "forktrial 0.1.1"; }},
       {"the executor", [](Inputs& i) { i.executor = pack::Executor::activegraph; }},
+      {"the client that submits it", [](Inputs& i) { i.owner[0] = 'R'; }},
+      {"no client key", [](Inputs& i) { i.owner.clear(); }},
   };
   for (const auto& [what, change] : changes) {
     INFO(what);

@@ -775,6 +775,71 @@ TEST_CASE(
   CHECK(json::parse(status.out)["jobs"].size() == 1);
 }
 
+TEST_CASE("a rogue worker's forged result answers no other client from the cache, and is named",
+          "[cluster][rogue][curve][cache]") {
+  Keys keys;
+  REQUIRE(run_forktrial({"keygen", keys.path("other.key")}).exit_code == 0);
+  keys.dir.write("others.allow", forktrial::testing::read_file(keys.path("other.key.pub")));
+  Cluster cluster;
+  cluster.endpoint = "tcp://127.0.0.1:" + std::to_string(free_tcp_port());
+  cluster.start_coordinator(
+      "30", with(keys.coordinator(), {"--allow-clients", keys.path("others.allow")}));
+  auto as = [&](const std::string& who, std::vector<std::string> args) {
+    args.insert(args.end(), {"--coordinator", cluster.endpoint, "--timeout", "30"});
+    return run_forktrial(with(args, keys.as(who)));
+  };
+  // One trial of the greeter, a deterministic candidate, at evt_031.
+  const std::string batch = cluster.outcome_batch(1, 1);
+  auto submitted = [&](const std::string& who) {
+    auto result = as(who, {"submit", batch, "--json"});
+    INFO(result.err);
+    REQUIRE(result.exit_code == 0);
+    return json::parse(result.out)["job"].get<std::string>();
+  };
+  auto results_of = [&](const std::string& who, const std::string& job) {
+    auto waited = as(who, {"wait", job, "--json", "--max-wait", "60"});
+    INFO(waited.err << cluster.log_text());
+    REQUIRE_FALSE(forktrial::testing::lines_of(waited.out).empty());
+    auto listed = as(who, {"results", job, "--json"});
+    REQUIRE(listed.exit_code == 0);
+    const auto lines = forktrial::testing::lines_of(listed.out);
+    REQUIRE(lines.size() == 1);
+    return json::parse(lines[0]);
+  };
+
+  // Alice's trial goes to a compromised worker, which makes up a result
+  // that keeps every rule: it is recorded, and becomes her entry.
+  const std::string alices = submitted("client");
+  {
+    RogueWorker rogue(cluster.endpoint, "rogue", &keys);
+    const auto leased = rogue.lease(1);
+    CHECK(rogue.report(leased[0], Outcome::completed,
+                       {{.id = "evt_032",
+                         .type = "chat.note",
+                         .payload = R"({"text": "FORGED-BY-ROGUE"})"}}) == "accepted");
+  }
+  CHECK(results_of("client", alices)["worker"] == "rogue");
+
+  // Bob's same trial is not answered from Alice's entry: an honest worker
+  // runs it.
+  cluster.start_worker(1, 1, {}, keys.as("worker"));
+  const std::string bobs = submitted("other");
+  const json bob = results_of("other", bobs);
+  CHECK(bob["outcome"] == "completed");
+  CHECK(bob["cached_from"].is_null());
+  CHECK(bob["worker"] == "w1");
+  auto events = run_forktrial(
+      {"run", "events", bob["fork_run_id"].get<std::string>(), "--store", cluster.store, "--json"});
+  REQUIRE(events.exit_code == 0);
+  CHECK_FALSE(contains(events.out, "FORGED-BY-ROGUE"));
+
+  // Alice's own resubmission is answered from her entry, and says whose
+  // word it is.
+  const json again = results_of("client", submitted("client"));
+  CHECK(again["cached_from"] == alices + "#0");
+  CHECK(again["cached_worker"] == "rogue");
+}
+
 TEST_CASE("abandoned partial uploads spill to disk within a client's share and an overall limit",
           "[cluster][rogue]") {
   Cluster cluster;
