@@ -127,9 +127,19 @@ store::Result<std::uint64_t> copy_fork(store::Writer& writer,
   }
   auto made = writer.fork(spec.parent_run_id, spec.at_event, fork);
   if (!made) return std::unexpected(std::move(made.error()));
+  // Faithful to its own run: where the source's events name their run (the
+  // runtime's provenance.run_id; a candidate writing rt.run_id), the copy's
+  // name it. Run ids are plain ASCII, the same in a payload's JSON text.
+  const std::string& from_id = source.str();
+  const std::string& to_id = fork.id.value().str();
   std::vector<store::NewEvent> events;
   writer.for_each_event(*from, from->fork_of->seq + 1, [&](const store::EventView& event) {
-    events.push_back(static_cast<store::NewEvent>(event.to_event()));
+    store::NewEvent copy = static_cast<store::NewEvent>(event.to_event());
+    for (auto at = copy.payload.find(from_id); at != std::string::npos;
+         at = copy.payload.find(from_id, at + to_id.size())) {
+      copy.payload.replace(at, from_id.size(), to_id);
+    }
+    events.push_back(std::move(copy));
     return true;
   });
   if (events.empty()) return made->head;

@@ -81,9 +81,11 @@ store::Result<std::uint64_t> put_cache_entry(store::Writer& writer, const Digest
 
 // In the caller's write transaction: forks `spec`'s parent at its fork point
 // as `fork`, and appends to it a copy of the events `source` appended after
-// its own fork point (a fork of the same parent at the same event). Returns
-// the new fork's head; the store's refusal otherwise (a fork id taken, the
-// source gone).
+// its own fork point (a fork of the same parent at the same event), each
+// naming the new fork where the source's payload named the source's run id
+// (the runtime's provenance.run_id, rt.run_id written by the candidate).
+// Returns the new fork's head; the store's refusal otherwise (a fork id
+// taken, the source gone).
 store::Result<std::uint64_t> copy_fork(store::Writer& writer,
                                        const sandbox::TrialSpecification& spec,
                                        const store::NewRun& fork, const store::RunId& source);

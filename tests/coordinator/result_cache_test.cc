@@ -177,6 +177,26 @@ TEST_CASE("a fork is copied onto the same fork point with the source's own event
   CHECK(events[0].id == store::EventId("evt_001"));
   CHECK(static_cast<const store::NewEvent&>(events[1]) == own);
 
+  // Where the source's events name their run (the runtime's provenance),
+  // the copy's name the copy.
+  const store::NewEvent named{
+      .id = store::EventId("evt_named"),
+      .type = "object.created",
+      .payload = R"({"object":{"provenance":{"run_id":"run_src"}},"note":"run_src, run_src"})",
+      .timestamp = "2026-01-01T00:00:02Z",
+      .actor = "runtime"};
+  REQUIRE(store.append(store::RunId("run_src"), 2, std::span(&named, 1)));
+  REQUIRE(store.write([&](store::Writer& w) {
+    return copy_fork(w, spec, {.id = store::RunId("run_copy_long"), .label = "copy"},
+                     store::RunId("run_src"));
+  }));
+  const auto renamed =
+      store.snapshot().history(*store.snapshot().run(store::RunId("run_copy_long")));
+  REQUIRE(renamed.size() == 3);
+  CHECK(
+      renamed[2].payload ==
+      R"({"object":{"provenance":{"run_id":"run_copy_long"}},"note":"run_copy_long, run_copy_long"})");
+
   auto gone = store.write([&](store::Writer& w) {
     return copy_fork(w, spec, {.id = store::RunId("run_copy2"), .label = "copy"},
                      store::RunId("run_nothing"));
