@@ -151,6 +151,7 @@ struct Job {
   std::optional<Instant> finished_at;        // when its last trial reached a final status
   std::uint64_t trial_count = 0;             // its trials, archived or not
   bool archived = false;                     // its trials are in its archive, not here
+  std::uint64_t payload_bytes = 0;           // its trials' payloads held, shared ones once
 };
 
 struct Worker {
@@ -188,6 +189,9 @@ struct Scheduler::State {
 
   std::vector<Job> jobs;
   std::map<JobId, JobIx> job_by_id;
+  // The bytes of the payloads jobs not archived hold, in all and by owner.
+  std::uint64_t held_bytes = 0;
+  std::map<std::string, std::uint64_t, std::less<>> held_bytes_by_owner;
   std::vector<Worker> workers;
   std::map<WorkerId, WorkerIx> worker_by_id;
   std::vector<Digest> digests;
@@ -389,6 +393,7 @@ struct Scheduler::State {
         if (shared.size() >= kSharedPayloads) shared.clear();
         t.payload = std::make_shared<const std::string>(payload_of(r.trials[i]));
         shared.emplace(*t.payload, t.payload);
+        job.payload_bytes += t.payload->size();
       }
       t.run_limit = r.trials[i].run_limit;
       t.executor = r.trials[i].executor;
@@ -397,6 +402,8 @@ struct Scheduler::State {
       t.digests.push_back(intern(r.trials[i].segment));
       for (const Digest& bundle : r.trials[i].bundles) t.digests.push_back(intern(bundle));
     }
+    held_bytes += job.payload_bytes;
+    held_bytes_by_owner[job.owner] += job.payload_bytes;
     job.counts[static_cast<std::size_t>(TrialStatus::queued)] = r.trials.size();
     job.submitted_at = r.at;
     for (std::uint32_t i = 0; i < r.trials.size(); ++i) enqueue({index, i});
@@ -614,6 +621,12 @@ struct Scheduler::State {
     // A finished job holds no lease, no queued trial, no report: nothing
     // outside its trials refers to them.
     job.archived = true;
+    held_bytes -= job.payload_bytes;
+    if (auto owner = held_bytes_by_owner.find(job.owner); owner != held_bytes_by_owner.end()) {
+      owner->second -= job.payload_bytes;
+      if (owner->second == 0) held_bytes_by_owner.erase(owner);
+    }
+    job.payload_bytes = 0;
     cached_from.erase(cached_from.lower_bound(TrialKey{found->second, 0}),
                       cached_from.upper_bound(
                           TrialKey{found->second, std::numeric_limits<std::uint32_t>::max()}));
@@ -1330,6 +1343,15 @@ const std::string* Scheduler::payload(const TrialId& trial) const {
 
 std::size_t Scheduler::queued_trials() const {
   return state_->queued;
+}
+
+std::uint64_t Scheduler::held_payload_bytes() const {
+  return state_->held_bytes;
+}
+
+std::uint64_t Scheduler::held_payload_bytes(std::string_view owner) const {
+  const auto found = state_->held_bytes_by_owner.find(owner);
+  return found == state_->held_bytes_by_owner.end() ? 0 : found->second;
 }
 
 std::size_t Scheduler::workers_offering(pack::Executor executor) const {

@@ -400,6 +400,11 @@ class Scheduler {
   // point), as submitted; none for an unknown trial.
   std::optional<Digest> segment(const TrialId& trial) const;
   std::size_t queued_trials() const;  // of every job
+  // The bytes of the trials' payloads the jobs not yet archived hold (a
+  // payload several trials of a job share, once), of every job or of those
+  // `owner` submitted.
+  std::uint64_t held_payload_bytes() const;
+  std::uint64_t held_payload_bytes(std::string_view owner) const;
   // Live workers that offer the executor.
   std::size_t workers_offering(pack::Executor executor) const;
   // Whether a trial is queued that the worker, alive, could be leased.

@@ -55,6 +55,13 @@ struct ServerConfig {
   // Trials queued (not yet leased) over every job, at most: a submission
   // that would pass it is refused whole.
   std::size_t max_queued = 1'000'000;
+  // Bytes of trial text the jobs not yet archived may hold (their payloads,
+  // and the parts of jobs being submitted), in all and per client key (all
+  // clients are one without keys): a submission that would pass either is
+  // refused whole. Trials are counted in bytes too, since one trial's text
+  // may be up to 64 KiB.
+  std::uint64_t max_queued_bytes = std::uint64_t{4} << 30;
+  std::uint64_t max_client_bytes = std::uint64_t{1} << 30;
   // CurveZMQ: with a keypair, the endpoint speaks CURVE only, admits only the
   // keys of `allowed`, and takes from each connection only the messages of
   // its key's role (a worker key cannot submit; a client key cannot join).

@@ -115,6 +115,11 @@ inline bool coordinator_run_id(std::string_view id) {
   return id.starts_with(store::kJobForkPrefix) || id.starts_with(store::kInternalRunPrefix);
 }
 
+// The most text one submitted trial ({"candidate", "spec"}) may have:
+// far above any a batch file makes (its label at most 1024 bytes, its ids
+// 250, a few packs), far below what would let one cost much to parse.
+inline constexpr std::size_t kMaxTrialBytes = std::size_t{64} << 10;
+
 // A trial's specification, parsed, with its canonical JSON.
 struct ParsedSpec {
   sandbox::TrialSpecification spec;
@@ -131,6 +136,12 @@ class SpecCache {
     if (it != parsed_.end()) return it->second;
     auto spec = sandbox::parse_trial_specification(text);
     if (!spec) return failure(ErrorCode::invalid_argument, spec.error().list.front());
+    // Held to the rules a local trial is held to before its child starts
+    // (a label the fork's run could not take, limits out of range): a
+    // client's command line checks them, a hand-built submission is not.
+    if (auto problems = sandbox::check_trial_specification(*spec); !problems.empty()) {
+      return failure(ErrorCode::invalid_argument, std::move(problems.front()));
+    }
     std::string canonical = sandbox::to_canonical_json(*spec);
     auto parsed =
         std::make_shared<const ParsedSpec>(ParsedSpec{std::move(*spec), std::move(canonical)});
@@ -760,6 +771,7 @@ class Server {
     std::uint32_t next = 0;  // the part expected next
     std::vector<TrialInput> inputs;
     Instant last;
+    std::uint64_t bytes = 0;  // of the inputs' payloads
   };
   std::map<std::string, PendingJob> pending_jobs_;
 
@@ -767,6 +779,9 @@ class Server {
   static constexpr Duration kPendingJobIdle{60'000};
 
   std::size_t pending_trials() const;
+  // The payload bytes of jobs being submitted in parts, of every client or
+  // of `owner`'s.
+  std::uint64_t pending_bytes(std::optional<std::string_view> owner = std::nullopt) const;
 
   // The turn accepted a submission or a cancel: its commit is flushed whole,
   // meta page included, before anything is answered.

@@ -161,7 +161,8 @@ void Server::on_submit(const std::string& route, Envelope::Reader envelope, Inst
                                           client_ ? client_->key : "",
                                           0,
                                           {},
-                                          now})
+                                          now,
+                                          0})
                   .first;
     }
     pending = &found->second;
@@ -193,6 +194,34 @@ void Server::on_submit(const std::string& route, Envelope::Reader envelope, Inst
                            " (--max-queued); submit again when some have run, or in smaller "
                            "jobs");
   }
+  // The same in bytes, overall and for this client: what the job's texts
+  // would add to what the jobs not archived and the jobs arriving in parts
+  // hold.
+  {
+    std::uint64_t incoming = 0;
+    for (auto text : job.getSpecs()) incoming += text.size();
+    const std::string owner = client_ ? client_->key : "";
+    const std::uint64_t held_in_all = scheduler_.held_payload_bytes() + pending_bytes();
+    const std::uint64_t held_by_client =
+        scheduler_.held_payload_bytes(owner) + pending_bytes(std::string_view(owner));
+    const auto refuse = [&](std::uint64_t holding, std::uint64_t limit, const std::string& whose,
+                            const char* option) {
+      if (pending != nullptr) pending_jobs_.erase(id);
+      return reply_error(route, request, ErrorCode::resource_exhausted,
+                         whose + " jobs not yet finished and archived hold " +
+                             std::to_string(holding) + " bytes of trial text, and this job's " +
+                             std::to_string(incoming) + " more would pass the limit of " +
+                             std::to_string(limit) + " (" + option +
+                             "); submit again when some have finished, or in smaller jobs");
+    };
+    if (held_by_client + incoming > config_.max_client_bytes) {
+      return refuse(held_by_client, config_.max_client_bytes,
+                    zap_ ? std::string("this client's") : std::string("the"), "--max-client-bytes");
+    }
+    if (held_in_all + incoming > config_.max_queued_bytes) {
+      return refuse(held_in_all, config_.max_queued_bytes, "the coordinator's", "--max-queued-bytes");
+    }
+  }
   // Each distinct problem once, with the first trial it was found in and
   // how many trials share it (a bad bundle or parent would otherwise be
   // listed once per trial of the matrix).
@@ -210,6 +239,14 @@ void Server::on_submit(const std::string& route, Envelope::Reader envelope, Inst
   std::size_t index = held;
   for (auto text : job.getSpecs()) {
     const std::size_t trial = index++;
+    // Refused by its size before it is copied or parsed: a parse costs
+    // several times a text's bytes, and no rule-abiding trial comes near.
+    if (text.size() > kMaxTrialBytes) {
+      problem(trial, "a trial's text is " + std::to_string(text.size()) + " bytes; at most " +
+                         std::to_string(kMaxTrialBytes) +
+                         " are taken (a label is at most 1024 bytes, an id 250)");
+      continue;
+    }
     auto submitted = read_payload(wire::text(text), specs_);
     if (!submitted) {
       problem(trial, submitted.error().message);
@@ -272,6 +309,7 @@ void Server::on_submit(const std::string& route, Envelope::Reader envelope, Inst
     return reply_error(route, request, ErrorCode::invalid_argument, message);
   }
   if (pending != nullptr) {
+    for (const TrialInput& input : inputs) pending->bytes += input.payload.size();
     pending->inputs.insert(pending->inputs.end(), std::make_move_iterator(inputs.begin()),
                            std::make_move_iterator(inputs.end()));
     if (++pending->next < pending->parts) return reply_ok(route, request);
@@ -422,6 +460,14 @@ std::size_t Server::pending_trials() const {
   std::size_t trials = 0;
   for (const auto& [id, job] : pending_jobs_) trials += job.inputs.size();
   return trials;
+}
+
+std::uint64_t Server::pending_bytes(std::optional<std::string_view> owner) const {
+  std::uint64_t bytes = 0;
+  for (const auto& [id, job] : pending_jobs_) {
+    if (!owner || job.owner == *owner) bytes += job.bytes;
+  }
+  return bytes;
 }
 
 }  // namespace forktrial::coordinator::detail

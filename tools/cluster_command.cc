@@ -141,6 +141,15 @@ void add_coordinator(CLI::App& app) {
                   "refused whole")
       ->capture_default_str()
       ->check(CLI::Range(std::size_t{1}, std::size_t{100'000'000}));
+  auto max_queued_bytes = std::make_shared<std::string>("4G");
+  auto max_client_bytes = std::make_shared<std::string>("1G");
+  cmd->add_option("--max-queued-bytes", *max_queued_bytes,
+                  "Bytes of trial text the unfinished jobs may hold, at most (e.g. 4G); a "
+                  "submission that would pass it is refused whole")
+      ->capture_default_str();
+  cmd->add_option("--max-client-bytes", *max_client_bytes,
+                  "The same for one client key's jobs (all clients are one without keys)")
+      ->capture_default_str();
   cmd->add_option("--max-worker-slots", config->scheduler.max_worker_slots,
                   "Slots a worker may offer, at most: a worker claiming more is refused, so no "
                   "worker can be leased the whole queue")
@@ -179,6 +188,14 @@ void add_coordinator(CLI::App& app) {
   cmd->callback([=] {
     config->store = *store;
     config->http = http_address(*http);
+    for (auto [text, option, limit] :
+         {std::tuple{max_queued_bytes, "--max-queued-bytes", &config->max_queued_bytes},
+          std::tuple{max_client_bytes, "--max-client-bytes", &config->max_client_bytes}}) {
+      auto bytes = sandbox::parse_byte_size(*text);
+      if (!bytes)
+        throw CommandFailed(std::string(option) + ": " + bytes.error().message, kUsageError);
+      *limit = *bytes;
+    }
     config->scheduler.lease_duration =
         std::chrono::milliseconds(static_cast<std::int64_t>(*lease * 1000));
     config->scheduler.worker_timeout = config->scheduler.lease_duration;

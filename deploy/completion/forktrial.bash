@@ -42,7 +42,8 @@ _forktrial_options() {
     keygen) echo "--help --force --json" ;;
     coordinator) echo "--help --store --listen --lease --max-attempts --commit-window" \
       "--max-queued --max-worker-slots --key --allow-workers --allow-clients --admin-clients" \
-      "--insecure --http --compact-log-after --log-level --log-json" ;;
+      "--insecure --http --compact-log-after --log-level --log-json --max-queued-bytes" \
+      "--max-client-bytes" ;;
     worker) echo "--help --connect --cache --cache-size --slots --prefetch --id --send-queue" \
       "--isolation --python --http --key --coordinator-key --log-level --log-json" ;;
     submit) echo "--help --wait --max-wait --no-cache $client" ;;

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -987,4 +989,96 @@ TEST_CASE("a trial larger than one message is refused before anything is sent, s
   auto status = cluster.client({"status", "--json"});
   REQUIRE(status.exit_code == 0);
   CHECK(json::parse(status.out)["jobs"].empty());
+}
+
+namespace {
+
+// The resident and peak memory of the process whose command line names
+// `marker` (kB each), or {0, 0}.
+std::pair<long, long> memory_of_process_naming(const std::string& marker) {
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream cmdline(entry.path() / "cmdline");
+    std::string text((std::istreambuf_iterator<char>(cmdline)), std::istreambuf_iterator<char>());
+    if (text.find(marker) == std::string::npos || text.find("coordinator") == std::string::npos)
+      continue;
+    std::ifstream status(entry.path() / "status");
+    long rss = 0, peak = 0;
+    for (std::string line; std::getline(status, line);) {
+      if (line.starts_with("VmRSS:")) rss = std::stol(line.substr(6));
+      if (line.starts_with("VmHWM:")) peak = std::stol(line.substr(6));
+    }
+    return {rss, peak};
+  }
+  return {0, 0};
+}
+
+}  // namespace
+
+TEST_CASE("a client's oversized texts are refused without the coordinator keeping their bytes",
+          "[cluster][rogue]") {
+  Cluster cluster;
+  cluster.start_coordinator("3", {"--max-client-bytes", "1M", "--max-queued-bytes", "2M"});
+  cluster.submit(cluster.outcome_batch(1, 1));  // the greeter's bundle is in the store
+  auto archive = forktrial::pack::archive_pack(kExamples + "/packs/greeter");
+  REQUIRE(archive);
+  const auto digest = forktrial::Sha256::of(archive->bytes);
+  json trial = json::parse(bundle_trial("greeter", digest, archive->bundle_hash.str()));
+  trial["spec"]["label"] = std::string(std::size_t{64} << 20, 'l');
+  const std::string big = trial.dump();
+  forktrial::coordinator::Client client(cluster.endpoint, std::chrono::seconds(60));
+  for (int i = 0; i < 3; ++i) {
+    try {
+      client.submit("big label " + std::to_string(i), 0, {big}, {});
+      FAIL("a 64 MiB label was accepted");
+    } catch (const forktrial::Error& e) {
+      CHECK(e.code() == forktrial::ErrorCode::resource_exhausted);
+      CHECK_THAT(e.what(),
+                 Catch::Contains("this job's 671") && Catch::Contains("(--max-client-bytes)"));
+    }
+  }
+  const auto [rss, peak] = memory_of_process_naming(cluster.store);
+  INFO("coordinator rss " << rss << " kB, peak " << peak << " kB");
+  CHECK(rss > 0);
+  CHECK(rss < 200 * 1024);  // 805 MB once; the frame itself is the peak
+  CHECK(peak < 400 * 1024);
+
+  // One trial's text past 64 KiB is refused before it is parsed.
+  trial["spec"]["label"] = std::string(100'000, 'l');
+  try {
+    client.submit("large label", 0, {trial.dump()}, {});
+    FAIL("a 100,000-byte label was accepted");
+  } catch (const forktrial::Error& e) {
+    CHECK_THAT(e.what(), Catch::Contains("a trial's text is") &&
+                             Catch::Contains("bytes; at most 65536 are taken"));
+  }
+  // What a batch file's reader refuses, the coordinator refuses too: a
+  // label longer than a run's.
+  trial["spec"]["label"] = std::string(2000, 'l');
+  try {
+    client.submit("long label", 0, {trial.dump()}, {});
+    FAIL("a 2000-byte label was accepted");
+  } catch (const forktrial::Error& e) {
+    CHECK_THAT(e.what(), Catch::Contains("is 2000 bytes long; the limit is 1024"));
+  }
+  // Trials counted in bytes: many small ones pass the client's 1 MiB.
+  std::vector<std::string> many;
+  for (int i = 0; i < 4000; ++i) {  // about 350 bytes each
+    trial["spec"]["label"] = "trial " + std::to_string(i);
+    many.push_back(trial.dump());
+  }
+  try {
+    client.submit("many", 0, many, {});
+    FAIL("a job past --max-client-bytes was accepted");
+  } catch (const forktrial::Error& e) {
+    CHECK(e.code() == forktrial::ErrorCode::resource_exhausted);
+    CHECK_THAT(e.what(),
+               Catch::Contains("bytes of trial text") &&
+                   Catch::Contains("would pass the limit of 1048576 (--max-client-bytes)"));
+  }
+  // A job within it is taken.
+  many.resize(20);
+  CHECK(client.submit("fewer", 0, many, {}).total == 20);
+  clients_still_read(cluster);
 }
