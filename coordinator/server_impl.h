@@ -640,6 +640,10 @@ class Server {
   // Whether the client of the message being handled may act on `job`: its
   // owner, an administrator, or anyone when the coordinator has no keys.
   bool may_act_on(const JobStatus& job) const;
+  // What the status page shows and why it may ("every client's jobs: ..."),
+  // or none when it may not: client keys, on an address not loopback that
+  // the operator did not declare private.
+  std::optional<std::string> status_view() const;
   // Orchestration records set aside at start, as they did not apply (shown
   // in every status, logged once).
   std::vector<SetAside> set_aside_;

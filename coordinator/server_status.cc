@@ -342,9 +342,43 @@ ordered_json Server::workers_doc() const {
   return doc;
 }
 
+std::optional<std::string> Server::status_view() const {
+  if (!zap_) {
+    return "every client's jobs: this coordinator has no client keys, so every client is the "
+           "same";
+  }
+  if (config_.http_private) {
+    return "every client's jobs: this coordinator has client keys, and its operator declared "
+           "this address (" +
+           config_.http->str() + ") private with --http-private";
+  }
+  if (config_.http && transport::endpoint_is_local("tcp://" + config_.http->str())) {
+    return "every client's jobs: this coordinator has client keys, and serves this page on a "
+           "loopback address (" +
+           config_.http->str() + "), reachable from its host alone";
+  }
+  return std::nullopt;
+}
+
 transport::HttpResponse Server::answer_api(const transport::HttpRequest& request) {
   const Instant now = clock_now();
-  if (request.path == "/api/jobs") return status_json_response(200, jobs_doc(now));
+  // /api/* shows every client's jobs: with client keys, only where the
+  // operator alone reaches it.
+  const auto view = status_view();
+  if (!view) {
+    return status_json_response(
+        403, ordered_json{
+                 {"error",
+                  "this coordinator has client keys, and its status API shows every client's "
+                  "jobs: it answers only on a loopback --http address, or on one its operator "
+                  "declares private with --http-private; clients read their own jobs with "
+                  "forktrial status and results"}});
+  }
+  if (request.path == "/api/jobs") {
+    ordered_json doc = jobs_doc(now);
+    doc["view"] = *view;
+    return status_json_response(200, doc);
+  }
   if (request.path == "/api/workers") return status_json_response(200, workers_doc());
   const auto unknown_job = [](const std::string& id) {
     return status_json_response(

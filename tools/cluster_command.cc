@@ -177,6 +177,10 @@ void add_coordinator(CLI::App& app) {
   add_http_option(cmd, *http,
                   "/healthz and /readyz (the store takes writes) for an orchestrator's probes, "
                   "/metrics for Prometheus, and the status page / with its JSON under /api/");
+  cmd->add_flag("--http-private", config->http_private,
+                "The --http address is reachable by the operators alone: with client keys, the "
+                "status page's /api/ (every client's jobs) is served there too, not only on "
+                "loopback");
   logging->add_to(cmd);
   cmd->footer(examples_footer({
       "forktrial keygen /etc/forktrial/coordinator.key",

@@ -121,7 +121,17 @@
     } catch (error) {
       throw new Error(`${path}: the coordinator did not answer`);
     }
-    if (!response.ok) throw new Error(`${path} answered ${response.status}`);
+    if (!response.ok) {
+      // The coordinator's reason, when it gives one (a status API it does
+      // not serve on this address says why).
+      let reason = "";
+      try {
+        reason = (await response.json()).error || "";
+      } catch (error) {
+        reason = "";
+      }
+      throw new Error(`${path} answered ${response.status}${reason ? `: ${reason}` : ""}`);
+    }
     return response.json();
   }
 
@@ -195,6 +205,8 @@
   }
 
   function renderBanners(doc) {
+    // Whose jobs this page shows, and why it may.
+    $("view").textContent = doc.view ? `Shown: ${doc.view}.` : "";
     const full = $("store-full");
     full.hidden = !doc.store_full;
     full.textContent = doc.store_full ?

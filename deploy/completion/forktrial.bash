@@ -43,7 +43,7 @@ _forktrial_options() {
     coordinator) echo "--help --store --listen --lease --max-attempts --commit-window" \
       "--max-queued --max-worker-slots --key --allow-workers --allow-clients --admin-clients" \
       "--insecure --http --compact-log-after --log-level --log-json --max-queued-bytes" \
-      "--max-client-bytes" ;;
+      "--max-client-bytes --http-private" ;;
     worker) echo "--help --connect --cache --cache-size --slots --prefetch --id --send-queue" \
       "--isolation --python --http --key --coordinator-key --log-level --log-json" ;;
     submit) echo "--help --wait --max-wait --no-cache $client" ;;
@@ -63,7 +63,7 @@ _forktrial_options() {
 _forktrial_is_flag() {
   case $1 in
     -h | --help | --version | --json | --csv | --content | --executable | --force | --wait | \
-      --insecure | --log-json | --all | --dry-run | --no-cache | --repair) return 0 ;;
+      --insecure | --log-json | --all | --dry-run | --no-cache | --repair | --http-private) return 0 ;;
   esac
   return 1
 }

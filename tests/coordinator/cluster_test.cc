@@ -2318,6 +2318,43 @@ std::uint16_t start_with_http(Cluster& cluster, unsigned slots) {
 
 }  // namespace
 
+TEST_CASE("with client keys, the status API answers only where the operator alone reaches it",
+          "[cluster][status][curve]") {
+  Keys keys;
+  Cluster cluster;
+  cluster.endpoint = "tcp://127.0.0.1:" + std::to_string(free_tcp_port());
+  const auto port = forktrial::testing::free_port();
+  const auto start = [&](const std::string& host, std::vector<std::string> extra) {
+    extra.insert(extra.end(), {"--http", host + ":" + std::to_string(port)});
+    cluster.start_coordinator("3", with(keys.coordinator(), extra));
+    REQUIRE(forktrial::testing::http_wait_for(port, "/healthz", 200).status == 200);
+  };
+  // On every address: the probes, and /metrics, which names no job.
+  start("0.0.0.0", {});
+  CHECK(forktrial::testing::http_get(port, "/readyz").status == 200);
+  CHECK(forktrial::testing::http_get(port, "/metrics").status == 200);
+  for (const char* path : {"/api/jobs", "/api/workers", "/api/failures", "/api/job?id=job_x"}) {
+    const json refused = api_json(port, path, 403);
+    CHECK_THAT(refused["error"].get<std::string>(),
+               Catch::Contains("has client keys, and its status API shows every client's jobs") &&
+                   Catch::Contains("--http-private"));
+  }
+  // Declared private by its operator.
+  start("0.0.0.0", {"--http-private"});
+  CHECK_THAT(api_json(port, "/api/jobs")["view"].get<std::string>(),
+             Catch::Contains("declared this address (0.0.0.0:" + std::to_string(port) +
+                             ") private with --http-private"));
+  // On loopback.
+  start("127.0.0.1", {});
+  CHECK_THAT(api_json(port, "/api/jobs")["view"].get<std::string>(),
+             Catch::Contains("serves this page on a loopback address"));
+  // Without keys every client is the same.
+  cluster.start_coordinator("3", {"--http", std::to_string(port)});
+  REQUIRE(forktrial::testing::http_wait_for(port, "/healthz", 200).status == 200);
+  CHECK_THAT(api_json(port, "/api/jobs")["view"].get<std::string>(),
+             Catch::Contains("has no client keys"));
+}
+
 TEST_CASE("the status API serves the coordinator's own status, workers, results and rankings",
           "[cluster][status]") {
   Cluster cluster;
