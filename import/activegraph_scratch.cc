@@ -2,6 +2,7 @@
 
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <array>
 #include <system_error>
 
@@ -217,6 +218,13 @@ std::expected<ScratchAppended, Status> read_scratch_appended(const std::filesyst
   sqlite3_db_config(db.get(), SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, nullptr);
   sqlite3_db_config(db.get(), SQLITE_DBCONFIG_ENABLE_TRIGGER, 0, nullptr);
   sqlite3_db_config(db.get(), SQLITE_DBCONFIG_ENABLE_VIEW, 0, nullptr);
+  // No value longer than the bytes the whole delta may hold is ever read
+  // into memory: SQLite refuses it (SQLITE_TOOBIG) from its size alone, so a
+  // child's one 600 MB row costs no 600 MB here.
+  const auto longest = static_cast<int>(std::min<std::uint64_t>(
+      limits.max_bytes,
+      static_cast<std::uint64_t>(sqlite3_limit(db.get(), SQLITE_LIMIT_LENGTH, -1))));
+  sqlite3_limit(db.get(), SQLITE_LIMIT_LENGTH, std::max(longest, 1024));
   std::uint64_t progress_calls = 0;
   sqlite3_progress_handler(
       db.get(), kProgressSteps,
@@ -276,6 +284,10 @@ std::expected<ScratchAppended, Status> read_scratch_appended(const std::filesyst
     if (auto caused_by = column_text(s, 6)) event.caused_by = store::EventId(*caused_by);
     event.timestamp = *column_text(s, 7);
     out.events.push_back(std::move(event));
+  }
+  if (rc == SQLITE_TOOBIG) {
+    out.cut = true;  // a value longer than the delta may be in all
+    return out;
   }
   if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
     return std::unexpected(db.problem(ErrorCode::invalid_argument, "cannot read the events"));

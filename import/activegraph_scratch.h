@@ -58,8 +58,9 @@ struct ScratchLimits {
 // What the child appended: the fork's rows past the inherited history.
 struct ScratchAppended {
   std::vector<store::NewEvent> events;  // in seq order, bytes as stored
-  // More rows than the limits let through were there: `events` holds the
-  // first ones (the write budget's rule then judges the trial).
+  // More rows, or more bytes, than the limits let through were there (or
+  // one value longer than limits.max_bytes, which is never read): `events`
+  // holds the first ones, and the delta goes past the write budget.
   bool cut = false;
 };
 

@@ -441,6 +441,16 @@ ExecutedTrial execute_activegraph_trial(std::span<const std::byte> segment,
     if (const auto& rule_cut = rules.cut()) {
       cut = rule_cut->reason;
       over_budget = rule_cut->over_budget;
+    } else if (appended->cut) {
+      // Rows past what was read (more events, or more bytes, than the
+      // budget and its margin, or one value longer than the whole budget):
+      // the delta goes past its write budget after the events that fit.
+      cut = "write budget: the child's delta goes past max_appended_events = " +
+            std::to_string(spec.limits.max_appended_events) +
+            " or max_appended_bytes = " + std::to_string(spec.limits.max_appended_bytes) +
+            " after its " + std::to_string(accepted) +
+            " events that fit; nothing past them was read";
+      over_budget = true;
     }
     appended->events.resize(accepted);
     executed.events = std::move(appended->events);

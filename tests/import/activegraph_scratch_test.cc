@@ -7,6 +7,8 @@
 #include <sys/stat.h>
 
 #include <catch2/catch.hpp>
+#include <fstream>
+#include <string>
 
 #include "import/activegraph_sqlite.h"
 #include "tests/import/activegraph_fixture.h"
@@ -193,6 +195,54 @@ TEST_CASE("what a child appends is read back in order with its bytes, and nothin
   REQUIRE(small);
   CHECK(small->cut);
   CHECK(small->events.empty());
+}
+
+namespace {
+
+// This process's peak resident memory in kB since the last reset_peak().
+long peak_kb() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.starts_with("VmHWM:")) return std::stol(line.substr(6));
+  }
+  return 0;
+}
+bool reset_peak() {
+  std::ofstream clear("/proc/self/clear_refs");
+  clear << "5";
+  return static_cast<bool>(clear);
+}
+
+}  // namespace
+
+TEST_CASE("a child's row longer than its whole write budget is never read into memory",
+          "[import][scratch][activegraph]") {
+  Scratch s;
+  // One row that fits, then a 64 MiB payload, then one more.
+  exec_sql(s.file,
+           "INSERT INTO events (id, type, actor, payload, frame_id, caused_by, timestamp, run_id) "
+           "VALUES ('evt_t1', 'custom.seen', NULL, '{}', NULL, NULL, '2026-03-01T12:00:00Z', "
+           "'run_trial_fork');"
+           "INSERT INTO events (id, type, actor, payload, frame_id, caused_by, timestamp, run_id) "
+           "VALUES ('evt_big', 'custom.big', NULL, '{\"x\": \"' || "
+           "replace(hex(zeroblob(33554432)), '0', 'x') || '\"}', NULL, NULL, "
+           "'2026-03-01T12:00:01Z', 'run_trial_fork');"
+           "INSERT INTO events (id, type, actor, payload, frame_id, caused_by, timestamp, run_id) "
+           "VALUES ('evt_t3', 'custom.seen', NULL, '{}', NULL, NULL, '2026-03-01T12:00:02Z', "
+           "'run_trial_fork');");
+  const bool measured = reset_peak();
+  const long before = peak_kb();
+  auto appended =
+      read_scratch_appended(s.file, s.fork, s.initial, {.max_events = 100, .max_bytes = 1 << 20});
+  const long after = peak_kb();
+  REQUIRE(appended);
+  CHECK(appended->cut);
+  REQUIRE(appended->events.size() == 1);
+  CHECK(appended->events[0].id.str() == "evt_t1");
+  if (measured) {
+    INFO("peak before " << before << " kB, after " << after << " kB");
+    CHECK(after - before < 16 * 1024);  // not the row's 64 MiB
+  }
 }
 
 TEST_CASE("a scratch store the child reshaped is refused, naming what is wrong",

@@ -36,6 +36,11 @@ def flood(rt):
     for n in range(50):
         rt.emit("custom.noted", {"n": n}, "standin.pack")
 
+def hoard_row(rt):
+    """One row longer than any write budget the tests give."""
+    rt.emit("custom.noted", {"n": 0}, "standin.pack")
+    rt.emit("custom.hoard", {"x": "x" * (64 << 20)}, "standin.pack")
+
 def confined(rt):
     """What the trial can reach of the host: read /etc, write /tmp and /usr."""
     found = {}

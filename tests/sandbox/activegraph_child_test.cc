@@ -195,6 +195,20 @@ TEST_CASE("every way activegraph's child can end is the outcome activegraph's pa
     CHECK(executed.verdict.net == Net::write_budget);
     CHECK_THAT(executed.verdict.detail, Catch::Contains("write budget"));
   }
+  SECTION("one row longer than the whole write budget") {
+    TrialLimits limits;
+    limits.max_appended_bytes = 1 << 20;
+    const auto executed = r.trial("hoard_row", limits);
+    // Not completed with nothing recorded: past the budget after what fit,
+    // the long row never read.
+    CHECK(executed.verdict.outcome == Outcome::limits_exceeded);
+    CHECK(executed.verdict.net == Net::write_budget);
+    CHECK_THAT(executed.verdict.detail, Catch::Contains("write budget") &&
+                                            Catch::Contains("max_appended_bytes = 1048576"));
+    REQUIRE_FALSE(executed.events.empty());
+    CHECK(executed.events.front().type == "custom.noted");
+    for (const auto& event : executed.events) CHECK(event.type != "custom.hoard");
+  }
   SECTION("a row only the parent writes") {
     const auto executed = r.trial("forge");
     CHECK(executed.verdict.outcome == Outcome::crashed);
