@@ -161,6 +161,7 @@ bool Server::receive_one(Instant now) {
       if (zap_) {
         role = transport::role_of(part);
         bound_id_ = transport::bound_worker_id(part);
+        worker_key_ = transport::worker_key_of(part);
         client_ = transport::client_of(part);
       }
     }

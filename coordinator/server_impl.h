@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -761,10 +762,20 @@ class Server {
   bool gauges_stale_ = true;  // the scheduler changed since metrics_ last observed it
   Activity activity_;         // recent failures and pace, for the status API
   transport::Probes probes_;
-  transport::LoopHandoff api_;                       // the status API's requests, for this thread
-  std::optional<transport::HttpServer> http_;        // last: it stops before what it reads
-  std::set<std::string> bound_ids_;                  // worker ids the allow list binds to a key
-  std::optional<std::string> bound_id_;              // that of the message being handled
+  transport::LoopHandoff api_;                 // the status API's requests, for this thread
+  std::optional<transport::HttpServer> http_;  // last: it stops before what it reads
+  std::set<std::string> bound_ids_;            // worker ids the allow list binds to a key
+  std::optional<std::string> bound_id_;        // that of the message being handled
+  std::optional<std::string> worker_key_;      // that of the message being handled
+  // Hellos that ended a live incarnation's leases, by who said them (the
+  // worker's key; its id without keys): the times of the last ones, within
+  // kQuarantineWindow. Who says kQuarantineAfter of them is quarantined for
+  // the life of this process: its hellos are refused, naming why.
+  std::map<std::string, std::deque<Instant>> lease_ending_hellos_;
+  std::map<std::string, std::string> quarantined_;   // who -> why
+  std::map<WorkerId, std::string> quarantined_ids_;  // the ids they joined as -> why
+  static constexpr std::size_t kQuarantineAfter = 2;
+  static constexpr Duration kQuarantineWindow{600'000};
   std::optional<transport::ClientIdentity> client_;  // that of the message being handled
   // Jobs being submitted in parts, by id: what their parts so far held.
   struct PendingJob {

@@ -219,7 +219,8 @@ void Server::on_submit(const std::string& route, Envelope::Reader envelope, Inst
                     zap_ ? std::string("this client's") : std::string("the"), "--max-client-bytes");
     }
     if (held_in_all + incoming > config_.max_queued_bytes) {
-      return refuse(held_in_all, config_.max_queued_bytes, "the coordinator's", "--max-queued-bytes");
+      return refuse(held_in_all, config_.max_queued_bytes, "the coordinator's",
+                    "--max-queued-bytes");
     }
   }
   // Each distinct problem once, with the first trial it was found in and

@@ -330,6 +330,10 @@ ordered_json Server::workers_doc() const {
       executors.push_back(std::move(offer));
     }
     list.back()["executors"] = std::move(executors);
+    // Refused further hellos, and why (server_workers.cc).
+    if (const auto q = quarantined_ids_.find(w.id); q != quarantined_ids_.end()) {
+      list.back()["quarantined"] = q->second;
+    }
     // What its hello said of its host, when this process heard it.
     if (info != worker_info_.end()) {
       list.back()["degraded_nets"] = info->second.warnings;
@@ -367,12 +371,12 @@ transport::HttpResponse Server::answer_api(const transport::HttpRequest& request
   const auto view = status_view();
   if (!view) {
     return status_json_response(
-        403, ordered_json{
-                 {"error",
-                  "this coordinator has client keys, and its status API shows every client's "
-                  "jobs: it answers only on a loopback --http address, or on one its operator "
-                  "declares private with --http-private; clients read their own jobs with "
-                  "forktrial status and results"}});
+        403,
+        ordered_json{{"error",
+                      "this coordinator has client keys, and its status API shows every client's "
+                      "jobs: it answers only on a loopback --http address, or on one its operator "
+                      "declares private with --http-private; clients read their own jobs with "
+                      "forktrial status and results"}});
   }
   if (request.path == "/api/jobs") {
     ordered_json doc = jobs_doc(now);

@@ -55,6 +55,47 @@ void Server::on_worker_hello(const std::string& route, Envelope::Reader envelope
   // Otherwise a hello starts a new incarnation, ending the old one's.
   const auto known = scheduler_.worker_status(input.id);
   const bool reconnected = known && known->alive && !worker_routes_.contains(input.id);
+  // A hello from a live worker ends its incarnation's leases, and each of
+  // their trials spends an attempt: a worker saying hello again and again
+  // would abandon every trial it is leased. Who does it twice within ten
+  // minutes is quarantined, and named.
+  const std::string who = worker_key_ ? "key " + *worker_key_ : "worker id " + id;
+  if (const auto found = quarantined_.find(who); found != quarantined_.end()) {
+    return reply_error(route, envelope.getRequestId(), ErrorCode::failed_precondition,
+                       "this worker is quarantined (" + who + "): " + found->second +
+                           "; find out why it says hello again while it holds leases, then "
+                           "restart the coordinator to let it join");
+  }
+  if (!reconnected && known && known->alive && known->leases > 0) {
+    auto& times = lease_ending_hellos_[who];
+    while (!times.empty() && times.front() + kQuarantineWindow < now) times.pop_front();
+    times.push_back(now);
+    if (times.size() >= kQuarantineAfter) {
+      const std::string why = "its hellos ended its live leases " + std::to_string(times.size()) +
+                              " times within " +
+                              std::to_string(kQuarantineWindow.count() / 60'000) +
+                              " minutes, each costing every leased trial an attempt (the last, "
+                              "as worker " +
+                              id + ", ended " + std::to_string(known->leases) + ")";
+      quarantined_[who] = why;
+      quarantined_ids_[input.id] = why;
+      lease_ending_hellos_.erase(who);
+      log_(LogLevel::error, "quarantined worker " + id + " (" + who + "): " + why +
+                                "; its hellos are refused until the coordinator restarts");
+      // Its live incarnation ends now, as this hello would have ended it:
+      // its trials go to others without waiting for its leases to lapse.
+      if (!store_full_) keep(scheduler_.worker_lost(input.id, "quarantined: " + why, now));
+      if (auto old = worker_routes_.find(input.id); old != worker_routes_.end()) {
+        peers_.erase(old->second);
+        worker_routes_.erase(old);
+      }
+      std::erase_if(parked_, [&](const auto& entry) { return entry.second.worker == input.id; });
+      return reply_error(route, envelope.getRequestId(), ErrorCode::failed_precondition,
+                         "this worker is quarantined (" + who + "): " + why +
+                             "; find out why it says hello again while it holds leases, then "
+                             "restart the coordinator to let it join");
+    }
+  }
   if (!reconnected) {
     if (store_full_) return reply_busy(route, envelope.getRequestId());
     auto joined = scheduler_.worker_joined(input, now);

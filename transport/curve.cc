@@ -263,8 +263,8 @@ std::expected<void, Status> add_allow_list(AllowList& list, const std::filesyste
 
 std::string user_id_of(const Admitted& admitted, std::string_view key) {
   std::string user(role_name(admitted.role));
+  user += ":" + std::string(key);
   if (admitted.role == Role::client) {
-    user += ":" + std::string(key);
     if (admitted.admin) user += ":admin";
   } else if (!admitted.worker_id.empty()) {
     user += ":" + admitted.worker_id;

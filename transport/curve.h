@@ -81,10 +81,11 @@ struct Admitted {
 // The public keys admitted.
 using AllowList = std::map<std::string, Admitted>;
 
-// The ZAP user id of the admitted key `key` ("worker", "worker:NAME",
-// "client:<key>", "client:<key>:admin"), which ZeroMQ attaches to every
-// message of its connection: a client's messages carry its key, which owns
-// the jobs it submits.
+// The ZAP user id of the admitted key `key` ("worker:<key>",
+// "worker:<key>:NAME", "client:<key>", "client:<key>:admin"), which ZeroMQ
+// attaches to every message of its connection: a client's messages carry
+// its key, which owns the jobs it submits; a worker's, the key the
+// coordinator holds to account for its hellos.
 std::string user_id_of(const Admitted& admitted, std::string_view key);
 
 // Adds the keys of the allow-list file `path` with `role` to `list`: one key

@@ -124,13 +124,37 @@ std::optional<ClientIdentity> client_of(const zmq::message_t& message) {
   return ClientIdentity{std::string(key), rest == ":admin"};
 }
 
-std::optional<std::string> bound_worker_id(const zmq::message_t& message) {
-  const char* user = zmq_msg_gets(const_cast<zmq_msg_t*>(message.handle()), "User-Id");
+namespace {
+
+// "worker:" + the key's 40 characters (Z85 holds ':', so by length) +
+// optionally ":" + the id it is bound to: (key, bound id or "").
+std::optional<std::pair<std::string_view, std::string_view>> worker_user(const char* user) {
   if (user == nullptr) return std::nullopt;
   const std::string_view name(user);
   const std::string prefix = std::string(role_name(Role::worker)) + ":";
-  if (!name.starts_with(prefix)) return std::nullopt;
-  return std::string(name.substr(prefix.size()));
+  constexpr std::size_t kKey = 40;
+  if (!name.starts_with(prefix) || name.size() < prefix.size() + kKey) return std::nullopt;
+  const std::string_view rest = name.substr(prefix.size() + kKey);
+  if (!rest.empty() && rest.front() != ':') return std::nullopt;
+  return std::pair{name.substr(prefix.size(), kKey), rest.empty() ? rest : rest.substr(1)};
+}
+
+const char* user_id(const zmq::message_t& message) {
+  return zmq_msg_gets(const_cast<zmq_msg_t*>(message.handle()), "User-Id");
+}
+
+}  // namespace
+
+std::optional<std::string> bound_worker_id(const zmq::message_t& message) {
+  const auto user = worker_user(user_id(message));
+  if (!user || user->second.empty()) return std::nullopt;
+  return std::string(user->second);
+}
+
+std::optional<std::string> worker_key_of(const zmq::message_t& message) {
+  const auto user = worker_user(user_id(message));
+  if (!user) return std::nullopt;
+  return std::string(user->first);
 }
 
 }  // namespace forktrial::transport

@@ -52,5 +52,7 @@ std::optional<ClientIdentity> client_of(const zmq::message_t& message);
 // The worker id the connection's key is bound to (allow list: worker-id=),
 // or nullopt.
 std::optional<std::string> bound_worker_id(const zmq::message_t& message);
+// The public key of a worker's connection, or nullopt.
+std::optional<std::string> worker_key_of(const zmq::message_t& message);
 
 }  // namespace forktrial::transport

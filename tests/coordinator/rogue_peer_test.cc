@@ -842,6 +842,60 @@ TEST_CASE("a rogue worker's forged result answers no other client from the cache
   CHECK(again["cached_worker"] == "rogue");
 }
 
+TEST_CASE("a worker key that says hello again and again is quarantined before any trial is lost",
+          "[cluster][rogue][curve]") {
+  Keys keys;
+  REQUIRE(run_forktrial({"keygen", keys.path("honest.key")}).exit_code == 0);
+  keys.dir.write("honest.allow", forktrial::testing::read_file(keys.path("honest.key.pub")));
+  Cluster cluster;
+  cluster.endpoint = "tcp://127.0.0.1:" + std::to_string(free_tcp_port());
+  cluster.start_coordinator(
+      "30", with(keys.coordinator(), {"--allow-workers", keys.path("honest.allow")}));
+  cluster.client_extra = keys.as("client");
+  const std::string job = greeter_job(cluster, 8);
+  // The rogue joins, is leased four trials, and says hello again from a new
+  // connection under the same key: its leases end, each trial spends an
+  // attempt. The second time, it is quarantined and told so.
+  {
+    RogueWorker first(cluster.endpoint, "rogue", &keys, {}, 4);
+    CHECK(first.lease(4).size() == 4);
+    RogueWorker second(cluster.endpoint, "rogue", &keys, {}, 4);
+    CHECK(second.lease(4).size() == 4);
+    // The hello that quarantines it ends its second incarnation's leases
+    // too: each trial has lost at most two attempts to it.
+    Peer third(cluster.endpoint, &keys);
+    capnp::MallocMessageBuilder hello;
+    auto h = wire::start(hello, 1).initWorkerHello();
+    h.setWorkerId("rogue");
+    h.setSlots(4);
+    const auto [code, text] = third.refusal(wire::encode(hello));
+    CHECK(code == forktrial::schema::wire::ErrorCode::FAILED_PRECONDITION);
+    CHECK_THAT(text, Catch::Contains("this worker is quarantined (key ") &&
+                         Catch::Contains("its hellos ended its live leases 2 times within 10 "
+                                         "minutes"));
+    // Under another id, the same key is refused all the same.
+    Peer fourth(cluster.endpoint, &keys);
+    capnp::MallocMessageBuilder renamed;
+    auto r = wire::start(renamed, 1).initWorkerHello();
+    r.setWorkerId("innocent");
+    r.setSlots(4);
+    CHECK_THAT(fourth.refusal(wire::encode(renamed)).second, Catch::Contains("quarantined"));
+  }
+  CHECK(contains(cluster.log_text(), "quarantined worker rogue (key "));
+  auto workers = json::parse(cluster.client({"workers", "--json"}).out);
+  bool named = false;
+  for (const auto& w : workers["workers"]) {
+    if (w["worker"] == "rogue") named = w.contains("quarantined");
+  }
+  CHECK(named);
+  // An honest worker runs the job: no trial was abandoned (each lost at
+  // most two attempts to the rogue; the cap is 3).
+  cluster.start_worker(1, 2, {}, keys.as("honest"));
+  const json summary = cluster.wait(job);
+  CHECK(summary["completed"] == 8);
+  CHECK(summary["abandoned"] == 0);
+}
+
 TEST_CASE("abandoned partial uploads spill to disk within a client's share and an overall limit",
           "[cluster][rogue]") {
   Cluster cluster;

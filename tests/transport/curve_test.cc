@@ -101,7 +101,7 @@ TEST_CASE("an allow list takes keys bare, commented or as public-key lines", "[t
   CHECK(list.at(a.public_key).worker_id.empty());  // "worker-a" is a comment
   CHECK(list.at(b.public_key).role == transport::Role::worker);
   CHECK(list.at(c.public_key).role == transport::Role::client);
-  CHECK(transport::user_id_of(list.at(a.public_key), a.public_key) == "worker");
+  CHECK(transport::user_id_of(list.at(a.public_key), a.public_key) == "worker:" + a.public_key);
   // A client's messages carry its key; an administrator's say so.
   CHECK(transport::user_id_of(list.at(c.public_key), c.public_key) == "client:" + c.public_key);
   const transport::Keypair d = transport::generate_keypair();
@@ -123,7 +123,9 @@ TEST_CASE("a worker's key may be bound to one worker id", "[transport][curve]") 
       "workers.allow", a.public_key + " worker-id=node-1  # rack 4\n" + b.public_key + "\n");
   REQUIRE(transport::add_allow_list(list, bound, transport::Role::worker));
   CHECK(list.at(a.public_key) == transport::Admitted{transport::Role::worker, "node-1", false});
-  CHECK(transport::user_id_of(list.at(a.public_key), a.public_key) == "worker:node-1");
+  CHECK(transport::user_id_of(list.at(a.public_key), a.public_key) ==
+        "worker:" + a.public_key + ":node-1");
+  CHECK(transport::user_id_of(list.at(b.public_key), b.public_key) == "worker:" + b.public_key);
   CHECK(list.at(b.public_key).worker_id.empty());
 
   auto refused = [&](const std::string& text, transport::Role role) {
