@@ -768,7 +768,7 @@ class Server {
   std::optional<std::string> bound_id_;        // that of the message being handled
   std::optional<std::string> worker_key_;      // that of the message being handled
   // Hellos that ended a live incarnation's leases, by who said them (the
-  // worker's key; its id without keys): the times of the last ones, within
+  // worker's key; none without keys): the times of the last ones, within
   // kQuarantineWindow. Who says kQuarantineAfter of them is quarantined for
   // the life of this process: its hellos are refused, naming why.
   std::map<std::string, std::deque<Instant>> lease_ending_hellos_;

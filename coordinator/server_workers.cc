@@ -57,16 +57,17 @@ void Server::on_worker_hello(const std::string& route, Envelope::Reader envelope
   const bool reconnected = known && known->alive && !worker_routes_.contains(input.id);
   // A hello from a live worker ends its incarnation's leases, and each of
   // their trials spends an attempt: a worker saying hello again and again
-  // would abandon every trial it is leased. Who does it twice within ten
-  // minutes is quarantined, and named.
-  const std::string who = worker_key_ ? "key " + *worker_key_ : "worker id " + id;
-  if (const auto found = quarantined_.find(who); found != quarantined_.end()) {
+  // would abandon every trial it is leased. A key that does it twice within
+  // ten minutes is quarantined, and named. Without keys anyone may join
+  // under any id, so there is no one to hold to account: no quarantine.
+  const std::string who = worker_key_ ? "key " + *worker_key_ : "";
+  if (const auto found = quarantined_.find(who); !who.empty() && found != quarantined_.end()) {
     return reply_error(route, envelope.getRequestId(), ErrorCode::failed_precondition,
                        "this worker is quarantined (" + who + "): " + found->second +
                            "; find out why it says hello again while it holds leases, then "
                            "restart the coordinator to let it join");
   }
-  if (!reconnected && known && known->alive && known->leases > 0) {
+  if (!who.empty() && !reconnected && known && known->alive && known->leases > 0) {
     auto& times = lease_ending_hellos_[who];
     while (!times.empty() && times.front() + kQuarantineWindow < now) times.pop_front();
     times.push_back(now);
