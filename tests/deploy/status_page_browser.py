@@ -456,9 +456,14 @@ def check_loading(page):
     browser.send("Fetch.continueRequest", {"requestId": candidates["requestId"]}, page.session)
     state = page.wait_for("the workers' error", lambda s: s["workers_note"]["state"] == "error",
                           30)
+    # The coordinator's reason, from the answer's body.
     check(state["workers_note"]["text"] ==
-          "Could not load the workers (api/workers answered 503). Retrying every second.",
+          "Could not load the workers (api/workers answered 503: held back by the test). "
+          "Retrying every second.",
           "the failed workers' call shows as %r" % state["workers_note"]["text"])
+    # Whose jobs the page shows, and why it may.
+    check("Shown: every client's jobs: this coordinator has no client keys" in state["body"],
+          "the page does not say whose jobs it shows: %r" % state["body"][:300])
     check(state["connection"].startswith("not up to date: api/workers answered 503"),
           "with /api/workers failing the header says %r" % state["connection"])
     check(state["jobs"] and state["jobs_note"]["state"] == "",
