@@ -582,9 +582,12 @@ class Server {
       const store::Snapshot& snapshot, const Digest& archive, const Digest& pin,
       std::map<std::pair<Digest, Digest>, CheckedBundle>& checked);
 
-  // The blob of the parent's history up to the fork point, stored once.
-  std::expected<Digest, Status> segment_of(const store::Snapshot& snapshot,
-                                           const sandbox::TrialSpecification& spec);
+  // The seq of the trial's fork point in its parent's history, found in
+  // `snapshot`; refused when the client may not fork the parent or the
+  // event is not in its history. Its segment is stored once the
+  // submission is accepted (on_submit).
+  std::expected<std::uint64_t, Status> fork_point_of(const store::Snapshot& snapshot,
+                                                     const sandbox::TrialSpecification& spec);
 
   // ---- the result cache (coordinator/result_cache.h)
 

@@ -233,9 +233,20 @@ void Server::on_submit(const std::string& route, Envelope::Reader envelope, Inst
     ++it->second.second;
     if (added) problem_order.push_back(message);
   };
-  std::map<std::pair<std::string, std::string>, std::expected<Digest, Status>> segments;
+  // Each distinct fork point once: found in the snapshot now, its segment
+  // stored only once the whole part is accepted, so that a refused
+  // submission leaves nothing in the store.
+  using PointKey = std::pair<std::string, std::string>;  // (parent, at)
+  std::map<PointKey, std::expected<std::uint64_t, Status>> points;
   std::map<std::pair<Digest, Digest>, CheckedBundle> checked_bundles;
   std::vector<TrialInput> inputs;
+  // What each input's segment and cache key are made of, until the
+  // segments are stored.
+  struct Unsealed {
+    PointKey point;
+    std::shared_ptr<const ParsedSpec> parsed;  // set when its result may be cached
+  };
+  std::vector<Unsealed> unsealed;
   auto snapshot = store_.snapshot();
   std::size_t index = held;
   for (auto text : job.getSpecs()) {
@@ -278,19 +289,15 @@ void Server::on_submit(const std::string& route, Envelope::Reader envelope, Inst
     if (input.executor == pack::Executor::lua) {
       if (auto bad = sandbox::lua_limits_problem(spec.limits)) problem(trial, *bad);
     }
-    const auto key = std::make_pair(spec.parent_run_id.str(), spec.at_event.str());
-    auto segment = segments.find(key);
-    if (segment == segments.end())
-      segment = segments.emplace(key, segment_of(snapshot, spec)).first;
-    if (!segment->second) {
-      problem(trial, segment->second.error().message);
+    const PointKey key{spec.parent_run_id.str(), spec.at_event.str()};
+    auto point = points.find(key);
+    if (point == points.end()) point = points.emplace(key, fork_point_of(snapshot, spec)).first;
+    if (!point->second) {
+      problem(trial, point->second.error().message);
       continue;
     }
-    input.segment = *segment->second;
-    if (deterministic && !job.getNoCache()) {
-      input.cache_key = trial_cache_key(cache_runtime(), input.executor, spec, input.segment,
-                                        input.bundles, client_ ? client_->key : "");
-    }
+    unsealed.push_back(
+        Unsealed{key, deterministic && !job.getNoCache() ? submitted->parsed : nullptr});
     input.payload = payload_of(submitted->candidate, submitted->spec_json());
     inputs.push_back(std::move(input));
   }
@@ -308,6 +315,30 @@ void Server::on_submit(const std::string& route, Envelope::Reader envelope, Inst
     }
     if (pending != nullptr) pending_jobs_.erase(id);
     return reply_error(route, request, ErrorCode::invalid_argument, message);
+  }
+  // Accepted: the segments of its fork points, in one transaction, and
+  // with them each trial's segment and cache key.
+  std::map<PointKey, Digest> sealed;
+  auto stored = store_.write([&](store::Writer& writer) -> store::Result<std::size_t> {
+    sealed.clear();
+    for (const auto& [key, seq] : points) {
+      auto digest = writer.store_segment(store::RunId(key.first), *seq);
+      if (!digest) return std::unexpected(std::move(digest.error()));
+      sealed.emplace(key, *digest);
+    }
+    return sealed.size();
+  });
+  if (!stored) {
+    if (pending != nullptr) pending_jobs_.erase(id);
+    return reply_error(route, request, stored.error());
+  }
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    TrialInput& input = inputs[i];
+    input.segment = sealed.at(unsealed[i].point);
+    if (unsealed[i].parsed) {
+      input.cache_key = trial_cache_key(cache_runtime(), input.executor, unsealed[i].parsed->spec,
+                                        input.segment, input.bundles, client_ ? client_->key : "");
+    }
   }
   if (pending != nullptr) {
     for (const TrialInput& input : inputs) pending->bytes += input.payload.size();
@@ -389,8 +420,8 @@ const Server::CheckedBundle& Server::check_bundle(
   return checked.emplace(key, std::move(result)).first->second;
 }
 
-std::expected<Digest, Status> Server::segment_of(const store::Snapshot& snapshot,
-                                                 const sandbox::TrialSpecification& spec) {
+std::expected<std::uint64_t, Status> Server::fork_point_of(
+    const store::Snapshot& snapshot, const sandbox::TrialSpecification& spec) {
   auto parent = snapshot.run(spec.parent_run_id);
   if (!parent || !may_fork(*parent)) {
     return failure(ErrorCode::not_found, no_run_to_fork(spec.parent_run_id.str()));
@@ -400,10 +431,7 @@ std::expected<Digest, Status> Server::segment_of(const store::Snapshot& snapshot
     return failure(ErrorCode::not_found, "no event " + spec.at_event.str() +
                                              " in the history of run " + spec.parent_run_id.str());
   }
-  auto stored = store_.write(
-      [&](store::Writer& writer) { return writer.store_segment(spec.parent_run_id, point->seq); });
-  if (!stored) return std::unexpected(stored.error());
-  return *stored;
+  return point->seq;
 }
 
 std::string Server::cache_runtime() const {

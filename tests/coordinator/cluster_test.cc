@@ -807,6 +807,35 @@ TEST_CASE("a worker whose coordinator does not answer its goodbye stops all the 
       Catch::Contains("the coordinator did not answer this worker's goodbye within 1000 ms"));
 }
 
+TEST_CASE("a refused submission stores no segment of its fork points", "[cluster]") {
+  Cluster cluster;
+  cluster.start_coordinator();
+  const auto blobs = [&] {
+    forktrial::store::EventStore store(cluster.store);
+    std::set<std::string> digests;
+    for (const auto& blob : store.snapshot().blobs()) digests.insert(blob.digest.str());
+    return digests;
+  };
+  // Two trials: one at a fork point the parent has, one at an event it
+  // lacks. The job is refused whole.
+  std::string batch = forktrial::testing::read_file(cluster.outcome_batch(1, 2));
+  const auto second = batch.find("evt_031", batch.find('\n'));
+  REQUIRE(second != std::string::npos);
+  batch.replace(second, 7, "evt_999");
+  auto refused = cluster.client({"submit", cluster.dir.write("half.jsonl", batch).string()});
+  INFO(refused.err);
+  CHECK(refused.exit_code != 0);
+  CHECK(contains(refused.err, "no event evt_999 in the history of run run_chat"));
+  const auto after_refusal = blobs();  // the bundles its client uploaded, nothing else
+  // The good trial alone is taken, and only now is its segment stored.
+  cluster.submit(cluster.outcome_batch(1, 1));
+  std::set<std::string> added;
+  for (const auto& digest : blobs()) {
+    if (!after_refusal.contains(digest)) added.insert(digest);
+  }
+  CHECK(added.size() == 1);
+}
+
 TEST_CASE("a job forked from a run the coordinator lacks is refused once, saying what to do",
           "[cluster]") {
   Cluster cluster;
