@@ -112,6 +112,11 @@ constexpr std::size_t kMaxHeadBytes = 16 << 10;
 constexpr std::size_t kMaxConnections = 512;
 // Requests waiting for a handler thread; past it the server answers 503.
 constexpr std::size_t kMaxQueued = 64;
+// The bytes of answers held for clients that have not taken them yet, over
+// every connection: past it an answer is 503 instead, so that clients that
+// ask and never read cannot make the daemon hold a copy each of a large
+// answer (a hundred readers of a status page's failures once held 1.8 GB).
+constexpr std::size_t kMaxHeldAnswerBytes = std::size_t{64} << 20;
 constexpr std::size_t kHandlerThreads = 4;
 // A client has this long to send its request, and to take the answer.
 constexpr auto kClientTimeout = std::chrono::seconds(10);
@@ -294,17 +299,15 @@ struct HttpServer::Impl {
         for (auto& [id, bytes] : answered) {
           auto c = connections.find(id);
           if (c == connections.end()) continue;
-          c->second.out = std::move(bytes);
-          c->second.writing = true;
           c->second.waiting = false;
-          c->second.deadline = std::chrono::steady_clock::now() + kClientTimeout;
+          hold(c->second, std::move(bytes));
         }
         answered.clear();
       }
       const auto now = std::chrono::steady_clock::now();
       for (auto c = connections.begin(); c != connections.end();) {
         const bool expired = !c->second.waiting && c->second.deadline <= now;
-        c = expired ? connections.erase(c) : std::next(c);
+        c = expired ? drop(connections, c) : std::next(c);
       }
       polled.assign({pollfd{listener.get(), POLLIN, 0}, pollfd{wake.get(), POLLIN, 0}});
       ids.assign({0, 0});
@@ -325,7 +328,7 @@ struct HttpServer::Impl {
         if (polled[i].revents == 0) continue;
         auto c = connections.find(ids[i]);
         if (c == connections.end()) continue;
-        if (!step(ids[i], c->second)) connections.erase(c);
+        if (!step(ids[i], c->second)) drop(connections, c);
       }
       if (polled[0].revents & POLLIN) accept_all(connections, next_id);
     }
@@ -348,7 +351,7 @@ struct HttpServer::Impl {
           ::close(fd);
           continue;
         }
-        connections.erase(oldest);
+        drop(connections, oldest);
       }
       Connection c;
       c.fd.reset(fd);
@@ -410,11 +413,34 @@ struct HttpServer::Impl {
     return true;
   }
 
-  static void respond(Connection& c, const HttpResponse& response, bool head_only) {
-    c.out = bytes_of(response, head_only);
+  void respond(Connection& c, const HttpResponse& response, bool head_only) {
+    hold(c, bytes_of(response, head_only));
+  }
+
+  // Gives the connection its answer to send, within kMaxHeldAnswerBytes of
+  // answers held for every connection (I/O thread only).
+  void hold(Connection& c, std::string bytes) {
+    if (held_bytes + bytes.size() > kMaxHeldAnswerBytes) {
+      bytes = bytes_of(
+          http_text(503, "busy: answers not yet taken by their clients hold " +
+                             std::to_string(held_bytes) + " bytes; try again once they are read"),
+          false);
+    }
+    held_bytes += bytes.size();
+    c.out = std::move(bytes);
     c.writing = true;
     c.deadline = std::chrono::steady_clock::now() + kClientTimeout;
   }
+
+  // Closes the connection, and lets go of the answer it held.
+  std::map<std::uint64_t, Connection>::iterator drop(
+      std::map<std::uint64_t, Connection>& connections,
+      std::map<std::uint64_t, Connection>::iterator c) {
+    held_bytes -= c->second.out.size();
+    return connections.erase(c);
+  }
+
+  std::size_t held_bytes = 0;  // of every connection's `out`; the I/O thread's
 };
 
 HttpServer::HttpServer(const HttpAddress& address, Routes routes, Log log)

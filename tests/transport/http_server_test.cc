@@ -1,11 +1,19 @@
 #include "transport/http_server.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <ctime>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "base/error.h"
 #include "tests/support/http_get.h"
@@ -98,6 +106,53 @@ TEST_CASE("HttpServer answers its exact paths, 404 elsewhere, 405 to what would 
   auto broken = http_get(server.port(), "/broken");
   CHECK(broken.status == 500);
   CHECK(broken.body.find("boom") == std::string::npos);  // internals stay in the log
+}
+
+TEST_CASE("HttpServer holds a bounded sum of answers for clients that do not read them") {
+  const std::string big(std::size_t{16} << 20, 'b');  // more than loopback's buffers take
+  HttpServer server(*parse_http_address("127.0.0.1:0"),
+                    {{"/big",
+                      [&](const HttpRequest&) {
+                        HttpResponse response;
+                        response.body = big;
+                        return response;
+                      }}},
+                    kQuiet);
+  // Clients that ask and never read: each answer waits whole for its reader.
+  std::vector<int> readers;
+  for (int i = 0; i < 10; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(fd >= 0);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(server.port());
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) == 0);
+    const std::string request = "GET /big HTTP/1.1\r\nHost: x\r\n\r\n";
+    REQUIRE(::send(fd, request.data(), request.size(), 0) == static_cast<ssize_t>(request.size()));
+    readers.push_back(fd);
+    // One at a time, in order: each answered before the next asks.
+    pollfd ready{fd, POLLIN, 0};
+    REQUIRE(::poll(&ready, 1, 10'000) == 1);
+  }
+  std::map<std::string, int> statuses;
+  for (const int fd : readers) {
+    char line[12];
+    REQUIRE(::recv(fd, line, sizeof line, MSG_WAITALL) == static_cast<ssize_t>(sizeof line));
+    ++statuses[std::string(line + 9, 3)];
+  }
+  for (const int fd : readers) ::close(fd);
+  // 64 MiB at most are held: four answers of 16 MiB, then 503 saying why.
+  CHECK(statuses["200"] >= 1);
+  CHECK(statuses["200"] <= 5);
+  CHECK(statuses["503"] >= 5);
+  // Once they are gone, answers are whole again.
+  for (int i = 0; i < 100 && http_get(server.port(), "/big").status != 200; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const auto again = http_get(server.port(), "/big");
+  CHECK(again.status == 200);
+  CHECK(again.body.size() == big.size());
 }
 
 TEST_CASE("HttpServer says why it cannot listen when the port is taken") {
