@@ -13,9 +13,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -188,6 +190,19 @@ struct Cluster {
                                     " <<END\n$job\nEND\n;; esac\n" + body);
     ::chmod(path.c_str(), 0755);
     return "FORKTRIAL_CHILD=" + path.string();
+  }
+
+  // A stand-in child (as stand_in_child) that adds a line to `counter` for
+  // each trial it runs, then runs it with the real child; and how many lines
+  // `counter` holds.
+  std::string counting_child(const std::string& counter) {
+    return stand_in_child("counting.sh", "echo ran >> " + counter + "\nexec " +
+                                             std::string(FORKTRIAL_CHILD_FOR_TESTS) +
+                                             " <<END\n$job\nEND\n");
+  }
+  static long lines_in(const std::string& counter) {
+    std::ifstream in(counter);
+    return std::count(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>(), '\n');
   }
 
   std::string submit(const std::string& batch) {

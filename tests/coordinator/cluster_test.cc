@@ -2564,13 +2564,8 @@ TEST_CASE("forktrial batch answers a deterministic trial run before from the cac
   Cluster cluster;  // its store; batch starts its own daemons
   // A child that counts the trials it runs, then runs them.
   const std::string counter = (cluster.dir.path() / "runs").string();
-  const auto child = cluster.stand_in_child(
-      "counting.sh", "echo ran >> " + counter + "\nexec " + std::string(FORKTRIAL_CHILD_FOR_TESTS) +
-                         " <<END\n$job\nEND\n");
-  const auto runs = [&] {
-    std::ifstream in(counter);
-    return std::count(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>(), '\n');
-  };
+  const auto child = cluster.counting_child(counter);
+  const auto runs = [&] { return Cluster::lines_in(counter); };
   const auto batch = [&](const std::string& name, int repeat) {
     return cluster.dir
         .write(name + ".toml", "name = \"" + name +
@@ -2645,13 +2640,8 @@ TEST_CASE("a resubmitted deterministic job is answered from the cache with idle 
           "[cluster][cache]") {
   Cluster cluster;
   const std::string counter = (cluster.dir.path() / "runs").string();
-  const auto child = cluster.stand_in_child(
-      "counting.sh", "echo ran >> " + counter + "\nexec " + std::string(FORKTRIAL_CHILD_FOR_TESTS) +
-                         " <<END\n$job\nEND\n");
-  const auto runs = [&] {
-    std::ifstream in(counter);
-    return std::count(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>(), '\n');
-  };
+  const auto child = cluster.counting_child(counter);
+  const auto runs = [&] { return Cluster::lines_in(counter); };
   // Twelve trials of distinct keys: the greeter at twelve fork points.
   std::string points;
   for (int event = 20; event <= 31; ++event) {

@@ -270,6 +270,28 @@ void clients_still_read(Cluster& cluster, bool jobs_expected = true) {
   CHECK(text.exit_code == 0);
 }
 
+// A keypair `name` made in `keys`, and the path of an allow list of it alone.
+std::string listed_key(Keys& keys, const std::string& name) {
+  REQUIRE(run_forktrial({"keygen", keys.path(name + ".key")}).exit_code == 0);
+  keys.dir.write(name + ".allow", forktrial::testing::read_file(keys.path(name + ".key.pub")));
+  return keys.path(name + ".allow");
+}
+
+// The cluster's coordinator on a TCP port of loopback, with `keys` and
+// `extra` options, its lease `lease` seconds.
+void start_keyed(Cluster& cluster, const Keys& keys, const std::vector<std::string>& extra,
+                 const std::string& lease = "30") {
+  cluster.endpoint = "tcp://127.0.0.1:" + std::to_string(free_tcp_port());
+  cluster.start_coordinator(lease, with(keys.coordinator(), extra));
+}
+
+// `args` run against the cluster's coordinator as the keys' `who`.
+forktrial::testing::CommandResult run_as(const Cluster& cluster, const Keys& keys,
+                                         const std::string& who, std::vector<std::string> args) {
+  args.insert(args.end(), {"--coordinator", cluster.endpoint, "--timeout", "30"});
+  return run_forktrial(with(args, keys.as(who)));
+}
+
 // The reports a local parent would never record, each on its own trial, and
 // the rule each breaks (as the verdict and the result name it).
 struct Forgery {
@@ -692,16 +714,11 @@ TEST_CASE(
     "a client forks its own runs and the store's, never another client's or the coordinator's",
     "[cluster][rogue][curve]") {
   Keys keys;
-  REQUIRE(run_forktrial({"keygen", keys.path("other.key")}).exit_code == 0);
-  keys.dir.write("others.allow", forktrial::testing::read_file(keys.path("other.key.pub")));
   Cluster cluster;
-  cluster.endpoint = "tcp://127.0.0.1:" + std::to_string(free_tcp_port());
-  cluster.start_coordinator(
-      "30", with(keys.coordinator(), {"--allow-clients", keys.path("others.allow")}));
+  start_keyed(cluster, keys, {"--allow-clients", listed_key(keys, "other")});
   cluster.start_worker(1, 1, {}, keys.as("worker"));
   auto as = [&](const std::string& who, std::vector<std::string> args) {
-    args.insert(args.end(), {"--coordinator", cluster.endpoint, "--timeout", "30"});
-    return run_forktrial(with(args, keys.as(who)));
+    return run_as(cluster, keys, who, std::move(args));
   };
   const std::string chat = kExamples + "/runs/chat.jsonl";
   const std::string whatif = kExamples + "/runs/chat-whatif.jsonl";
@@ -780,15 +797,10 @@ TEST_CASE(
 TEST_CASE("a rogue worker's forged result answers no other client from the cache, and is named",
           "[cluster][rogue][curve][cache]") {
   Keys keys;
-  REQUIRE(run_forktrial({"keygen", keys.path("other.key")}).exit_code == 0);
-  keys.dir.write("others.allow", forktrial::testing::read_file(keys.path("other.key.pub")));
   Cluster cluster;
-  cluster.endpoint = "tcp://127.0.0.1:" + std::to_string(free_tcp_port());
-  cluster.start_coordinator(
-      "30", with(keys.coordinator(), {"--allow-clients", keys.path("others.allow")}));
+  start_keyed(cluster, keys, {"--allow-clients", listed_key(keys, "other")});
   auto as = [&](const std::string& who, std::vector<std::string> args) {
-    args.insert(args.end(), {"--coordinator", cluster.endpoint, "--timeout", "30"});
-    return run_forktrial(with(args, keys.as(who)));
+    return run_as(cluster, keys, who, std::move(args));
   };
   // One trial of the greeter, a deterministic candidate, at evt_031.
   const std::string batch = cluster.outcome_batch(1, 1);
@@ -845,12 +857,8 @@ TEST_CASE("a rogue worker's forged result answers no other client from the cache
 TEST_CASE("a worker key that says hello again and again is quarantined before any trial is lost",
           "[cluster][rogue][curve]") {
   Keys keys;
-  REQUIRE(run_forktrial({"keygen", keys.path("honest.key")}).exit_code == 0);
-  keys.dir.write("honest.allow", forktrial::testing::read_file(keys.path("honest.key.pub")));
   Cluster cluster;
-  cluster.endpoint = "tcp://127.0.0.1:" + std::to_string(free_tcp_port());
-  cluster.start_coordinator(
-      "30", with(keys.coordinator(), {"--allow-workers", keys.path("honest.allow")}));
+  start_keyed(cluster, keys, {"--allow-workers", listed_key(keys, "honest")});
   cluster.client_extra = keys.as("client");
   const std::string job = greeter_job(cluster, 8);
   // The rogue joins, is leased four trials, and says hello again from a new
