@@ -392,9 +392,9 @@ std::vector<ordered_json> all_results(coordinator::Client& client, const std::st
 namespace {
 
 constexpr const char* kResultFields[] = {
-    "trial",      "candidate", "pin",         "scenario",        "at",
-    "status",     "outcome",   "fork_run_id", "events_appended", "behavior_failures",
-    "exit_code",  "detail",    "worker",      "attempts",        "duration_ms",
+    "trial",       "candidate",    "pin",         "scenario",        "at",
+    "status",      "outcome",      "fork_run_id", "events_appended", "behavior_failures",
+    "exit_code",   "detail",       "worker",      "attempts",        "duration_ms",
     "cached_from", "cached_worker"};
 
 std::string csv_cell(const ordered_json& value) {

@@ -203,8 +203,8 @@ TEST_CASE("every way activegraph's child can end is the outcome activegraph's pa
     // the long row never read.
     CHECK(executed.verdict.outcome == Outcome::limits_exceeded);
     CHECK(executed.verdict.net == Net::write_budget);
-    CHECK_THAT(executed.verdict.detail, Catch::Contains("write budget") &&
-                                            Catch::Contains("max_appended_bytes = 1048576"));
+    CHECK_THAT(executed.verdict.detail,
+               Catch::Contains("write budget") && Catch::Contains("max_appended_bytes = 1048576"));
     REQUIRE_FALSE(executed.events.empty());
     CHECK(executed.events.front().type == "custom.noted");
     for (const auto& event : executed.events) CHECK(event.type != "custom.hoard");
