@@ -32,10 +32,10 @@ struct Client::Impl {
   std::optional<zmq::socket_t> monitor;
   bool watching = false;
   bool connected = false;
-  bool refused = false;
   std::optional<Status> hopeless;
-  // Since when every connection was refused, none ever made; past
-  // `refused_grace` of that a call ends at once (none: at its deadline).
+  // Since when every connection was refused, none ever made (none: one was
+  // made, or none refused yet); past `refused_grace` of that a call ends at
+  // once (no grace: at its deadline).
   std::optional<std::chrono::steady_clock::time_point> refused_since;
   std::optional<std::chrono::milliseconds> refused_grace = kRefusedGrace;
 
@@ -51,7 +51,7 @@ struct Client::Impl {
   // When a call gives up on a coordinator that refuses every connection,
   // if it does.
   std::optional<std::chrono::steady_clock::time_point> refusal_deadline() const {
-    if (!refused_grace || !refused_since || connected) return std::nullopt;
+    if (!refused_grace || !refused_since) return std::nullopt;
     return *refused_since + *refused_grace;
   }
 
@@ -69,10 +69,8 @@ struct Client::Impl {
       const auto [event, value] = *next;
       if (event == ZMQ_EVENT_CONNECTED || event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
         connected = true;
-        refused = false;
         refused_since.reset();
       } else if (event == ZMQ_EVENT_CONNECT_RETRIED) {
-        refused = true;
         if (!connected && !refused_since) refused_since = world->monotonic_now();
       } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
         // The coordinator's ZAP handler refused this client's key (it says
@@ -185,7 +183,7 @@ struct Client::Impl {
           continue;
         }
         if (watching) read_events();
-        if (refused && !connected) {
+        if (refused_since) {
           // Nothing listens there; a coordinator starting would have bound
           // its socket by now.
           throw Error(nothing_listens(timeout));

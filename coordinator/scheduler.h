@@ -79,7 +79,7 @@
 // job) means the log and the state disagree, a corruption (a second writer
 // of the log, say): replay throws RecordDoesNotApply (an Error, internal),
 // naming the record and the state it found, and the Scheduler must be
-// discarded; replay_setting_aside (coordinator/log_replay.h) replays a log
+// discarded; replay_setting_aside (coordinator/orchestration_log.h) replays a log
 // again without such records.
 #pragma once
 

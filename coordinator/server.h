@@ -61,12 +61,12 @@ struct ServerConfig {
   // refused whole. Trials are counted in bytes too, since one trial's text
   // may be up to 64 KiB.
   std::uint64_t max_queued_bytes = std::uint64_t{4} << 30;
+  std::uint64_t max_client_bytes = std::uint64_t{1} << 30;
   // The operator says `http` is reachable by the operators alone. With
   // client keys the status page and /api/* (every client's jobs, names,
   // owners, candidates and failures) are served only on a loopback address
   // or on one said private so (docs/cluster.md, "Status page and JSON API").
   bool http_private = false;
-  std::uint64_t max_client_bytes = std::uint64_t{1} << 30;
   // CurveZMQ: with a keypair, the endpoint speaks CURVE only, admits only the
   // keys of `allowed`, and takes from each connection only the messages of
   // its key's role (a worker key cannot submit; a client key cannot join).

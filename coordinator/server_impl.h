@@ -482,6 +482,9 @@ class Server {
   // The worker stops: it is lost now (its leases requeued or abandoned, as
   // when its heartbeats stop, without waiting for them to lapse), and its
   // route forgotten. It names no worker: a connection can only end its own.
+  // Forgets the worker's connection: its route, and an offer it left
+  // parked (a new hello replaces it; a quarantine ends it).
+  void forget_connection(const WorkerId& worker);
   void on_worker_goodbye(const std::string& route, const WorkerId& worker,
                          Envelope::Reader envelope, Instant now);
 

@@ -61,11 +61,14 @@ void Server::on_worker_hello(const std::string& route, Envelope::Reader envelope
   // ten minutes is quarantined, and named. Without keys anyone may join
   // under any id, so there is no one to hold to account: no quarantine.
   const std::string who = worker_key_ ? "key " + *worker_key_ : "";
+  const auto refuse_quarantined = [&](const std::string& why) {
+    reply_error(route, envelope.getRequestId(), ErrorCode::failed_precondition,
+                "this worker is quarantined (" + who + "): " + why +
+                    "; find out why it says hello again while it holds leases, then restart "
+                    "the coordinator to let it join");
+  };
   if (const auto found = quarantined_.find(who); !who.empty() && found != quarantined_.end()) {
-    return reply_error(route, envelope.getRequestId(), ErrorCode::failed_precondition,
-                       "this worker is quarantined (" + who + "): " + found->second +
-                           "; find out why it says hello again while it holds leases, then "
-                           "restart the coordinator to let it join");
+    return refuse_quarantined(found->second);
   }
   if (!who.empty() && !reconnected && known && known->alive && known->leases > 0) {
     auto& times = lease_ending_hellos_[who];
@@ -86,15 +89,8 @@ void Server::on_worker_hello(const std::string& route, Envelope::Reader envelope
       // Its live incarnation ends now, as this hello would have ended it:
       // its trials go to others without waiting for its leases to lapse.
       if (!store_full_) keep(scheduler_.worker_lost(input.id, "quarantined: " + why, now));
-      if (auto old = worker_routes_.find(input.id); old != worker_routes_.end()) {
-        peers_.erase(old->second);
-        worker_routes_.erase(old);
-      }
-      std::erase_if(parked_, [&](const auto& entry) { return entry.second.worker == input.id; });
-      return reply_error(route, envelope.getRequestId(), ErrorCode::failed_precondition,
-                         "this worker is quarantined (" + who + "): " + why +
-                             "; find out why it says hello again while it holds leases, then "
-                             "restart the coordinator to let it join");
+      forget_connection(input.id);
+      return refuse_quarantined(why);
     }
   }
   if (!reconnected) {
@@ -106,14 +102,9 @@ void Server::on_worker_hello(const std::string& route, Envelope::Reader envelope
     keep(std::move(*joined));
   }
   // A worker that joins again from a new connection leaves its old one.
-  if (auto old = worker_routes_.find(input.id); old != worker_routes_.end()) {
-    peers_.erase(old->second);
-  }
+  forget_connection(input.id);
   peers_[route] = Peer{Peer::Role::worker, input.id};
   worker_routes_[input.id] = route;
-  // An offer the previous connection left waiting must not lease trials
-  // to a route nobody reads.
-  std::erase_if(parked_, [&](const auto& entry) { return entry.second.worker == input.id; });
   log_(LogLevel::info, "worker " + input.id.str() +
                            (reconnected ? " reconnected, keeping its leases," : " joined") +
                            " with " + std::to_string(input.slots) + " slots");
@@ -265,6 +256,16 @@ void Server::on_attempt_failed(const std::string& route, const WorkerId& worker,
                            std::to_string(failed.getTrial().getAttempt()) + " failed: " + reason);
   ack(route, envelope.getRequestId(), failed.getTrial(), wire_verdict(result.verdict),
       result.reason);
+}
+
+void Server::forget_connection(const WorkerId& worker) {
+  if (auto old = worker_routes_.find(worker); old != worker_routes_.end()) {
+    peers_.erase(old->second);
+    worker_routes_.erase(old);
+  }
+  // An offer the connection left waiting must not lease trials to a route
+  // nobody reads.
+  std::erase_if(parked_, [&](const auto& entry) { return entry.second.worker == worker; });
 }
 
 void Server::on_worker_goodbye(const std::string& route, const WorkerId& worker,

@@ -2,11 +2,14 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <array>
 #include <cerrno>
 #include <charconv>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -100,6 +103,27 @@ std::expected<UniqueFd, Status> open_lock_file(const std::filesystem::path& path
   return fd;
 }
 
+// Whether the file open as `fd` is held by an exclusive flock, as the
+// kernel's table of locks (/proc/locks) says: read, not probed with a lock
+// of this process's own, which a take() at that instant would meet.
+bool locked_exclusively(int fd) {
+  struct stat file {};
+  if (::fstat(fd, &file) != 0) return false;
+  char id[64];
+  std::snprintf(id, sizeof id, "%02x:%02x:%llu", major(file.st_dev), minor(file.st_dev),
+                static_cast<unsigned long long>(file.st_ino));
+  std::ifstream locks("/proc/locks");
+  for (std::string line; std::getline(locks, line);) {
+    // "1: FLOCK  ADVISORY  WRITE 4242 fe:00:10952837 0 EOF"; a waiter's
+    // line has "->" before its kind, and holds nothing.
+    std::istringstream words(line);
+    std::string number, kind, mode, access, pid, where;
+    words >> number >> kind >> mode >> access >> pid >> where;
+    if (kind == "FLOCK" && access == "WRITE" && where == id) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 std::filesystem::path writer_lock_path(const std::filesystem::path& store) {
@@ -107,6 +131,7 @@ std::filesystem::path writer_lock_path(const std::filesystem::path& store) {
 }
 
 std::string describe(const LockHolder& holder) {
+  if (holder.pid == 0) return "a process that has not said which yet";
   std::string out = "pid " + std::to_string(holder.pid);
   if (!holder.host.empty()) out += " on " + holder.host;
   if (!holder.command.empty()) out += ": " + holder.command;
@@ -130,13 +155,11 @@ std::expected<WriterLock, Status> WriterLock::take(const std::filesystem::path& 
       return failure(error_code_of_errno(error),
                      "flock(" + path.string() + ", LOCK_EX): " + std::strerror(error));
     }
-    const auto holder = parse(read_text(fd->get()));
-    return failure(
-        ErrorCode::unavailable,
-        "the store " + store.string() + " is in use by another " + std::string(role) + " (" +
-            (holder ? describe(*holder) : std::string("a process that has not said which yet")) +
-            "); a store has one at a time: stop that one first, or give this one "
-            "another store");
+    return failure(ErrorCode::unavailable,
+                   "the store " + store.string() + " is in use by another " + std::string(role) +
+                       " (" + describe(parse(read_text(fd->get())).value_or(LockHolder{})) +
+                       "); a store has one at a time: stop that one first, or give this one "
+                       "another store");
   }
   const std::string text = "pid " + std::to_string(::getpid()) + "\nhost " + this_host() +
                            "\ncommand " + this_command() + "\n";
@@ -152,12 +175,8 @@ std::expected<WriterLock, Status> WriterLock::take(const std::filesystem::path& 
 
 std::optional<LockHolder> WriterLock::holder(const std::filesystem::path& store) {
   auto fd = open_lock_file(writer_lock_path(store), O_RDONLY);
-  if (!fd) return std::nullopt;
-  // A shared lock granted at once means no one holds the exclusive one.
-  if (::flock(fd->get(), LOCK_SH | LOCK_NB) == 0) return std::nullopt;
-  if (errno != EWOULDBLOCK) return std::nullopt;
-  auto found = parse(read_text(fd->get()));
-  return found ? found : std::optional<LockHolder>(LockHolder{});
+  if (!fd || !locked_exclusively(fd->get())) return std::nullopt;
+  return parse(read_text(fd->get())).value_or(LockHolder{});
 }
 
 }  // namespace forktrial::store

@@ -53,7 +53,10 @@ class WriterLock {
                                                 std::string_view role);
 
   // Who holds the store's lock now; nullopt when no one does (or the store
-  // has no lock file). Takes no lock that outlives the call.
+  // has no lock file). Reads the kernel's table of locks (/proc/locks) and
+  // takes no lock, so that it never stands in a take()'s way. Where that
+  // table names another inode than the file's own (an overlay filesystem
+  // may), no holder is seen; take() still refuses, naming the holder.
   static std::optional<LockHolder> holder(const std::filesystem::path& store);
 
   bool held() const { return fd_.valid(); }
@@ -63,7 +66,8 @@ class WriterLock {
   UniqueFd fd_;
 };
 
-// "pid 4242 on host1: forktrial coordinator --store /srv/ft": for messages.
+// "pid 4242 on host1: forktrial coordinator --store /srv/ft" for messages;
+// "a process that has not said which yet" for a holder that wrote no pid.
 std::string describe(const LockHolder& holder);
 
 }  // namespace forktrial::store
