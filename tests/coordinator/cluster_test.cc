@@ -8,7 +8,6 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -1112,38 +1111,9 @@ TEST_CASE("Ctrl-C on forktrial batch cancels its job, stops what it started and 
   // Started as a shell starts a command in the foreground: a process group
   // of its own, which a terminal's Ctrl-C signals whole, with the default
   // dispositions of SIGINT and SIGTERM.
-  std::vector<std::string> argv{FORKTRIAL_BINARY, "batch", batch.string(), "--store", cluster.store,
-                                "--workers",      "2"};
-  std::vector<std::string> env{child, "TMPDIR=" + tmp.string()};
-  for (char** entry = environ; *entry != nullptr; ++entry) {
-    if (!std::string_view(*entry).starts_with("TMPDIR=")) env.emplace_back(*entry);
-  }
-  auto pointers = [](std::vector<std::string>& strings) {
-    std::vector<char*> out;
-    for (auto& text : strings) out.push_back(text.data());
-    out.push_back(nullptr);
-    return out;
-  };
-  posix_spawn_file_actions_t actions;
-  ::posix_spawn_file_actions_init(&actions);
-  ::posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
-  ::posix_spawn_file_actions_addopen(&actions, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  posix_spawnattr_t attributes;
-  ::posix_spawnattr_init(&attributes);
-  sigset_t stops;
-  sigemptyset(&stops);
-  sigaddset(&stops, SIGINT);
-  sigaddset(&stops, SIGTERM);
-  ::posix_spawnattr_setsigdefault(&attributes, &stops);
-  ::posix_spawnattr_setpgroup(&attributes, 0);
-  ::posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
-  auto args = pointers(argv);
-  auto envp = pointers(env);
-  pid_t pid = 0;
-  REQUIRE(::posix_spawn(&pid, FORKTRIAL_BINARY, &actions, &attributes, args.data(), envp.data()) ==
-          0);
-  ::posix_spawnattr_destroy(&attributes);
-  ::posix_spawn_file_actions_destroy(&actions);
+  const pid_t pid = forktrial::testing::spawn_as_shell(
+      {FORKTRIAL_BINARY, "batch", batch.string(), "--store", cluster.store, "--workers", "2"},
+      {child, "TMPDIR=" + tmp.string()}, err, true);
   struct Reaper {
     pid_t pid;
     ~Reaper() {

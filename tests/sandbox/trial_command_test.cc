@@ -1,7 +1,6 @@
 // `forktrial trial` and `forktrial preflight` as a user runs them.
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -404,36 +403,7 @@ class SpinningTrial {
         FORKTRIAL_BINARY, "trial",   "--store",   f.store,       "--run",      "run_chat",
         "--at",           "evt_031", "--pack",    pack.string(), "--scenario", "spin.lua",
         "--wall-clock",   "600",     "--max-cpu", "30",          "--max-rss",  "256M"};
-    std::vector<std::string> env = {"TMPDIR=" + f.tmpdir.string()};
-    for (char** entry = environ; *entry != nullptr; ++entry) {
-      if (!std::string_view(*entry).starts_with("TMPDIR=")) env.emplace_back(*entry);
-    }
-    auto pointers = [](std::vector<std::string>& strings) {
-      std::vector<char*> out;
-      for (auto& s : strings) out.push_back(s.data());
-      out.push_back(nullptr);
-      return out;
-    };
-    posix_spawn_file_actions_t actions;
-    ::posix_spawn_file_actions_init(&actions);
-    ::posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
-    ::posix_spawn_file_actions_addopen(&actions, 2, f.err.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                       0600);
-    posix_spawnattr_t attributes;
-    ::posix_spawnattr_init(&attributes);
-    sigset_t stops;
-    sigemptyset(&stops);
-    sigaddset(&stops, SIGINT);
-    sigaddset(&stops, SIGTERM);
-    ::posix_spawnattr_setsigdefault(&attributes, &stops);
-    ::posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGDEF);
-    auto args = pointers(argv);
-    auto envp = pointers(env);
-    const int rc =
-        ::posix_spawn(&pid_, FORKTRIAL_BINARY, &actions, &attributes, args.data(), envp.data());
-    ::posix_spawnattr_destroy(&attributes);
-    ::posix_spawn_file_actions_destroy(&actions);
-    if (rc != 0) throw std::runtime_error("posix_spawn forktrial failed");
+    pid_ = forktrial::testing::spawn_as_shell(argv, {"TMPDIR=" + f.tmpdir.string()}, f.err);
   }
   ~SpinningTrial() {
     if (pid_ > 0 && ::kill(pid_, SIGKILL) == 0) ::waitpid(pid_, nullptr, 0);

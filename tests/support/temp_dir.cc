@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -128,6 +129,51 @@ CommandResult run_command(const std::vector<std::string>& argv, std::chrono::sec
   }
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return result;
+}
+
+pid_t spawn_as_shell(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+                     const std::filesystem::path& err, bool own_group) {
+  std::vector<std::string> environment(env);
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    const std::string_view text(*entry);
+    const auto named = [&](const std::string& given) {
+      return given.substr(0, given.find('=') + 1) == text.substr(0, text.find('=') + 1);
+    };
+    if (std::none_of(env.begin(), env.end(), named)) environment.emplace_back(text);
+  }
+  auto pointers = [](std::vector<std::string>& strings) {
+    std::vector<char*> out;
+    for (auto& text : strings) out.push_back(text.data());
+    out.push_back(nullptr);
+    return out;
+  };
+  std::vector<std::string> args(argv);
+  auto argp = pointers(args);
+  auto envp = pointers(environment);
+  posix_spawn_file_actions_t actions;
+  ::posix_spawn_file_actions_init(&actions);
+  ::posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+  ::posix_spawn_file_actions_addopen(&actions, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  posix_spawnattr_t attributes;
+  ::posix_spawnattr_init(&attributes);
+  sigset_t stops;
+  sigemptyset(&stops);
+  sigaddset(&stops, SIGINT);
+  sigaddset(&stops, SIGTERM);
+  ::posix_spawnattr_setsigdefault(&attributes, &stops);
+  short flags = POSIX_SPAWN_SETSIGDEF;
+  if (own_group) {
+    ::posix_spawnattr_setpgroup(&attributes, 0);
+    flags |= POSIX_SPAWN_SETPGROUP;
+  }
+  ::posix_spawnattr_setflags(&attributes, flags);
+  pid_t pid = 0;
+  const int rc =
+      ::posix_spawn(&pid, args.front().c_str(), &actions, &attributes, argp.data(), envp.data());
+  ::posix_spawnattr_destroy(&attributes);
+  ::posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) throw std::runtime_error("posix_spawn " + argv.front() + " failed");
+  return pid;
 }
 
 CommandResult run_forktrial(std::vector<std::string> args) {

@@ -2,6 +2,8 @@
 // scope, and small helpers to build file trees and run commands.
 #pragma once
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <filesystem>
 #include <string>
@@ -40,6 +42,16 @@ struct CommandResult {
 // a hung command fails its test instead of hanging the suite.
 CommandResult run_command(const std::vector<std::string>& argv,
                           std::chrono::seconds timeout = std::chrono::seconds(120));
+
+// Starts `argv[0]` in the background the way a shell starts a command: the
+// default dispositions of SIGINT and SIGTERM, stdout to /dev/null, stderr
+// to the file `err`, this process's environment with `env` (NAME=value
+// entries) in its place where they name the same variable; with
+// `own_group`, in a process group of its own, as a foreground job that a
+// terminal's Ctrl-C signals whole. Returns its pid; throws when it cannot
+// start. The caller reaps it.
+pid_t spawn_as_shell(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+                     const std::filesystem::path& err, bool own_group = false);
 
 // Runs the built `forktrial` command with `args`, as a user would.
 CommandResult run_forktrial(std::vector<std::string> args);
