@@ -135,9 +135,14 @@ store::Result<std::uint64_t> copy_fork(store::Writer& writer,
   std::vector<store::NewEvent> events;
   writer.for_each_event(*from, from->fork_of->seq + 1, [&](const store::EventView& event) {
     store::NewEvent copy = static_cast<store::NewEvent>(event.to_event());
-    for (auto at = copy.payload.find(from_id); at != std::string::npos;
-         at = copy.payload.find(from_id, at + to_id.size())) {
-      copy.payload.replace(at, from_id.size(), to_id);
+    if (auto at = copy.payload.find(from_id); at != std::string::npos) {
+      std::string renamed = copy.payload;
+      for (; at != std::string::npos; at = renamed.find(from_id, at + to_id.size())) {
+        renamed.replace(at, from_id.size(), to_id);
+      }
+      // A longer id must not make a payload the store took one it refuses,
+      // which would fail the whole commit: such a payload is copied as is.
+      if (renamed.size() <= store::kMaxPayloadBytes) copy.payload = std::move(renamed);
     }
     events.push_back(std::move(copy));
     return true;
